@@ -1,0 +1,34 @@
+# Two commands on a fresh Debian machine with Python >= 3.11:
+#   make run    create .venv if missing, install the pinned dependencies, run the default grid
+#   make test   the same environment, every test
+PYTHON ?= python3
+VENV ?= .venv
+CORES ?= 2
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+SNAKEMAKE := $(BIN)/snakemake
+
+.PHONY: run test figures dry-run clean-results
+
+$(VENV)/.installed: envs/requirements-cpu.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is needed, found " + sys.version'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r envs/requirements-cpu.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+run: $(VENV)/.installed
+	$(SNAKEMAKE) --profile profiles/local --cores $(CORES)
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest
+
+# Tidy table, tables and figures again from the records on disk (no cell runs).
+# Other grids: make figures GRIDS="paper_kernels" CONFIG_OVERRIDES='{"output_dir": "results/h200"}'
+figures: $(VENV)/.installed
+	$(BIN)/python -m attnbench regenerate --config config.yaml $(if $(GRIDS),--grids $(GRIDS)) \
+		$(if $(CONFIG_OVERRIDES),--overrides '$(CONFIG_OVERRIDES)')
+
+dry-run: $(VENV)/.installed
+	$(SNAKEMAKE) --profile profiles/local --cores $(CORES) -n

@@ -1,0 +1,19 @@
+# attnbench: attention kernels x masks x lengths x GPUs, one job per cell.
+# The table of contents; each stage lives in workflow/rules/. Settings: config.yaml.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/kernels.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        report_outputs(),
+    default_target: True

@@ -1,0 +1,31 @@
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "workflow"))
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def histograms():
+    return yaml.safe_load((REPO / "config.yaml").read_text())["doc_length_histograms"]
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def pytest_configure(config):
+    # Many masks compile FlexAttention in one test process; raise Dynamo's recompile limit
+    # (the benchmark itself compiles one mask per process and fails rather than fall back).
+    os.environ.setdefault("OMP_NUM_THREADS", "2")

@@ -1,0 +1,122 @@
+"""One cell, end to end: the record, every status, seeds shared across kernels, real OOM."""
+
+import json
+import resource
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnbench import cell as C
+from attnbench.config import expand_cells, load_config
+from attnbench.kernels import catalog
+from attnbench.kernels.naive import Naive
+
+
+@pytest.fixture(scope="module")
+def cells(repo):
+    cfg = load_config(repo / "config.yaml")
+    return expand_cells(cfg, ["smoke"])
+
+
+def pick(cells, impl, mask, seqlen=128, direction="fwd", **changes):
+    c = next(c for c in cells if (c["impl"], c["mask"], c["seqlen"], c["direction"]) == (impl, mask, seqlen, direction))
+    return {**c, **changes}
+
+
+def with_impl(spec, impl):
+    return {**spec, "impl": impl}
+
+
+class CausalWhateverTheMask(Naive):
+    """A real kernel with a real bug: it always computes the causal mask."""
+
+    def prepare(self, mask):
+        import attnbench.masks as M
+
+        return super().prepare(M.Mask("causal", mask.seqlen))
+
+
+def test_ok_record_has_everything(cells):
+    spec = pick(cells, "sdpa", "causal_document", 256, "bwd")
+    r = C.run_cell(spec, {"matmul_peak_tflops": 1.0})
+    assert r["status"] == "ok" and r["status_reason"] is None
+    assert r["cell"] == spec and len(r["cell_id"]) == 16
+    assert len(r["samples"]) == spec["samples"]["document"]
+    for s in r["samples"]:
+        assert sum(s["mask_params"]["doc_lengths"]) == 256
+        assert s["mask_area"] > 0 and s["flops"] == 4 * s["mask_area"] * 4 * 32 * 2.5
+        assert len(s["time_ms"]) == spec["reps"]
+        assert s["time_ms_p20"] <= s["time_ms_median"] <= s["time_ms_p80"]
+    chk = r["samples"][0]["check"]
+    assert chk["passed"] and set(chk["errors"]) == {"out", "dq", "dk", "dv"}
+    assert r["time_ms_p20"] <= r["time_ms_median"] <= r["time_ms_p80"]
+    assert r["tflops_p20"] <= r["tflops"] <= r["tflops_p80"]
+    assert r["fraction_of_peak"] == pytest.approx(r["tflops"])
+    assert r["max_rel_err"] < 1e-5
+    env = r["environment"]
+    assert env["torch"] == torch.__version__ and "git_commit" in env and env["libraries"]["torch"] != "missing"
+    json.dumps(C.json_safe(r), allow_nan=False)
+
+
+def test_unsupported_and_unavailable_are_records(cells):
+    r = C.run_cell(pick(cells, "flex", "causal", 256, "bwd"))
+    assert r["status"] == "unsupported" and "no bwd on cpu" in r["status_reason"]
+    r = C.run_cell(pick(cells, "fa3", "causal"))
+    assert r["status"] == "unavailable" and "runs only on cuda" in r["status_reason"]
+    assert "tflops" not in r and r["samples"] == []
+
+
+def test_same_seed_same_masks_across_kernels(cells):
+    a = C.run_cell(pick(cells, "naive", "prefix_lm_document", 256, "fwd"))
+    b = C.run_cell(pick(cells, "sdpa_math", "prefix_lm_document", 256, "bwd"))
+    assert a["data_seed"] == b["data_seed"]
+    assert [s["mask_params"] for s in a["samples"]] == [s["mask_params"] for s in b["samples"]]
+
+
+def test_incorrect_kernel_is_flagged_and_timed(cells, monkeypatch):
+    info = catalog.KernelInfo("buggy", "dense", "test kernel", "test_cell:CausalWhateverTheMask",
+                              catalog.DENSE_MASKS, {"cpu": ("fwd", "bwd")})
+    monkeypatch.setitem(catalog.KERNELS, "buggy", info)
+    r = C.run_cell(with_impl(pick(cells, "naive", "full"), "buggy"))
+    assert r["status"] == "incorrect" and "disagree with the float64 reference" in r["status_reason"]
+    assert r["tflops"] > 0 and r["max_rel_err"] > 0.1
+    # the same kernel on the mask it really computes is fine
+    assert C.run_cell(with_impl(pick(cells, "naive", "causal"), "buggy"))["status"] == "ok"
+
+
+def test_reduced_length_correctness_check(cells):
+    spec = pick(cells, "sdpa", "block_causal_document", 256, "bwd", check={"max_seqlen": 200, "tolerance_factor": 5,
+                                                                          "samples": 1})
+    r = C.run_cell(spec)
+    chk = r["samples"][0]["check"]
+    assert r["status"] == "ok" and chk["seqlen"] == 192  # a multiple of the 64-token block
+    assert sum(chk["mask_params"]["doc_lengths"]) == 192
+
+
+def test_real_out_of_memory_is_a_record_and_the_job_succeeds(cells, tmp_path):
+    """naive attention at S = 16K needs 4 GiB of scores; the process may have 3 GiB."""
+    spec = pick(cells, "naive", "full")
+    spec.update(seqlen=16384, check={**spec["check"], "samples": 0})
+    out = tmp_path / "oom.json"
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    p = subprocess.run([sys.executable, "-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out)],
+                       preexec_fn=limit, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(out.read_text())
+    assert r["status"] == "oom" and "can't allocate memory" in r["status_reason"]
+    assert "tflops" not in r
+
+
+def test_a_crash_writes_no_record(cells, tmp_path, monkeypatch):
+    monkeypatch.setenv(C.CRASH_ENV, "naive/causal/s128")
+    spec = pick(cells, "naive", "causal")
+    out = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "crash injected" in p.stderr
+    assert not out.exists()

@@ -1,0 +1,96 @@
+"""Bad config values give errors that name the key and the valid choices."""
+
+import copy
+
+import pytest
+import yaml
+
+from attnbench.config import ConfigError, expand_cells, load_config, point_id, validate
+
+
+@pytest.fixture(scope="module")
+def base(repo):
+    return yaml.safe_load((repo / "config.yaml").read_text())
+
+
+def bad(base, edit):
+    cfg = copy.deepcopy(base)
+    edit(cfg)
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    return str(e.value)
+
+
+def test_repo_config_is_valid(repo):
+    cfg = load_config(repo / "config.yaml")
+    cells = expand_cells(cfg)
+    assert len(cells) > 100
+    assert len({point_id(c) + c["impl"] + c["mask"] for c in cells}) == len(cells)
+    paper = expand_cells(cfg, ["paper_kernels"])
+    assert len(paper) == 12 * 12 * 9 * 2 * 2
+
+
+def test_unknown_kernel(base):
+    msg = bad(base, lambda c: c["grids"]["smoke"]["kernels"].append("flashy"))
+    assert "grids.smoke.kernels[3]: unknown kernel 'flashy'" in msg and "valid kernels: naive, sdpa" in msg
+
+
+def test_unknown_mask(base):
+    msg = bad(base, lambda c: c["grids"]["smoke"]["masks"].__setitem__(1, "cauzal"))
+    assert "grids.smoke.masks[1]: unknown mask 'cauzal'" in msg and "valid masks: full, causal" in msg
+
+
+def test_impossible_head_split(base):
+    msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("heads", [[6, 4]]))
+    assert "grids.smoke.heads[0]: 6 query heads are not a multiple of 4 KV heads" in msg
+
+
+def test_seqlen_not_divisible_by_block(base):
+    msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("seqlen", [100]))
+    assert "block_causal_document at seqlen 100" in msg and "not a multiple of mask_params.block=64" in msg
+
+
+def test_unknown_key_lists_valid_keys(base):
+    msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("seqlens", [128]))
+    assert "grids.smoke: Additional properties are not allowed ('seqlens' was unexpected)" in msg
+    assert "valid keys:" in msg and "seqlen" in msg
+
+
+def test_bad_enum_and_type(base):
+    msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("dtype", ["float8"]))
+    assert "grids.smoke.dtype[0]: 'float8' is not one of ['float32', 'float16', 'bfloat16']" in msg
+    msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("reps", "many"))
+    assert "grids.smoke.reps: 'many' is not of type 'integer'" in msg
+
+
+def test_unknown_grid_in_run(base):
+    msg = bad(base, lambda c: c.__setitem__("run", ["smok"]))
+    assert "run[0]: unknown grid 'smok'; grids in this config: smoke" in msg
+
+
+def test_malformed_yaml(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("grids: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(p)
+
+
+def test_defaults_are_filled(base):
+    cfg = copy.deepcopy(base)
+    cfg["grids"]["tiny"] = {"kernels": ["naive"], "masks": ["causal"], "seqlen": [64]}
+    validate(cfg)
+    g = cfg["grids"]["tiny"]
+    assert g["warmup"] == 5 and g["reps"] == 20 and g["samples"] == {"document": 30, "single": 2}
+    assert g["device"] == "cuda" and g["check"]["tolerance_factor"] == 5
+
+
+def test_also_products_and_sparse_axes(base):
+    cfg = copy.deepcopy(base)
+    cfg["run"] = ["sp"]
+    cfg["grids"]["sp"] = {"family": "sparse", "device": "cpu", "kernels": ["naive"],
+                          "masks": ["block_sparse", "variable_block_sparse"], "seqlen": [1024],
+                          "block_size": [64, 128], "density": [0.2, 0.5], "avg_block": [256], "direction": ["fwd"]}
+    cells = expand_cells(validate(cfg))
+    assert len(cells) == 4 + 2
+    ids = sorted(point_id(c) for c in cells)
+    assert "s1024-h64x8-d128-bfloat16-fwd-b64-r0.2" in ids and "s1024-h64x8-d128-bfloat16-fwd-a256-r0.5" in ids

@@ -1,0 +1,136 @@
+"""Snakemake end to end on a tiny grid in a temporary folder: failures, reruns, regeneration."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = {
+    "description": "test grid",
+    "family": "kernel",
+    "device": "cpu",
+    "kernels": ["naive", "sdpa"],
+    "masks": ["causal", "causal_document"],
+    "seqlen": [64, 128],
+    "heads": [[2, 1]],
+    "head_dim": [16],
+    "dtype": ["float32"],
+    "direction": ["fwd"],
+    "samples": {"document": 1, "single": 1},
+    "warmup": 0,
+    "reps": 2,
+    "also": [{"kernels": ["fa2"], "masks": ["causal"], "seqlen": [64]}],
+}
+N_CELLS = 2 * 2 * 2 + 1
+
+
+def snakemake(workdir, *args, env=None, timeout=600):
+    e = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **(env or {})}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(workdir / "code/Snakefile"), "-d", str(workdir),
+           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def planned_jobs(p) -> dict:
+    """Job counts from a dry run's 'Job stats' table."""
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    text = p.stdout + p.stderr
+    if "Nothing to be done" in text:
+        return {}
+    stats = text.split("Job stats:")[1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m.group(1) != "total"}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("wf")
+    # A copy of the workflow's code, so a test can edit it (the cells still run the installed package).
+    (d / "code").mkdir()
+    shutil.copy(REPO / "Snakefile", d / "code/Snakefile")
+    shutil.copytree(REPO / "workflow", d / "code/workflow", ignore=shutil.ignore_patterns("__pycache__"))
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["run"] = ["tiny"]
+    cfg["grids"] = {"tiny": TINY}
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return d
+
+
+@pytest.mark.slow
+def test_crash_keep_going_then_rerun_only_the_crashed_cell(workdir):
+    crashed = workdir / "results/cells/tiny/kernel/naive/causal/s64-h2x1-d16-float32-fwd.json"
+    p = snakemake(workdir, "--keep-going", env={"ATTNBENCH_CRASH_CELLS": "^naive/causal/s64-"})
+    assert p.returncode != 0
+    records = list((workdir / "results/cells").rglob("*.json"))
+    assert len(records) == N_CELLS - 1 and not crashed.exists()  # the others finished
+    assert not (workdir / "results/tables/cells.csv").exists()
+
+    plan = planned_jobs(snakemake(workdir, "-n"))
+    assert plan["kernel_cell"] == 1  # only the crashed cell, and what depends on it
+    assert set(plan) == {"kernel_cell", "collect", "tables_tiny", "figures_tiny", "all"}
+
+    p = snakemake(workdir)
+    assert p.returncode == 0, p.stderr[-3000:]
+    df = pd.read_csv(workdir / "results/tables/cells.csv")
+    assert len(df) == N_CELLS
+    assert set(df["status"]) == {"ok", "unavailable"}
+    assert (df[df["impl"] == "fa2"]["status"] == "unavailable").all()
+    for f in ("tables/tiny/tflops.md", "tables/tiny/support.tex", "figures/tiny/tflops_vs_seqlen_fwd.png",
+              "figures/tiny/heatmap_fwd.pdf", "figures/tiny/memory_vs_seqlen_fwd.png"):
+        assert (workdir / "results" / f).stat().st_size > 0
+    assert planned_jobs(snakemake(workdir, "-n")) == {}
+
+
+@pytest.mark.slow
+def test_plotting_code_or_style_reruns_only_figures(workdir):
+    if not (workdir / "results/tables/cells.csv").exists():
+        pytest.skip("needs the run of the previous test")
+    # The figure rule's code file is an input: an edited plotting module reruns only the figures.
+    code = workdir / "code/workflow/attnbench/figures.py"
+    original = code.read_text()
+    code.write_text(original + "\n# an edit\n")
+    try:
+        plan = planned_jobs(snakemake(workdir, "-n"))
+    finally:
+        code.write_text(original)
+    assert set(plan) == {"figures_tiny", "all"}
+    # A style setting is a parameter of the figure rule only.
+    (workdir / "style.yaml").write_text("figures: {dpi: 80}\n")
+    plan = planned_jobs(snakemake(workdir, "-n", "--configfile", str(workdir / "config.yaml"), str(workdir / "style.yaml")))
+    assert set(plan) == {"figures_tiny", "all"}
+    # The named target regenerates figures and tables without running a cell.
+    p = snakemake(workdir, "figures", "tables", "--forcerun", "figures_tiny", "tables_tiny")
+    assert p.returncode == 0 and "kernel_cell" not in p.stdout + p.stderr
+
+
+@pytest.mark.slow
+def test_installing_a_missing_library_reruns_exactly_its_cells(workdir, tmp_path):
+    if not (workdir / "results/tables/cells.csv").exists():
+        pytest.skip("needs the run of the first test")
+    # A distribution's metadata is what identifies an installed library version.
+    site = tmp_path / "site"
+    dist = site / "flash_attn-2.8.3.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n")
+    env = {"PYTHONPATH": f"{site}:{os.environ.get('PYTHONPATH', '')}"}
+    p = snakemake(workdir, "-n", "--printshellcmds", env=env)
+    plan = planned_jobs(p)
+    assert plan["kernel_cell"] == 1
+    assert "/fa2/causal/" in p.stdout and "/naive/" not in p.stdout.split("rule collect")[0]
+
+
+def test_bad_config_fails_before_any_job(workdir, tmp_path):
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["run"] = ["tiny"]
+    cfg["grids"] = {"tiny": {**TINY, "kernels": ["naive", "flashy"]}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    shutil.copytree(workdir / "code", tmp_path / "code")
+    p = snakemake(tmp_path, "-n")
+    assert p.returncode != 0
+    assert "grids.tiny.kernels[1]: unknown kernel 'flashy'; valid kernels:" in p.stdout + p.stderr

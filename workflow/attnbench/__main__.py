@@ -1,0 +1,165 @@
+"""Command line: python -m attnbench {cell,peak,collect,tables,figures,check-config} ..."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def cmd_cell(a):
+    from .cell import run_cell, write_record
+
+    if a.threads:
+        import torch
+
+        torch.set_num_threads(a.threads)
+    spec = json.loads(a.spec)
+    peak = json.loads(Path(a.peak).read_text()) if a.peak else None
+    record = run_cell(spec, peak)
+    write_record(record, a.out)
+    print(f"{record['status']}: {a.out}" + (f" ({record['status_reason']})" if record.get("status_reason") else ""))
+
+
+def cmd_peak(a):
+    import torch
+
+    from .cell import torch_dtype, write_record
+    from .environment import fingerprint
+    from .measure import matmul_peak_tflops
+
+    device = a.device
+    if device == "cuda" and not torch.cuda.is_available():
+        result = {"device": device, "matmul_peak_tflops": None, "reason": "no CUDA device is visible"}
+    else:
+        result = {"device": device, **matmul_peak_tflops(device, torch_dtype(a.dtype))}
+    env = fingerprint(device)
+    result.update(device_name=env.get("device_name"), host=env.get("host"))
+    write_record(result, a.out)
+    print(json.dumps(result))
+
+
+def cmd_collect(a):
+    from .collect import collect
+
+    df = collect(a.records, a.root)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(a.out, index=False)
+    print(f"{len(df)} cells -> {a.out}")
+
+
+def cmd_tables(a):
+    from .tables import write_tables
+
+    for p in write_tables(a.cells, a.out_dir, grid=a.grid):
+        print(p)
+
+
+def cmd_figures(a):
+    from .figures import write_figures
+
+    style = json.loads(a.style) if a.style else {}
+    grid_cfg = json.loads(a.grid_config) if a.grid_config else None
+    for p in write_figures(a.cells, a.out_dir, style, grid=a.grid, grid_cfg=grid_cfg):
+        print(p)
+
+
+def cmd_regenerate(a):
+    """Tidy table, tables and figures from the records already on disk; runs no cell."""
+    import time
+
+    from . import outputs
+    from .collect import collect
+    from .config import ConfigError, cell_path, expand_cells, load_config
+    from .figures import write_figures
+    from .tables import write_tables
+
+    t0 = time.perf_counter()
+    try:
+        cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        sys.exit(2)
+    out = Path(cfg["output_dir"])
+    grids = a.grids or cfg["run"]
+    expected = [out / cell_path(c) for c in expand_cells(cfg, grids)]
+    records = [p for p in expected if p.exists()]
+    if not records:
+        sys.exit(f"none of the {len(expected)} records of grids {', '.join(grids)} is under {out}/cells")
+    if len(records) < len(expected):
+        print(f"{len(expected) - len(records)} of {len(expected)} cells have no record yet; they are left out")
+    df = collect(records)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "tables" / "cells.csv", index=False)
+    for g in grids:
+        if g not in set(df["grid"]):
+            continue
+        write_tables(out / "tables" / "cells.csv", out / "tables" / g, grid=g)
+        write_figures(out / "tables" / "cells.csv", out / "figures" / g, cfg["figures"], grid=g,
+                      grid_cfg=cfg["grids"][g])
+        print(f"{g}: {len(outputs.table_names(cfg['grids'][g]))} tables, "
+              f"{len(outputs.figure_names(cfg['grids'][g], cfg['figures']['formats']))} figure files")
+    print(f"{len(records)} records -> {out}/tables/cells.csv, tables and figures in {time.perf_counter() - t0:.1f} s")
+
+
+def cmd_check_config(a):
+    from .config import ConfigError, load_config
+
+    try:
+        cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        sys.exit(2)
+    from .config import expand_cells
+
+    cells = expand_cells(cfg)
+    print(f"config ok: {len(cells)} cells in grids {', '.join(cfg['run'])}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="attnbench", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("cell", help="run one kernel cell and write its JSON record")
+    c.add_argument("--spec", required=True, help="the cell's parameters as JSON")
+    c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
+    c.add_argument("--out", required=True)
+    c.add_argument("--threads", type=int, help="CPU threads for torch (Snakemake's threads)")
+    c.set_defaults(fn=cmd_cell)
+    c = sub.add_parser("peak", help="measure the device's dense matmul ceiling")
+    c.add_argument("--device", required=True)
+    c.add_argument("--dtype", required=True)
+    c.add_argument("--out", required=True)
+    c.set_defaults(fn=cmd_peak)
+    c = sub.add_parser("collect", help="cell records -> one tidy CSV")
+    c.add_argument("records", nargs="*")
+    c.add_argument("--root", help="collect every record under this folder instead")
+    c.add_argument("--out", required=True)
+    c.set_defaults(fn=cmd_collect)
+    c = sub.add_parser("tables", help="tidy CSV -> Markdown and LaTeX tables")
+    c.add_argument("--cells", required=True)
+    c.add_argument("--out-dir", required=True)
+    c.add_argument("--grid", help="only this grid's cells")
+    c.set_defaults(fn=cmd_tables)
+    c = sub.add_parser("figures", help="tidy CSV -> PNG and PDF figures")
+    c.add_argument("--cells", required=True)
+    c.add_argument("--out-dir", required=True)
+    c.add_argument("--style", help="figure style settings as JSON")
+    c.add_argument("--grid", help="only this grid's cells")
+    c.add_argument("--grid-config", help="the grid's config as JSON (checks the expected files were written)")
+    c.set_defaults(fn=cmd_figures)
+    c = sub.add_parser("check-config", help="validate a config file and count its cells")
+    c.add_argument("config")
+    c.add_argument("--overrides", help="JSON merged over the file (like snakemake --config)")
+    c.set_defaults(fn=cmd_check_config)
+    c = sub.add_parser("regenerate", help="tidy table, tables and figures from the records on disk (no cell runs)")
+    c.add_argument("--config", default="config.yaml")
+    c.add_argument("--grids", nargs="*", help="default: the config's run list")
+    c.add_argument("--overrides", help="JSON merged over the config file")
+    c.set_defaults(fn=cmd_regenerate)
+    a = p.parse_args(argv)
+    a.fn(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Cell records -> one tidy table, one row per cell (results/tables/cells.csv)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+# The columns every row has, in this order; more (method-specific) follow.
+COLUMNS = [
+    "grid", "family", "impl", "mask", "seqlen", "heads_q", "heads_kv", "head_dim", "dtype", "direction", "gpus",
+    "device", "device_name", "status", "status_reason", "time_ms_median", "time_ms_p20", "time_ms_p80", "tflops",
+    "tflops_p20", "tflops_p80", "flops", "fraction_of_peak", "matmul_peak_tflops", "peak_mem_bytes",
+    "peak_mem_increment_bytes", "mem_source", "max_rel_err", "check_passed", "samples", "mask_area_mean",
+    "block_size", "avg_block", "density", "realised_density", "library_version", "torch", "git_commit",
+    "cell_id", "record",
+]
+
+
+def _num(x):
+    """Records store non-finite floats as strings; bring them back as floats."""
+    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
+        return float(x)
+    return x
+
+
+def row(record: dict, path: str) -> dict:
+    cell, env = record["cell"], record.get("environment", {})
+    samples = record.get("samples", [])
+    mp = cell.get("mask_params", {})
+    dens = [s["mask_params"].get("realised_density") for s in samples if "realised_density" in s.get("mask_params", {})]
+    r = {
+        **{k: cell.get(k) for k in ("grid", "family", "impl", "mask", "seqlen", "heads_q", "heads_kv", "head_dim",
+                                    "dtype", "direction", "gpus", "device")},
+        "device_name": env.get("device_name"),
+        "status": record["status"],
+        "status_reason": record.get("status_reason"),
+        **{k: _num(record.get(k)) for k in ("time_ms_median", "time_ms_p20", "time_ms_p80", "tflops", "tflops_p20",
+                                             "tflops_p80", "flops", "fraction_of_peak", "peak_mem_bytes",
+                                             "peak_mem_increment_bytes", "mem_source", "max_rel_err",
+                                             "check_passed")},
+        "matmul_peak_tflops": (record.get("matmul_peak") or {}).get("matmul_peak_tflops"),
+        "samples": len(samples),
+        "mask_area_mean": sum(s["mask_area"] for s in samples) / len(samples) if samples else None,
+        "block_size": mp.get("block_size"),
+        "avg_block": mp.get("avg_block"),
+        "density": mp.get("density"),
+        "realised_density": sum(dens) / len(dens) if dens else None,
+        "library_version": record.get("kernel", {}).get("library_version"),
+        "torch": env.get("torch"),
+        "git_commit": env.get("git_commit"),
+        "cell_id": record.get("cell_id"),
+        "record": path,
+    }
+    r.update(record.get("table_extra", {}))  # family-specific columns (e.g. context parallelism)
+    return r
+
+
+def collect(paths=(), root=None) -> pd.DataFrame:
+    paths = list(paths) or sorted(str(p) for p in Path(root).rglob("*.json"))
+    rows = [row(json.loads(Path(p).read_text()), str(p)) for p in paths]
+    df = pd.DataFrame(rows)
+    cols = COLUMNS + [c for c in df.columns if c not in COLUMNS]
+    df = df.reindex(columns=cols)
+    keys = ["grid", "family", "impl", "mask", "seqlen", "heads_q", "heads_kv", "head_dim", "dtype", "direction", "gpus"]
+    return df.sort_values(keys, kind="stable", na_position="last").reset_index(drop=True)
+
+
+def read_cells(path) -> pd.DataFrame:
+    return pd.read_csv(path, keep_default_na=True)

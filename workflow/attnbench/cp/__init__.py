@@ -1,0 +1,1 @@
+"""Context parallelism: sharding, communication, LSE merge and one module per method."""

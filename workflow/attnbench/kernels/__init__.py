@@ -1,0 +1,3 @@
+"""Kernel registry: `catalog` (torch-free facts) and one small module per library."""
+
+from .catalog import KERNELS, KernelInfo, get  # noqa: F401

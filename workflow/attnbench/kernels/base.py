@@ -1,0 +1,69 @@
+"""What a kernel implementation provides to the harness.
+
+A kernel receives leaf tensors in its own layout and a realised Mask; `prepare` builds the
+mask representation (outside any timed region) and returns fn(q, k, v) -> out in that
+layout. Backward is autograd through fn (each library's own backward), timed by the harness.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from ..status import Unsupported
+from .catalog import KernelInfo
+
+LAYOUTS = ("thd", "bshd", "bhsd")
+
+
+def from_thd(x, layout: str):
+    """[S, H, D] -> the kernel's layout, contiguous."""
+    if layout == "thd":
+        return x.contiguous()
+    if layout == "bshd":
+        return x.unsqueeze(0).contiguous()
+    if layout == "bhsd":
+        return x.transpose(0, 1).unsqueeze(0).contiguous()
+    raise ValueError(f"unknown layout {layout!r}; valid: {', '.join(LAYOUTS)}")
+
+
+def to_thd(x, layout: str):
+    if layout == "thd":
+        return x
+    if layout == "bshd":
+        return x[0]
+    if layout == "bhsd":
+        return x[0].transpose(0, 1)
+    raise ValueError(f"unknown layout {layout!r}; valid: {', '.join(LAYOUTS)}")
+
+
+class Kernel:
+    layout = "bhsd"
+
+    def __init__(self, info: KernelInfo, device, dtype, heads_q: int, heads_kv: int, head_dim: int):
+        self.info, self.device, self.dtype = info, device, dtype
+        self.heads_q, self.heads_kv, self.head_dim = heads_q, heads_kv, head_dim
+
+    @property
+    def gqa(self) -> bool:
+        return self.heads_q != self.heads_kv
+
+    def version(self) -> str:
+        import torch
+
+        return f"torch {torch.__version__}"
+
+    def prepare(self, mask):
+        """Return fn(q, k, v) -> out computing exactly `mask`, or raise Unsupported."""
+        raise NotImplementedError
+
+    def unsupported(self, why: str):
+        raise Unsupported(f"{self.info.name}: {why}")
+
+
+def load(info: KernelInfo, **kwargs) -> Kernel:
+    """The implementation: "module:Class" of attnbench.kernels, or of any importable module."""
+    module, cls = info.impl.split(":")
+    local = importlib.util.find_spec(f"{__package__}.{module}") if "." not in module else None
+    mod = importlib.import_module(f"{__package__}.{module}" if local else module)
+    return getattr(mod, cls)(info, **kwargs)

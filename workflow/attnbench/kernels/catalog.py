@@ -1,0 +1,127 @@
+"""Every kernel the benchmark knows: what it supports and which library it needs.
+
+Torch-free on purpose: config validation and Snakemake parsing read it without importing
+torch. The implementation of each kernel lives in its own module (`impl`), loaded only
+when a cell runs it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass, field
+
+from ..masks import CP_MASKS, SPARSE_MASKS, STATIC_MASKS
+
+ALL_DIRECTIONS = ("fwd", "bwd", "fwdbwd")
+REGULAR_MASKS = ("full", "causal", "full_document", "causal_document", "sliding_window", "sliding_window_causal")
+DENSE_MASKS = STATIC_MASKS + SPARSE_MASKS + tuple(m for m in CP_MASKS if m not in STATIC_MASKS)
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    family: str  # "dense" or "sparse"
+    summary: str
+    impl: str  # "module:Class" under attnbench.kernels
+    masks: tuple
+    directions: dict  # device -> directions it runs there; the devices it exists on
+    modules: tuple = ()  # importable modules it needs beyond torch
+    dists: tuple = ("torch",)  # distributions whose versions identify it
+    mha_only: bool = False
+    min_capability: tuple = ()  # CUDA compute capability, e.g. (9, 0)
+    block_sizes: tuple = ()  # block-sparse block sizes it accepts (empty: any)
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def devices(self) -> tuple:
+        return tuple(self.directions)
+
+
+def _k(name, family, summary, impl, masks, directions, **kw) -> KernelInfo:
+    return KernelInfo(name, family, summary, impl, tuple(masks), directions, **kw)
+
+
+GPU_ALL = {"cuda": ALL_DIRECTIONS}
+BOTH_ALL = {"cpu": ALL_DIRECTIONS, "cuda": ALL_DIRECTIONS}
+KERNELS = {
+    k.name: k
+    for k in (
+        _k("naive", "dense", "eager softmax(q k^T + bias) v", "naive:Naive", DENSE_MASKS, BOTH_ALL),
+        _k("sdpa", "dense", "SDPA, PyTorch's own backend choice", "sdpa:SDPADefault", DENSE_MASKS, BOTH_ALL),
+        _k("sdpa_math", "dense", "SDPA, MATH backend", "sdpa:SDPAMath", DENSE_MASKS, BOTH_ALL),
+        _k("sdpa_flash", "dense", "SDPA, FLASH backend (FA2 code)", "sdpa:SDPAFlash", ("full", "causal"), GPU_ALL),
+        _k("sdpa_efficient", "dense", "SDPA, memory-efficient backend", "sdpa:SDPAEfficient", DENSE_MASKS, GPU_ALL),
+        _k("sdpa_cudnn", "dense", "SDPA, cuDNN backend", "sdpa:SDPACudnn", DENSE_MASKS, GPU_ALL),
+        _k("flex", "dense", "FlexAttention, compiled, BlockMask", "flex:Flex", DENSE_MASKS,
+           {"cpu": ("fwd",), "cuda": ALL_DIRECTIONS}),
+        _k("varlen", "dense", "torch.nn.attention.varlen.varlen_attn", "varlen:Varlen", REGULAR_MASKS, GPU_ALL,
+           modules=("torch.nn.attention.varlen",)),
+        _k("fa2", "dense", "FlashAttention-2 (flash_attn)", "flash_attn:FA2", REGULAR_MASKS, GPU_ALL,
+           modules=("flash_attn",), dists=("flash-attn", "flash_attn")),
+        _k("fa3", "dense", "FlashAttention-3 (flash_attn_interface, Hopper)", "flash_attn:FA3", REGULAR_MASKS, GPU_ALL,
+           modules=("flash_attn_interface",), dists=("flash-attn-3", "flash_attn_3"), min_capability=(9, 0)),
+        _k("fa4", "dense", "FlashAttention-4 (flash_attn.cute)", "flash_attn:FA4", REGULAR_MASKS, GPU_ALL,
+           modules=("flash_attn.cute",), dists=("flash-attn-4", "nvidia-cutlass-dsl"), min_capability=(9, 0)),
+        _k("cudnn_te", "dense", "cuDNN fused attention via TransformerEngine", "transformer_engine:CudnnTE",
+           REGULAR_MASKS, GPU_ALL, modules=("transformer_engine.pytorch",),
+           dists=("transformer-engine", "transformer_engine", "transformer-engine-torch")),
+        _k("flashmask", "dense", "FlashMask (PaddlePaddle)", "flashmask:FlashMask", STATIC_MASKS, GPU_ALL,
+           modules=("paddle",), dists=("paddlepaddle-gpu", "paddlepaddle")),
+    )
+}
+
+
+def get(name: str) -> KernelInfo:
+    try:
+        return KERNELS[name]
+    except KeyError:
+        raise ValueError(f"unknown kernel {name!r}; valid kernels: {', '.join(KERNELS)}") from None
+
+
+def library_version(info: KernelInfo) -> str:
+    """The version of the kernel's library (first distribution found), or 'missing'. No import."""
+    for dist in info.dists:
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "missing"
+
+
+def all_library_versions() -> dict:
+    dists = sorted({d for k in KERNELS.values() for d in k.dists} | {"torch", "triton", "numpy"})
+    out = {}
+    for d in dists:
+        try:
+            out[d] = importlib.metadata.version(d)
+        except importlib.metadata.PackageNotFoundError:
+            out[d] = "missing"
+    return out
+
+
+def missing_module(info: KernelInfo) -> str | None:
+    """The first module the kernel needs that cannot be imported, or None."""
+    for mod in info.modules:
+        try:
+            if importlib.util.find_spec(mod) is None:
+                return mod
+        except (ImportError, ValueError):
+            return mod
+    return None
+
+
+def unsupported_reason(info: KernelInfo, mask: str, direction: str, device: str, heads_q: int, heads_kv: int,
+                       mask_params: dict | None = None) -> str | None:
+    """Why the kernel cannot compute this cell natively, or None. Static facts only."""
+    if mask not in info.masks:
+        return f"{info.name} cannot express the {mask} mask (it supports: {', '.join(info.masks)})"
+    dirs = info.directions.get(device, ())
+    if direction not in dirs:
+        return f"{info.name} has no {direction} on {device} (it runs: {', '.join(dirs) or 'nothing'})"
+    if info.mha_only and heads_q != heads_kv:
+        return f"{info.name} needs as many KV heads as query heads (MHA), got {heads_q}:{heads_kv}"
+    b = (mask_params or {}).get("block_size")
+    if info.block_sizes and b is not None and b not in info.block_sizes:
+        return f"{info.name} needs block size in {info.block_sizes}, got {b}"
+    return None

@@ -1,0 +1,76 @@
+"""FlexAttention, compiled, with a BlockMask built from the mask's own forms.
+
+The BlockMask is never made from an S x S matrix: static masks classify tiles from the
+predicate one row of tiles at a time; uniform block-sparse masks pass their kept block
+indices directly (O(blocks)). The mask_mod is the same predicate, applied in partial tiles.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+from .base import Kernel
+
+TILE = 128
+
+
+@functools.cache
+def compiled_flex():
+    # Past the recompile limit Dynamo would run flex eagerly (a different computation): fail instead.
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def _indices(select):
+    """Bool [..., n] -> (count [...], indices [..., n]) with the selected columns first, in order."""
+    num = select.sum(-1, dtype=torch.int32)
+    order = torch.argsort((~select).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return num, order
+
+
+def block_mask_from_counts(mask, tile, device) -> BlockMask:
+    """Tiles with every pair visible are 'full' (no mask_mod call); partly visible ones are partial.
+    A tile cut by the sequence end is partial, as in create_block_mask (flex masks the overhang)."""
+    s = mask.seqlen
+    counts = mask.block_counts(tile, device)  # [H or 1, nb, nb]
+    full = counts == tile * tile
+    partial = (counts > 0) & ~full
+    pn, pi = _indices(partial)
+    fn, fi = _indices(full)
+    return BlockMask.from_kv_blocks(
+        pn[None], pi[None], fn[None], fi[None], BLOCK_SIZE=tile, mask_mod=mask.mask_mod(device), seq_lengths=(s, s)
+    )
+
+
+def block_mask_from_layout(mask, device) -> BlockMask:
+    """Uniform block-sparse: the kept block indices are the BlockMask (all tiles full)."""
+    lay = mask.layout()
+    per = mask.heads_q // lay.groups
+    idx = lay.kv_indices.to(device=device, dtype=torch.int32).repeat_interleave(per, dim=0)  # [Hq, nb, k]
+    num = torch.full(idx.shape[:-1], idx.shape[-1], dtype=torch.int32, device=device)
+    nb = lay.keep.shape[-1]
+    pad = torch.zeros(*idx.shape[:-1], nb - idx.shape[-1], dtype=torch.int32, device=device)
+    full_idx = torch.cat([idx, pad], dim=-1)
+    empty = torch.zeros_like(num)
+    return BlockMask.from_kv_blocks(
+        empty[None], torch.zeros_like(full_idx)[None], num[None], full_idx[None],
+        BLOCK_SIZE=mask.params["block_size"], mask_mod=mask.mask_mod(device), seq_lengths=(mask.seqlen, mask.seqlen),
+    )
+
+
+class Flex(Kernel):
+    layout = "bhsd"
+
+    def build_block_mask(self, mask) -> BlockMask:
+        if mask.name == "block_sparse":
+            return block_mask_from_layout(mask, self.device)
+        return block_mask_from_counts(mask, TILE, self.device)
+
+    def prepare(self, mask):
+        block_mask = self.build_block_mask(mask)
+        flex = compiled_flex()
+        kwargs = {"enable_gqa": True} if self.gqa else {}
+        return lambda q, k, v: flex(q, k, v, block_mask=block_mask, **kwargs)

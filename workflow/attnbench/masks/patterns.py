@@ -1,0 +1,350 @@
+"""The static mask patterns of spec/masks.md: how each samples its parameters, its one
+predicate, and its range form. Block-sparse patterns live in sparse.py.
+
+`params` are the realised parameters of one sample (JSON-able); the mask can be rebuilt from
+them exactly. `cfg` holds the grid's fixed settings (window, block, long-document mix).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import lengths as L
+from . import predicates as P
+from .ranges import Slice, nonempty
+
+
+@dataclass(frozen=True)
+class NativeForm:
+    """What a varlen/window kernel (FlashAttention style) takes: documents, causal, window."""
+
+    doc_lengths: tuple
+    causal: bool
+    window: tuple  # (left, right); -1 = unbounded
+
+
+def _doc_bounds(doc_lengths):
+    bounds = np.concatenate([[0], np.cumsum(doc_lengths)]).astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def causal_band_slices(offset, n, w):
+    """0 <= i - j <= w on positions [offset, offset + n)."""
+    m = min(n, w + 1)
+    out = [Slice(offset, offset + m, offset, offset + m, "causal")]
+    if n > m:
+        out.append(Slice(offset + m, offset + n, offset + m - w, offset + n, "bi_causal"))
+    return out
+
+
+def band_slices(offset, n, w):
+    """|i - j| <= w on positions [offset, offset + n): the causal band plus the strict upper band."""
+    out = causal_band_slices(offset, n, w)
+    if w >= 1 and n > 1:
+        n1 = max(0, n - w)
+        if n1 > 0:
+            out.append(Slice(offset, offset + n1, offset + 1, offset + n1 + w, "bi_causal"))
+        out.append(Slice(offset + n1, offset + n, offset + n1 + 1, offset + n, "inv_causal"))
+    return out
+
+
+class Pattern:
+    name = ""
+    sample_class = "single"  # "single" or "document": how many samples a cell draws
+    uses_documents = False
+    cfg_keys = ()  # the grid's mask_params this pattern reads
+
+    def sample(self, seqlen, cfg, rng, histograms) -> dict:
+        return {}
+
+    def check(self, seqlen, cfg):
+        """Raise ValueError when the pattern cannot exist at this length / settings."""
+
+    def predicate(self, seqlen, params, device):
+        raise NotImplementedError
+
+    def slices(self, seqlen, params) -> list[Slice]:
+        raise NotImplementedError
+
+    def native_form(self, seqlen, params):
+        """The (documents, causal, window) form, or None when the mask has none."""
+        return None
+
+
+class Full(Pattern):
+    name = "full"
+
+    def predicate(self, seqlen, params, device):
+        return P.full()
+
+    def slices(self, seqlen, params):
+        return [Slice(0, seqlen, 0, seqlen, "full")]
+
+    def native_form(self, seqlen, params):
+        return NativeForm((seqlen,), False, (-1, -1))
+
+
+class Causal(Pattern):
+    name = "causal"
+
+    def predicate(self, seqlen, params, device):
+        return P.causal()
+
+    def slices(self, seqlen, params):
+        return [Slice(0, seqlen, 0, seqlen, "causal")]
+
+    def native_form(self, seqlen, params):
+        return NativeForm((seqlen,), True, (-1, 0))
+
+
+class Documents(Pattern):
+    """Base for masks over packed documents drawn from the dataset histogram."""
+
+    sample_class = "document"
+    uses_documents = True
+
+    def sample(self, seqlen, cfg, rng, histograms):
+        name = L.choose_histogram(seqlen, histograms)
+        docs = L.sample_doc_lengths(seqlen, histograms[name]["buckets"], rng)
+        return {"doc_lengths": docs, "histogram": name}
+
+    def docs(self, params, device):
+        return P.document_tensors(params["doc_lengths"], device)
+
+
+class FullDocument(Documents):
+    name = "full_document"
+
+    def predicate(self, seqlen, params, device):
+        return P.in_documents(P.full(), *self.docs(params, device))
+
+    def slices(self, seqlen, params):
+        return [Slice(a, b, a, b, "full") for a, b in _doc_bounds(params["doc_lengths"])]
+
+    def native_form(self, seqlen, params):
+        return NativeForm(tuple(params["doc_lengths"]), False, (-1, -1))
+
+
+class CausalDocument(Documents):
+    name = "causal_document"
+
+    def predicate(self, seqlen, params, device):
+        return P.in_documents(P.causal(), *self.docs(params, device))
+
+    def slices(self, seqlen, params):
+        return [Slice(a, b, a, b, "causal") for a, b in _doc_bounds(params["doc_lengths"])]
+
+    def native_form(self, seqlen, params):
+        return NativeForm(tuple(params["doc_lengths"]), True, (-1, 0))
+
+
+class LongDocuments:
+    """CP variants: 40% dataset documents, 60% long uniform ones (spec/masks.md)."""
+
+    cfg_keys = ("long_doc_range", "long_fraction")
+
+    def sample(self, seqlen, cfg, rng, histograms):
+        name = L.choose_histogram(seqlen, histograms)
+        docs = L.sample_long_doc_lengths(
+            seqlen,
+            histograms[name]["buckets"],
+            rng,
+            long_range=cfg.get("long_doc_range", (8192, 30720)),
+            long_fraction=cfg.get("long_fraction", 0.6),
+        )
+        return {"doc_lengths": docs, "histogram": name}
+
+
+class FullDocumentLong(LongDocuments, FullDocument):
+    name = "full_document_long"
+
+
+class CausalDocumentLong(LongDocuments, CausalDocument):
+    name = "causal_document_long"
+
+
+class SlidingWindow(Pattern):
+    name = "sliding_window"
+    cfg_keys = ("window",)
+
+    def sample(self, seqlen, cfg, rng, histograms):
+        return {"window": int(cfg["window"])}
+
+    def check(self, seqlen, cfg):
+        if int(cfg.get("window", -1)) < 0:
+            raise ValueError(f"{self.name} needs mask_params.window >= 0, got {cfg.get('window')!r}")
+
+    def predicate(self, seqlen, params, device):
+        return P.band(P.scalar(params["window"], device))
+
+    def slices(self, seqlen, params):
+        return band_slices(0, seqlen, params["window"])
+
+    def native_form(self, seqlen, params):
+        w = params["window"]
+        return NativeForm((seqlen,), False, (w, w))
+
+
+class SlidingWindowCausal(SlidingWindow):
+    name = "sliding_window_causal"
+
+    def predicate(self, seqlen, params, device):
+        return P.causal_band(P.scalar(params["window"], device))
+
+    def slices(self, seqlen, params):
+        return causal_band_slices(0, seqlen, params["window"])
+
+    def native_form(self, seqlen, params):
+        return NativeForm((seqlen,), True, (params["window"], 0))
+
+
+class ShareQuestion(Documents):
+    """Document 0 is a question every later answer sees; causal inside each document."""
+
+    name = "share_question"
+
+    def predicate(self, seqlen, params, device):
+        doc_id, doc_start = self.docs(params, device)
+        shared = lambda q, k: (doc_id[k] == 0) & (doc_id[q] != 0)  # noqa: E731
+        return P.any_of(shared, P.in_documents(P.causal(), doc_id, doc_start))
+
+    def slices(self, seqlen, params):
+        bounds = _doc_bounds(params["doc_lengths"])
+        c1 = bounds[0][1]
+        out = [Slice(a, b, a, b, "causal") for a, b in bounds]
+        out.append(Slice(c1, seqlen, 0, c1, "full"))
+        return nonempty(out)
+
+
+class CausalBlockwise(Documents):
+    """The last document (the test example) sees everything; the others are causal in themselves."""
+
+    name = "causal_blockwise"
+
+    def predicate(self, seqlen, params, device):
+        doc_id, doc_start = self.docs(params, device)
+        last = len(params["doc_lengths"]) - 1
+        last_start = seqlen - params["doc_lengths"][-1]
+        sees_all = lambda q, k: (doc_id[q] == last) & (k < last_start)  # noqa: E731
+        return P.any_of(sees_all, P.in_documents(P.causal(), doc_id, doc_start))
+
+    def slices(self, seqlen, params):
+        bounds = _doc_bounds(params["doc_lengths"])
+        last_start = bounds[-1][0]
+        out = [Slice(a, b, a, b, "causal") for a, b in bounds]
+        out.append(Slice(last_start, seqlen, 0, last_start, "full"))
+        return nonempty(out)
+
+
+class PrefixLMCausal(Pattern):
+    name = "prefix_lm_causal"
+
+    def sample(self, seqlen, cfg, rng, histograms):
+        return {"prefix": int(rng.integers(1, seqlen + 1))}
+
+    def predicate(self, seqlen, params, device):
+        return P.prefix(P.scalar(params["prefix"], device))
+
+    def slices(self, seqlen, params):
+        p = params["prefix"]
+        return nonempty([Slice(0, p, 0, p, "full"), Slice(p, seqlen, 0, seqlen, "causal")])
+
+
+class PrefixLMDocument(Documents):
+    """Per document, a bidirectional prefix of min(P, len(doc)) tokens, causal after it."""
+
+    name = "prefix_lm_document"
+
+    def sample(self, seqlen, cfg, rng, histograms):
+        params = super().sample(seqlen, cfg, rng, histograms)
+        params["prefix"] = int(rng.integers(1, params["doc_lengths"][0] + 1))
+        return params
+
+    def predicate(self, seqlen, params, device):
+        base = P.prefix(P.scalar(params["prefix"], device))
+        return P.in_documents(base, *self.docs(params, device))
+
+    def slices(self, seqlen, params):
+        out = []
+        for a, b in _doc_bounds(params["doc_lengths"]):
+            p = min(params["prefix"], b - a)
+            out += [Slice(a, a + p, a, a + p, "full"), Slice(a + p, b, a, b, "causal")]
+        return nonempty(out)
+
+
+class GlobalSlidingWindow(Pattern):
+    """A band of half-width w, plus g = 2w global tokens that see and are seen by all."""
+
+    name = "global_sliding_window"
+
+    def sample(self, seqlen, cfg, rng, histograms):
+        # Paper: w uniform in 1..floor(S/3)-1; below S = 6 that range is empty, so w = 1.
+        w = int(rng.integers(1, max(1, seqlen // 3 - 1) + 1))
+        return {"window": w, "global_tokens": 2 * w}
+
+    def predicate(self, seqlen, params, device):
+        g = P.scalar(params["global_tokens"], device)
+        return P.any_of(
+            P.band(P.scalar(params["window"], device)),
+            lambda q, k: q < g,
+            lambda q, k: k < g,
+        )
+
+    def slices(self, seqlen, params):
+        g = min(params["global_tokens"], seqlen)
+        out = [Slice(0, g, 0, seqlen, "full"), Slice(g, seqlen, 0, g, "full")]
+        out += band_slices(g, seqlen - g, params["window"])
+        return nonempty(out)
+
+
+class BlockCausalDocument(Documents):
+    """Per document: bidirectional inside blocks of b tokens, causal across blocks."""
+
+    name = "block_causal_document"
+    cfg_keys = ("block",)
+
+    def check(self, seqlen, cfg):
+        b = int(cfg.get("block", 0))
+        if b < 1:
+            raise ValueError(f"{self.name} needs mask_params.block >= 1, got {cfg.get('block')!r}")
+        if seqlen % b:
+            raise ValueError(f"{self.name}: seqlen {seqlen} is not a multiple of mask_params.block={b}")
+
+    def sample(self, seqlen, cfg, rng, histograms):
+        self.check(seqlen, cfg)
+        b = int(cfg["block"])
+        return {"block": b, "doc_lengths": L.sample_block_doc_lengths(seqlen, b, rng)}
+
+    def predicate(self, seqlen, params, device):
+        base = P.block_causal(P.scalar(params["block"], device))
+        return P.in_documents(base, *self.docs(params, device))
+
+    def slices(self, seqlen, params):
+        b, out = params["block"], []
+        for a, e in _doc_bounds(params["doc_lengths"]):
+            for q0 in range(a, e, b):
+                q1 = min(q0 + b, e)
+                out.append(Slice(q0, q1, a, q1, "full"))
+        return out
+
+
+STATIC_PATTERNS = {
+    p.name: p
+    for p in (
+        Full(),
+        Causal(),
+        FullDocument(),
+        CausalDocument(),
+        SlidingWindow(),
+        SlidingWindowCausal(),
+        ShareQuestion(),
+        CausalBlockwise(),
+        PrefixLMCausal(),
+        PrefixLMDocument(),
+        GlobalSlidingWindow(),
+        BlockCausalDocument(),
+    )
+}
+CP_PATTERNS = {p.name: p for p in (FullDocumentLong(), CausalDocumentLong())}

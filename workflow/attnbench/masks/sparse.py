@@ -1,0 +1,199 @@
+"""Dynamic block-sparse patterns (spec/masks.md): a random set of kept key blocks per query
+block, drawn per head or per KV-head group.
+
+A sample's params hold the seed and sizes; the kept blocks are regenerated from them
+deterministically (torch CPU generator), so the record stays small and the mask exact.
+The structure is kept as block indices (O(blocks)), never as an S x S matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+from .ranges import Slice
+
+GRANULARITIES = ("head", "kv_head")
+
+
+@dataclass
+class BlockLayout:
+    """Per group g: row/col block boundaries and the kept blocks."""
+
+    row_bounds: "torch.Tensor"  # [G, nrb + 1] long  # noqa: F821
+    col_bounds: "torch.Tensor"  # [G, ncb + 1] long  # noqa: F821
+    keep: "torch.Tensor"  # [G, nrb, ncb] bool  # noqa: F821
+    kv_indices: "torch.Tensor"  # [G, nrb, k] long, sorted kept column blocks per row block  # noqa: F821
+
+    @property
+    def groups(self) -> int:
+        return self.keep.shape[0]
+
+    def area_per_group(self) -> torch.Tensor:
+        rows = self.row_bounds.diff(dim=1)  # [G, nrb]
+        cols = self.col_bounds.diff(dim=1)  # [G, ncb]
+        kept_cols = (self.keep * cols[:, None, :]).sum(-1)  # [G, nrb]
+        return (rows * kept_cols).sum(-1)
+
+    def block_of(self, bounds, seqlen: int):
+        """[G, S + padding]: the block index of every position (padding: block 0, see INDEX_PAD)."""
+        import torch
+
+        from .predicates import padded_length
+
+        sizes = bounds.diff(dim=1)
+        idx = torch.arange(sizes.shape[1]).expand_as(sizes)
+        out = torch.stack([torch.repeat_interleave(idx[g], sizes[g]) for g in range(sizes.shape[0])])
+        return torch.nn.functional.pad(out, (0, padded_length(seqlen) - seqlen))
+
+
+def _top_k_keep(gen, groups, nrb, ncb, density):
+    import torch
+
+    k = max(1, int(density * ncb))
+    scores = torch.rand(groups, nrb, ncb, generator=gen)
+    idx = scores.topk(k, dim=-1).indices.sort(dim=-1).values
+    keep = torch.zeros(groups, nrb, ncb, dtype=torch.bool)
+    keep.scatter_(-1, idx, True)
+    return keep, idx
+
+
+def _random_partition(gen, total, parts, minimum):
+    """`parts` sizes >= minimum summing to total: minimum plus a uniform random split of the rest."""
+    import torch
+
+    rest = total - parts * minimum
+    cuts = torch.randint(0, rest + 1, (parts - 1,), generator=gen).sort().values
+    edges = torch.cat([torch.tensor([0]), cuts, torch.tensor([rest])])
+    return edges.diff() + minimum
+
+
+class SparsePattern:
+    sample_class = "single"
+    uses_documents = False
+    cfg_keys = ()
+
+    def groups(self, cfg, heads_q, heads_kv):
+        gran = cfg.get("granularity", "kv_head")
+        if gran not in GRANULARITIES:
+            raise ValueError(f"mask_params.granularity={gran!r}; valid: {', '.join(GRANULARITIES)}")
+        return heads_kv if gran == "kv_head" else heads_q
+
+    def predicate_h(self, seqlen, params, device):
+        """The predicate over (h, q, k): kept[group(h), rowblock(q), colblock(k)]."""
+        import torch
+
+        lay = self.layout(seqlen, params)
+        per = params["heads_q"] // lay.groups
+        keep = lay.keep.to(device)
+        rows = lay.block_of(lay.row_bounds, seqlen).to(device)
+        cols = lay.block_of(lay.col_bounds, seqlen).to(device)
+
+        def pred(h, q, k):
+            g = torch.div(h, per, rounding_mode="floor")
+            return keep[g, rows[g, q], cols[g, k]]
+
+        return pred
+
+    def slices_for_group(self, seqlen, params, group) -> list[Slice]:
+        lay = self.layout(seqlen, params)
+        rb, cb = lay.row_bounds[group].tolist(), lay.col_bounds[group].tolist()
+        out = []
+        for i, j in lay.keep[group].nonzero().tolist():
+            out.append(Slice(rb[i], rb[i + 1], cb[j], cb[j + 1], "full"))
+        return out
+
+    def area_per_head(self, seqlen, params) -> list[int]:
+        lay = self.layout(seqlen, params)
+        per = params["heads_q"] // lay.groups
+        return [int(a) for a in lay.area_per_group().repeat_interleave(per)]
+
+    def _realised(self, params, lay):
+        params["kept_blocks"] = int(lay.keep.sum())
+        params["total_blocks"] = int(lay.keep.numel())
+        params["realised_density"] = params["kept_blocks"] / params["total_blocks"]
+        return params
+
+
+class BlockSparse(SparsePattern):
+    name = "block_sparse"
+    cfg_keys = ("block_size", "density", "granularity")
+
+    def check(self, seqlen, cfg):
+        b = int(cfg.get("block_size", 0))
+        if b < 1:
+            raise ValueError(f"block_sparse needs mask_params.block_size >= 1, got {cfg.get('block_size')!r}")
+        if seqlen % b:
+            raise ValueError(f"block_sparse: seqlen {seqlen} is not a multiple of block_size={b}")
+        d = float(cfg.get("density", -1))
+        if not 0 < d <= 1:
+            raise ValueError(f"block_sparse needs 0 < mask_params.density <= 1, got {cfg.get('density')!r}")
+
+    def sample(self, seqlen, cfg, rng, heads_q, heads_kv):
+        self.check(seqlen, cfg)
+        params = {
+            "block_size": int(cfg["block_size"]),
+            "density": float(cfg["density"]),
+            "granularity": cfg.get("granularity", "kv_head"),
+            "groups": self.groups(cfg, heads_q, heads_kv),
+            "heads_q": heads_q,
+            "seed": int(rng.integers(2**31 - 1)),
+        }
+        return self._realised(params, self.layout(seqlen, params))
+
+    def layout(self, seqlen, params) -> BlockLayout:
+        import torch
+
+        b, g = params["block_size"], params["groups"]
+        n = seqlen // b
+        gen = torch.Generator().manual_seed(params["seed"])
+        keep, idx = _top_k_keep(gen, g, n, n, params["density"])
+        bounds = (torch.arange(n + 1) * b).expand(g, n + 1).contiguous()
+        return BlockLayout(bounds, bounds.clone(), keep, idx)
+
+
+class VariableBlockSparse(SparsePattern):
+    name = "variable_block_sparse"
+    cfg_keys = ("avg_block", "min_block", "density", "granularity")
+
+    def check(self, seqlen, cfg):
+        a, m = int(cfg.get("avg_block", 0)), int(cfg.get("min_block", 128))
+        if a < m or m < 1:
+            raise ValueError(
+                f"variable_block_sparse needs mask_params.avg_block >= min_block >= 1, got avg_block={a}, min_block={m}"
+            )
+        if seqlen < a:
+            raise ValueError(f"variable_block_sparse: seqlen {seqlen} is shorter than avg_block={a}")
+        d = float(cfg.get("density", -1))
+        if not 0 < d <= 1:
+            raise ValueError(f"variable_block_sparse needs 0 < mask_params.density <= 1, got {cfg.get('density')!r}")
+
+    def sample(self, seqlen, cfg, rng, heads_q, heads_kv):
+        self.check(seqlen, cfg)
+        params = {
+            "avg_block": int(cfg["avg_block"]),
+            "min_block": int(cfg.get("min_block", 128)),
+            "density": float(cfg["density"]),
+            "granularity": cfg.get("granularity", "kv_head"),
+            "groups": self.groups(cfg, heads_q, heads_kv),
+            "heads_q": heads_q,
+            "seed": int(rng.integers(2**31 - 1)),
+        }
+        return self._realised(params, self.layout(seqlen, params))
+
+    def layout(self, seqlen, params) -> BlockLayout:
+        import torch
+
+        g, n = params["groups"], seqlen // params["avg_block"]
+        gen = torch.Generator().manual_seed(params["seed"])
+
+        def bounds():
+            sizes = torch.stack([_random_partition(gen, seqlen, n, params["min_block"]) for _ in range(g)])
+            return torch.cat([torch.zeros(g, 1, dtype=torch.long), sizes.cumsum(1)], dim=1)
+
+        row_bounds, col_bounds = bounds(), bounds()
+        keep, idx = _top_k_keep(gen, g, n, n, params["density"])
+        return BlockLayout(row_bounds, col_bounds, keep, idx)
+
+
+SPARSE_PATTERNS = {p.name: p for p in (BlockSparse(), VariableBlockSparse())}

@@ -1,0 +1,49 @@
+"""The status of a cell (spec/measurement.md): one explicit field, never a sentinel number."""
+
+from __future__ import annotations
+
+OK = "ok"
+OOM = "oom"
+UNSUPPORTED = "unsupported"
+UNAVAILABLE = "unavailable"
+INCORRECT = "incorrect"
+STATUSES = (OK, OOM, UNSUPPORTED, UNAVAILABLE, INCORRECT)
+# Statuses whose record carries timings.
+TIMED = (OK, INCORRECT)
+
+
+class CellOutcome(Exception):
+    """A non-crash outcome that ends a cell early with a record (not a failed job)."""
+
+    status = ""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Unsupported(CellOutcome):
+    status = UNSUPPORTED
+
+
+class Unavailable(CellOutcome):
+    status = UNAVAILABLE
+
+
+class OutOfMemory(CellOutcome):
+    status = OOM
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Device or host out-of-memory, whichever library raised it."""
+    if isinstance(exc, MemoryError):
+        return True
+    try:
+        import torch
+
+        if isinstance(exc, torch.OutOfMemoryError):
+            return True
+    except (ImportError, AttributeError):
+        pass
+    text = str(exc).lower()
+    return "out of memory" in text or "can't allocate memory" in text or "cudaerrormemoryallocation" in text

@@ -1,0 +1,58 @@
+# Config loading and validation, grid expansion, and the input functions every stage uses.
+import json
+import sys
+from pathlib import Path
+
+# The package is installed in editable mode by the Makefile; this keeps a bare checkout working too.
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+
+from attnbench import outputs
+from attnbench.config import ConfigError, cell_path, expand_cells, validate
+from attnbench.kernels import catalog
+
+try:
+    CFG = validate(config)
+except ConfigError as e:
+    raise WorkflowError(str(e))
+
+OUT = CFG["output_dir"].rstrip("/")
+RUN = CFG["run"]
+GRIDS = {g: CFG["grids"][g] for g in RUN}
+CELLS = {f"{OUT}/{cell_path(c)}": c for c in expand_cells(CFG)}
+PKG = str(Path(workflow.basedir) / "workflow" / "attnbench")
+
+
+wildcard_constraints:
+    grid=r"[A-Za-z0-9_\-]+",
+    family=r"kernel|sparse",
+    impl=r"[A-Za-z0-9_]+",
+    mask=r"[A-Za-z0-9_]+",
+    point=r"[A-Za-z0-9_.\-]+",
+
+
+def cell_of(wc):
+    path = f"{OUT}/cells/{wc.grid}/{wc.family}/{wc.impl}/{wc.mask}/{wc.point}.json"
+    try:
+        return CELLS[path]
+    except KeyError:
+        raise WorkflowError(f"{path} is not a cell of the grids {', '.join(RUN)} in this config") from None
+
+
+def peak_file(cell):
+    return f"{OUT}/device/{cell['device']}-{cell['dtype']}.json"
+
+
+def grid_records(grid):
+    return [p for p, c in CELLS.items() if c["grid"] == grid]
+
+
+def table_files(grid):
+    return [f"{OUT}/tables/{grid}/{n}" for n in outputs.table_names(GRIDS[grid])]
+
+
+def figure_files(grid):
+    return [f"{OUT}/figures/{grid}/{n}" for n in outputs.figure_names(GRIDS[grid], CFG["figures"]["formats"])]
+
+
+def report_outputs():
+    return [f"{OUT}/tables/cells.csv"] + [f for g in RUN for f in table_files(g) + figure_files(g)]

@@ -1,0 +1,67 @@
+# Records -> tidy table -> tables and figures. These rules read only the tidy table, so
+# regenerating them reruns no cell; their code files are inputs, so editing the plotting
+# code reruns only them.
+
+
+rule collect:
+    input:
+        records=[p for g in RUN for p in grid_records(g)],
+        code=f"{PKG}/collect.py",
+    output:
+        f"{OUT}/tables/cells.csv",
+    log:
+        f"{OUT}/logs/collect.log",
+    run:
+        from attnbench.collect import collect
+
+        df = collect(input.records)
+        df.to_csv(output[0], index=False)
+        Path(log[0]).write_text(f"{len(df)} cells from {len(input.records)} records\n")
+
+
+for _grid in RUN:
+
+    rule:
+        name:
+            f"tables_{_grid}"
+        input:
+            cells=f"{OUT}/tables/cells.csv",
+            code=[f"{PKG}/tables.py", f"{PKG}/style.py"],
+        output:
+            table_files(_grid),
+        log:
+            f"{OUT}/logs/tables_{_grid}.log",
+        params:
+            grid=_grid,
+            outdir=f"{OUT}/tables/{_grid}",
+        shell:
+            "python -m attnbench tables --cells {input.cells} --out-dir {params.outdir} --grid {params.grid} > {log} 2>&1"
+
+    rule:
+        name:
+            f"figures_{_grid}"
+        input:
+            cells=f"{OUT}/tables/cells.csv",
+            code=[f"{PKG}/figures.py", f"{PKG}/style.py", f"{PKG}/outputs.py"],
+        output:
+            figure_files(_grid),
+        log:
+            f"{OUT}/logs/figures_{_grid}.log",
+        params:
+            grid=_grid,
+            outdir=f"{OUT}/figures/{_grid}",
+            style=json.dumps(CFG["figures"]),
+            grid_cfg=json.dumps(GRIDS[_grid]),
+        shell:
+            "python -m attnbench figures --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
+            " --style {params.style:q} --grid-config {params.grid_cfg:q} > {log} 2>&1"
+
+
+rule tables:
+    input:
+        [f for g in RUN for f in table_files(g)],
+
+
+rule figures:
+    input:
+        [f for g in RUN for f in figure_files(g)],
