@@ -28,7 +28,7 @@ rule kernel_cell:
         library=lambda wc: catalog.library_version(catalog.get(wc.impl)),
     threads: 1
     resources:
-        gpu=lambda wc: int(cell_of(wc)["device"] == "cuda"),
+        gpu=lambda wc: int(catalog.needs_device(catalog.get(wc.impl), cell_of(wc))),
         runtime=lambda wc, attempt: GRIDS[wc.grid]["runtime_min"] * attempt,
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
     shell:

@@ -125,3 +125,13 @@ def unsupported_reason(info: KernelInfo, mask: str, direction: str, device: str,
     if info.block_sizes and b is not None and b not in info.block_sizes:
         return f"{info.name} needs block size in {info.block_sizes}, got {b}"
     return None
+
+
+def needs_device(info: KernelInfo, cell: dict) -> bool:
+    """Whether the cell will run on its GPU (decides the `gpu` resource); cells that end as
+    unavailable or unsupported before touching the device need none and run alongside."""
+    if cell["device"] != "cuda" or "cuda" not in info.devices or missing_module(info):
+        return False
+    why = unsupported_reason(info, cell["mask"], cell["direction"], "cuda", cell["heads_q"], cell["heads_kv"],
+                             cell.get("mask_params"))
+    return why is None

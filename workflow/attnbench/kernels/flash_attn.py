@@ -1,0 +1,75 @@
+"""FlashAttention 2, 3 and 4: dense calls for one sequence, varlen calls for packed documents.
+
+All three take the FlashAttention form of a mask: documents (cu_seqlens), causal, and a window
+(left, right) where -1 (None for FA4) is unbounded. Masks without that form are `unsupported`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Kernel
+from .varlen import cu_seqlens
+
+
+def _first(out):
+    """FA3/FA4 return (out, lse) in some releases and out in others."""
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def flash_call_args(form, device, unbounded=-1):
+    """(dense kwargs, varlen positional args or None) for a NativeForm."""
+    left, right = form.window
+    window = (unbounded if left < 0 else left, unbounded if right < 0 else right)
+    if form.causal:
+        window = (window[0], 0)
+    kwargs = {"causal": form.causal, "window_size": window}
+    if len(form.doc_lengths) == 1:
+        return kwargs, None
+    cu = cu_seqlens(form.doc_lengths, device)
+    longest = max(form.doc_lengths)
+    return kwargs, (cu, cu, longest, longest)
+
+
+class FlashFamily(Kernel):
+    layout = "thd"
+    unbounded = -1
+
+    def functions(self):
+        """(dense function, varlen function) of the library."""
+        raise NotImplementedError
+
+    def prepare(self, mask):
+        form = mask.native_form()
+        if form is None:
+            self.unsupported(f"{mask.name} has no documents/causal/window form")
+        if self.dtype not in (torch.float16, torch.bfloat16):
+            self.unsupported(f"needs float16 or bfloat16, got {self.dtype}")
+        dense, varlen = self.functions()
+        kwargs, var_args = flash_call_args(form, self.device, self.unbounded)
+        if var_args is None:
+            return lambda q, k, v: _first(dense(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), **kwargs))[0]
+        return lambda q, k, v: _first(varlen(q, k, v, *var_args, **kwargs))
+
+
+class FA2(FlashFamily):
+    def functions(self):
+        from flash_attn import flash_attn_func, flash_attn_varlen_func
+
+        return flash_attn_func, flash_attn_varlen_func
+
+
+class FA3(FlashFamily):
+    def functions(self):
+        from flash_attn_interface import flash_attn_func, flash_attn_varlen_func
+
+        return flash_attn_func, flash_attn_varlen_func
+
+
+class FA4(FlashFamily):
+    unbounded = None
+
+    def functions(self):
+        from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
+
+        return flash_attn_func, flash_attn_varlen_func

@@ -1,0 +1,145 @@
+"""FlashMask (PaddlePaddle): a mask as column-wise row intervals (startend_row_indices).
+
+The encoding is derived from the mask's predicate one block of columns at a time (memory
+O(S x block), never S x S) and verified: a column whose visible rows are not the intervals the
+encoding can express makes the mask `unsupported` for FlashMask. Per column j (paddle docs):
+  causal=True,  [LTS]            rows >= LTS masked in the lower triangle (i >= j)
+  causal=True,  [LTS, LTE]       rows in [LTS, LTE) masked in the lower triangle
+  causal=False, [LTS, UTE]       lower rows >= LTS masked, upper (i < j) rows < UTE masked
+  causal=False, [LTS, LTE, UTS, UTE]  lower rows in [LTS, LTE), upper rows in [UTS, UTE) masked
+Tensors cross between torch and paddle through DLPack (no copies); backward runs paddle's
+own backward of the same call inside a torch autograd Function.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..status import Unsupported
+from .base import Kernel
+
+
+def _first_true(x, default):
+    """Index of the first True along the last dim, or `default` where there is none."""
+    n = x.shape[-1]
+    idx = torch.where(x, torch.arange(n, device=x.device), torch.full_like(x, n, dtype=torch.long))
+    first = idx.min(dim=-1).values
+    return torch.where(first == n, torch.as_tensor(default, device=x.device), first)
+
+
+def column_intervals(mask, device="cpu", block=1024):
+    """[S, 4] int64 (LTS, LTE, UTS, UTE) for every column, exact, or raise Unsupported."""
+    s = mask.seqlen
+    if mask.sparse:
+        raise Unsupported("flashmask: block-sparse masks differ per head; this adapter encodes one mask for all heads")
+    pred = mask.predicate(device)
+    rows = torch.arange(s, device=device)
+    out = torch.empty(s, 4, dtype=torch.long, device=device)
+    for c0 in range(0, s, block):
+        cols = torch.arange(c0, min(s, c0 + block), device=device)
+        vis = pred(None, rows.view(1, -1), cols.view(-1, 1)).expand(len(cols), s)  # [cols, rows]
+        lower = rows.view(1, -1) >= cols.view(-1, 1)
+        r = rows.view(1, -1)
+        # lower triangle: visible [j, LTS) + [LTE, S)
+        lts = _first_true(lower & ~vis, s)
+        lte = _first_true(lower & vis & (r >= lts.view(-1, 1)), s)
+        lte = torch.where(lts == s, torch.full_like(lte, s), lte)
+        # upper triangle: visible [0, UTS) + [UTE, j)
+        upper = ~lower
+        uts = _first_true(upper & ~vis, 0)
+        has_masked_upper = (upper & ~vis).any(dim=1)
+        ute = _first_true(upper & vis & (r >= uts.view(-1, 1)), 0)
+        ute = torch.where(has_masked_upper & (ute == 0), cols, ute)  # masked up to the diagonal
+        uts = torch.where(has_masked_upper, uts, torch.zeros_like(uts))
+        ute = torch.where(has_masked_upper, ute, torch.zeros_like(ute))
+        enc = torch.stack([lts, lte, uts, ute], dim=1)
+        if not torch.equal(decode_columns(enc, cols, s), vis):
+            bad = int(cols[(decode_columns(enc, cols, s) != vis).any(dim=1)][0])
+            raise Unsupported(f"flashmask: column {bad} of {mask.name} is not two row intervals")
+        out[c0 : c0 + len(cols)] = enc
+    return out
+
+
+def decode_columns(enc, cols, s):
+    """The visible rows [cols, S] that (LTS, LTE, UTS, UTE) per column describe."""
+    r = torch.arange(s, device=enc.device).view(1, -1)
+    j = cols.view(-1, 1)
+    lts, lte, uts, ute = (enc[:, i : i + 1] for i in range(4))
+    lower_vis = (r >= j) & ~((r >= lts) & (r < lte))
+    upper_vis = (r < j) & ~((r >= uts) & (r < ute))
+    return lower_vis | upper_vis
+
+
+def flashmask_encoding(mask, device="cpu"):
+    """(startend_row_indices [1, 1, S, n] int32, causal) in the smallest form that holds the mask."""
+    enc = column_intervals(mask, device)
+    s = mask.seqlen
+    cols = torch.arange(s, device=device)
+    no_upper = bool(((enc[:, 2] == 0) & (enc[:, 3] == cols)).all())
+    if no_upper:
+        pick = [0] if bool((enc[:, 1] == s).all()) else [0, 1]
+        causal = True
+    elif bool((enc[:, 1] == s).all()) and bool((enc[:, 2] == 0).all()):
+        pick, causal = [0, 3], False
+    else:
+        pick, causal = [0, 1, 2, 3], False
+    return enc[:, pick].to(torch.int32).view(1, 1, s, len(pick)).contiguous(), causal
+
+
+def decode_encoding(indices, causal, s):
+    """Dense visible matrix of a startend_row_indices tensor (the inverse, for tests)."""
+    n = indices.shape[-1]
+    e = indices.view(s, n).long()
+    full = torch.full((s,), s, dtype=torch.long, device=e.device)
+    zero = torch.zeros(s, dtype=torch.long, device=e.device)
+    cols = torch.arange(s, device=e.device)
+    if causal:
+        lts, lte = e[:, 0], (e[:, 1] if n == 2 else full)
+        uts, ute = zero, cols
+    elif n == 2:
+        lts, lte, uts, ute = e[:, 0], full, zero, e[:, 1]
+    else:
+        lts, lte, uts, ute = e[:, 0], e[:, 1], e[:, 2], e[:, 3]
+    enc = torch.stack([lts, lte, uts, ute], dim=1)
+    return decode_columns(enc, cols, s).T  # [rows, cols]
+
+
+class _FlashMaskFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, indices, causal):
+        import paddle
+        from paddle.utils import dlpack as pdl
+
+        qp, kp, vp = (pdl.from_dlpack(torch.utils.dlpack.to_dlpack(t.detach())) for t in (q, k, v))
+        for t in (qp, kp, vp):
+            t.stop_gradient = False
+        ip = pdl.from_dlpack(torch.utils.dlpack.to_dlpack(indices))
+        out = paddle.nn.functional.flashmask_attention(qp, kp, vp, startend_row_indices=ip, causal=causal)
+        ctx.paddle = (qp, kp, vp, out)
+        return torch.utils.dlpack.from_dlpack(pdl.to_dlpack(out.detach()))
+
+    @staticmethod
+    def backward(ctx, dout):
+        import paddle
+        from paddle.utils import dlpack as pdl
+
+        qp, kp, vp, out = ctx.paddle
+        dp = pdl.from_dlpack(torch.utils.dlpack.to_dlpack(dout.contiguous()))
+        grads = paddle.grad([out], [qp, kp, vp], grad_outputs=[dp], retain_graph=True)
+        dq, dk, dv = (torch.utils.dlpack.from_dlpack(pdl.to_dlpack(g)) for g in grads)
+        return dq, dk, dv, None, None
+
+
+class FlashMask(Kernel):
+    layout = "bshd"
+
+    def version(self) -> str:
+        import paddle
+
+        return f"paddle {paddle.__version__}"
+
+    def prepare(self, mask):
+        if self.dtype not in (torch.float16, torch.bfloat16):
+            self.unsupported(f"needs float16 or bfloat16, got {self.dtype}")
+        indices, causal = flashmask_encoding(mask, self.device)
+        return lambda q, k, v: _FlashMaskFn.apply(q, k, v, indices, causal)

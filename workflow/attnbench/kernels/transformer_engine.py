@@ -1,0 +1,52 @@
+"""cuDNN fused attention through TransformerEngine's public DotProductAttention.
+
+TransformerEngine picks among its backends; the environment forces the cuDNN fused one
+(NVTE_FUSED_ATTN=1, flash and unfused off), so a call it cannot serve fails instead of silently
+running another backend. Packed documents use the thd format with cu_seqlens.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .base import Kernel
+from .varlen import cu_seqlens
+
+FORCE_CUDNN = {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "0"}
+
+
+def te_arguments(form, heads_q, heads_kv, head_dim, device):
+    """(constructor kwargs, call kwargs) for DotProductAttention on a NativeForm, thd format."""
+    left, right = form.window
+    window = (left, 0 if form.causal else right)
+    ctor = dict(num_attention_heads=heads_q, kv_channels=head_dim, num_gqa_groups=heads_kv, attention_dropout=0.0,
+                qkv_format="thd", attn_mask_type="padding_causal" if form.causal else "padding", window_size=window)
+    cu = cu_seqlens(form.doc_lengths, device)
+    longest = max(form.doc_lengths)
+    call = dict(cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=longest, max_seqlen_kv=longest)
+    return ctor, call
+
+
+class CudnnTE(Kernel):
+    layout = "thd"
+
+    def version(self) -> str:
+        import transformer_engine
+
+        return f"transformer_engine {transformer_engine.__version__}"
+
+    def prepare(self, mask):
+        form = mask.native_form()
+        if form is None:
+            self.unsupported(f"{mask.name} has no documents/causal/window form")
+        if self.dtype not in (torch.float16, torch.bfloat16):
+            self.unsupported(f"needs float16 or bfloat16, got {self.dtype}")
+        os.environ.update(FORCE_CUDNN)
+        import transformer_engine.pytorch as te
+
+        ctor, call = te_arguments(form, self.heads_q, self.heads_kv, self.head_dim, self.device)
+        module = te.DotProductAttention(**ctor).to(self.device)
+        hq, d = self.heads_q, self.head_dim
+        return lambda q, k, v: module(q, k, v, **call).view(q.shape[0], hq, d)
