@@ -95,3 +95,23 @@ def test_flash_backend_refuses_document_masks_instead_of_computing_another_mask(
     mask = M.sample_mask("causal_document", S, CFG, np.random.default_rng(0), histograms)
     with pytest.raises(Unsupported, match="cannot run causal_document"):
         k.prepare(mask)
+
+
+def test_block_mask_at_48k_never_materialises_s_by_s(histograms):
+    """The BlockMask comes from the predicate one row of tiles at a time: O(tile x S), not S x S."""
+    from attnbench.kernels.flex import block_mask_from_counts
+    from attnbench.measure import peak_memory
+
+    s = 49152
+    m = M.sample_mask("causal_document", s, CFG, np.random.default_rng(0), histograms)
+    out = {}
+    mem = peak_memory(lambda: out.setdefault("bm", block_mask_from_counts(m, 128, "cpu")), "cpu")
+    if mem["peak_mem_increment_bytes"] is not None:
+        assert mem["peak_mem_increment_bytes"] < 2**29  # S x S bools would be 2.25 GiB
+    bm = out["bm"]
+    assert bm.shape[-2:] == (s, s)
+    # spot-check a few tiles against the predicate
+    dense_tiles = bm.to_dense()[0, 0]
+    for i in (0, 100, 383):
+        rows = m.dense(rows=(i * 128, (i + 1) * 128)).view(128, 384, 128).any(dim=(0, 2))
+        assert torch.equal(dense_tiles[i].bool(), rows)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import re
 import time
 
@@ -114,3 +117,24 @@ def matmul_peak_tflops(device, dtype, n: int | None = None, reps: int = 10) -> d
     best = min(times)
     return {"matmul_n": n, "matmul_dtype": str(dtype).replace("torch.", ""), "matmul_ms_best": best,
             "matmul_peak_tflops": 2.0 * n**3 / (best * 1e-3) / 1e12}
+
+
+@contextlib.contextmanager
+def device_lock(device):
+    """Exclusive use of a GPU for everything that touches it (one lock file per visible device).
+
+    Several cells may then start at once on one GPU (e.g. `--resources gpu=4`): they import and
+    prepare on the CPU in parallel, but measure one at a time, so no timing is ever shared.
+    """
+    if torch.device(device).type != "cuda":
+        yield
+        return
+    ident = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "_") or "none"
+    path = os.path.join(os.environ.get("ATTNBENCH_LOCK_DIR", "/tmp"), f"attnbench-gpu-{ident}.lock")
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            torch.cuda.synchronize()
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -1,0 +1,84 @@
+"""Independent check of the pipeline's GPU timings with triton.testing.do_bench.
+
+For a few cells of a finished GPU grid (default: sdpa_cudnn, sdpa_flash and flex, causal, 16K,
+fwd and bwd) this rebuilds the exact first sample of each record (same mask parameters, same
+seeded inputs, same kernel preparation), times the same call with do_bench (its own warm-up,
+its own L2 flush, median), and prints both numbers side by side with their ratio.
+
+    python benchmarks/do_bench_compare.py --cells results/h200/tables/cells.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from attnbench import cell as C
+from attnbench.kernels import catalog
+from attnbench.kernels.base import from_thd, load
+from attnbench.masks import Mask
+
+
+def rebuild_call(record):
+    """The timed call of a record's first sample, exactly as the cell built it."""
+    spec, sample = record["cell"], record["samples"][0]
+    dtype = C.torch_dtype(spec["dtype"])
+    kernel = load(catalog.get(spec["impl"]), device="cuda", dtype=dtype, heads_q=spec["heads_q"],
+                  heads_kv=spec["heads_kv"], head_dim=spec["head_dim"])
+    mask = Mask(spec["mask"], spec["seqlen"], sample["mask_params"], heads_q=spec["heads_q"])
+    q, k, v, dout = C.make_inputs(record["data_seed"], spec["seqlen"], spec["heads_q"], spec["heads_kv"],
+                                  spec["head_dim"], dtype, "cuda")
+    fn = kernel.prepare(mask)
+    backward = spec["direction"] != "fwd"
+    leaves = [from_thd(x, kernel.layout).requires_grad_(backward) for x in (q, k, v)]
+    dout_l = from_thd(dout, kernel.layout)
+    if spec["direction"] == "fwd":
+        def call():
+            with torch.no_grad():
+                return fn(*leaves)
+    elif spec["direction"] == "bwd":
+        out = fn(*leaves)
+
+        def call():
+            return torch.autograd.grad(out, leaves, dout_l, retain_graph=True)
+    else:
+        def call():
+            return torch.autograd.grad(fn(*leaves), leaves, dout_l)
+    return call
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cells", required=True, help="the tidy table of a GPU run")
+    p.add_argument("--impls", nargs="*", default=["sdpa_cudnn", "sdpa_flash", "flex"])
+    p.add_argument("--mask", default="causal")
+    p.add_argument("--seqlen", type=int, default=16384)
+    p.add_argument("--out", help="also write the comparison as CSV here")
+    a = p.parse_args(argv)
+    from triton.testing import do_bench
+
+    df = pd.read_csv(a.cells)
+    sel = df[df["impl"].isin(a.impls) & (df["mask"] == a.mask) & (df["seqlen"] == a.seqlen)
+             & (df["status"] == "ok") & (df["device"] == "cuda")]
+    rows = []
+    for _, r in sel.sort_values(["impl", "direction"]).iterrows():
+        record = json.loads(Path(r["record"]).read_text())
+        pipeline_ms = record["samples"][0]["time_ms_median"]
+        ms = do_bench(rebuild_call(record), warmup=25, rep=100, return_mode="median")
+        rows.append({"impl": r["impl"], "mask": a.mask, "seqlen": a.seqlen, "direction": r["direction"],
+                     "pipeline_ms": pipeline_ms, "do_bench_ms": ms, "ratio": pipeline_ms / ms})
+        torch.cuda.empty_cache()
+    out = pd.DataFrame(rows)
+    if out.empty:
+        raise SystemExit(f"no ok cuda cells for {a.impls} / {a.mask} / {a.seqlen} in {a.cells}")
+    print(out.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if a.out:
+        out.to_csv(a.out, index=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""On a CUDA machine: every available GPU kernel against float64, forward and backward, for every
+mask it claims; OOM as a record; the GPU timing protocol. Skipped without CUDA."""
+
+import numpy as np
+import pytest
+import torch
+
+import attnbench.masks as M
+from attnbench import cell as C
+from attnbench.kernels import catalog
+from attnbench.kernels.base import load
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+CFG = dict(window=100, block=128, block_size=64, density=0.3, avg_block=256, min_block=128)
+S, HQ, HKV, D = 1024, 8, 2, 128
+
+
+def available():
+    out = []
+    for name, info in catalog.KERNELS.items():
+        if "cuda" in info.devices and catalog.missing_module(info) is None:
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("impl", available())
+def test_gpu_kernel_matches_float64(impl, histograms):
+    torch._dynamo.config.recompile_limit = 64
+    info = catalog.get(impl)
+    kernel = load(info, device="cuda", dtype=torch.bfloat16, heads_q=HQ, heads_kv=HKV, head_dim=D)
+    ran = 0
+    for mask_name in info.masks:
+        if mask_name in M.CP_PATTERNS:
+            continue
+        mask = M.sample_mask(mask_name, S, CFG, np.random.default_rng(0), histograms, HQ, HKV)
+        q, k, v, dout = C.make_inputs(7, S, HQ, HKV, D, torch.bfloat16, "cuda")
+        for direction in ("fwd", "bwd"):
+            if direction not in info.directions["cuda"]:
+                continue
+            try:
+                fn = kernel.prepare(mask)
+                chk = C.check_correctness(kernel, fn, mask, q, k, v, dout, direction, 5)
+            except C.S.Unsupported as e:
+                print(f"{impl} {mask_name} {direction}: unsupported ({e.reason})")
+                continue
+            assert chk["passed"], (impl, mask_name, direction, chk["errors"], chk["tolerance"])
+            ran += 1
+    assert ran > 0
+
+
+def test_oom_is_a_record_and_the_next_cell_runs(histograms):
+    base = dict(grid="t", family="kernel", mask="full", mask_params={}, heads_q=64, heads_kv=8, head_dim=128,
+                dtype="bfloat16", direction="fwd", gpus=1, device="cuda", samples={"document": 1, "single": 1},
+                warmup=1, reps=2, seed=0, check={"max_seqlen": 2048, "tolerance_factor": 5, "samples": 1},
+                histograms=None)
+    free = torch.cuda.mem_get_info()[0]
+    s = 1024
+    while 64 * s * s * 2 < 2 * free:  # naive scores alone exceed twice the free memory
+        s *= 2
+    r = C.run_cell({**base, "impl": "naive", "seqlen": s, "check": {**base["check"], "samples": 0}})
+    assert r["status"] == "oom", r.get("status_reason")
+    r = C.run_cell({**base, "impl": "sdpa_flash", "seqlen": 4096})
+    assert r["status"] == "ok" and r["tflops"] > 0
+    assert r["peak_mem_increment_bytes"] > 0 and r["mem_source"] == "cuda_allocator"
+
+
+def test_block_mask_at_128k_never_materialises_s_by_s(histograms):
+    from attnbench.kernels.flex import block_mask_from_counts
+
+    s = 131072
+    m = M.sample_mask("causal_document", s, CFG, np.random.default_rng(0), histograms)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    bm = block_mask_from_counts(m, 128, "cuda")
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - before < 2**30  # S x S bools would be 16 GiB
+    assert bm.shape[-2:] == (s, s)
