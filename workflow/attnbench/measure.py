@@ -129,7 +129,10 @@ def device_lock(device):
     if torch.device(device).type != "cuda":
         yield
         return
-    ident = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "_") or "none"
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    ident = visible[index] if index < len(visible) and visible[index] else str(index)
     path = os.path.join(os.environ.get("ATTNBENCH_LOCK_DIR", "/tmp"), f"attnbench-gpu-{ident}.lock")
     with open(path, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
