@@ -34,9 +34,15 @@ def cpu_model() -> str:
 
 
 def git_state() -> dict:
+    """The checkout's commit; where the tree was copied without .git (a remote GPU machine),
+    ATTNBENCH_GIT_COMMIT / ATTNBENCH_GIT_DIRTY say what it was copied from."""
     commit = _run(["git", "rev-parse", "HEAD"])
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
-    return {"git_commit": commit or "unknown", "git_dirty": None if dirty is None else bool(dirty)}
+    if commit:
+        dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+        return {"git_commit": commit, "git_dirty": None if dirty is None else bool(dirty)}
+    env_dirty = os.environ.get("ATTNBENCH_GIT_DIRTY")
+    return {"git_commit": os.environ.get("ATTNBENCH_GIT_COMMIT", "unknown"),
+            "git_dirty": None if env_dirty is None else env_dirty == "1"}
 
 
 def fingerprint(device: str) -> dict:
