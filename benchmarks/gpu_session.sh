@@ -8,7 +8,8 @@ grid=${1:-h200}; outdir=${2:-results/h200}; budget=${3:-300}; slots=${4:-4}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-mkdir -p /tmp/bin && ln -sf "$(command -v python3)" /tmp/bin/python
+# `python` in the rules: the interpreter that has torch (a wrapper, since a symlink would lose its venv)
+mkdir -p /tmp/bin && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
 export PATH=/tmp/bin:/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD/workflow
 {
   nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv
