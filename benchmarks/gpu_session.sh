@@ -9,12 +9,13 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 # `python` in the rules: the interpreter that has torch (a wrapper, since a symlink would lose its venv)
-mkdir -p /tmp/bin && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
+# (rm first: writing through a link left by an earlier session would overwrite the interpreter itself)
+mkdir -p /tmp/bin && rm -f /tmp/bin/python && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
 export PATH=/tmp/bin:/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD/workflow
 {
   nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv
-  python -c "import torch, triton, inspect; from torch.nn.attention.varlen import varlen_attn as f; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__); print('varlen_attn', inspect.signature(f))"
-  /usr/bin/time -f "torch import + CUDA init: %e s" python -c "import torch; torch.zeros(1, device='cuda')"
+  timeout 120 python -c "import torch, triton, inspect; from torch.nn.attention.varlen import varlen_attn as f; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__); print('varlen_attn', inspect.signature(f))"
+  timeout 120 /usr/bin/time -f "torch import + CUDA init: %e s" python -c "import torch; torch.zeros(1, device='cuda')"
 } 2>&1 | tee "$out/machine.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout 300 python -m pytest tests/gpu -q -p no:cacheprovider -rs 2>&1 | tail -40 | tee "$out/gpu_tests.txt"
