@@ -60,6 +60,17 @@ class Kernel:
     def unsupported(self, why: str):
         raise Unsupported(f"{self.info.name}: {why}")
 
+    def half_precision_form(self, mask):
+        """The mask's documents/causal/window form for a FlashAttention-style kernel (fp16/bf16 only)."""
+        import torch
+
+        form = mask.native_form()
+        if form is None:
+            self.unsupported(f"{mask.name} has no documents/causal/window form")
+        if self.dtype not in (torch.float16, torch.bfloat16):
+            self.unsupported(f"needs float16 or bfloat16, got {self.dtype}")
+        return form
+
 
 def load(info: KernelInfo, **kwargs) -> Kernel:
     """The implementation: "module:Class" of attnbench.kernels, or of any importable module."""

@@ -6,7 +6,6 @@ All three take the FlashAttention form of a mask: documents (cu_seqlens), causal
 
 from __future__ import annotations
 
-import torch
 
 from .base import Kernel
 from .varlen import cu_seqlens
@@ -40,11 +39,7 @@ class FlashFamily(Kernel):
         raise NotImplementedError
 
     def prepare(self, mask):
-        form = mask.native_form()
-        if form is None:
-            self.unsupported(f"{mask.name} has no documents/causal/window form")
-        if self.dtype not in (torch.float16, torch.bfloat16):
-            self.unsupported(f"needs float16 or bfloat16, got {self.dtype}")
+        form = self.half_precision_form(mask)
         dense, varlen = self.functions()
         kwargs, var_args = flash_call_args(form, self.device, self.unbounded)
         if var_args is None:

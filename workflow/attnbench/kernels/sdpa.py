@@ -7,7 +7,6 @@ different computation).
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 

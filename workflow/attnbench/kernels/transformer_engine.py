@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 
-import torch
 
 from .base import Kernel
 from .varlen import cu_seqlens
@@ -38,11 +37,7 @@ class CudnnTE(Kernel):
         return f"transformer_engine {transformer_engine.__version__}"
 
     def prepare(self, mask):
-        form = mask.native_form()
-        if form is None:
-            self.unsupported(f"{mask.name} has no documents/causal/window form")
-        if self.dtype not in (torch.float16, torch.bfloat16):
-            self.unsupported(f"needs float16 or bfloat16, got {self.dtype}")
+        form = self.half_precision_form(mask)
         os.environ.update(FORCE_CUDNN)
         import transformer_engine.pytorch as te
 

@@ -44,11 +44,7 @@ class Varlen(Kernel):
     def prepare(self, mask):
         from torch.nn.attention.varlen import varlen_attn
 
-        form = mask.native_form()
-        if form is None:
-            self.unsupported(f"{mask.name} has no documents/causal/window form")
-        if self.dtype not in (torch.float16, torch.bfloat16):
-            self.unsupported(f"needs float16 or bfloat16, got {self.dtype}")
+        form = self.half_precision_form(mask)
         params = inspect.signature(varlen_attn).parameters
         kw, why = varlen_kwargs(params, form, self.gqa)
         if why:

@@ -29,7 +29,7 @@ class BlockLayout:
     def groups(self) -> int:
         return self.keep.shape[0]
 
-    def area_per_group(self) -> torch.Tensor:
+    def area_per_group(self):
         rows = self.row_bounds.diff(dim=1)  # [G, nrb]
         cols = self.col_bounds.diff(dim=1)  # [G, ncb]
         kept_cols = (self.keep * cols[:, None, :]).sum(-1)  # [G, nrb]
