@@ -45,12 +45,13 @@ class FlashInferVariableBlockSparse(Kernel):
     layout = "bhsd"
 
     def prepare(self, mask):
-        import flashinfer
         import torch
 
         if not mask.sparse:
             self.unsupported(f"runs block-sparse masks only, not {mask.name}")
         args = plan_arguments(mask, self.heads_q, self.heads_kv, self.head_dim, self.dtype, self.device)
+        import flashinfer
+
         workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         wrapper = flashinfer.VariableBlockSparseAttentionWrapper(workspace)
         wrapper.plan(**args)
