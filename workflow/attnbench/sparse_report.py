@@ -58,14 +58,27 @@ def main_density(sparse: pd.DataFrame) -> float | None:
 
 
 def _pivot(sparse: pd.DataFrame, value: str, digits: int) -> pd.DataFrame:
+    """Rows (block setting, heads, S, density), one column per kernel and direction: the value or
+    the status that replaced it; the realised density (the same mask for every kernel) beside it."""
     d = sparse.copy()
     d["text"] = [_fmt_cell(r, value, digits) for _, r in d.iterrows()]
     d["kernel"] = d["impl"] + " " + d["direction"]
-    t = d.pivot_table(index=["blocks", "heads", "seqlen", "density"], columns="kernel", values="text",
-                      aggfunc="first")
+    keys = ["blocks", "heads", "seqlen", "density"]
+    t = d.pivot_table(index=keys, columns="kernel", values="text", aggfunc="first")
     cols = [f"{k} {dr}" for k in order(d["impl"]) for dr in dict.fromkeys(d["direction"]) if f"{k} {dr}" in t.columns]
-    rows = sorted(t.index, key=lambda i: (_block_order(t.index.get_level_values(0)).index(i[0]), i[1], i[2], i[3]))
-    return t.reindex(index=rows, columns=cols).fillna("")
+    blocks = _block_order(t.index.get_level_values(0))
+    rows = sorted(t.index, key=lambda i: (blocks.index(i[0]), i[1], i[2], i[3]))
+    t = t.reindex(index=rows, columns=cols).fillna("")
+    realised = d.dropna(subset=["realised_density"]).groupby(keys)["realised_density"].mean()
+    t.insert(0, "realised density", [f"{realised[i]:.3f}" if i in realised.index else "" for i in t.index])
+    t = t.reset_index()
+    t["density"] = t["density"].map(lambda x: f"{x:g}")
+    return t.set_index(["blocks", "heads", "seqlen", "density"])
+
+
+def _flat(t: pd.DataFrame) -> pd.DataFrame:
+    """Index levels as plain columns (readable Markdown), the first one as the index."""
+    return t.reset_index().set_index("blocks")
 
 
 def dense_ratio(sparse: pd.DataFrame, dense: pd.DataFrame) -> pd.DataFrame:
@@ -95,9 +108,9 @@ def tables(df: pd.DataFrame, out_dir) -> list[Path]:
     if "peak_mem_gib" not in sparse:
         sparse["peak_mem_gib"] = sparse["peak_mem_bytes"] / GIB
     about = _describe(df)
-    paths = _write(_pivot(sparse, "tflops", 3), out / "sparse_tflops",
+    paths = _write(_flat(_pivot(sparse, "tflops", 3)), out / "sparse_tflops",
                    f"TFLOP/s (median; FLOPs from the kept blocks) per (block setting, heads, S, density); {about}")
-    paths += _write(_pivot(sparse, "peak_mem_gib", 3), out / "sparse_memory",
+    paths += _write(_flat(_pivot(sparse, "peak_mem_gib", 3)), out / "sparse_memory",
                     f"peak memory (GiB) per (block setting, heads, S, density); {about}")
     ratio = dense_ratio(sparse, dense)
     caption = (f"block-sparse TFLOP/s as a fraction of the best dense kernel on the full mask at the same visible "
@@ -145,9 +158,10 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
     return missing
 
 
-def _figure(sparse, dense, x, value, ylabel, title, xlog=True):
+def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
     panels = _panels(sparse)
-    fig, axes = _grid_axes(len(panels), ncols=max(1, min(4, len(set((h, d) for _, h, d in panels)))))
+    combos = len(set((h, d) for _, h, d in panels))
+    fig, axes = _grid_axes(len(panels), ncols=combos if combos > 1 else min(4, len(panels)))
     drawn = {"panels": len(panels), "points": 0, "oom_markers": 0, "dense_points": 0, "missing": {}}
     for ax, (blocks, heads, direction) in zip(axes, panels):
         d = sparse[(sparse["blocks"] == blocks) & (sparse["heads"] == heads) & (sparse["direction"] == direction)]
@@ -156,7 +170,8 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True):
             ref = dense[(dense["heads"] == heads) & (dense["direction"] == direction)]
         missing = _draw(ax, d, x, value, drawn, ref)
         drawn["missing"][(blocks, heads, direction)] = missing
-        ax.set_title(f"{blocks} | {heads} | {direction}", fontsize="medium")
+        extra = f" | {subtitle(d)}" if subtitle and len(d) else ""
+        ax.set_title(f"{blocks} | {heads} | {direction}{extra}", fontsize="medium")
         xs = sorted(set(d[x].dropna()) | (set(ref[x].dropna()) if ref is not None else set()))
         if xlog:
             ax.set_xscale("log", base=2)
@@ -164,12 +179,13 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True):
             ax.set_xlabel("sequence length (tokens)")
         else:
             ax.set_xticks(xs, [f"{s:.2g}" for s in xs])
-            ax.set_xlabel("density (fraction of key blocks kept)")
+            ax.set_xlabel("density (nominal fraction of key blocks kept)")
         ax.minorticks_off()
-        ax.set_ylim(bottom=0)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         notes = [f"{k}: {', '.join(v)}" for k, v in missing.items() if v]
+        top = ax.get_ylim()[1]
+        ax.set_ylim(0, top * (1 + 0.12 * (len(notes) + 1)))  # headroom for the notes
         if notes:
             ax.text(0.02, 0.97, "\n".join(notes), transform=ax.transAxes, fontsize="x-small", va="top",
                     color="0.35", wrap=True)
@@ -201,9 +217,12 @@ def figures(df: pd.DataFrame, out_dir, style) -> list[Path]:
     s_max = sparse.groupby("blocks")["seqlen"].transform("max") if len(sparse) else sparse["seqlen"]
     longest = sparse[sparse["seqlen"] == s_max]
     fig, _ = _figure(longest.assign(x=longest["density"]), None, "x", "tflops", "TFLOP/s",
-                     f"Block-sparse throughput vs density at each setting's longest S | {head}", xlog=False)
+                     f"Block-sparse throughput vs density at each setting's longest S | {head}", xlog=False,
+                     subtitle=lambda d: f"S={seqlen_label(int(d['seqlen'].max()))}")
     paths += _save(fig, out, "sparse_tflops_vs_density", style)
-    fig, _ = _figure(at_rho, dense, "seqlen", "mem_gib", "peak memory (GiB)",
+    src = set(df["mem_source"].dropna())
+    mem_label = "peak memory (GiB)" + (" [process RSS]" if src == {"process_rss"} else "")
+    fig, _ = _figure(at_rho, dense, "seqlen", "mem_gib", mem_label,
                      f"Block-sparse peak memory vs sequence length, density {rho} | {head}")
     paths += _save(fig, out, "sparse_memory", style)
     return paths
