@@ -52,7 +52,7 @@ class BlockIndex:
         sizes = torch.cat([layout.row_bounds.diff(dim=1), layout.col_bounds.diff(dim=1)], dim=1)
         if not bool((sizes == block).all()):
             raise ValueError(f"the Triton block-sparse kernel needs uniform {block}-token blocks")
-        offsets, rows = layout.key_block_lists()
+        offsets, rows = layout.key_block_lists(device)
 
         def i32(t):
             return t.to(device=device, dtype=torch.int32).contiguous()

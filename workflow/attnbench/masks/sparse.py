@@ -47,20 +47,21 @@ class BlockLayout:
             h.update(t.to(device="cpu", dtype=torch.long).contiguous().numpy().tobytes())
         return h.hexdigest()
 
-    def key_block_lists(self):
+    def key_block_lists(self, device="cpu"):
         """The transpose of kv_indices, as CSR over (group, key block): offsets [G * ncb + 1] and
-        the query blocks that keep each key block, in increasing order. O(kept blocks) memory."""
+        the query blocks that keep each key block, in increasing order. O(kept blocks) memory;
+        computed on `device` (a GPU sorts the 10^8 kept blocks of the paper's largest cells fast)."""
         import torch
 
         g, nrb, k = self.kv_indices.shape
         ncb = self.keep.shape[-1]
-        grp = torch.arange(g).view(g, 1, 1).expand(g, nrb, k).reshape(-1)
-        row = torch.arange(nrb).view(1, nrb, 1).expand(g, nrb, k).reshape(-1)
-        col = self.kv_indices.reshape(-1)
-        order = torch.argsort((grp * ncb + col) * nrb + row)  # by (group, key block, query block)
-        counts = torch.bincount(grp * ncb + col, minlength=g * ncb)
-        offsets = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
-        return offsets, row[order]
+        cols = self.kv_indices.to(device)
+        key = (torch.arange(g, device=device).view(g, 1, 1) * ncb + cols).reshape(-1)  # (group, key block)
+        rows = torch.arange(nrb, device=device).view(1, nrb, 1).expand(g, nrb, k).reshape(-1)
+        order = torch.sort(key, stable=True).indices  # stable: query blocks stay increasing
+        counts = torch.bincount(key, minlength=g * ncb)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long, device=device), counts.cumsum(0)])
+        return offsets, rows[order]
 
     def tile_counts(self, tile: int, seqlen: int, device="cpu"):
         """Visible pairs in every (tile x tile) square, per group: [G, nt, nt] int32, exact.
