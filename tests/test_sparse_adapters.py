@@ -131,6 +131,20 @@ def test_fa2_sparse_arguments_encode_the_mask(granularity):
     assert torch.equal(expand_blocks(bm[0], sizes, sizes), m.dense())
 
 
+def test_a_library_that_fails_to_import_makes_the_cell_unavailable(tmp_path, monkeypatch):
+    """The real `vsa` queries the GPU at import and raises without one: unavailable, not a crash."""
+    from attnbench.status import Unavailable
+
+    pkg = tmp_path / "vsa"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('Found no NVIDIA driver on your system.')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "vsa", raising=False)
+    k = load(catalog.get("vsa"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=4, head_dim=32)
+    with pytest.raises(Unavailable, match="importing vsa failed: Found no NVIDIA driver"):
+        k.prepare(uniform(256, 64, 4, 4))
+
+
 def test_fa2_sparse_refuses_64_token_blocks_before_importing_it():
     k = load(catalog.get("fa2_sparse"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=2, head_dim=32)
     with pytest.raises(Unsupported, match="128-token blocks"):

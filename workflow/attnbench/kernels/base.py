@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from ..status import Unsupported
+from ..status import Unavailable, Unsupported
 from .catalog import KernelInfo
 
 LAYOUTS = ("thd", "bshd", "bhsd")
@@ -59,6 +59,14 @@ class Kernel:
 
     def unsupported(self, why: str):
         raise Unsupported(f"{self.info.name}: {why}")
+
+    def import_library(self, name: str):
+        """The kernel's library, imported; one that is installed but cannot load here (a binary built
+        for another torch or CUDA, no device) makes the cell `unavailable`, not a crash."""
+        try:
+            return importlib.import_module(name)
+        except (ImportError, OSError, RuntimeError) as e:
+            raise Unavailable(f"{self.info.name}: importing {name} failed: {str(e).splitlines()[0][:300]}") from e
 
 
 def load(info: KernelInfo, **kwargs) -> Kernel:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 
-from ..status import Unsupported
+from ..status import Unavailable, Unsupported, is_oom
 from .base import Kernel
 
 WORKSPACE_BYTES = 128 * 2**20  # the size FlashInfer's documentation recommends
+JIT_FAILURE_WORDS = ("nvcc", "ninja", "cuda_home", "compilation", "failed to compile")
 
 
 def plan_arguments(mask, heads_q: int, heads_kv: int, head_dim: int, dtype, device="cpu") -> dict:
@@ -50,9 +51,13 @@ class FlashInferVariableBlockSparse(Kernel):
         if not mask.sparse:
             self.unsupported(f"runs block-sparse masks only, not {mask.name}")
         args = plan_arguments(mask, self.heads_q, self.heads_kv, self.head_dim, self.dtype, self.device)
-        import flashinfer
-
+        flashinfer = self.import_library("flashinfer")
         workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         wrapper = flashinfer.VariableBlockSparseAttentionWrapper(workspace)
-        wrapper.plan(**args)
+        try:
+            wrapper.plan(**args)  # JIT-compiles its kernel on first use
+        except Exception as e:  # noqa: BLE001 - only a failed build is a cell outcome; the rest propagates
+            if not is_oom(e) and any(w in str(e).lower() for w in JIT_FAILURE_WORDS):
+                raise Unavailable(f"flashinfer could not build its kernel here: {str(e).splitlines()[0][:300]}") from e
+            raise
         return lambda q, k, v: wrapper.run(q[0], k[0], v[0]).unsqueeze(0)

@@ -78,9 +78,9 @@ class Flex(Kernel):
 
     def build_block_mask(self, mask) -> BlockMask:
         if mask.name == "block_sparse":
-            # Hopper's default flex tiles are 128 x 64 (fwd) and 64/128 (bwd); without max-autotune
-            # no backward config divides a 64-token sparse block, so on CUDA smaller blocks run as
-            # 128-token tiles, masked exactly (recorded in the kernel's notes).
+            # torch's default Hopper flex tiles are 128 x 64 (fwd) and 64/128 (bwd); without
+            # max-autotune no backward config divides a 64-token sparse block, so on CUDA smaller
+            # blocks run as 128-token tiles, masked exactly (the kernel's notes in every record).
             if torch.device(self.device).type == "cpu" or mask.params["block_size"] % TILE == 0:
                 return block_mask_from_layout(mask, self.device)
             return block_mask_from_layout_tiles(mask, TILE, self.device)

@@ -37,8 +37,7 @@ class VSA(Kernel):
             self.unsupported(f"needs as many KV heads as query heads, got {self.heads_q}:{self.heads_kv}")
         if self.dtype != torch.bfloat16:
             self.unsupported(f"its Hopper kernels take bfloat16 only, got {self.dtype}")
-        import vsa
-
+        vsa = self.import_library("vsa")
         block_map, sizes = vsa_arguments(mask, self.device)
 
         def fn(q, k, v):
