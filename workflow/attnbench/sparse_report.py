@@ -117,7 +117,7 @@ def tables(df: pd.DataFrame, out_dir) -> list[Path]:
                f"area (within {AREA_MATCH:.0%}); {about}")
     if ratio.empty:
         caption += "; no dense reference cell of equal area in this grid"
-    paths += _write(ratio.set_index(["kernel", "direction"]) if len(ratio) else ratio, out / "sparse_vs_dense", caption)
+    paths += _write(ratio.set_index("kernel"), out / "sparse_vs_dense", caption)
     return paths
 
 
