@@ -9,6 +9,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 
+# Without a GPU, Triton kernels run under Triton's interpreter; it is chosen when triton is
+# imported (torch's compiler imports it too), so it is set before anything imports torch.
+if not any(Path("/dev").glob("nvidia[0-9]*")):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 @pytest.fixture(scope="session")
 def repo() -> Path:

@@ -49,7 +49,7 @@ def base_record(spec) -> dict:
         "cell_id": stable_hash(spec),
         "cell": spec,
         "kernel": {"name": info.name, "family": info.family, "summary": info.summary,
-                   "library_version": catalog.library_version(info)},
+                   "library_version": catalog.library_version(info), "notes": dict(info.notes)},
         "data_seed": data_seed(spec),
         "started_at": now(),
         "samples": [],

@@ -15,7 +15,8 @@ def table_names(grid: dict) -> list[str]:
     if grid["family"] == "cp":
         return ["cp_tflops.md", "cp_tflops.tex", "cp_breakdown.md", "cp_breakdown.tex"]
     if grid["family"] == "sparse":
-        return ["sparse_tflops.md", "sparse_tflops.tex", "sparse_memory.md", "sparse_memory.tex"]
+        return ["sparse_tflops.md", "sparse_tflops.tex", "sparse_memory.md", "sparse_memory.tex",
+                "sparse_vs_dense.md", "sparse_vs_dense.tex"]
     return ["tflops.md", "tflops.tex", "memory.md", "memory.tex", "support.md", "support.tex"]
 
 

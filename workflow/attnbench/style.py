@@ -6,7 +6,7 @@ from .kernels.catalog import KERNELS
 
 CP_METHODS_ORDER = ("ulysses", "ring_p2p", "ring_allgather", "usp", "loongtrain", "torch_cp")
 SPARSE_ORDER = ("triton_block_sparse", "vsa", "flashinfer", "fa2_sparse")
-NAMES = tuple(KERNELS) + SPARSE_ORDER + CP_METHODS_ORDER
+NAMES = tuple(dict.fromkeys(tuple(KERNELS) + SPARSE_ORDER + CP_METHODS_ORDER))
 
 # 20 distinguishable colours (tab20 without its pale halves first, then the pale ones).
 _PALETTE = [

@@ -54,5 +54,11 @@ def figure_files(grid):
     return [f"{OUT}/figures/{grid}/{n}" for n in outputs.figure_names(GRIDS[grid], CFG["figures"]["formats"])]
 
 
+def family_code(grid):
+    """The family's own report module (e.g. sparse_report.py), an input of its table and figure rules."""
+    path = Path(PKG) / f"{GRIDS[grid]['family']}_report.py"
+    return [str(path)] if path.exists() else []
+
+
 def report_outputs():
     return [f"{OUT}/tables/cells.csv"] + [f for g in RUN for f in table_files(g) + figure_files(g)]

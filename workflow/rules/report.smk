@@ -26,7 +26,7 @@ for _grid in RUN:
             f"tables_{_grid}"
         input:
             cells=f"{OUT}/tables/cells.csv",
-            code=[f"{PKG}/tables.py", f"{PKG}/style.py"],
+            code=[f"{PKG}/tables.py", f"{PKG}/style.py", *family_code(_grid)],
         output:
             table_files(_grid),
         log:
@@ -42,7 +42,7 @@ for _grid in RUN:
             f"figures_{_grid}"
         input:
             cells=f"{OUT}/tables/cells.csv",
-            code=[f"{PKG}/figures.py", f"{PKG}/style.py", f"{PKG}/outputs.py"],
+            code=[f"{PKG}/figures.py", f"{PKG}/style.py", f"{PKG}/outputs.py", *family_code(_grid)],
         output:
             figure_files(_grid),
         log:

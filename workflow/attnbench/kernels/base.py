@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from ..status import Unsupported
+from ..status import Unavailable, Unsupported
 from .catalog import KernelInfo
 
 LAYOUTS = ("thd", "bshd", "bhsd")
@@ -70,6 +70,14 @@ class Kernel:
         if self.dtype not in (torch.float16, torch.bfloat16):
             self.unsupported(f"needs float16 or bfloat16, got {self.dtype}")
         return form
+
+    def import_library(self, name: str):
+        """The kernel's library, imported; one that is installed but cannot load here (a binary built
+        for another torch or CUDA, no device) makes the cell `unavailable`, not a crash."""
+        try:
+            return importlib.import_module(name)
+        except (ImportError, OSError, RuntimeError) as e:
+            raise Unavailable(f"{self.info.name}: importing {name} failed: {str(e).splitlines()[0][:300]}") from e
 
 
 def load(info: KernelInfo, **kwargs) -> Kernel:

@@ -54,7 +54,10 @@ KERNELS = {
         _k("sdpa_efficient", "dense", "SDPA, memory-efficient backend", "sdpa:SDPAEfficient", DENSE_MASKS, GPU_ALL),
         _k("sdpa_cudnn", "dense", "SDPA, cuDNN backend", "sdpa:SDPACudnn", DENSE_MASKS, GPU_ALL),
         _k("flex", "dense", "FlexAttention, compiled, BlockMask", "flex:Flex", DENSE_MASKS,
-           {"cpu": ("fwd",), "cuda": ALL_DIRECTIONS}),
+           {"cpu": ("fwd",), "cuda": ALL_DIRECTIONS},
+           notes={"block_sparse": "BlockMask from the kept block indices; on CUDA 64-token blocks run as exactly "
+                                  "masked 128-token tiles (torch's default Hopper backward tiles do not divide 64)",
+                  "variable_block_sparse": "128-token tiles counted from the block boundaries; cut tiles masked"}),
         _k("varlen", "dense", "torch.nn.attention.varlen.varlen_attn", "varlen:Varlen", REGULAR_MASKS, GPU_ALL,
            modules=("torch.nn.attention.varlen",)),
         _k("fa2", "dense", "FlashAttention-2 (flash_attn)", "flash_attn:FA2", REGULAR_MASKS, GPU_ALL,
@@ -68,8 +71,28 @@ KERNELS = {
            dists=("transformer-engine", "transformer_engine", "transformer-engine-torch")),
         _k("flashmask", "dense", "FlashMask (PaddlePaddle)", "flashmask:FlashMask", STATIC_MASKS, GPU_ALL,
            modules=("paddle",), dists=("paddlepaddle-gpu", "paddlepaddle")),
+        # Block-sparse kernels (spec/kernels.md). Each receives the realised mask of its grid point.
+        _k("triton_block_sparse", "sparse", "block-sparse attention in Triton, written in this project",
+           "triton_block_sparse:TritonBlockSparse", ("block_sparse",), GPU_ALL, modules=("triton",),
+           dists=("triton",), block_sizes=(64, 128),
+           notes={"gqa": "yes: KV head h // (Hq/Hkv), mask per head or per KV-head group",
+                  "backward": "own kernels: dQ per query tile, dK/dV per key tile over the transposed lists"}),
+        _k("vsa", "sparse", "VSA block-sparse attention (FastVideo; ThunderKittens on Hopper)", "vsa_sparse:VSA",
+           ("block_sparse",), GPU_ALL, modules=("vsa",), dists=("vsa",), mha_only=True, block_sizes=(64,),
+           notes={"timed": "block_map -> index lists happens inside each call (the library's API)",
+                  "dtype": "bfloat16 only (its Hopper kernels)"}),
+        _k("flashinfer", "sparse", "FlashInfer VariableBlockSparseAttentionWrapper",
+           "flashinfer_sparse:FlashInferVariableBlockSparse", SPARSE_MASKS, {"cuda": ("fwd",)},
+           modules=("flashinfer",), dists=("flashinfer-python", "flashinfer"),
+           notes={"mask": "one block mask per KV head: granularity=head with GQA is unsupported",
+                  "timed": "plan() (token-level index expansion) in prepare, outside the timed region"}),
+        _k("fa2_sparse", "sparse", "MIT Han Lab Block-Sparse-Attention (FlashAttention-2 based)",
+           "fa2_sparse:FA2BlockSparse", ("block_sparse",), {"cuda": ("fwd",)}, modules=("block_sparse_attn",),
+           dists=("block_sparse_attn", "block-sparse-attn"), block_sizes=(128,),
+           notes={"timed": "block mask -> row indices (a sort) happens inside each call (the library's API)"}),
     )
 }
+SPARSE_KERNELS = tuple(k for k, info in KERNELS.items() if info.family == "sparse")
 
 
 def get(name: str) -> KernelInfo:

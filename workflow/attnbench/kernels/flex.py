@@ -2,7 +2,9 @@
 
 The BlockMask is never made from an S x S matrix: static masks classify tiles from the
 predicate one row of tiles at a time; uniform block-sparse masks pass their kept block
-indices directly (O(blocks)). The mask_mod is the same predicate, applied in partial tiles.
+indices directly (O(blocks)); variable block-sparse masks count each tile's visible pairs
+from the block boundaries and kept blocks (O(tiles x blocks)). The mask_mod is the same
+predicate, applied in partial tiles.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ def _indices(select):
     return num, order
 
 
-def block_mask_from_counts(mask, tile, device) -> BlockMask:
+def block_mask_from_counts(mask, tile, device, counts=None) -> BlockMask:
     """Tiles with every pair visible are 'full' (no mask_mod call); partly visible ones are partial.
     A tile cut by the sequence end is partial, as in create_block_mask (flex masks the overhang)."""
     s = mask.seqlen
-    counts = mask.block_counts(tile, device)  # [H or 1, nb, nb]
+    counts = mask.block_counts(tile, device) if counts is None else counts  # [H or 1, nb, nb]
     full = counts == tile * tile
     partial = (counts > 0) & ~full
     pn, pi = _indices(partial)
@@ -43,6 +45,16 @@ def block_mask_from_counts(mask, tile, device) -> BlockMask:
     return BlockMask.from_kv_blocks(
         pn[None], pi[None], fn[None], fi[None], BLOCK_SIZE=tile, mask_mod=mask.mask_mod(device), seq_lengths=(s, s)
     )
+
+
+def block_mask_from_layout_tiles(mask, tile, device) -> BlockMask:
+    """Block-sparse masks on `tile`-sized tiles: tile counts from the layout's block boundaries and
+    kept blocks (never the predicate over S x S); tiles the kept blocks cover entirely are full,
+    the others partial (the mask_mod masks them exactly)."""
+    lay = mask.layout()
+    per = mask.heads_q // lay.groups
+    counts = lay.tile_counts(tile, mask.seqlen, device).repeat_interleave(per, dim=0)  # [Hq, nt, nt]
+    return block_mask_from_counts(mask, tile, device, counts)
 
 
 def block_mask_from_layout(mask, device) -> BlockMask:
@@ -66,7 +78,14 @@ class Flex(Kernel):
 
     def build_block_mask(self, mask) -> BlockMask:
         if mask.name == "block_sparse":
-            return block_mask_from_layout(mask, self.device)
+            # torch's default Hopper flex tiles are 128 x 64 (fwd) and 64/128 (bwd); without
+            # max-autotune no backward config divides a 64-token sparse block, so on CUDA smaller
+            # blocks run as 128-token tiles, masked exactly (the kernel's notes in every record).
+            if torch.device(self.device).type == "cpu" or mask.params["block_size"] % TILE == 0:
+                return block_mask_from_layout(mask, self.device)
+            return block_mask_from_layout_tiles(mask, TILE, self.device)
+        if mask.name == "variable_block_sparse":
+            return block_mask_from_layout_tiles(mask, TILE, self.device)
         return block_mask_from_counts(mask, TILE, self.device)
 
     def prepare(self, mask):

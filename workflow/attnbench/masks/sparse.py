@@ -8,8 +8,10 @@ The structure is kept as block indices (O(blocks)), never as an S x S matrix.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
-
+from functools import lru_cache
 
 from .ranges import Slice
 
@@ -34,6 +36,52 @@ class BlockLayout:
         cols = self.col_bounds.diff(dim=1)  # [G, ncb]
         kept_cols = (self.keep * cols[:, None, :]).sum(-1)  # [G, nrb]
         return (rows * kept_cols).sum(-1)
+
+    def fingerprint(self) -> str:
+        """sha256 of the block boundaries and kept block indices: equal iff the masks are equal."""
+        import torch
+
+        h = hashlib.sha256()
+        for t in (self.row_bounds, self.col_bounds, self.kv_indices):
+            h.update(str(tuple(t.shape)).encode())
+            h.update(t.to(device="cpu", dtype=torch.long).contiguous().numpy().tobytes())
+        return h.hexdigest()
+
+    def key_block_lists(self, device="cpu"):
+        """The transpose of kv_indices, as CSR over (group, key block): offsets [G * ncb + 1] and
+        the query blocks that keep each key block, in increasing order. O(kept blocks) memory;
+        computed on `device` (a GPU sorts the 10^8 kept blocks of the paper's largest cells fast)."""
+        import torch
+
+        g, nrb, k = self.kv_indices.shape
+        ncb = self.keep.shape[-1]
+        cols = self.kv_indices.to(device)
+        key = (torch.arange(g, device=device).view(g, 1, 1) * ncb + cols).reshape(-1)  # (group, key block)
+        rows = torch.arange(nrb, device=device).view(1, nrb, 1).expand(g, nrb, k).reshape(-1)
+        order = torch.sort(key, stable=True).indices  # stable: query blocks stay increasing
+        counts = torch.bincount(key, minlength=g * ncb)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long, device=device), counts.cumsum(0)])
+        return offsets, rows[order]
+
+    def tile_counts(self, tile: int, seqlen: int, device="cpu"):
+        """Visible pairs in every (tile x tile) square, per group: [G, nt, nt] int32, exact.
+
+        counts = R @ keep @ C with R[t, r] = rows of block r inside query tile t (and C alike):
+        O(tiles x blocks) memory, never S x S. float64 keeps every product and sum exact.
+        """
+        import torch
+
+        def overlap(bounds):  # [G, nt, nblocks]: tokens of each block inside each tile
+            nt = -(-seqlen // tile)
+            t0 = (torch.arange(nt, device=device) * tile).view(1, nt, 1)
+            t1 = torch.clamp(t0 + tile, max=seqlen)
+            b = bounds.to(device)
+            lo, hi = b[:, None, :-1], b[:, None, 1:]
+            return (torch.minimum(t1, hi) - torch.maximum(t0, lo)).clamp(min=0).to(torch.float64)
+
+        r, c = overlap(self.row_bounds), overlap(self.col_bounds)
+        counts = r @ self.keep.to(device=device, dtype=torch.float64) @ c.transpose(1, 2)
+        return counts.round().to(torch.int32)
 
     def block_of(self, bounds, seqlen: int):
         """[G, S + padding]: the block index of every position (padding: block 0, see INDEX_PAD)."""
@@ -108,16 +156,33 @@ class SparsePattern:
         per = params["heads_q"] // lay.groups
         return [int(a) for a in lay.area_per_group().repeat_interleave(per)]
 
+    # Keys the generator reads; the others in params are what it produced (recorded, not inputs).
+    generator_keys = ()
+
     def _realised(self, params, lay):
         params["kept_blocks"] = int(lay.keep.sum())
         params["total_blocks"] = int(lay.keep.numel())
         params["realised_density"] = params["kept_blocks"] / params["total_blocks"]
+        params["layout_sha256"] = lay.fingerprint()
         return params
+
+    def layout(self, seqlen, params) -> BlockLayout:
+        """The kept blocks, regenerated from the seed (cached: one cell rebuilds it several times)."""
+        key = json.dumps({k: params[k] for k in self.generator_keys}, sort_keys=True)
+        return _cached_layout(self.name, int(seqlen), key)
+
+    def verify(self, seqlen, params) -> None:
+        """Raise ValueError unless the seed rebuilds exactly the recorded layout."""
+        got = self.layout(seqlen, params).fingerprint()
+        if "layout_sha256" in params and got != params["layout_sha256"]:
+            raise ValueError(f"{self.name}: seed {params['seed']} rebuilds layout {got[:12]}, "
+                             f"the record says {params['layout_sha256'][:12]}")
 
 
 class BlockSparse(SparsePattern):
     name = "block_sparse"
     cfg_keys = ("block_size", "density", "granularity")
+    generator_keys = ("block_size", "density", "groups", "seed")
 
     def check(self, seqlen, cfg):
         b = int(cfg.get("block_size", 0))
@@ -141,7 +206,8 @@ class BlockSparse(SparsePattern):
         }
         return self._realised(params, self.layout(seqlen, params))
 
-    def layout(self, seqlen, params) -> BlockLayout:
+    @staticmethod
+    def generate(seqlen, params) -> BlockLayout:
         import torch
 
         b, g = params["block_size"], params["groups"]
@@ -155,6 +221,7 @@ class BlockSparse(SparsePattern):
 class VariableBlockSparse(SparsePattern):
     name = "variable_block_sparse"
     cfg_keys = ("avg_block", "min_block", "density", "granularity")
+    generator_keys = ("avg_block", "min_block", "density", "groups", "seed")
 
     def check(self, seqlen, cfg):
         a, m = int(cfg.get("avg_block", 0)), int(cfg.get("min_block", 128))
@@ -181,7 +248,8 @@ class VariableBlockSparse(SparsePattern):
         }
         return self._realised(params, self.layout(seqlen, params))
 
-    def layout(self, seqlen, params) -> BlockLayout:
+    @staticmethod
+    def generate(seqlen, params) -> BlockLayout:
         import torch
 
         g, n = params["groups"], seqlen // params["avg_block"]
@@ -197,3 +265,8 @@ class VariableBlockSparse(SparsePattern):
 
 
 SPARSE_PATTERNS = {p.name: p for p in (BlockSparse(), VariableBlockSparse())}
+
+
+@lru_cache(maxsize=2)
+def _cached_layout(name: str, seqlen: int, key: str) -> BlockLayout:
+    return SPARSE_PATTERNS[name].generate(seqlen, json.loads(key))

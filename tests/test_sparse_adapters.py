@@ -1,0 +1,168 @@
+"""The library adapters (VSA, FlashInfer, MIT Block-Sparse-Attention): `unavailable` where the
+library is absent, and the arguments each builds from a Mask, checked against the library's
+documented API and against the mask itself (expanded back to tokens, it is the same mask)."""
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+
+import attnbench.masks as M
+from attnbench import cell as C
+from attnbench.kernels import catalog
+from attnbench.kernels.base import load
+from attnbench.kernels.fa2_sparse import FA2_SPARSE_BLOCK, call_arguments
+from attnbench.kernels.flashinfer_sparse import plan_arguments
+from attnbench.kernels.vsa_sparse import VSA_BLOCK, vsa_arguments
+from attnbench.status import Unsupported
+
+LIBRARIES = {"vsa": "vsa", "flashinfer": "flashinfer", "fa2_sparse": "block_sparse_attn"}
+
+# The documented signatures (vsa 0.0.4 block_sparse_wrapper; flashinfer.sparse
+# VariableBlockSparseAttentionWrapper.plan; block_sparse_attn.block_sparse_attn_func).
+FLASHINFER_PLAN = ("block_mask_map", "block_row_sz", "block_col_sz", "num_qo_heads", "num_kv_heads", "head_dim",
+                   "causal", "pos_encoding_mode", "use_fp16_qk_reduction", "logits_soft_cap", "sm_scale",
+                   "rope_scale", "rope_theta", "non_blocking", "q_data_type", "kv_data_type")
+FA2_SPARSE_FUNC = ("cu_seqlens_q", "cu_seqlens_k", "head_mask_type", "streaming_info", "base_blockmask",
+                   "max_seqlen_q_", "max_seqlen_k_", "p_dropout", "deterministic", "softmax_scale", "is_causal",
+                   "exact_streaming", "return_attn_probs")
+
+
+def uniform(s, block, hq, hkv, density=0.5, seed=0, granularity="kv_head"):
+    return M.sample_mask("block_sparse", s, dict(block_size=block, density=density, granularity=granularity),
+                         np.random.default_rng(seed), heads_q=hq, heads_kv=hkv)
+
+
+def expand_blocks(block_map, row_sizes, col_sizes):
+    """[..., R, C] block map with block sizes -> token-level [..., S, S] (the test's own expansion)."""
+    out = block_map.repeat_interleave(row_sizes, dim=-2)
+    return out.repeat_interleave(col_sizes, dim=-1)
+
+
+@pytest.mark.parametrize("impl", list(LIBRARIES))
+def test_absent_library_gives_an_unavailable_record(impl, repo):
+    if catalog.missing_module(catalog.get(impl)) is None:
+        pytest.skip(f"{LIBRARIES[impl]} is installed here")
+    from attnbench.config import expand_grid, load_config
+
+    cfg = load_config(repo / "config.yaml")
+    spec = next(c for c in expand_grid(cfg, "h200_sparse") if c["impl"] == impl and c["direction"] == "fwd")
+    r = C.run_cell(spec)
+    assert r["status"] == "unavailable"
+    assert f"needs the Python module {LIBRARIES[impl]!r}" in r["status_reason"]
+    assert r["samples"] == [] and r["kernel"]["library_version"] == "missing"
+
+
+def test_catalog_facts_of_the_sparse_kernels():
+    vsa, fi, fa2, tri = (catalog.get(k) for k in ("vsa", "flashinfer", "fa2_sparse", "triton_block_sparse"))
+    assert vsa.mha_only and vsa.block_sizes == (VSA_BLOCK,) and set(vsa.directions["cuda"]) >= {"fwd", "bwd"}
+    assert fi.masks == M.SPARSE_MASKS and fi.directions == {"cuda": ("fwd",)} and not fi.block_sizes
+    assert fa2.block_sizes == (FA2_SPARSE_BLOCK,) and fa2.directions == {"cuda": ("fwd",)} and not fa2.mha_only
+    assert tri.block_sizes == (64, 128) and not tri.mha_only and "bwd" in tri.directions["cuda"]
+    assert "cpu" not in vsa.devices  # every sparse library kernel is GPU-only
+    why = catalog.unsupported_reason(vsa, "block_sparse", "fwd", "cuda", 64, 8, {"block_size": 64})
+    assert "MHA" in why
+    why = catalog.unsupported_reason(fa2, "block_sparse", "fwd", "cuda", 64, 8, {"block_size": 64})
+    assert "block size in (128,)" in why
+    assert "no bwd" in catalog.unsupported_reason(fi, "block_sparse", "bwd", "cuda", 64, 8, {"block_size": 64})
+
+
+def test_vsa_arguments_encode_the_mask():
+    m = uniform(256, 64, 4, 4)
+    block_map, sizes = vsa_arguments(m)
+    assert block_map.shape == (1, 4, 4, 4) and block_map.dtype == torch.bool
+    assert sizes.dtype == torch.int32 and sizes.tolist() == [64] * 4
+    assert torch.equal(expand_blocks(block_map[0], sizes, sizes), m.dense())
+
+
+def test_vsa_refuses_what_it_cannot_run_before_importing_it():
+    k = load(catalog.get("vsa"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=4, head_dim=32)
+    with pytest.raises(Unsupported, match="64-token blocks"):
+        k.prepare(uniform(256, 128, 4, 4))
+    k = load(catalog.get("vsa"), device="cpu", dtype=torch.float16, heads_q=4, heads_kv=4, head_dim=32)
+    with pytest.raises(Unsupported, match="bfloat16 only"):
+        k.prepare(uniform(256, 64, 4, 4))
+
+
+@pytest.mark.parametrize("variable", [False, True])
+def test_flashinfer_plan_arguments_encode_the_mask(variable):
+    hq, hkv, s = 8, 2, 512
+    if variable:
+        m = M.sample_mask("variable_block_sparse", s, dict(avg_block=128, min_block=64, density=0.5),
+                          np.random.default_rng(1), heads_q=hq, heads_kv=hkv)
+    else:
+        m = uniform(s, 64, hq, hkv)
+    args = plan_arguments(m, hq, hkv, 32, torch.bfloat16)
+    assert set(args) <= set(FLASHINFER_PLAN)
+    assert args["num_qo_heads"] == hq and args["num_kv_heads"] == hkv and args["head_dim"] == 32
+    assert args["q_data_type"] == args["kv_data_type"] == torch.bfloat16 and args["causal"] is False
+    mm, rows, cols = args["block_mask_map"], args["block_row_sz"], args["block_col_sz"]
+    assert mm.dtype == torch.bool and mm.shape[0] == hkv and rows.shape == mm.shape[:2]
+    assert cols.shape == (hkv, mm.shape[2]) and rows.dtype == cols.dtype == torch.int32
+    assert (rows.sum(1) == s).all() and (cols.sum(1) == s).all()
+    dense = m.dense()
+    for h in range(hq):  # a query head uses its KV head's map (documented: a group shares the pattern)
+        g = h // (hq // hkv)
+        assert torch.equal(expand_blocks(mm[g], rows[g], cols[g]), dense[h])
+
+
+def test_flashinfer_refuses_per_query_head_masks_under_gqa():
+    m = uniform(256, 64, 4, 2, granularity="head")
+    with pytest.raises(Unsupported, match="per KV head"):
+        plan_arguments(m, 4, 2, 32, torch.bfloat16)
+    mha = uniform(256, 64, 4, 4, granularity="head")
+    assert plan_arguments(mha, 4, 4, 32, torch.bfloat16)["block_mask_map"].shape[0] == 4
+
+
+@pytest.mark.parametrize("granularity", ["kv_head", "head"])
+def test_fa2_sparse_arguments_encode_the_mask(granularity):
+    hq, hkv, s = 8, 2, 512
+    m = uniform(s, FA2_SPARSE_BLOCK, hq, hkv, granularity=granularity)
+    args = call_arguments(m, hq)
+    assert tuple(args) == FA2_SPARSE_FUNC  # keyword for keyword, in the documented order
+    assert args["cu_seqlens_q"].tolist() == [0, s] and args["cu_seqlens_q"].dtype == torch.int32
+    assert args["max_seqlen_q_"] == args["max_seqlen_k_"] == s and args["p_dropout"] == 0.0
+    assert args["head_mask_type"].tolist() == [1] * hq  # every head block-sparse
+    assert args["streaming_info"].shape == (2 * hq,) and args["streaming_info"].dtype == torch.int32
+    bm = args["base_blockmask"]
+    assert bm.shape == (1, hq, s // FA2_SPARSE_BLOCK, s // FA2_SPARSE_BLOCK) and bm.dtype == torch.bool
+    sizes = torch.full((s // FA2_SPARSE_BLOCK,), FA2_SPARSE_BLOCK)
+    assert torch.equal(expand_blocks(bm[0], sizes, sizes), m.dense())
+
+
+def test_a_library_that_fails_to_import_makes_the_cell_unavailable(tmp_path, monkeypatch):
+    """The real `vsa` queries the GPU at import and raises without one: unavailable, not a crash."""
+    from attnbench.status import Unavailable
+
+    pkg = tmp_path / "vsa"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('Found no NVIDIA driver on your system.')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "vsa", raising=False)
+    k = load(catalog.get("vsa"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=4, head_dim=32)
+    with pytest.raises(Unavailable, match="importing vsa failed: Found no NVIDIA driver"):
+        k.prepare(uniform(256, 64, 4, 4))
+
+
+def test_fa2_sparse_refuses_64_token_blocks_before_importing_it():
+    k = load(catalog.get("fa2_sparse"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=2, head_dim=32)
+    with pytest.raises(Unsupported, match="128-token blocks"):
+        k.prepare(uniform(256, 64, 4, 2))
+
+
+@pytest.mark.parametrize("impl,func", [("fa2_sparse", "block_sparse_attn_func"), ("flashinfer", None)])
+def test_installed_library_matches_the_documented_signature(impl, func):
+    """Where the library is installed, its real signature still has the keywords we pass."""
+    if catalog.missing_module(catalog.get(impl)):
+        pytest.skip(f"{LIBRARIES[impl]} is not installed here")
+    if impl == "fa2_sparse":
+        import block_sparse_attn
+
+        params = inspect.signature(getattr(block_sparse_attn, func)).parameters
+        assert set(FA2_SPARSE_FUNC) <= set(params)
+    else:
+        import flashinfer
+
+        params = inspect.signature(flashinfer.VariableBlockSparseAttentionWrapper.plan).parameters
+        assert set(FLASHINFER_PLAN) <= set(params)

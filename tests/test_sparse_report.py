@@ -1,0 +1,88 @@
+"""Sparse tables and figures on a paper-shaped tidy table: every panel, OOM marked, unsupported and
+unavailable kernels listed, dense references at equal area, exactly the files outputs.py names."""
+
+import itertools
+
+import pandas as pd
+import pytest
+
+from attnbench import outputs, sparse_report
+from attnbench.figures import DEFAULT_STYLE
+
+GRID = {"family": "sparse", "direction": ["fwd", "bwd"]}
+
+
+def tidy_table() -> pd.DataFrame:
+    """Rows shaped like collect.py's (the statuses and numbers are test data, not measurements)."""
+    rows = []
+    settings = [("block_sparse", 64, None), ("block_sparse", 128, None), ("variable_block_sparse", None, 256)]
+    for (mask, b, a), (hq, hkv), direction, s, rho in itertools.product(
+            settings, [(64, 8), (64, 64)], ["fwd", "bwd"], [16384, 32768, 65536], [0.2, 0.5, 0.8]):
+        area = rho * s * s
+        for impl in ("flex", "triton_block_sparse", "vsa", "flashinfer"):
+            status, tflops = "ok", 100.0 + s / 1024 * rho
+            if impl == "triton_block_sparse" and mask != "block_sparse":
+                status, tflops = "unsupported", None
+            if impl == "vsa":
+                status, tflops = "unavailable", None
+            if impl == "flashinfer" and direction == "bwd":
+                status, tflops = "unsupported", None
+            if impl == "flashinfer" and direction == "fwd" and s == 65536 and rho == 0.8:
+                status, tflops = "oom", None
+            rows.append(dict(grid="g", family="sparse", impl=impl, mask=mask, seqlen=s, heads_q=hq, heads_kv=hkv,
+                             head_dim=128, dtype="bfloat16", direction=direction, device="cuda",
+                             device_name="NVIDIA H200", status=status, tflops=tflops,
+                             peak_mem_bytes=None if tflops is None else 2**30 * s / 16384,
+                             mem_source="cuda_allocator", block_size=b, avg_block=a, density=rho,
+                             realised_density=rho, mask_area_mean=area))
+    for s, direction in itertools.product([23170, 46341], ["fwd", "bwd"]):  # full mask, area ~ 0.5 S'^2
+        rows.append(dict(grid="g", family="sparse", impl="sdpa_flash", mask="full", seqlen=s, heads_q=64, heads_kv=8,
+                         head_dim=128, dtype="bfloat16", direction=direction, device="cuda", device_name="NVIDIA H200",
+                         status="ok", tflops=400.0, peak_mem_bytes=2**30, mem_source="cuda_allocator",
+                         block_size=None, avg_block=None, density=None, realised_density=None,
+                         mask_area_mean=float(s * s)))
+    df = pd.DataFrame(rows)
+    df["peak_mem_gib"] = df["peak_mem_bytes"] / 2**30
+    return df
+
+
+def test_tables_are_the_listed_files_with_statuses_and_dense_ratio(tmp_path):
+    paths = sparse_report.tables(tidy_table(), tmp_path)
+    assert sorted(p.name for p in paths) == sorted(outputs.table_names(GRID))
+    md = (tmp_path / "sparse_tflops.md").read_text()
+    for text in ("B=64", "B=128", "var A=256", "OOM", "unsup.", "n/a", "triton_block_sparse bwd", "realised density"):
+        assert text in md
+    ratio = pd.read_csv(tmp_path / "sparse_vs_dense.md", sep="|", skipinitialspace=True, skiprows=[1, 3])
+    text = (tmp_path / "sparse_vs_dense.md").read_text()
+    assert "sdpa_flash (full, S=23170)" in text and "sdpa_flash (full, S=46341)" in text
+    assert "64:64" not in text  # no dense reference for MHA here: those rows are left out
+    assert len(ratio) > 0
+    assert r"\begin{tabular}" in (tmp_path / "sparse_memory.tex").read_text()
+
+
+def test_dense_ratio_pairs_equal_area_only():
+    sparse, dense = sparse_report.split(tidy_table())
+    r = sparse_report.dense_ratio(sparse, dense)
+    assert set(r["density"]) == {0.5} and set(r["seqlen"]) == {32768, 65536} and set(r["heads"]) == {"64:8"}
+    row = r[(r["kernel"] == "flex") & (r["seqlen"] == 32768) & (r["direction"] == "fwd")].iloc[0]
+    assert row["fraction of dense"] == pytest.approx(row["tflops"] / 400.0, abs=1e-3)
+
+
+def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):
+    df = tidy_table()
+    paths = sparse_report.figures(df, tmp_path, DEFAULT_STYLE)
+    assert sorted(p.name for p in paths) == sorted(outputs.figure_names(GRID, DEFAULT_STYLE["formats"]))
+    assert all(p.stat().st_size > 0 for p in paths)
+    sparse, dense = sparse_report.split(df)
+    sparse["mem_gib"] = sparse["peak_mem_bytes"] / 2**30
+    at_half = sparse[sparse["density"] == 0.5]
+    _, drawn = sparse_report._figure(at_half, dense, "seqlen", "tflops", "TFLOP/s", "t")
+    assert drawn["panels"] == 3 * 2 * 2  # (B=64, B=128, var A=256) x (GQA, MHA) x (fwd, bwd)
+    missing = drawn["missing"][("var A=256", "64:8", "fwd")]
+    assert missing == {"unsupported": ["triton_block_sparse"], "unavailable": ["vsa"]}
+    assert drawn["missing"][("B=64", "64:8", "bwd")]["unsupported"] == ["flashinfer"]
+    assert drawn["dense_points"] == 2 * 2 * 3  # 2 lengths x 2 directions, in each GQA panel (3 settings)
+    at_dense = sparse[(sparse["seqlen"] == 65536)]
+    _, drawn = sparse_report._figure(at_dense.assign(x=at_dense["density"]), None, "x", "tflops", "TFLOP/s", "t",
+                                     xlog=False)
+    assert drawn["oom_markers"] == 3 * 2  # flashinfer fwd at 64K, density 0.8: each setting, both head counts

@@ -1,0 +1,103 @@
+"""Snakemake end to end on a tiny block-sparse grid in a temporary folder: records with realised
+densities and identical masks across kernels, the sparse tables and figures, dense references."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from attnbench import outputs
+from test_workflow import planned_jobs, snakemake
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_SPARSE = {
+    "description": "tiny block-sparse test grid",
+    "family": "sparse",
+    "device": "cpu",
+    "kernels": ["naive", "sdpa"],
+    "masks": ["block_sparse", "variable_block_sparse"],
+    "seqlen": [128, 256],
+    "heads": [[2, 1]],
+    "head_dim": [16],
+    "dtype": ["float32"],
+    "direction": ["fwd"],
+    "block_size": [32],
+    "avg_block": [64],
+    "density": [0.5],
+    "mask_params": {"min_block": 32},
+    "samples": {"document": 1, "single": 2},
+    "warmup": 0,
+    "reps": 2,
+    "also": [
+        {"density": [0.25], "seqlen": [256]},
+        {"kernels": ["triton_block_sparse", "flashinfer"], "masks": ["block_sparse"], "seqlen": [128]},
+        # a dense reference whose area equals the density-0.5 masks' at 256: 181^2 ~ 0.5 x 256^2
+        {"kernels": ["sdpa"], "masks": ["full"], "seqlen": [181]},
+    ],
+}
+N_CELLS = 2 * 2 * 2 + 2 * 2 + 2 + 1
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("wf_sparse")
+    (d / "code").mkdir()
+    shutil.copy(REPO / "Snakefile", d / "code/Snakefile")
+    shutil.copytree(REPO / "workflow", d / "code/workflow", ignore=shutil.ignore_patterns("__pycache__"))
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["run"] = ["tiny_sparse"]
+    cfg["grids"] = {"tiny_sparse": TINY_SPARSE}
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    p = snakemake(d)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return d
+
+
+@pytest.mark.slow
+def test_tiny_sparse_grid_records_tables_and_figures(run):
+    res = run / "results"
+    df = pd.read_csv(res / "tables/cells.csv")
+    assert len(df) == N_CELLS
+    assert set(df[df["impl"] == "triton_block_sparse"]["status"]) == {"unavailable"}  # GPU-only
+    assert set(df[df["impl"] == "flashinfer"]["status"]) == {"unavailable"}
+    measured = df[df["impl"].isin(["naive", "sdpa"])]
+    assert set(measured["status"]) == {"ok"} and measured["check_passed"].all()
+    sparse = measured[measured["mask"] != "full"]
+    assert sparse["realised_density"].between(0.2, 0.5).all()
+    for f in outputs.table_names(TINY_SPARSE):
+        assert (res / "tables/tiny_sparse" / f).stat().st_size > 0
+    for f in outputs.figure_names(TINY_SPARSE, ["png", "pdf"]):
+        assert (res / "figures/tiny_sparse" / f).stat().st_size > 0
+    table = (res / "tables/tiny_sparse/sparse_tflops.md").read_text()
+    assert "B=32" in table and "var A=64" in table and "naive fwd" in table and "n/a" in table
+    ratio = (res / "tables/tiny_sparse/sparse_vs_dense.md").read_text()
+    assert "sdpa (full, S=181)" in ratio  # the equal-area dense reference was found
+    assert planned_jobs(snakemake(run, "-n")) == {}
+
+
+@pytest.mark.slow
+def test_kernels_of_a_grid_point_got_the_same_masks(run):
+    cells = run / "results/cells/tiny_sparse/sparse"
+    for mask in ("block_sparse", "variable_block_sparse"):
+        for point in (cells / "naive" / mask).glob("*.json"):
+            a = json.loads(point.read_text())
+            b = json.loads((cells / "sdpa" / mask / point.name).read_text())
+            pa = [s["mask_params"] for s in a["samples"]]
+            assert pa == [s["mask_params"] for s in b["samples"]] and len(pa) == 2
+            assert all("layout_sha256" in p and "realised_density" in p for p in pa)
+            assert pa[0]["seed"] != pa[1]["seed"]
+
+
+@pytest.mark.slow
+def test_editing_the_sparse_report_reruns_only_its_tables_and_figures(run):
+    code = run / "code/workflow/attnbench/sparse_report.py"
+    original = code.read_text()
+    code.write_text(original + "\n# an edit\n")
+    try:
+        plan = planned_jobs(snakemake(run, "-n"))
+    finally:
+        code.write_text(original)
+    assert set(plan) == {"tables_tiny_sparse", "figures_tiny_sparse", "all"}

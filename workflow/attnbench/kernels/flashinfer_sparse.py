@@ -1,0 +1,63 @@
+"""FlashInfer's VariableBlockSparseAttentionWrapper (PyPI `flashinfer-python`), forward only.
+
+plan(block_mask_map [Hkv, MB, NB] bool, block_row_sz [Hkv, MB], block_col_sz [Hkv, NB],
+num_qo_heads, num_kv_heads, head_dim, ...) then run(q [Hq, S, D], k/v [Hkv, S, D]). Its mask is
+per KV head (a GQA group shares it), so a mask drawn per query head under GQA is unsupported.
+It gets exactly the realised mask every other kernel gets (the reference drew FlashInfer its
+own random mask). plan() happens in prepare, outside the timed region; it expands the kept
+blocks into token indices (memory ~ Hkv x row blocks x kept tokens), which is what runs out of
+memory at long lengths and high densities.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..status import Unavailable, Unsupported, is_oom
+from .base import Kernel
+
+WORKSPACE_BYTES = 128 * 2**20  # the size FlashInfer's documentation recommends
+JIT_FAILURE_WORDS = ("nvcc", "ninja", "cuda_home", "compilation", "failed to compile")
+
+
+def plan_arguments(mask, heads_q: int, heads_kv: int, head_dim: int, dtype, device="cpu") -> dict:
+    """Keyword arguments of VariableBlockSparseAttentionWrapper.plan for this mask."""
+    import torch
+
+    lay = mask.layout()
+    if lay.groups != heads_kv:
+        raise Unsupported(f"flashinfer: its block mask is per KV head ({heads_kv}), this mask has {lay.groups} "
+                          f"groups (granularity={mask.params.get('granularity')!r}); use granularity kv_head")
+    return {
+        "block_mask_map": lay.keep.to(device),
+        "block_row_sz": lay.row_bounds.diff(dim=1).to(device=device, dtype=torch.int32),
+        "block_col_sz": lay.col_bounds.diff(dim=1).to(device=device, dtype=torch.int32),
+        "num_qo_heads": heads_q,
+        "num_kv_heads": heads_kv,
+        "head_dim": head_dim,
+        "causal": False,
+        "sm_scale": 1.0 / math.sqrt(head_dim),
+        "q_data_type": dtype,
+        "kv_data_type": dtype,
+    }
+
+
+class FlashInferVariableBlockSparse(Kernel):
+    layout = "bhsd"
+
+    def prepare(self, mask):
+        import torch
+
+        if not mask.sparse:
+            self.unsupported(f"runs block-sparse masks only, not {mask.name}")
+        args = plan_arguments(mask, self.heads_q, self.heads_kv, self.head_dim, self.dtype, self.device)
+        flashinfer = self.import_library("flashinfer")
+        workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
+        wrapper = flashinfer.VariableBlockSparseAttentionWrapper(workspace)
+        try:
+            wrapper.plan(**args)  # JIT-compiles its kernel on first use
+        except Exception as e:  # noqa: BLE001 - only a failed build is a cell outcome; the rest propagates
+            if not is_oom(e) and any(w in str(e).lower() for w in JIT_FAILURE_WORDS):
+                raise Unavailable(f"flashinfer could not build its kernel here: {str(e).splitlines()[0][:300]}") from e
+            raise
+        return lambda q, k, v: wrapper.run(q[0], k[0], v[0]).unsqueeze(0)
