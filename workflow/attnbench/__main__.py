@@ -52,7 +52,8 @@ def cmd_collect(a):
 def cmd_tables(a):
     from .tables import write_tables
 
-    for p in write_tables(a.cells, a.out_dir, grid=a.grid):
+    grid_cfg = json.loads(a.grid_config) if a.grid_config else None
+    for p in write_tables(a.cells, a.out_dir, grid=a.grid, grid_cfg=grid_cfg):
         print(p)
 
 
@@ -95,7 +96,7 @@ def cmd_regenerate(a):
     for g in grids:
         if g not in set(df["grid"]):
             continue
-        write_tables(out / "tables" / "cells.csv", out / "tables" / g, grid=g)
+        write_tables(out / "tables" / "cells.csv", out / "tables" / g, grid=g, grid_cfg=cfg["grids"][g])
         write_figures(out / "tables" / "cells.csv", out / "figures" / g, cfg["figures"], grid=g,
                       grid_cfg=cfg["grids"][g])
         print(f"{g}: {len(outputs.table_names(cfg['grids'][g]))} tables, "
@@ -140,6 +141,7 @@ def main(argv=None):
     c.add_argument("--cells", required=True)
     c.add_argument("--out-dir", required=True)
     c.add_argument("--grid", help="only this grid's cells")
+    c.add_argument("--grid-config", help="the grid's config as JSON (its family and description)")
     c.set_defaults(fn=cmd_tables)
     c = sub.add_parser("figures", help="tidy CSV -> PNG and PDF figures")
     c.add_argument("--cells", required=True)

@@ -15,6 +15,8 @@ COLUMNS = [
     "peak_mem_increment_bytes", "mem_source", "max_rel_err", "check_passed", "samples", "mask_area_mean",
     "block_size", "avg_block", "density", "realised_density", "library_version", "torch", "git_commit",
     "cell_id", "record",
+    # provenance for report captions (spec/measurement.md: the environment fingerprint)
+    "warmup", "reps", "host", "python", "triton", "cuda", "cudnn", "driver", "git_dirty", "started_at", "finished_at",
 ]
 
 
@@ -52,6 +54,12 @@ def row(record: dict, path: str) -> dict:
         "git_commit": env.get("git_commit"),
         "cell_id": record.get("cell_id"),
         "record": path,
+        "warmup": cell.get("warmup"),
+        "reps": cell.get("reps"),
+        **{k: env.get(k) for k in ("host", "python", "cuda", "cudnn", "driver", "git_dirty")},
+        "triton": (env.get("libraries") or {}).get("triton"),
+        "started_at": record.get("started_at"),
+        "finished_at": record.get("finished_at"),
     }
     r.update(record.get("table_extra", {}))  # family-specific columns (e.g. context parallelism)
     return r
