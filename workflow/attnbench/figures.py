@@ -9,6 +9,7 @@ keeps its colour and marker (attnbench.style).
 
 from __future__ import annotations
 
+from functools import partial
 from importlib import import_module
 from pathlib import Path
 
@@ -193,25 +194,32 @@ def memory_lines(df: pd.DataFrame, value: str, ylabel: str, title: str, subtitle
 # ----------------------------------------------------------------------------- the kernel family
 
 
-def kernel_figures(df: pd.DataFrame, out: Path, style, grid_cfg=None) -> list[Path]:
-    paths = []
+def kernel_figure_makers(df: pd.DataFrame, style) -> dict:
+    """{stem: function drawing that figure}, so a caller can draw any subset (in parallel)."""
     head = describe(df)
     df = df.assign(mem_gib=df["peak_mem_bytes"] / GIB)
     s_bar = bar_length(df, style.get("bar_seqlen"))
+    makers = {}
     for d in dict.fromkeys(df["direction"]):
         sub = df[df["direction"] == d]
         at = sub[sub["seqlen"] == s_bar]
         title = f"{direction_label(d).capitalize()} TFLOP/s at S = {seqlen_label(s_bar)}"
-        fig, _ = bars_at_length(at, title, expected_impls=set(sub["impl"]), subtitle=head)
-        paths += save(fig, out, f"tflops_bars_{d}", style)
+        makers[f"tflops_bars_{d}"] = partial(bars_at_length, at, title, expected_impls=set(sub["impl"]), subtitle=head)
         title = f"Peak memory vs sequence length, {direction_label(d)}"
-        fig, _ = memory_lines(sub, "mem_gib", memory_label(sub), title, subtitle=head)
-        paths += save(fig, out, f"memory_vs_seqlen_{d}", style)
+        makers[f"memory_vs_seqlen_{d}"] = partial(memory_lines, sub, "mem_gib", memory_label(sub), title, subtitle=head)
     for fam, masks in mask_families(df["mask"]).items():
-        sub = df[df["mask"].isin(masks)]
         title = f"TFLOP/s vs sequence length, {family_title(fam)}"
-        fig, _ = family_lines(sub, masks, "tflops", "TFLOP/s", title, subtitle=head)
-        paths += save(fig, out, f"tflops_vs_seqlen_{fam}", style)
+        makers[f"tflops_vs_seqlen_{fam}"] = partial(family_lines, df[df["mask"].isin(masks)], masks, "tflops",
+                                                    "TFLOP/s", title, subtitle=head)
+    return makers
+
+
+def kernel_figures(df: pd.DataFrame, out: Path, style, grid_cfg=None, only=None) -> list[Path]:
+    paths = []
+    for stem, draw in kernel_figure_makers(df, style).items():
+        if only is None or stem in only:
+            fig, _ = draw()
+            paths += save(fig, out, stem, style)
     return paths
 
 
@@ -249,7 +257,10 @@ def kernel_captions(df: pd.DataFrame, style) -> dict:
 # ----------------------------------------------------------------------------- entry point
 
 
-def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_cfg: dict | None = None):
+def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_cfg: dict | None = None,
+                  only=None):
+    """Draw the grid's figures and their captions; `only`: just these stems (family kernel), so
+    regeneration can share the figures among processes."""
     style = apply_theme(style)
     df = read_cells(cells_csv)
     if grid:
@@ -258,14 +269,16 @@ def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_
     out.mkdir(parents=True, exist_ok=True)
     family = (grid_cfg or {}).get("family") or (df["family"].iloc[0] if len(df) else "kernel")
     if family == "kernel":
-        paths = kernel_figures(df, out, style, grid_cfg)
+        paths = kernel_figures(df, out, style, grid_cfg, only)
         whats = kernel_captions(df, style)
     else:
+        only = None
         mod = import_module(f".{family}_report", __package__)
         paths = mod.figures(df, out, style)
         whats = mod.captions(df) if hasattr(mod, "captions") else {}
     if grid_cfg is not None:  # make sure the files Snakemake expects are the ones written
-        expected = {out / n for n in outputs.figure_names(grid_cfg, style["formats"])}
+        stems = [s for s in outputs.figure_stems(grid_cfg) if only is None or s in only]
+        expected = {out / f"{s}.{fmt}" for s in stems for fmt in style["formats"]}
         missing = expected - set(paths)
         if missing:
             raise RuntimeError(f"figures not produced: {sorted(map(str, missing))}")

@@ -16,7 +16,7 @@ STATUS_MEANING = {
     "ok": "measured, agrees with the float64 reference",
     "oom": "out of memory at this size",
     "unsupported": "the kernel cannot express this mask or shape",
-    "unavailable": "library not installed or device lacks what it needs (not measured here)",
+    "unavailable": "library not installed or device lacks what it needs; not measured here",
     "incorrect": "ran, but disagrees with the float64 reference (time kept, flagged)",
 }
 # Statuses whose rows carry a time (and so a TFLOP/s value).

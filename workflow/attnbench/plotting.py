@@ -244,6 +244,7 @@ def categorical_lengths(ax, lengths: list):
 
 def finish_axes(ax, ylabel: str):
     ax.set_ylim(bottom=0)
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.06)  # head room: points at the maximum stay whole
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.minorticks_off()

@@ -100,7 +100,9 @@ def support_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _latex(table: pd.DataFrame, caption: str, label: str) -> str:
-    tex = table.to_latex(escape=True, caption=caption, label=label)
+    if table.index.name:  # a named index (kernel, S) as the first column: one header row, not two
+        table = table.reset_index()
+    tex = table.to_latex(escape=True, caption=caption, label=label, index=False)
     for sym, cmd in LATEX_SYMBOLS.items():
         tex = tex.replace(sym, cmd)
     return tex
@@ -134,14 +136,20 @@ STATUS_NOTE = ("OOM: out of memory; unsup.: unsupported; n/a: unavailable (not m
                "(wrong): disagrees with the float64 reference")
 
 
+def memory_source(df: pd.DataFrame) -> str:
+    src = set(df["mem_source"].dropna()) if "mem_source" in df else set()
+    return ", process RSS" if src == {"process_rss"} else ""
+
+
 def kernel_tables(df: pd.DataFrame, out: Path) -> list[Path]:
     about = _describe(df)
     paths = _write_sections(length_tables(df, "tflops"), out / "tflops",
                             f"TFLOP/s (median) per sequence length and kernel; {STATUS_NOTE}; {about}")
     paths += _write_sections(length_tables(df, "peak_mem_gib"), out / "memory",
-                             f"Peak memory (GiB) per sequence length and kernel; {STATUS_NOTE}; {about}")
+                             f"Peak memory (GiB{memory_source(df)}) per sequence length and kernel; {STATUS_NOTE}; "
+                             f"{about}")
     support = (f"Kernel support per mask, from the recorded statuses: {SUPPORTED} ran in every direction, "
-               f"fwd/bwd: only those, {UNSUPPORTED}: unsupported, n/a: unavailable here; {about}")
+               f"fwd/bwd: only those, {UNSUPPORTED}: unsupported, n/a: unavailable here, blank: no cell; {about}")
     paths += _write(support_table(df), out / "support", support)
     return paths
 
@@ -150,16 +158,19 @@ def kernel_table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
     """What each kernel-family table holds, and the support table itself for its caption."""
     from tabulate import tabulate
 
+    sources = ", ".join(sorted(set(df["mem_source"].dropna()))) or "none recorded"
     whats = {
         "tflops": ("TFLOP/s (median over all timed repetitions of all sampled masks) per sequence length (rows) "
                    "and kernel (columns), one table per mask, heads setting and direction; a status word replaces "
                    f"the number where there is none ({STATUS_NOTE}). Markdown and LaTeX."),
         "memory": ("Peak memory (GiB) of the timed call per sequence length (rows) and kernel (columns), one table per "
-                   f"mask, heads setting and direction ({STATUS_NOTE}). Markdown and LaTeX."),
+                   f"mask, heads setting and direction ({STATUS_NOTE}). Memory source: {sources} (cuda_allocator: "
+                   "peak bytes PyTorch allocated on the GPU; process_rss: the CPU process's peak resident set). "
+                   "Markdown and LaTeX."),
         "support": ("Kernel support per mask (the paper's Table 1), derived from the recorded statuses: "
                     f"{SUPPORTED} a cell ran (ok, incorrect or out of memory) in every direction, a direction list "
-                    f"when only those ran, {UNSUPPORTED} unsupported, n/a unavailable on this machine ("
-                    f"{STATUS_MEANING['unavailable']})."),
+                    f"when only those ran, {UNSUPPORTED} unsupported, n/a unavailable ("
+                    f"{STATUS_MEANING['unavailable']}), blank: the grid has no cell there."),
     }
     t = support_table(df)
     rst = tabulate(t.reset_index().values.tolist(), headers=["kernel", *t.columns], tablefmt="grid")
