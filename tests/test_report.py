@@ -149,8 +149,8 @@ def test_write_figures_writes_the_promised_files_and_captions(cells_csv, tmp_pat
                                                    "memory_vs_seqlen_bwd", "tflops_vs_seqlen_full_causal",
                                                    "tflops_vs_seqlen_share_question"}
     cap = (tmp_path / "tflops_bars_fwd.caption.rst").read_text()
-    for fact in ("Test GPU 80GB", "CUDA 12.8", "torch 2.11.0+test", "bfloat16", "S = 8K (the configured length)",
-                 "Fig. 3", "0123456789"):
+    for fact in ("Test GPU 80GB", "CUDA 12.8", "driver 570.00", "torch 2.11.0+test", "bfloat16",
+                 "S = 8K (the configured length)", "Fig. 3", "0123456789"):
         assert fact in cap.replace("\\", ""), fact
 
 

@@ -75,5 +75,10 @@ def collect(paths=(), root=None) -> pd.DataFrame:
     return df.sort_values(keys, kind="stable", na_position="last").reset_index(drop=True)
 
 
+# Versions and names stay text ("12.10" is not 12.1, "570.00" not 570.0).
+TEXT_COLUMNS = ("device_name", "library_version", "torch", "git_commit", "host", "python", "triton", "cuda", "cudnn",
+                "driver", "started_at", "finished_at")
+
+
 def read_cells(path) -> pd.DataFrame:
-    return pd.read_csv(path, keep_default_na=True)
+    return pd.read_csv(path, keep_default_na=True, dtype={c: str for c in TEXT_COLUMNS})
