@@ -251,3 +251,12 @@ def test_tidy_helper_blanks_numbers_of_untimed_rows():
     t = tidy([{"impl": "fa2", "mask": "causal", "seqlen": 8, "heads_q": 1, "heads_kv": 1, "direction": "fwd",
                "status": "unsupported", "tflops": 3.0, "peak_mem_bytes": 5.0}])
     assert t["tflops"].isna().all() and t["peak_mem_bytes"].isna().all()
+
+
+def test_a_grid_varying_another_axis_is_refused_not_averaged(df, tmp_path):
+    two = pd.concat([df, df.assign(dtype="float16")])
+    with pytest.raises(ValueError, match="differ in dtype"):
+        figures.kernel_figure_makers(two, {"bar_seqlen": 8192})
+    with pytest.raises(ValueError, match="differ in dtype"):
+        tables.kernel_tables(two.assign(peak_mem_gib=1.0), tmp_path)
+

@@ -144,6 +144,29 @@ def test_report_has_a_caption_per_figure_and_table_from_the_records(workdir):
 
 
 @pytest.mark.slow
+def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
+    """`make figures` / `make report`: everything again from the records, in seconds, no cell run."""
+    if not (workdir / "results/tables/cells.csv").exists():
+        pytest.skip("needs the run of the first test")
+    promised = [workdir / "results" / f for f in ("tables/tiny/support.md", "figures/tiny/tflops_bars_fwd.png",
+                                                  "figures/tiny/tflops_bars_fwd.caption.rst")]
+    for f in promised:
+        f.unlink()
+    records = sorted((workdir / "results/cells").rglob("*.json"))
+    before = [r.stat().st_mtime for r in records]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    p = subprocess.run([sys.executable, "-m", "attnbench", "regenerate", "--config", "config.yaml", "--report",
+                        "--snakefile", str(workdir / "code/Snakefile")], cwd=workdir, capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    print(p.stdout)  # the phases and their seconds
+    assert all(f.stat().st_size > 0 for f in promised)
+    assert "Machine:</th>" in (workdir / "results/report.html").read_text()
+    assert re.search(r"regenerated in [0-9.]+ s", p.stdout)
+    assert [r.stat().st_mtime for r in records] == before  # no record rewritten, no cell run
+
+
+@pytest.mark.slow
 def test_installing_a_missing_library_reruns_exactly_its_cells(workdir, tmp_path):
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the first test")

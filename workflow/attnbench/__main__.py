@@ -69,7 +69,7 @@ def cmd_figures(a):
 
 def _regenerate_part(task):
     """One piece of regeneration (a grid's tables, or some of its figures), run in a worker."""
-    kind, cells, out_dir, cfg, grid, only = task
+    kind, cells, out_dir, cfg, grid, only, complete = task
     if kind == "tables":
         from .tables import write_tables
 
@@ -77,13 +77,15 @@ def _regenerate_part(task):
     else:
         from .figures import write_figures
 
-        write_figures(cells, out_dir, cfg["figures"], grid=grid, grid_cfg=cfg["grids"][grid], only=only)
+        write_figures(cells, out_dir, cfg["figures"], grid=grid, grid_cfg=cfg["grids"][grid], only=only,
+                      strict=complete)
     return task
 
 
-def regeneration_tasks(cfg, grids, out: Path) -> list:
+def regeneration_tasks(cfg, grids, out: Path, complete: bool = True) -> list:
     """Tables and figures of each grid as independent tasks, the costliest first (memory figures,
-    then the mask-family figures); a kernel grid's figures one task each."""
+    then the mask-family figures); a kernel grid's figures one task each. `complete`: every record
+    of the grids is there (then every promised figure must be drawn)."""
     from . import outputs
 
     cells = out / "tables" / "cells.csv"
@@ -92,8 +94,9 @@ def regeneration_tasks(cfg, grids, out: Path) -> list:
         grid = cfg["grids"][g]
         stems = outputs.figure_stems(grid) if grid["family"] == "kernel" else [None]
         stems.sort(key=lambda s: (not str(s).startswith("memory"), not str(s).startswith("tflops_vs")))
-        tasks += [("figures", cells, out / "figures" / g, cfg, g, None if s is None else {s}) for s in stems]
-        tasks.append(("tables", cells, out / "tables" / g, cfg, g, None))
+        tasks += [("figures", cells, out / "figures" / g, cfg, g, None if s is None else {s}, complete)
+                  for s in stems]
+        tasks.append(("tables", cells, out / "tables" / g, cfg, g, None, complete))
     return tasks
 
 
@@ -125,7 +128,7 @@ def cmd_regenerate(a):
     t1 = time.perf_counter()
     print(f"{len(records)} records -> {out}/tables/cells.csv in {t1 - t0:.1f} s")
     grids = [g for g in grids if g in set(df["grid"])]
-    tasks = regeneration_tasks(cfg, grids, out)
+    tasks = regeneration_tasks(cfg, grids, out, complete=len(records) == len(expected))
     if a.jobs > 1:
         with ProcessPoolExecutor(a.jobs) as pool:
             list(pool.map(_regenerate_part, tasks))

@@ -82,3 +82,19 @@ TEXT_COLUMNS = ("device_name", "library_version", "torch", "git_commit", "host",
 
 def read_cells(path) -> pd.DataFrame:
     return pd.read_csv(path, keep_default_na=True, dtype={c: str for c in TEXT_COLUMNS})
+
+
+POINT = ["impl", "mask", "seqlen", "heads_q", "heads_kv", "direction"]
+
+
+def one_row_per_point(df: pd.DataFrame, what: str) -> pd.DataFrame:
+    """The kernel figures and tables draw one number per (kernel, mask, length, heads, direction);
+    a grid that varies another axis (dtype, head dim, mask parameters) must be split, not averaged."""
+    dup = df[df.duplicated(POINT, keep=False)]
+    if len(dup):
+        varying = [c for c in ("dtype", "head_dim", "block_size", "avg_block", "density", "gpus")
+                   if c in dup and dup.groupby(POINT)[c].nunique(dropna=False).max() > 1]
+        raise ValueError(f"{what}: {len(dup)} rows share a (kernel, mask, length, heads, direction); they differ in "
+                         f"{', '.join(varying) or 'no recorded column'}; use one value of those per grid")
+    return df
+

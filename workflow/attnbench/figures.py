@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.patches import Patch
 
 from . import captions, outputs
-from .collect import read_cells
+from .collect import one_row_per_point, read_cells
 from .labels import (DIRECTION_LABEL, MASK_FAMILIES, TIMED, direction_label, family_title, heads_label,
                      mask_families, order)
 from .labels import seqlen_label  # noqa: F401  (re-exported for the family report modules)
@@ -196,6 +196,7 @@ def memory_lines(df: pd.DataFrame, value: str, ylabel: str, title: str, subtitle
 
 def kernel_figure_makers(df: pd.DataFrame, style) -> dict:
     """{stem: function drawing that figure}, so a caller can draw any subset (in parallel)."""
+    one_row_per_point(df, "kernel figures")
     head = describe(df)
     df = df.assign(mem_gib=df["peak_mem_bytes"] / GIB)
     s_bar = bar_length(df, style.get("bar_seqlen"))
@@ -258,9 +259,10 @@ def kernel_captions(df: pd.DataFrame, style) -> dict:
 
 
 def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_cfg: dict | None = None,
-                  only=None):
+                  only=None, strict: bool = True):
     """Draw the grid's figures and their captions; `only`: just these stems (family kernel), so
-    regeneration can share the figures among processes."""
+    regeneration can share the figures among processes. `strict`: fail unless every file the grid
+    promises (outputs.py) was written; off when regenerating from an incomplete set of records."""
     style = apply_theme(style)
     df = read_cells(cells_csv)
     if grid:
@@ -276,7 +278,7 @@ def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_
         mod = import_module(f".{family}_report", __package__)
         paths = mod.figures(df, out, style)
         whats = mod.captions(df) if hasattr(mod, "captions") else {}
-    if grid_cfg is not None:  # make sure the files Snakemake expects are the ones written
+    if strict and grid_cfg is not None:  # make sure the files Snakemake expects are the ones written
         stems = [s for s in outputs.figure_stems(grid_cfg) if only is None or s in only]
         expected = {out / f"{s}.{fmt}" for s in stems for fmt in style["formats"]}
         missing = expected - set(paths)

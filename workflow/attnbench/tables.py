@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import captions
-from .collect import read_cells
+from .collect import one_row_per_point, read_cells
 from .labels import (DIRECTION_LABEL, STATUS_LABEL, STATUS_MEANING, TIMED, heads_label, mask_families, order,
                      seqlen_label)
 
@@ -142,6 +142,7 @@ def memory_source(df: pd.DataFrame) -> str:
 
 
 def kernel_tables(df: pd.DataFrame, out: Path) -> list[Path]:
+    one_row_per_point(df, "kernel tables")
     about = _describe(df)
     paths = _write_sections(length_tables(df, "tflops"), out / "tflops",
                             f"TFLOP/s (median) per sequence length and kernel; {STATUS_NOTE}; {about}")
