@@ -109,7 +109,7 @@ def caption_text(what: str, df: pd.DataFrame, grid: str | None = None, grid_cfg:
     desc = (grid_cfg or {}).get("description")
     fields = [
         ("Machine", machine(df)),
-        ("Data", (f"grid {grid}" + (f" ({desc})" if desc else "") + "; " if grid else "") + data(df)),
+        ("Grid data", (f"grid {grid}" + (f" ({desc})" if desc else "") + "; " if grid else "") + data(df)),
         ("Software", software(df)),
         ("Code", code(df)),
         ("Source", "the tidy table results/tables/cells.csv; each row names its cell record"),
