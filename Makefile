@@ -8,7 +8,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 SNAKEMAKE := $(BIN)/snakemake
 
-.PHONY: run test figures dry-run clean-results
+.PHONY: run test figures report dry-run clean-results
 
 $(VENV)/.installed: envs/requirements-cpu.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is needed, found " + sys.version'
@@ -24,11 +24,17 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
 
-# Tidy table, tables and figures again from the records on disk (no cell runs).
+# Tidy table, tables, figures and their captions again from the records on disk (no cell runs);
+# `make report` also writes the HTML report (<output_dir>/report.html, or REPORT=path).
 # Other grids: make figures GRIDS="paper_kernels" CONFIG_OVERRIDES='{"output_dir": "results/h200"}'
+REGENERATE = $(BIN)/python -m attnbench regenerate --config config.yaml $(if $(GRIDS),--grids $(GRIDS)) \
+	$(if $(CONFIG_OVERRIDES),--overrides '$(CONFIG_OVERRIDES)') --jobs $(CORES)
+
 figures: $(VENV)/.installed
-	$(BIN)/python -m attnbench regenerate --config config.yaml $(if $(GRIDS),--grids $(GRIDS)) \
-		$(if $(CONFIG_OVERRIDES),--overrides '$(CONFIG_OVERRIDES)')
+	$(REGENERATE)
+
+report: $(VENV)/.installed
+	$(REGENERATE) --report $(REPORT)
 
 dry-run: $(VENV)/.installed
 	$(SNAKEMAKE) --profile profiles/local --cores $(CORES) -n

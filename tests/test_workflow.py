@@ -81,32 +81,89 @@ def test_crash_keep_going_then_rerun_only_the_crashed_cell(workdir):
     assert len(df) == N_CELLS
     assert set(df["status"]) == {"ok", "unavailable"}
     assert (df[df["impl"] == "fa2"]["status"] == "unavailable").all()
-    for f in ("tables/tiny/tflops.md", "tables/tiny/support.tex", "figures/tiny/tflops_vs_seqlen_fwd.png",
-              "figures/tiny/heatmap_fwd.pdf", "figures/tiny/memory_vs_seqlen_fwd.png"):
+    for f in ("tables/tiny/tflops.md", "tables/tiny/support.tex", "tables/tiny/support.caption.rst",
+              "figures/tiny/tflops_bars_fwd.pdf", "figures/tiny/tflops_vs_seqlen_full_causal.png",
+              "figures/tiny/tflops_vs_seqlen_document.png", "figures/tiny/memory_vs_seqlen_fwd.png",
+              "figures/tiny/tflops_bars_fwd.caption.rst"):
         assert (workdir / "results" / f).stat().st_size > 0
     assert planned_jobs(snakemake(workdir, "-n")) == {}
+
+
+def plan_after_edit(workdir, module):
+    """The dry-run plan after appending a comment to one module of the workflow's code copy."""
+    code = workdir / "code/workflow/attnbench" / module
+    original = code.read_text()
+    code.write_text(original + "\n# an edit\n")
+    try:
+        return planned_jobs(snakemake(workdir, "-n"))
+    finally:
+        code.write_text(original)
+        os.utime(code, (0, 0))  # older than the outputs again, as before the edit
 
 
 @pytest.mark.slow
 def test_plotting_code_or_style_reruns_only_figures(workdir):
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the previous test")
-    # The figure rule's code file is an input: an edited plotting module reruns only the figures.
-    code = workdir / "code/workflow/attnbench/figures.py"
-    original = code.read_text()
-    code.write_text(original + "\n# an edit\n")
-    try:
-        plan = planned_jobs(snakemake(workdir, "-n"))
-    finally:
-        code.write_text(original)
-    assert set(plan) == {"figures_tiny", "all"}
+    # The figure rule's code files are inputs: edited plotting code reruns only the figures.
+    for module in ("figures.py", "plotting.py", "style.py", "outputs.py"):
+        assert set(plan_after_edit(workdir, module)) == {"figures_tiny", "all"}, module
+    # ... and edited table code only the tables; the shared names and captions both, never a cell.
+    assert set(plan_after_edit(workdir, "tables.py")) == {"tables_tiny", "all"}
+    for module in ("labels.py", "captions.py"):
+        assert set(plan_after_edit(workdir, module)) == {"figures_tiny", "tables_tiny", "all"}, module
     # A style setting is a parameter of the figure rule only.
-    (workdir / "style.yaml").write_text("figures: {dpi: 80}\n")
-    plan = planned_jobs(snakemake(workdir, "-n", "--configfile", str(workdir / "config.yaml"), str(workdir / "style.yaml")))
-    assert set(plan) == {"figures_tiny", "all"}
+    for style in ("figures: {dpi: 80}", "figures: {bar_seqlen: 64}"):
+        (workdir / "style.yaml").write_text(style + "\n")
+        plan = planned_jobs(snakemake(workdir, "-n", "--configfile", str(workdir / "config.yaml"),
+                                      str(workdir / "style.yaml")))
+        assert set(plan) == {"figures_tiny", "all"}, style
     # The named target regenerates figures and tables without running a cell.
     p = snakemake(workdir, "figures", "tables", "--forcerun", "figures_tiny", "tables_tiny")
     assert p.returncode == 0 and "kernel_cell" not in p.stdout + p.stderr
+
+
+@pytest.mark.slow
+def test_report_has_a_caption_per_figure_and_table_from_the_records(workdir):
+    if not (workdir / "results/tables/cells.csv").exists():
+        pytest.skip("needs the run of the first test")
+    p = snakemake(workdir, "--report", str(workdir / "report.html"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    html = (workdir / "report.html").read_text()
+    df = pd.read_csv(workdir / "results/tables/cells.csv")
+    figures = sorted((workdir / "results/figures/tiny").glob("*.png"))
+    tables = sorted((workdir / "results/tables/tiny").glob("*.md"))
+    assert len(figures) == 4 and len(tables) == 3  # bars, memory, 2 mask families; tflops, memory, support
+    for f in figures + tables:
+        assert f'"{f.name}"' in html, f.name  # each is in the report ...
+    # ... with a caption naming the machine and software of the records
+    assert html.count("Machine:</th>") == len(figures) + len(tables)
+    assert html.count(f"torch {df['torch'].iloc[0]}") >= len(figures) + len(tables)
+    assert df["device_name"].iloc[0] in html
+    assert "System Message" not in html  # no reStructuredText error in any caption
+
+
+@pytest.mark.slow
+def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
+    """`make figures` / `make report`: everything again from the records, in seconds, no cell run."""
+    if not (workdir / "results/tables/cells.csv").exists():
+        pytest.skip("needs the run of the first test")
+    promised = [workdir / "results" / f for f in ("tables/tiny/support.md", "figures/tiny/tflops_bars_fwd.png",
+                                                  "figures/tiny/tflops_bars_fwd.caption.rst")]
+    for f in promised:
+        f.unlink()
+    records = sorted((workdir / "results/cells").rglob("*.json"))
+    before = [r.stat().st_mtime for r in records]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    p = subprocess.run([sys.executable, "-m", "attnbench", "regenerate", "--config", "config.yaml", "--report",
+                        "--snakefile", str(workdir / "code/Snakefile")], cwd=workdir, capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    print(p.stdout)  # the phases and their seconds
+    assert all(f.stat().st_size > 0 for f in promised)
+    assert "Machine:</th>" in (workdir / "results/report.html").read_text()
+    assert re.search(r"regenerated in [0-9.]+ s", p.stdout)
+    assert [r.stat().st_mtime for r in records] == before  # no record rewritten, no cell run
 
 
 @pytest.mark.slow

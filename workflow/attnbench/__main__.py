@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def cmd_collect(a):
 def cmd_tables(a):
     from .tables import write_tables
 
-    for p in write_tables(a.cells, a.out_dir, grid=a.grid):
+    grid_cfg = json.loads(a.grid_config) if a.grid_config else None
+    for p in write_tables(a.cells, a.out_dir, grid=a.grid, grid_cfg=grid_cfg):
         print(p)
 
 
@@ -66,15 +68,46 @@ def cmd_figures(a):
         print(p)
 
 
-def cmd_regenerate(a):
-    """Tidy table, tables and figures from the records already on disk; runs no cell."""
-    import time
+def _regenerate_part(task):
+    """One piece of regeneration (a grid's tables, or some of its figures), run in a worker."""
+    kind, cells, out_dir, cfg, grid, only, complete = task
+    if kind == "tables":
+        from .tables import write_tables
 
+        write_tables(cells, out_dir, grid=grid, grid_cfg=cfg["grids"][grid])
+    else:
+        from .figures import write_figures
+
+        write_figures(cells, out_dir, cfg["figures"], grid=grid, grid_cfg=cfg["grids"][grid], only=only,
+                      strict=complete)
+    return task
+
+
+def regeneration_tasks(cfg, grids, out: Path, complete: bool = True) -> list:
+    """Tables and figures of each grid as independent tasks, the costliest first (memory figures,
+    then the mask-family figures); a kernel grid's figures one task each. `complete`: every record
+    of the grids is there (then every promised figure must be drawn)."""
     from . import outputs
+
+    cells = out / "tables" / "cells.csv"
+    tasks = []
+    for g in grids:
+        grid = cfg["grids"][g]
+        stems = outputs.figure_stems(grid) if grid["family"] == "kernel" else [None]
+        stems.sort(key=lambda s: (not str(s).startswith("memory"), not str(s).startswith("tflops_vs")))
+        tasks += [("figures", cells, out / "figures" / g, cfg, g, None if s is None else {s}, complete)
+                  for s in stems]
+        tasks.append(("tables", cells, out / "tables" / g, cfg, g, None, complete))
+    return tasks
+
+
+def cmd_regenerate(a):
+    """Tidy table, tables, figures (and the report) from the records already on disk; runs no cell."""
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
     from .collect import collect
     from .config import ConfigError, cell_path, expand_cells, load_config
-    from .figures import write_figures
-    from .tables import write_tables
 
     t0 = time.perf_counter()
     try:
@@ -93,15 +126,42 @@ def cmd_regenerate(a):
     df = collect(records)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "tables" / "cells.csv", index=False)
-    for g in grids:
-        if g not in set(df["grid"]):
-            continue
-        write_tables(out / "tables" / "cells.csv", out / "tables" / g, grid=g)
-        write_figures(out / "tables" / "cells.csv", out / "figures" / g, cfg["figures"], grid=g,
-                      grid_cfg=cfg["grids"][g])
-        print(f"{g}: {len(outputs.table_names(cfg['grids'][g]))} tables, "
-              f"{len(outputs.figure_names(cfg['grids'][g], cfg['figures']['formats']))} figure files")
-    print(f"{len(records)} records -> {out}/tables/cells.csv, tables and figures in {time.perf_counter() - t0:.1f} s")
+    t1 = time.perf_counter()
+    print(f"{len(records)} records -> {out}/tables/cells.csv in {t1 - t0:.1f} s")
+    grids = [g for g in grids if g in set(df["grid"])]
+    tasks = regeneration_tasks(cfg, grids, out, complete=len(records) == len(expected))
+    if a.jobs > 1:
+        with ProcessPoolExecutor(a.jobs) as pool:
+            list(pool.map(_regenerate_part, tasks))
+    else:
+        for t in tasks:
+            _regenerate_part(t)
+    t2 = time.perf_counter()
+    print(f"tables and figures of {', '.join(grids)} ({len(tasks)} tasks, {a.jobs} processes) in {t2 - t1:.1f} s")
+    if a.report is not None:
+        report = Path(a.report) if a.report else out / "report.html"
+        write_report(cfg, grids, report, a.snakefile)
+        print(f"report -> {report} in {time.perf_counter() - t2:.1f} s")
+    print(f"regenerated in {time.perf_counter() - t0:.1f} s")
+
+
+def write_report(cfg: dict, grids: list, report: Path, snakefile: str):
+    """`snakemake --report` over the same config (the grids regenerated), running nothing."""
+    import subprocess
+    import tempfile
+
+    import yaml
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump({**cfg, "run": list(grids)}, f)
+    try:
+        cmd = [sys.executable, "-m", "snakemake", "--snakefile", snakefile, "--configfile", f.name,
+               "--cores", "1", "--report", str(report)]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode:
+            sys.exit(f"snakemake --report failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
+    finally:
+        Path(f.name).unlink()
 
 
 def cmd_check_config(a):
@@ -141,6 +201,7 @@ def main(argv=None):
     c.add_argument("--cells", required=True)
     c.add_argument("--out-dir", required=True)
     c.add_argument("--grid", help="only this grid's cells")
+    c.add_argument("--grid-config", help="the grid's config as JSON (its family and description)")
     c.set_defaults(fn=cmd_tables)
     c = sub.add_parser("figures", help="tidy CSV -> PNG and PDF figures")
     c.add_argument("--cells", required=True)
@@ -157,6 +218,10 @@ def main(argv=None):
     c.add_argument("--config", default="config.yaml")
     c.add_argument("--grids", nargs="*", help="default: the config's run list")
     c.add_argument("--overrides", help="JSON merged over the config file")
+    c.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes drawing (default 2)")
+    c.add_argument("--report", nargs="?", const="", help="also write the Snakemake HTML report "
+                   "(default path: <output_dir>/report.html)")
+    c.add_argument("--snakefile", default="Snakefile", help="for --report")
     c.set_defaults(fn=cmd_regenerate)
     a = p.parse_args(argv)
     a.fn(a)

@@ -15,6 +15,8 @@ COLUMNS = [
     "peak_mem_increment_bytes", "mem_source", "max_rel_err", "check_passed", "samples", "mask_area_mean",
     "block_size", "avg_block", "density", "realised_density", "library_version", "torch", "git_commit",
     "cell_id", "record",
+    # provenance for report captions (spec/measurement.md: the environment fingerprint)
+    "warmup", "reps", "host", "python", "triton", "cuda", "cudnn", "driver", "git_dirty", "started_at", "finished_at",
 ]
 
 
@@ -52,6 +54,12 @@ def row(record: dict, path: str) -> dict:
         "git_commit": env.get("git_commit"),
         "cell_id": record.get("cell_id"),
         "record": path,
+        "warmup": cell.get("warmup"),
+        "reps": cell.get("reps"),
+        **{k: env.get(k) for k in ("host", "python", "cuda", "cudnn", "driver", "git_dirty")},
+        "triton": (env.get("libraries") or {}).get("triton"),
+        "started_at": record.get("started_at"),
+        "finished_at": record.get("finished_at"),
     }
     r.update(record.get("table_extra", {}))  # family-specific columns (e.g. context parallelism)
     return r
@@ -67,5 +75,26 @@ def collect(paths=(), root=None) -> pd.DataFrame:
     return df.sort_values(keys, kind="stable", na_position="last").reset_index(drop=True)
 
 
+# Versions and names stay text ("12.10" is not 12.1, "570.00" not 570.0).
+TEXT_COLUMNS = ("device_name", "library_version", "torch", "git_commit", "host", "python", "triton", "cuda", "cudnn",
+                "driver", "started_at", "finished_at")
+
+
 def read_cells(path) -> pd.DataFrame:
-    return pd.read_csv(path, keep_default_na=True)
+    return pd.read_csv(path, keep_default_na=True, dtype={c: str for c in TEXT_COLUMNS})
+
+
+POINT = ["impl", "mask", "seqlen", "heads_q", "heads_kv", "direction"]
+
+
+def one_row_per_point(df: pd.DataFrame, what: str) -> pd.DataFrame:
+    """The kernel figures and tables draw one number per (kernel, mask, length, heads, direction);
+    a grid that varies another axis (dtype, head dim, mask parameters) must be split, not averaged."""
+    dup = df[df.duplicated(POINT, keep=False)]
+    if len(dup):
+        varying = [c for c in ("dtype", "head_dim", "block_size", "avg_block", "density", "gpus")
+                   if c in dup and dup.groupby(POINT)[c].nunique(dropna=False).max() > 1]
+        raise ValueError(f"{what}: {len(dup)} rows share a (kernel, mask, length, heads, direction); they differ in "
+                         f"{', '.join(varying) or 'no recorded column'}; use one value of those per grid")
+    return df
+

@@ -1,177 +1,269 @@
-"""Figures from the tidy table alone (never a record, never a GPU): PNG and PDF per grid.
+"""Figures from the tidy table alone (never a record, never a GPU): PNG/PDF per grid, and a caption
+per figure for the Snakemake report.
 
-Every figure states the device and dtype; each kernel keeps its colour and marker
-(attnbench.style); out-of-memory points are marked, unsupported ones are absent and listed.
+Family `kernel` is drawn here (the paper's Figs. 3, 7, 8-14, 16-17); family X is drawn by
+`attnbench.X_report.figures(df, out_dir, style)`, which returns the paths it wrote and may offer
+`captions(df) -> {stem: what is plotted}`. Every figure states the device and dtype; each kernel
+keeps its colour and marker (attnbench.style).
 """
 
 from __future__ import annotations
 
-import math
+from functools import partial
+from importlib import import_module
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
+from matplotlib.patches import Patch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
+from . import captions, outputs
+from .collect import one_row_per_point, read_cells
+from .labels import (DIRECTION_LABEL, MASK_FAMILIES, TIMED, direction_label, family_title, heads_label,
+                     mask_families, order)
+from .labels import seqlen_label  # noqa: F401  (re-exported for the family report modules)
+from .plotting import (  # noqa: F401  (GIB, DEFAULT_STYLE, describe re-exported for the family modules)
+    DEFAULT_STYLE,
+    GIB,
+    NotRun,
+    apply_theme,
+    categorical_lengths,
+    collect_handles,
+    describe,
+    draw_lines,
+    finish_axes,
+    grid_axes,
+    heads_handles,
+    heads_style_map,
+    legend_and_notes,
+    memory_label,
+    new_counts,
+    outer_labels,
+    save,
+    status_handles,
+    title_above,
+)
+from .style import BAR_MARK, HEADS_STYLES, INCORRECT_HATCH, colour  # noqa: F401
 
-from . import outputs  # noqa: E402
-from .collect import read_cells  # noqa: E402
-from .style import STATUS_LABEL, colour, marker, order  # noqa: E402
-
-GIB = 2**30
-DEFAULT_STYLE = {"dpi": 150, "context": "paper", "font_scale": 1.0, "formats": ["png", "pdf"]}
-HEADS_STYLES = ["-", "--", ":", "-."]
-
-
-def describe(df: pd.DataFrame) -> str:
-    devs = sorted({str(x) for x in df["device_name"].dropna()}) or sorted(set(df["device"]))
-    kind = "CPU" if set(df["device"]) == {"cpu"} else "GPU"
-    return f"{kind}: {', '.join(devs)} | dtype {', '.join(sorted(set(df['dtype'])))}"
-
-
-def seqlen_label(s: int) -> str:
-    return f"{s // 1024}K" if s >= 1024 and s % 1024 == 0 else str(s)
-
-
-def _save(fig, out: Path, stem: str, style) -> list[Path]:
-    paths = []
-    for fmt in style["formats"]:
-        p = out / f"{stem}.{fmt}"
-        fig.savefig(p, dpi=style["dpi"], bbox_inches="tight")
-        paths.append(p)
-    plt.close(fig)
-    return paths
-
-
-def _grid_axes(n, ncols=4, w=3.4, h=2.7):
-    ncols = min(ncols, n)
-    nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows + 0.9), squeeze=False)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    return fig, list(axes.flat[:n])
+# Names the family report modules import from here.
+_save = save
+_grid_axes = grid_axes
 
 
-def lines_vs_seqlen(df: pd.DataFrame, value: str, ylabel: str, title: str):
-    """One panel per mask, one line per kernel (and heads setting); OOM as X on the axis floor.
+def bar_length(df: pd.DataFrame, preferred: int | None) -> int:
+    """The length of the bar figures: the configured one where the grid has it, else the longest."""
+    lengths = set(int(s) for s in df["seqlen"].dropna())
+    return int(preferred) if preferred in lengths else max(lengths)
 
-    Returns the figure and what was drawn, so tests can count lines and markers.
+
+def length_positions(df: pd.DataFrame):
+    """x of rows: the index of their length among the figure's lengths (evenly spaced categories)."""
+    pos = {s: i for i, s in enumerate(sorted(set(int(s) for s in df["seqlen"])))}
+    return lambda rows: rows["seqlen"].astype(int).map(pos).to_numpy()
+
+
+def _masks_in_order(df: pd.DataFrame) -> list:
+    return [m for ms in mask_families(df["mask"]).values() for m in ms]
+
+
+# ----------------------------------------------------------------------------- Figs. 3 and 7
+
+
+def bars_at_length(df: pd.DataFrame, title: str, expected_impls=(), subtitle: str = ""):
+    """Grouped bars: one group per mask, one bar per kernel, one panel per heads setting. `df` holds
+    one direction at one length. Where a kernel has no number the bar's place carries its status
+    (x unsupported, OOM, n/a); incorrect bars are hatched. Kernels unavailable in every cell get
+    no place and are named under the figure, as are `expected_impls` without a cell here.
     """
-    masks = list(dict.fromkeys(df["mask"]))
-    heads = list(dict.fromkeys(zip(df["heads_q"], df["heads_kv"])))
-    fig, axes = _grid_axes(len(masks))
-    drawn = {"lines": 0, "points": 0, "oom_markers": 0, "unsupported": {}, "unavailable": set()}
-    for ax, mask in zip(axes, masks):
-        d = df[df["mask"] == mask]
-        unsup = []
-        for impl in order(d["impl"]):
-            for hi, hk in enumerate(heads):
-                g = d[(d["impl"] == impl) & (d["heads_q"] == hk[0]) & (d["heads_kv"] == hk[1])]
-                if g.empty:
+    masks = _masks_in_order(df)
+    heads = list(dict.fromkeys((int(a), int(b)) for a, b in zip(df["heads_q"], df["heads_kv"])))
+    never = [i for i in order(df["impl"]) if (df[df["impl"] == i]["status"] == "unavailable").all()]
+    impls = [i for i in order(df["impl"]) if i not in never]
+    n = max(1, len(impls))
+    width = 0.84 / n
+    fig, axes = grid_axes(max(1, len(heads)), ncols=1, w=max(7.0, 0.62 + len(masks) * (0.1 * n + 0.25)), h=2.9)
+    drawn = {"bars": 0, "incorrect_bars": 0, "marks": {s: 0 for s in BAR_MARK}, "not_installed": never,
+             "slots": len(impls), "absent": sorted(set(expected_impls) - set(df["impl"]))}
+    for ax, hk in zip(axes, heads):
+        d = df[(df["heads_q"] == hk[0]) & (df["heads_kv"] == hk[1])]
+        for k, impl in enumerate(impls):
+            g = d[d["impl"] == impl].set_index("mask")
+            for j, mask in enumerate(masks):
+                if mask not in g.index:
                     continue
-                ok = g[g["status"].isin(["ok", "incorrect"]) & g[value].notna()].sort_values("seqlen")
-                label = impl if len(heads) == 1 else f"{impl} {hk[0]}:{hk[1]}"
-                if len(ok):
-                    ax.plot(ok["seqlen"], ok[value], HEADS_STYLES[hi % 4], color=colour(impl),
-                            marker=marker(impl), ms=4, lw=1.3, label=label)
-                    bad = ok[ok["status"] == "incorrect"]
-                    ax.plot(bad["seqlen"], bad[value], "o", mfc="none", mec="red", ms=9, lw=0)
-                    drawn["lines"] += 1
-                    drawn["points"] += len(ok)
-                oom = g[g["status"] == "oom"]
-                if len(oom):
-                    ax.plot(oom["seqlen"], np.zeros(len(oom)), "X", color=colour(impl), ms=8, clip_on=False,
-                            label=f"{label} OOM")
-                    drawn["oom_markers"] += len(oom)
-                if (g["status"] == "unsupported").all():
-                    unsup.append(impl)
-                if (g["status"] == "unavailable").all():
-                    drawn["unavailable"].add(impl)
-        drawn["unsupported"][mask] = sorted(set(unsup))
-        ax.set_title(mask, fontsize="medium")
-        ax.set_xscale("log", base=2)
-        xs = sorted(set(d["seqlen"]))
-        ax.set_xticks(xs, [seqlen_label(x) for x in xs])
-        ax.minorticks_off()
-        ax.set_ylim(bottom=0)
-        ax.set_xlabel("sequence length (tokens)")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        if unsup:
-            ax.text(0.02, 0.97, "unsupported: " + ", ".join(sorted(set(unsup))), transform=ax.transAxes,
-                    fontsize="x-small", va="top", color="0.35", wrap=True)
-    handles = {}
-    for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(6, max(1, len(handles))),
-               bbox_to_anchor=(0.5, -0.02), frameon=False, fontsize="small")
-    fig.suptitle(title, y=1.0)
-    notes = ["X on the axis: out of memory; red ring: disagrees with the float64 reference"]
-    if drawn["unavailable"]:
-        notes.append("not installed here (unavailable): " + ", ".join(order(drawn["unavailable"])))
-    fig.text(0.5, -0.06, "\n".join(notes), ha="center", fontsize="small", color="0.3")
-    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+                r = g.loc[mask]
+                x = j - 0.42 + width * (k + 0.5)
+                tag = f"{impl}|{mask}|{hk[0]}:{hk[1]}"
+                if r["status"] in TIMED and pd.notna(r["tflops"]):
+                    bad = r["status"] == "incorrect"
+                    ax.bar(x, r["tflops"], width, color=colour(impl), edgecolor="red" if bad else "none",
+                           hatch=INCORRECT_HATCH if bad else None, lw=0.8 if bad else 0, gid=f"bar|{tag}")
+                    drawn["bars"] += 1
+                    drawn["incorrect_bars"] += bad
+                elif r["status"] in BAR_MARK:
+                    ax.annotate(BAR_MARK[r["status"]], (x, 0), xytext=(0, 2), textcoords="offset points",
+                                rotation=90 if r["status"] != "unsupported" else 0, ha="center", va="bottom",
+                                fontsize=6.5 if r["status"] != "unsupported" else 9, fontweight="bold",
+                                color=colour(impl), gid=f"mark|{r['status']}|{tag}")
+                    drawn["marks"][r["status"]] += 1
+        ax.set_xticks(range(len(masks)), masks, rotation=25, ha="right", rotation_mode="anchor")
+        ax.set_xlim(-0.55, len(masks) - 0.45)
+        for j in range(1, len(masks)):
+            ax.axvline(j - 0.5, color="0.85", lw=0.6, zorder=0)
+        ax.grid(axis="x", visible=False)
+        finish_axes(ax, "TFLOP/s")
+        ax.set_title(heads_label(*hk), fontsize="medium")
+    fig.tight_layout(h_pad=1.2)
+    title_above(fig, title, subtitle)
+    handles = {i: Patch(color=colour(i)) for i in impls}
+    keys = {}
+    if drawn["incorrect_bars"]:
+        keys["disagrees with float64 reference"] = Patch(facecolor="white", edgecolor="red", hatch=INCORRECT_HATCH)
+    notes = [f"In place of a bar: {BAR_MARK['unsupported']} unsupported, OOM out of memory, "
+             "n/a unavailable (not measured on this machine)."]
+    if never:
+        notes.append("Not measured on this machine (unavailable in every cell): " + ", ".join(never) + ".")
+    if drawn["absent"]:
+        notes.append("No cell at this length in the grid: " + ", ".join(order(drawn["absent"])) + ".")
+    legend_and_notes(fig, handles, notes, keys)
     return fig, drawn
 
 
-def heatmap(df: pd.DataFrame, title: str):
-    """Kernel x mask at the longest length: TFLOP/s where it ran, the status where it did not."""
-    s = df["seqlen"].max()
-    d = df[df["seqlen"] == s]
-    if len(set(zip(d["heads_q"], d["heads_kv"]))) > 1:  # one heads setting per heatmap: the first
-        hq, hkv = d.iloc[0][["heads_q", "heads_kv"]]
-        d = d[(d["heads_q"] == hq) & (d["heads_kv"] == hkv)]
-    impls = order(d["impl"])
-    masks = list(dict.fromkeys(df["mask"]))
-    val = np.full((len(impls), len(masks)), np.nan)
-    text = np.full((len(impls), len(masks)), "", dtype=object)
-    for _, r in d.iterrows():
-        i, j = impls.index(r["impl"]), masks.index(r["mask"])
-        if r["status"] in ("ok", "incorrect") and pd.notna(r["tflops"]):
-            val[i, j] = r["tflops"]
-            text[i, j] = f"{r['tflops']:.3g}" + ("!" if r["status"] == "incorrect" else "")
-        else:
-            text[i, j] = STATUS_LABEL.get(r["status"], r["status"])
-    fig, ax = plt.subplots(figsize=(1.0 * len(masks) + 2.5, 0.45 * len(impls) + 2.2))
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("0.92")
-    im = ax.imshow(np.ma.masked_invalid(val), cmap=cmap, aspect="auto")
-    vmax = np.nanmax(val) if np.isfinite(val).any() else 1.0
-    for i in range(len(impls)):
-        for j in range(len(masks)):
-            dark = np.isfinite(val[i, j]) and val[i, j] < 0.6 * vmax
-            ax.text(j, i, text[i, j], ha="center", va="center", fontsize="x-small",
-                    color="white" if dark else "black")
-    ax.set_xticks(range(len(masks)), masks, rotation=40, ha="right")
-    ax.set_yticks(range(len(impls)), impls)
-    fig.colorbar(im, ax=ax, label="TFLOP/s", shrink=0.8)
-    ax.set_title(f"{title} | S = {seqlen_label(s)}", fontsize="medium")
+# ----------------------------------------------------------------------------- Figs. 8-14, 16-17
+
+
+def family_lines(df: pd.DataFrame, masks: list, value: str, ylabel: str, title: str, subtitle: str = ""):
+    """TFLOP/s (or another value) vs length: one row of panels per mask, one column per
+    (heads, direction) setting; one line per kernel."""
+    heads = list(dict.fromkeys((int(a), int(b)) for a, b in zip(df["heads_q"], df["heads_kv"])))
+    dirs = [d for d in DIRECTION_LABEL if d in set(df["direction"])]
+    settings = [(h, d) for h in heads for d in dirs]
+    lengths = sorted(set(int(s) for s in df["seqlen"]))
+    x_of = length_positions(df)
+    fig, axes = grid_axes(len(masks) * len(settings), ncols=len(settings), w=3.5, h=2.5)
+    counts, notrun = new_counts(), NotRun()
+    for i, mask in enumerate(masks):
+        for j, (hk, direction) in enumerate(settings):
+            ax = axes[i * len(settings) + j]
+            d = df[(df["mask"] == mask) & (df["heads_q"] == hk[0]) & (df["heads_kv"] == hk[1])
+                   & (df["direction"] == direction)]
+            if len(d):
+                notrun.panel(mask, (hk, direction))
+            draw_lines(ax, d, value, x_of, counts, notrun, mask, direction)
+            categorical_lengths(ax, lengths)
+            finish_axes(ax, ylabel)
+            ax.set_title(f"{mask} | {heads_label(*hk)} | {direction}", fontsize="medium")
+    outer_labels(axes, len(settings))
     fig.tight_layout()
-    return fig, {"cells": int(np.isfinite(val).sum()), "labels": int((text != "").sum())}
+    title_above(fig, title, subtitle)
+    keys = status_handles(oom=counts["oom_markers"] > 0, incorrect=counts["incorrect_markers"] > 0)
+    legend_and_notes(fig, collect_handles(axes), notrun.lines(), keys)
+    counts["not_run"] = notrun
+    return fig, counts
 
 
-def kernel_figures(df: pd.DataFrame, out: Path, style, grid_cfg=None) -> list[Path]:
-    paths = []
+def memory_lines(df: pd.DataFrame, value: str, ylabel: str, title: str, subtitle: str = ""):
+    """Peak memory vs length for one direction: one panel per mask, one line per kernel and heads
+    setting (line style per heads setting)."""
+    masks = _masks_in_order(df)
+    lengths = sorted(set(int(s) for s in df["seqlen"]))
+    x_of = length_positions(df)
+    styles = heads_style_map(df)
+    fig, axes = grid_axes(len(masks), ncols=min(4, len(masks)), w=3.4, h=2.6)
+    counts, notrun = new_counts(), NotRun()
+    for ax, mask in zip(axes, masks):
+        d = df[df["mask"] == mask]
+        for hk, direction in dict.fromkeys(((int(a), int(b)), dr) for a, b, dr in
+                                           zip(d["heads_q"], d["heads_kv"], d["direction"])):
+            notrun.panel(mask, (hk, direction))
+        for direction in dict.fromkeys(d["direction"]):
+            draw_lines(ax, d[d["direction"] == direction], value, x_of, counts, notrun, mask, direction,
+                       heads_styles=styles)
+        categorical_lengths(ax, lengths)
+        finish_axes(ax, ylabel)
+        ax.set_title(mask, fontsize="medium")
+    outer_labels(axes, min(4, len(masks)))
+    fig.tight_layout()
+    title_above(fig, title, subtitle)
+    keys = heads_handles(styles)
+    keys.update(status_handles(oom=counts["oom_markers"] > 0, incorrect=counts["incorrect_markers"] > 0))
+    legend_and_notes(fig, collect_handles(axes), notrun.lines(), keys)
+    counts["not_run"] = notrun
+    return fig, counts
+
+
+# ----------------------------------------------------------------------------- the kernel family
+
+
+def kernel_figure_makers(df: pd.DataFrame, style) -> dict:
+    """{stem: function drawing that figure}, so a caller can draw any subset (in parallel)."""
+    one_row_per_point(df, "kernel figures")
+    head = describe(df)
+    df = df.assign(mem_gib=df["peak_mem_bytes"] / GIB)
+    s_bar = bar_length(df, style.get("bar_seqlen"))
+    makers = {}
     for d in dict.fromkeys(df["direction"]):
         sub = df[df["direction"] == d]
-        head = f"{d} | {describe(sub)}"
-        fig, _ = lines_vs_seqlen(sub, "tflops", "TFLOP/s", f"Throughput vs sequence length | {head}")
-        paths += _save(fig, out, f"tflops_vs_seqlen_{d}", style)
-        fig, _ = lines_vs_seqlen(sub.assign(mem_gib=sub["peak_mem_bytes"] / GIB), "mem_gib", "peak memory (GiB)",
-                                 f"Peak memory vs sequence length | {head}")
-        paths += _save(fig, out, f"memory_vs_seqlen_{d}", style)
-        fig, _ = heatmap(sub, f"TFLOP/s per kernel and mask | {head}")
-        paths += _save(fig, out, f"heatmap_{d}", style)
+        at = sub[sub["seqlen"] == s_bar]
+        title = f"{direction_label(d).capitalize()} TFLOP/s at S = {seqlen_label(s_bar)}"
+        makers[f"tflops_bars_{d}"] = partial(bars_at_length, at, title, expected_impls=set(sub["impl"]), subtitle=head)
+        title = f"Peak memory vs sequence length, {direction_label(d)}"
+        makers[f"memory_vs_seqlen_{d}"] = partial(memory_lines, sub, "mem_gib", memory_label(sub), title, subtitle=head)
+    for fam, masks in mask_families(df["mask"]).items():
+        title = f"TFLOP/s vs sequence length, {family_title(fam)}"
+        makers[f"tflops_vs_seqlen_{fam}"] = partial(family_lines, df[df["mask"].isin(masks)], masks, "tflops",
+                                                    "TFLOP/s", title, subtitle=head)
+    return makers
+
+
+def kernel_figures(df: pd.DataFrame, out: Path, style, grid_cfg=None, only=None) -> list[Path]:
+    paths = []
+    for stem, draw in kernel_figure_makers(df, style).items():
+        if only is None or stem in only:
+            fig, _ = draw()
+            paths += save(fig, out, stem, style)
     return paths
 
 
-def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_cfg: dict | None = None):
-    style = {**DEFAULT_STYLE, **(style or {})}
-    sns.set_theme(context=style["context"], style="whitegrid", font_scale=style["font_scale"])
+def kernel_captions(df: pd.DataFrame, style) -> dict:
+    """What each kernel-family figure shows (the report adds machine, data and software)."""
+    s_bar = bar_length(df, style.get("bar_seqlen"))
+    want = style.get("bar_seqlen")
+    why = ("the configured length" if want == s_bar
+           else f"the longest length in the grid, which lacks the configured {seqlen_label(want or 0)}")
+    tflops = ("TFLOP/s is the median over all timed repetitions of all sampled masks, with FLOPs from each mask's "
+              "exact visible area")
+    out = {}
+    for d in dict.fromkeys(df["direction"]):
+        out[f"tflops_bars_{d}"] = (
+            f"{direction_label(d).capitalize()} throughput of every kernel on every mask at S = {seqlen_label(s_bar)} "
+            f"({why}); grouped bars, one group per mask, one panel per heads setting (the paper's "
+            f"{'Fig. 3' if d == 'fwd' else 'Fig. 7' if d == 'bwd' else 'Figs. 3 and 7'}). {tflops}. In place of a bar: "
+            f"{BAR_MARK['unsupported']} unsupported, OOM out of memory, n/a unavailable; hatched bars disagree with "
+            "the float64 reference.")
+        src = ", ".join(sorted(set(df["mem_source"].dropna()))) or "none recorded"
+        out[f"memory_vs_seqlen_{d}"] = (
+            f"Peak memory during the timed {direction_label(d)} call vs sequence length, one panel per mask, one "
+            f"line per kernel, line style per heads setting (the paper's Figs. 16-17). Memory source: {src} "
+            "(cuda_allocator: peak bytes allocated by PyTorch on the GPU; process_rss: the CPU process's peak "
+            "resident set). X on the axis floor: out of memory.")
+    for fam, masks in mask_families(df["mask"]).items():
+        out[f"tflops_vs_seqlen_{fam}"] = (
+            f"Throughput vs total sequence length for the {', '.join(masks)} mask{'s' * (len(masks) > 1)}: one row "
+            "per mask, one column per heads setting and direction, one line per kernel (the paper's Figs. 8-14). "
+            f"{tflops}. X on the axis floor: out of memory; red ring: disagrees with the float64 reference; kernels "
+            "that are unsupported or unavailable are listed under the figure.")
+    return out
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_cfg: dict | None = None,
+                  only=None, strict: bool = True):
+    """Draw the grid's figures and their captions; `only`: just these stems (family kernel), so
+    regeneration can share the figures among processes. `strict`: fail unless every file the grid
+    promises (outputs.py) was written; off when regenerating from an incomplete set of records."""
+    style = apply_theme(style)
     df = read_cells(cells_csv)
     if grid:
         df = df[df["grid"] == grid]
@@ -179,14 +271,23 @@ def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_
     out.mkdir(parents=True, exist_ok=True)
     family = (grid_cfg or {}).get("family") or (df["family"].iloc[0] if len(df) else "kernel")
     if family == "kernel":
-        paths = kernel_figures(df, out, style, grid_cfg)
+        paths = kernel_figures(df, out, style, grid_cfg, only)
+        whats = kernel_captions(df, style)
     else:
-        from importlib import import_module
-
-        paths = import_module(f".{family}_report", __package__).figures(df, out, style)
-    if grid_cfg is not None:  # make sure the files Snakemake expects are the ones written
-        expected = {out / n for n in outputs.figure_names(grid_cfg, style["formats"])}
+        only = None
+        mod = import_module(f".{family}_report", __package__)
+        paths = mod.figures(df, out, style)
+        whats = mod.captions(df) if hasattr(mod, "captions") else {}
+    if strict and grid_cfg is not None:  # make sure the files Snakemake expects are the ones written
+        stems = [s for s in outputs.figure_stems(grid_cfg) if only is None or s in only]
+        expected = {out / f"{s}.{fmt}" for s in stems for fmt in style["formats"]}
         missing = expected - set(paths)
         if missing:
             raise RuntimeError(f"figures not produced: {sorted(map(str, missing))}")
+    stems = list(dict.fromkeys(Path(p).stem for p in paths))
+    paths += captions.write_captions(out, stems, whats, df, kind="figure", grid=grid, grid_cfg=grid_cfg)
     return paths
+
+
+__all__ = ["write_figures", "kernel_figures", "bars_at_length", "family_lines", "memory_lines", "bar_length",
+           "describe", "seqlen_label", "GIB", "MASK_FAMILIES", "HEADS_STYLES"]

@@ -1,5 +1,6 @@
 # Config loading and validation, grid expansion, and the input functions every stage uses.
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -60,5 +61,40 @@ def family_code(grid):
     return [str(path)] if path.exists() else []
 
 
+def caption_files(grid, kind):
+    """The report caption written beside each table (kind 'tables') or figure ('figures')."""
+    names = outputs.table_caption_names(GRIDS[grid]) if kind == "tables" else outputs.figure_caption_names(GRIDS[grid])
+    return [f"{OUT}/{kind}/{grid}/{n}" for n in names]
+
+
+def _for_report(path, grid, kind, stem):
+    # The caption is generated next to the file; absolute, because Snakemake resolves caption
+    # paths against the rule file's folder.
+    caption = os.path.abspath(f"{OUT}/{kind}/{grid}/{stem}{outputs.CAPTION_SUFFIX}")
+    what = "figure" if kind == "figures" else "table"
+    return report(path, caption=caption, category=grid, subcategory=kind, labels={what: stem})
+
+
+def table_outputs(grid):
+    """Tables and captions; the Markdown of each table goes into `snakemake --report`."""
+    out = [
+        _for_report(f, grid, "tables", Path(f).stem) if f.endswith(".md") else f for f in table_files(grid)
+    ]
+    return out + caption_files(grid, "tables")
+
+
+def figure_outputs(grid):
+    """Figures and captions; one format of each figure (PNG where made) goes into the report."""
+    shown = outputs.report_format(CFG["figures"]["formats"])
+    out = [
+        _for_report(f, grid, "figures", Path(f).stem) if f.endswith(f".{shown}") else f for f in figure_files(grid)
+    ]
+    return out + caption_files(grid, "figures")
+
+
 def report_outputs():
-    return [f"{OUT}/tables/cells.csv"] + [f for g in RUN for f in table_files(g) + figure_files(g)]
+    return [f"{OUT}/tables/cells.csv"] + [
+        f
+        for g in RUN
+        for f in table_files(g) + figure_files(g) + caption_files(g, "tables") + caption_files(g, "figures")
+    ]

@@ -1,6 +1,10 @@
-# Records -> tidy table -> tables and figures. These rules read only the tidy table, so
-# regenerating them reruns no cell; their code files are inputs, so editing the plotting
-# code reruns only them.
+# Records -> tidy table -> tables and figures (with a report caption each). These rules read only
+# the tidy table, so regenerating them reruns no cell; their code files are inputs, so editing the
+# plotting code reruns only the figure rules, editing the table code only the table rules.
+# `snakemake --report report.html` shows every figure and table with its caption (any family).
+
+PLOT_CODE = [f"{PKG}/{m}.py" for m in ("figures", "plotting", "style", "labels", "captions", "outputs")]
+TABLE_CODE = [f"{PKG}/{m}.py" for m in ("tables", "labels", "captions")]
 
 
 rule collect:
@@ -26,25 +30,27 @@ for _grid in RUN:
             f"tables_{_grid}"
         input:
             cells=f"{OUT}/tables/cells.csv",
-            code=[f"{PKG}/tables.py", f"{PKG}/style.py", *family_code(_grid)],
+            code=TABLE_CODE + family_code(_grid),
         output:
-            table_files(_grid),
+            table_outputs(_grid),
         log:
             f"{OUT}/logs/tables_{_grid}.log",
         params:
             grid=_grid,
             outdir=f"{OUT}/tables/{_grid}",
+            grid_cfg=json.dumps(GRIDS[_grid]),
         shell:
-            "python -m attnbench tables --cells {input.cells} --out-dir {params.outdir} --grid {params.grid} > {log} 2>&1"
+            "python -m attnbench tables --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
+            " --grid-config {params.grid_cfg:q} > {log} 2>&1"
 
     rule:
         name:
             f"figures_{_grid}"
         input:
             cells=f"{OUT}/tables/cells.csv",
-            code=[f"{PKG}/figures.py", f"{PKG}/style.py", f"{PKG}/outputs.py", *family_code(_grid)],
+            code=PLOT_CODE + family_code(_grid),
         output:
-            figure_files(_grid),
+            figure_outputs(_grid),
         log:
             f"{OUT}/logs/figures_{_grid}.log",
         params:
@@ -59,9 +65,9 @@ for _grid in RUN:
 
 rule tables:
     input:
-        [f for g in RUN for f in table_files(g)],
+        [f for g in RUN for f in table_files(g) + caption_files(g, "tables")],
 
 
 rule figures:
     input:
-        [f for g in RUN for f in figure_files(g)],
+        [f for g in RUN for f in figure_files(g) + caption_files(g, "figures")],

@@ -1,0 +1,132 @@
+"""Report captions (reStructuredText) for every figure and table, written beside it as
+`<stem>.caption.rst`: what is plotted (given by the drawing code), and the machine, data,
+software and code it comes from, read from the tidy table (never typed in).
+
+Snakemake's report renders a caption through Jinja, then docutils; the text sits in a raw block
+so braces in names cannot break it. Any family gets captions: a figure or table without a
+description gets a generic one naming it and its grid.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from .labels import STATUS_MEANING, heads_label, order, seqlen_label
+from .outputs import CAPTION_SUFFIX
+
+
+def caption_path(out: Path, stem: str) -> Path:
+    return Path(out) / f"{stem}{CAPTION_SUFFIX}"
+
+
+def rst_text(s: str) -> str:
+    """Plain text safe in reStructuredText (names like `causal_document` or `a|b` stay literal)."""
+    return re.sub(r"([\\*`|_])", r"\\\1", str(s))
+
+
+def _values(df: pd.DataFrame, col: str) -> list[str]:
+    if col not in df:
+        return []
+    return sorted({str(v) for v in df[col].dropna() if str(v) not in ("", "nan", "None")})
+
+
+def _join(vals, empty="not recorded") -> str:
+    return ", ".join(vals) if vals else empty
+
+
+def machine(df: pd.DataFrame) -> str:
+    devs = _values(df, "device_name") or _values(df, "device")
+    kind = "CPU" if set(_values(df, "device")) == {"cpu"} else "GPU"
+    gpus = sorted({int(g) for g in df["gpus"].dropna()}) if "gpus" in df else []
+    text = f"{kind}: {_join(devs)}"
+    if kind == "GPU" and gpus and gpus != [1]:
+        text += f" ({', '.join(map(str, gpus))} GPUs)"
+    extra = [f"{label} {_join(_values(df, col))}" for col, label in
+             (("cuda", "CUDA"), ("cudnn", "cuDNN"), ("driver", "driver")) if _values(df, col)]
+    if extra:
+        text += "; " + ", ".join(extra)
+    hosts = _values(df, "host")
+    if hosts:
+        text += f"; host{'s' * (len(hosts) > 1)} {_join(hosts[:4])}{' ...' if len(hosts) > 4 else ''}"
+    return text
+
+
+def data(df: pd.DataFrame) -> str:
+    counts = df["status"].value_counts()
+    status = ", ".join(f"{counts[s]} {s}" for s in STATUS_MEANING if s in counts)
+    heads = [heads_label(a, b) for a, b in dict.fromkeys(zip(df["heads_q"], df["heads_kv"]))] if len(df) else []
+    lengths = sorted({int(s) for s in df["seqlen"].dropna()})
+    parts = [f"{len(df)} cells ({status})",
+             f"dtype {_join(_values(df, 'dtype'))}",
+             f"head dim {_join(sorted({str(int(x)) for x in df['head_dim'].dropna()}))}",
+             f"heads {_join(heads)}"]
+    if lengths:
+        parts.append(f"S {seqlen_label(lengths[0])}..{seqlen_label(lengths[-1])}")
+    parts.append(f"directions {_join(list(dict.fromkeys(df['direction'].dropna())))}")
+    if "reps" in df and df["reps"].notna().any():
+        parts.append(f"{_join(sorted({str(int(x)) for x in df['warmup'].dropna()}))} warm-up + "
+                     f"{_join(sorted({str(int(x)) for x in df['reps'].dropna()}))} timed repetitions per sampled mask")
+    return "; ".join(parts)
+
+
+def _versions(df: pd.DataFrame, col: str) -> str:
+    """One value, or each value with how many cells recorded it (a mixed environment shows)."""
+    if col not in df:
+        return "not recorded"
+    counts = df[col].dropna().astype(str).value_counts()
+    if len(counts) <= 1:
+        return _join(list(counts.index))
+    return ", ".join(f"{v} ({n} cells)" for v, n in counts.items())
+
+
+def software(df: pd.DataFrame) -> str:
+    versions = [f"torch {_versions(df, 'torch')}"]
+    versions += [f"{label} {_versions(df, col)}" for col, label in (("triton", "triton"), ("python", "Python"))
+                 if _values(df, col)]
+    groups: dict = {}  # kernels with the same recorded library versions share an entry
+    for impl in order(df["impl"].dropna()):
+        groups.setdefault(_versions(df[df["impl"] == impl], "library_version"), []).append(impl)
+    libs = "; ".join(f"{', '.join(impls)}: {v}" for v, impls in groups.items())
+    return ", ".join(versions) + (f"; kernel libraries as recorded per cell: {libs}" if libs else "")
+
+
+def code(df: pd.DataFrame) -> str:
+    commits = _values(df, "git_commit")
+    text = "attnbench commit " + _join([c[:10] for c in commits], "unknown")
+    if "git_dirty" in df and df["git_dirty"].astype(str).str.lower().eq("true").any():
+        text += " (uncommitted changes present)"
+    starts, ends = _values(df, "started_at"), _values(df, "finished_at")
+    if starts and ends:
+        text += f"; measured {starts[0][:16].replace('T', ' ')} to {ends[-1][:16].replace('T', ' ')} (UTC)"
+    return text
+
+
+def caption_text(what: str, df: pd.DataFrame, grid: str | None = None, grid_cfg: dict | None = None,
+                 extra_rst: str = "") -> str:
+    desc = (grid_cfg or {}).get("description")
+    fields = [
+        ("Machine", machine(df)),
+        ("Grid data", (f"grid {grid}" + (f" ({desc})" if desc else "") + "; " if grid else "") + data(df)),
+        ("Software", software(df)),
+        ("Code", code(df)),
+        ("Source", "the tidy table results/tables/cells.csv; each row names its cell record"),
+    ]
+    body = rst_text(what) + "\n\n" + "\n".join(f":{k}: {rst_text(v)}" for k, v in fields) + "\n"
+    if extra_rst:
+        body += "\n" + extra_rst.strip("\n") + "\n"
+    return "{% raw %}\n" + body + "{% endraw %}\n"
+
+
+def write_captions(out: Path, stems, whats: dict, df: pd.DataFrame, kind: str, grid: str | None = None,
+                   grid_cfg: dict | None = None, extras: dict | None = None) -> list[Path]:
+    """One caption file per stem; stems without a description get a generic one."""
+    paths = []
+    for stem in stems:
+        what = whats.get(stem) or f"{kind.capitalize()} {stem} of grid {grid or '(all grids)'}."
+        p = caption_path(out, stem)
+        p.write_text(caption_text(what, df, grid, grid_cfg, (extras or {}).get(stem, "")))
+        paths.append(p)
+    return paths
