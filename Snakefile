@@ -10,6 +10,7 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/kernels.smk"
+include: "workflow/rules/context_parallel.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -19,6 +19,12 @@ rule collect:
         Path(log[0]).write_text(f"{len(df)} cells from {len(input.records)} records\n")
 
 
+def family_report_code(grid):
+    """A non-kernel family's own tables/figures module (e.g. cp_report.py): editing it reruns them."""
+    path = Path(PKG) / f"{GRIDS[grid]['family']}_report.py"
+    return [str(path)] if path.exists() else []
+
+
 for _grid in RUN:
 
     rule:
@@ -26,7 +32,7 @@ for _grid in RUN:
             f"tables_{_grid}"
         input:
             cells=f"{OUT}/tables/cells.csv",
-            code=[f"{PKG}/tables.py", f"{PKG}/style.py"],
+            code=[f"{PKG}/tables.py", f"{PKG}/style.py"] + family_report_code(_grid),
         output:
             table_files(_grid),
         log:
@@ -42,7 +48,7 @@ for _grid in RUN:
             f"figures_{_grid}"
         input:
             cells=f"{OUT}/tables/cells.csv",
-            code=[f"{PKG}/figures.py", f"{PKG}/style.py", f"{PKG}/outputs.py"],
+            code=[f"{PKG}/figures.py", f"{PKG}/style.py", f"{PKG}/outputs.py"] + family_report_code(_grid),
         output:
             figure_files(_grid),
         log:

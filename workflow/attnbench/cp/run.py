@@ -137,12 +137,15 @@ def check_method(session: Session, method_name: str, kernel_name: str, deg, mask
                 method.setup(backward)
         inputs = local_inputs(seed, method.positions, hq, hkv, d, dtype, session.device)
         res = run_once(method, inputs, backward)
+        res["bytes"] = {"sent": rc.comm.total_sent, "received": rc.comm.total_received, "by_kind": dict(rc.comm.sent),
+                        "analytic": method.volume("fwdbwd" if backward else "fwd"), "work_pairs": method.work()}
     st, reason = agree(rc.guard, "the correctness run")
     if st is not None:
         return {"status": st, "reason": reason}
     gathered = [None] * session.world
     dist.all_gather_object(gathered, {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in res.items()})
-    verdict = compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor) if session.rank == 0 else None
+    verdict = compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, session.device) \
+        if session.rank == 0 else None
     box = [verdict]
     dist.broadcast_object_list(box, src=0)
     return box[0]
@@ -164,13 +167,14 @@ def naive_in_dtype(q, k, v, dout, visible):
     return unb(out.detach()), lse, tuple(unb(x) for x in grads) if grads is not None else None
 
 
-def compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor) -> dict:
+def compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device="cpu") -> dict:
     """Errors of every rank's rows (out, lse, dq, dk, dv) and of naive attention in the same
-    dtype on the same rows; passed iff every error <= factor x max(naive's, unit roundoff)."""
+    dtype on the same rows; passed iff every error <= factor x max(naive's, unit roundoff).
+    The references run on `device` (float64 on a GPU for GPU cells), then move to the CPU."""
     S_ = mask.seqlen
-    q, k, v, dout = local_inputs(seed, np.arange(S_), hq, hkv, d, dtype, "cpu")
+    q, k, v, dout = local_inputs(seed, np.arange(S_), hq, hkv, d, dtype, device)
     ref_out, ref_lse, ref_grads = reference_attention(q, k, v, mask, dout if backward else None)
-    vis = mask.dense("cpu")
+    vis = mask.dense(device)
     nv_out, nv_lse, nv_grads = naive_in_dtype(q, k, v, dout if backward else None, vis)
     names = tuple(n for n in ("out", "lse", "dq", "dk", "dv") if n in gathered[0])
     ref = {"out": ref_out, "lse": ref_lse.transpose(0, 1)}
@@ -178,6 +182,8 @@ def compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor) -> dict:
     if backward:
         ref.update(zip(("dq", "dk", "dv"), ref_grads))
         nv.update(zip(("dq", "dk", "dv"), nv_grads))
+    ref = {n: x.cpu() for n, x in ref.items()}
+    nv = {n: x.cpu() for n, x in nv.items()}
     per_rank = []
     passed = True
     for r, res in enumerate(gathered):
@@ -196,5 +202,11 @@ def compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor) -> dict:
     if covered != list(range(S_)):
         passed = False
     worst = {n: max(pr["errors"][n] for pr in per_rank) for n in names}
+    counted = [res["bytes"] for res in gathered]
+    bytes_match = None if counted[0]["analytic"]["sent"] is None else all(
+        b["sent"] == b["analytic"]["sent"] and b["received"] == b["analytic"]["received"] for b in counted)
     return {"status": S.OK if passed else S.INCORRECT, "seqlen": S_, "errors": worst, "ranks": per_rank,
-            "tolerance_factor": factor, "passed": bool(passed), "every_row_once": covered == list(range(S_))}
+            "tolerance_factor": factor, "passed": bool(passed), "every_row_once": covered == list(range(S_)),
+            "bytes": counted, "bytes_match_analytic": bytes_match,
+            "work_pairs_total": sum(b["work_pairs"] for b in counted),
+            "mask_area_all_heads": int(sum(mask.area_per_head))}
