@@ -3,7 +3,7 @@ rank giving `oom` on every rank without a hang."""
 
 import copy
 import json
-import subprocess
+import os
 import sys
 import time
 
@@ -13,6 +13,7 @@ import yaml
 from attnbench import cell as C
 from attnbench.config import expand_cells, validate
 from attnbench.cp.cell import MEMORY_LIMIT_ENV, run_cp_cell
+from bounded import run_bounded
 
 GRID = {"family": "cp", "device": "cpu", "methods": ["ring_p2p"], "masks": ["causal_document_long"],
         "tokens_per_gpu": [48], "gpus": [2], "heads": [[4, 2]], "head_dim": [16], "dtype": ["float32"],
@@ -35,12 +36,10 @@ def spec(base, **changes):
 
 
 def launch(cell, out, env=None, timeout=240):
-    import os
-
     cmd = [sys.executable, "-m", "attnbench.launch", "--nproc-per-node", str(cell["gpus"]), "--",
            sys.executable, "-m", "attnbench", "cp-cell", "--spec", json.dumps(cell), "--out", str(out)]
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    p = run_bounded(cmd, timeout, env={**os.environ, **(env or {})})
     return p, time.perf_counter() - t0
 
 

@@ -5,13 +5,13 @@ One torchrun per world size runs the whole matrix (attnbench.cp.verify) in one p
 """
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 from attnbench.cp import catalog
 from attnbench.masks import CP_MASKS
+from bounded import run_bounded
 
 HQ, HKV = 8, 2  # GQA; Ulysses at 4 ranks replicates the 2 KV heads
 
@@ -21,7 +21,7 @@ def verify(world, tmp_path, *extra):
     cmd = [sys.executable, "-m", "attnbench.launch", "--nproc-per-node", str(world), "--",
            sys.executable, "-m", "attnbench.cp.verify", "--device", "cpu", "--out", str(out), "--heads", f"{HQ}:{HKV}",
            "--timeout-s", "60", *extra]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
+    p = run_bounded(cmd, 420)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return [json.loads(line) for line in out.read_text().splitlines()]
 

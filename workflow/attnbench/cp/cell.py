@@ -236,6 +236,7 @@ def measure(record, session, spec, peak):
     spec = {**spec, "_data_seed": record["data_seed"]}
     kernel = None if spec["impl"] == "torch_cp" else spec["cp"]["local_kernel"]
     rc = session.context(degrees_of(spec), kernel, torch_dtype(spec["dtype"]), spec["head_dim"])
+    limit_memory_if_asked(session.rank)  # after the groups (and their threads) exist
     rng = np.random.default_rng(record["data_seed"])
     hist = spec.get("histograms")
     try:
@@ -294,7 +295,6 @@ def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
     if status is None:
         device = run.init(spec["device"], spec["cp"]["timeout_s"])
         session = run.Session(device)
-        limit_memory_if_asked(session.rank)
         status, reason = measure(record, session, spec, peak)
     record["status"], record["status_reason"] = status, reason
     if status in S.TIMED:

@@ -41,22 +41,23 @@ class Groups:
     """The process groups a method uses, created once per degrees (every rank creates every
     group, in the same order, as torch.distributed requires)."""
 
-    def __init__(self, deg: Degrees, rank: int):
+    def __init__(self, deg: Degrees, rank: int, timeout=None):
         self.deg, self.rank = deg, rank
         self.r, self.u = deg.coords(rank)
         world = list(range(deg.world))
+        new = lambda ranks: dist.new_group(ranks, timeout=timeout)  # noqa: E731 - the job's timeout, not 30 min
         self.ulysses = self.ring = None
         for r in range(deg.ring):
-            g = dist.new_group([deg.rank(r, u) for u in range(deg.ulysses)])
+            g = new([deg.rank(r, u) for u in range(deg.ulysses)])
             if r == self.r:
                 self.ulysses = g
         for u in range(deg.ulysses):
-            g = dist.new_group([deg.rank(r, u) for r in range(deg.ring)])
+            g = new([deg.rank(r, u) for r in range(deg.ring)])
             if u == self.u:
                 self.ring = g
         # Separate communicators for the inner and outer ring, forward KV and backward dKV, so
         # that their transfers do not queue behind each other.
-        self.kv_inner, self.kv_outer, self.dkv_inner, self.dkv_outer = (dist.new_group(world) for _ in range(4))
+        self.kv_inner, self.kv_outer, self.dkv_inner, self.dkv_outer = (new(world) for _ in range(4))
 
     def peer(self, ring_rank: int) -> int:
         """Global rank of ring rank `ring_rank` in this rank's ring (same Ulysses rank)."""

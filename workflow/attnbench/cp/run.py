@@ -20,6 +20,7 @@ from .base import RankContext, load
 from .comm import Comm, Groups, Guard
 from .kernels import load as load_kernel
 
+TIMEOUT = None  # the job's process-group timeout (init), also given to every group made later
 INPUT_BLOCK = 4096  # rows generated per seeded block (same rows whatever the sharding)
 TENSORS = ("q", "k", "v", "dout")
 
@@ -29,7 +30,8 @@ TENSORS = ("q", "k", "v", "dout")
 
 def init(device: str, timeout_s: float):
     """Join the job's process group (torchrun's environment): gloo on CPU, NCCL on GPU."""
-    timeout = datetime.timedelta(seconds=timeout_s)
+    global TIMEOUT
+    timeout = TIMEOUT = datetime.timedelta(seconds=timeout_s)
     if device == "cuda":
         local = int(os.environ.get("LOCAL_RANK", 0))
         torch.cuda.set_device(local)
@@ -53,7 +55,7 @@ class Session:
         if deg.world != self.world:
             raise ValueError(f"degrees {deg} need {deg.world} ranks, the job has {self.world}")
         if deg not in self._groups:
-            self._groups[deg] = Groups(deg, self.rank)
+            self._groups[deg] = Groups(deg, self.rank, TIMEOUT)
         kernel = None
         if kernel_name is not None:
             kernel = load_kernel(catalog.local_kernel(kernel_name), self.device, dtype, head_dim)
