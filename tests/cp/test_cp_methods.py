@@ -88,7 +88,8 @@ def test_ranks_compute_exactly_the_mask(matrix):
         assert r["work_pairs_total"] == r["mask_area_all_heads"] * HQ, (r["method"], r["mask"])
 
 
-@pytest.mark.slow
 def test_flex_local_kernel_forward_on_cpu(tmp_path):
-    rows = verify(2, tmp_path, "--kernels", "flex")
-    assert rows and all(r["status"] == "ok" and not r["backward"] for r in rows), rows[0]
+    """FlexAttention (eager on the CPU: forward only there) under a ring, a 2-D hybrid and all-gather."""
+    rows = verify(2, tmp_path, "--kernels", "flex", "--methods", "ring_p2p", "ring_allgather", "usp",
+                  "--masks", "full_document", "causal_document_long")
+    assert len(rows) == 2 * 4 and all(r["status"] == "ok" and not r["backward"] for r in rows), rows[0]

@@ -11,6 +11,12 @@ def cp_cell_of(wc):
         raise WorkflowError(f"{path} is not a cell of the grids {', '.join(RUN)} in this config") from None
 
 
+def cp_library(kernel):
+    from attnbench.cp import catalog as cp_catalog
+
+    return cp_catalog.library_version(kernel)
+
+
 def cp_ranks(wc):
     return cp_cell_of(wc)["gpus"]
 
@@ -26,6 +32,8 @@ rule cp_cell:
     params:
         spec=lambda wc: json.dumps(cp_cell_of(wc), sort_keys=True),
         launch=lambda wc: "--nodes {nodes} --nproc-per-node {nproc_per_node}".format(**cp_cell_of(wc)["cp"]),
+        # The local kernel's library version: installing a missing one reruns exactly its cells.
+        library=lambda wc: cp_library(cp_cell_of(wc)["cp"]["local_kernel"]),
     # CPU: one core per rank (Snakemake lowers it to --cores when there are fewer)
     threads: lambda wc: cp_ranks(wc) if cp_cell_of(wc)["device"] == "cpu" else 1
     resources:

@@ -52,6 +52,7 @@ class LocalKernelInfo:
     directions: dict  # device -> directions
     masks: tuple = CP_MASKS
     modules: tuple = ()
+    dists: tuple = ("torch",)  # distributions whose versions identify it
 
 
 _ALL = ("fwd", "bwd", "fwdbwd")
@@ -69,9 +70,10 @@ LOCAL_KERNELS = {
         LocalKernelInfo("flex", "FlexAttention with return_lse; backward by recomputation with the LSE gradient",
                         "kernels:Flex", ("cpu", "cuda"), {"cpu": ("fwd",), "cuda": _ALL}),
         LocalKernelInfo("fa2", "flash_attn varlen (FlashAttention-2)", "kernels:FA2Varlen", ("cuda",),
-                        {"cuda": _ALL}, modules=("flash_attn",)),
+                        {"cuda": _ALL}, modules=("flash_attn",), dists=("flash-attn", "flash_attn")),
         LocalKernelInfo("fa3", "flash_attn_interface varlen (FlashAttention-3, Hopper)", "kernels:FA3Varlen",
-                        ("cuda",), {"cuda": _ALL}, modules=("flash_attn_interface",)),
+                        ("cuda",), {"cuda": _ALL}, modules=("flash_attn_interface",),
+                        dists=("flash-attn-3", "flash_attn_3")),
     )
 }
 DEFAULT_LOCAL_KERNEL = {"cpu": "cpu_flash", "cuda": "sdpa_flash"}
@@ -90,6 +92,18 @@ def local_kernel(name: str) -> LocalKernelInfo:
     except KeyError:
         raise ValueError(f"unknown local kernel {name!r}; valid local kernels: auto, {', '.join(LOCAL_KERNELS)}") \
             from None
+
+
+def library_version(kernel_name: str) -> str:
+    """The local kernel's library and version (first distribution found), or 'missing'. No import."""
+    import importlib.metadata
+
+    for dist in local_kernel(kernel_name).dists:
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "missing"
 
 
 def resolve_local_kernel(name: str, device: str) -> str:

@@ -53,7 +53,8 @@ def implementation(spec) -> dict:
     kern = spec["cp"]["local_kernel"]
     return {"name": info.name, "family": "cp", "summary": info.summary, "local_kernel": kern,
             "local_kernel_summary": catalog.local_kernel(kern).summary if kern in catalog.LOCAL_KERNELS else None,
-            "library_version": f"torch {torch.__version__}"}
+            "library_version": catalog.library_version(kern) if kern in catalog.LOCAL_KERNELS
+            else f"torch {torch.__version__}"}
 
 
 def degrees_of(spec) -> catalog.Degrees:

@@ -80,6 +80,12 @@ class ShardLayout:
 
     def positions(self, r: int):
         """Global position of every row of ring shard r (-1: padding), numpy int64 [shard_len]."""
+        cache = self.__dict__.setdefault("_positions_cache", {})
+        if r not in cache:
+            cache[r] = self._positions(r)
+        return cache[r]
+
+    def _positions(self, r: int):
         out = np.full(self.shard_len, -1, dtype=np.int64)
         for d in range(len(self.doc_lengths)):
             row = self.doc_offsets[d]

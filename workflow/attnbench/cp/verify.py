@@ -67,6 +67,8 @@ def main(argv=None):
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--out", required=True, help="JSON lines, one per case (rank 0)")
     p.add_argument("--kernels", nargs="*", help="local kernels (default: the device's)")
+    p.add_argument("--methods", nargs="*", help="only these methods (default: all)")
+    p.add_argument("--masks", nargs="*", help="only these masks (default: all CP masks)")
     p.add_argument("--heads", default="8:2", help="query:KV heads")
     p.add_argument("--head-dim", type=int, default=16)
     p.add_argument("--tokens-per-rank", type=int, default=40)
@@ -84,9 +86,11 @@ def main(argv=None):
     kernels = a.kernels or DEFAULT_KERNELS[a.device]
     rows, t0 = [], time.perf_counter()
     for method, deg in method_configs(world, a.device):
+        if a.methods and method not in a.methods:
+            continue
         for kname in (kernels if method != "torch_cp" else ["none"]):
             unavailable = None if method == "torch_cp" else catalog.unavailable_reason(method, kname, a.device)
-            for mask in masks_for(world, seqlen, a.seed):
+            for mask in (m for m in masks_for(world, seqlen, a.seed) if not a.masks or m.name in a.masks):
                 backward = kname == "none" or "bwd" in catalog.local_kernel(kname).directions.get(a.device, ())
                 row = {"world": world, "method": method, "degrees": deg.to_json(), "local_kernel": kname,
                        "mask": mask.name, "seqlen": seqlen, "heads": [hq, hkv], "dtype": str(dtype).split(".")[-1],
