@@ -88,8 +88,11 @@ def test_ranks_compute_exactly_the_mask(matrix):
         assert r["work_pairs_total"] == r["mask_area_all_heads"] * HQ, (r["method"], r["mask"])
 
 
-def test_flex_local_kernel_forward_on_cpu(tmp_path):
-    """FlexAttention (eager on the CPU: forward only there) under a ring, a 2-D hybrid and all-gather."""
-    rows = verify(2, tmp_path, "--kernels", "flex", "--methods", "ring_p2p", "ring_allgather", "usp",
-                  "--masks", "full_document", "causal_document_long")
-    assert len(rows) == 2 * 4 and all(r["status"] == "ok" and not r["backward"] for r in rows), rows[0]
+def test_mha_and_the_flex_local_kernel(tmp_path):
+    """MHA (4:4, so Ulysses splits KV heads 2 per rank) with cpu_flash forward and backward, and
+    FlexAttention (eager on the CPU, forward only there) under the same methods."""
+    rows = verify(2, tmp_path, "--heads", "4:4", "--kernels", "cpu_flash", "flex", "--methods", "ulysses", "ring_p2p",
+                  "ring_allgather", "usp", "--masks", "full_document", "causal_document_long")
+    assert len(rows) == 5 * 2 * 2 and all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
+    assert all(r["backward"] == (r["local_kernel"] == "cpu_flash") for r in rows)
+    assert all(r["bytes_match_analytic"] for r in rows)

@@ -369,6 +369,10 @@ class MathRecompute(RecomputeBackward, MathKernel):
 def _compiled_flex():
     from torch.nn.attention.flex_attention import flex_attention
 
+    # One compilation per chunk shape / mask_mod closure (a few per ring); past the limit Dynamo
+    # would run flex eagerly, a different computation: fail instead, with room for a long ring.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
     return torch.compile(flex_attention, dynamic=False)
 
 
