@@ -13,6 +13,7 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/kernels.smk"
+include: "workflow/rules/context_parallel.smk"
 include: "workflow/rules/report.smk"
 
 

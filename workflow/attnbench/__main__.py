@@ -1,4 +1,4 @@
-"""Command line: python -m attnbench {cell,peak,collect,tables,figures,check-config} ..."""
+"""Command line: python -m attnbench {cell,cp-cell,peak,collect,tables,figures,check-config,regenerate} ..."""
 
 from __future__ import annotations
 
@@ -21,6 +21,17 @@ def cmd_cell(a):
     record = run_cell(spec, peak)
     write_record(record, a.out)
     print(f"{record['status']}: {a.out}" + (f" ({record['status_reason']})" if record.get("status_reason") else ""))
+
+
+def cmd_cp_cell(a):
+    """One rank of a distributed cell (start it with python -m attnbench.launch)."""
+    from .cp.cell import run_cp_cell
+
+    spec = json.loads(a.spec)
+    peak = json.loads(Path(a.peak).read_text()) if a.peak else None
+    record = run_cp_cell(spec, a.out, peak)
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(f"{record['status']}: {a.out}" + (f" ({record['status_reason']})" if record.get("status_reason") else ""))
 
 
 def cmd_peak(a):
@@ -187,6 +198,11 @@ def main(argv=None):
     c.add_argument("--out", required=True)
     c.add_argument("--threads", type=int, help="CPU threads for torch (Snakemake's threads)")
     c.set_defaults(fn=cmd_cell)
+    c = sub.add_parser("cp-cell", help="one rank of a context-parallel cell (under attnbench.launch / torchrun)")
+    c.add_argument("--spec", required=True, help="the cell's parameters as JSON")
+    c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
+    c.add_argument("--out", required=True, help="the record (written by rank 0)")
+    c.set_defaults(fn=cmd_cp_cell)
     c = sub.add_parser("peak", help="measure the device's dense matmul ceiling")
     c.add_argument("--device", required=True)
     c.add_argument("--dtype", required=True)

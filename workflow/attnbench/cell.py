@@ -42,14 +42,18 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def base_record(spec) -> dict:
-    info = catalog.get(spec["impl"])
+def base_record(spec, implementation: dict | None = None) -> dict:
+    """The fields every record starts with; `implementation` describes what ran (default: the
+    kernel of the catalog named by spec['impl'])."""
+    if implementation is None:
+        info = catalog.get(spec["impl"])
+        implementation = {"name": info.name, "family": info.family, "summary": info.summary,
+                          "library_version": catalog.library_version(info), "notes": dict(info.notes)}
     return {
         "schema_version": SCHEMA_VERSION,
         "cell_id": stable_hash(spec),
         "cell": spec,
-        "kernel": {"name": info.name, "family": info.family, "summary": info.summary,
-                   "library_version": catalog.library_version(info), "notes": dict(info.notes)},
+        "kernel": implementation,
         "data_seed": data_seed(spec),
         "started_at": now(),
         "samples": [],
@@ -114,7 +118,7 @@ def run_kernel(kernel, fn, q, k, v, dout, direction):
 def check_correctness(kernel, fn, mask, q, k, v, dout, direction, factor) -> dict:
     """Errors of the kernel and of naive attention in the same dtype against float64."""
     from .kernels.naive import Naive
-    from .reference import rel_err, reference_attention, unit_roundoff
+    from .reference import rel_err, reference_attention
 
     needs_grad = direction != "fwd"
     ref_out, _, ref_grads = reference_attention(q, k, v, mask, dout if needs_grad else None)
@@ -126,11 +130,19 @@ def check_correctness(kernel, fn, mask, q, k, v, dout, direction, factor) -> dic
         if needs_grad:
             errs.update({n: rel_err(g, r) for n, g, r in zip(("dq", "dk", "dv"), grads, ref_grads)})
         results[who] = errs
-    floor = unit_roundoff(q.dtype)
-    tol = {n: factor * max(results["naive"][n], floor) for n in results["kernel"]}
+    tol = tolerance(results["naive"], q.dtype, factor)
     passed = all(results["kernel"][n] <= tol[n] for n in tol)  # NaN/inf never passes
     return {"seqlen": mask.seqlen, "errors": results["kernel"], "naive_errors": results["naive"],
             "tolerance": tol, "tolerance_factor": factor, "passed": bool(passed)}
+
+
+def tolerance(naive_errors: dict, dtype, factor: float) -> dict:
+    """The acceptance rule: error <= factor x max(error of naive attention in the same dtype,
+    the dtype's unit roundoff)."""
+    from .reference import unit_roundoff
+
+    floor = unit_roundoff(dtype)
+    return {n: factor * max(e, floor) for n, e in naive_errors.items()}
 
 
 def check_seqlen(spec) -> int:
@@ -205,11 +217,12 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
     return sample
 
 
-def summarise(record, peak):
-    """Cell-level statistics from the samples: pooled repetitions, max memory, worst error."""
+def summarise(record, peak, gpus: int = 1):
+    """Cell-level statistics from the samples: pooled repetitions, max memory, worst error.
+    TFLOP/s are per GPU: FLOPs / (time x gpus) (time: the slowest rank's, for CP cells)."""
     samples = record["samples"]
     times = [t for s in samples for t in s["time_ms"]]
-    tflops = [s["flops"] / (t * 1e-3) / 1e12 for s in samples for t in s["time_ms"]]
+    tflops = [s["flops"] / (t * 1e-3) / 1e12 / gpus for s in samples for t in s["time_ms"]]
     a, b = np.percentile(times, [20, 80]), np.percentile(tflops, [20, 80])
     record.update(
         time_ms_median=float(np.median(times)), time_ms_p20=float(a[0]), time_ms_p80=float(a[1]),

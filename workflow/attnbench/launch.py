@@ -30,7 +30,8 @@ def slurm_hosts() -> list[str]:
 
 
 def command(nodes: int, nproc: int, cmd: list[str], port: int = 29500) -> list[str]:
-    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+    # --no-python: CMD runs as given (e.g. `python -m attnbench cp-cell ...`), not as a script path
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--no-python", f"--nproc-per-node={nproc}"]
     if nodes == 1:
         return [*torchrun, "--standalone", "--nnodes=1", *cmd]
     hosts = slurm_hosts()

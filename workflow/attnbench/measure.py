@@ -36,11 +36,12 @@ class L2Flush:
         self.buf.zero_()
 
 
-def time_ms(fn, warmup: int, reps: int, device, flush: bool = True) -> list[float]:
+def time_ms(fn, warmup: int, reps: int, device, flush: bool = True, before=None) -> list[float]:
     """Milliseconds of `reps` calls of fn() after `warmup` untimed calls.
 
     GPU: CUDA events around each call, the L2 overwritten (untimed) before each one.
-    CPU: perf_counter around each call.
+    CPU: perf_counter around each call. `before()` runs untimed before each timed call
+    (distributed cells: a barrier and a device synchronisation).
     """
     for _ in range(warmup):
         fn()
@@ -51,6 +52,8 @@ def time_ms(fn, warmup: int, reps: int, device, flush: bool = True) -> list[floa
         for _ in range(reps):
             if flusher:
                 flusher()
+            if before:
+                before()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -59,6 +62,8 @@ def time_ms(fn, warmup: int, reps: int, device, flush: bool = True) -> list[floa
             out.append(start.elapsed_time(end))
     else:
         for _ in range(reps):
+            if before:
+                before()
             t0 = time.perf_counter()
             fn()
             out.append((time.perf_counter() - t0) * 1e3)

@@ -1,0 +1,127 @@
+"""family: cp grids: degrees, expansion into cells, and errors that name the bad value."""
+
+import copy
+
+import pytest
+import yaml
+
+from attnbench.config import ConfigError, cell_path, expand_cells, load_config, validate
+from attnbench.cp import catalog
+
+TINY = {"family": "cp", "device": "cpu", "methods": ["ring_p2p", "usp"], "masks": ["causal"],
+        "tokens_per_gpu": [32], "gpus": [2, 4], "heads": [[4, 2]], "head_dim": [16], "dtype": ["float32"],
+        "direction": ["fwd"]}
+
+
+@pytest.fixture(scope="module")
+def base(repo):
+    return yaml.safe_load((repo / "config.yaml").read_text())
+
+
+def with_grid(base, **changes):
+    cfg = copy.deepcopy(base)
+    cfg["run"] = ["t"]
+    cfg["grids"] = {"t": {**copy.deepcopy(TINY), **changes}}
+    return cfg
+
+
+def problems(base, **changes) -> str:
+    with pytest.raises(ConfigError) as e:
+        validate(with_grid(base, **changes))
+    return str(e.value)
+
+
+def test_degrees():
+    assert catalog.degrees("ulysses", 8).to_json() == {"ulysses": 8, "ring": 1, "windows": 1, "placement": "contiguous"}
+    assert catalog.degrees("usp", 96).ulysses == 8 and catalog.degrees("usp", 96).ring == 12  # paper: U = min(N, 8)
+    assert catalog.degrees("usp", 4, gpus_per_node=8).ring == 1
+    assert [catalog.default_windows(r) for r in (1, 2, 3, 4, 6, 8, 9, 12)] == [1, 1, 1, 2, 2, 2, 3, 3]
+    lt = catalog.degrees("loongtrain", 32, ulysses_degree=2, placement="strided")
+    assert (lt.ulysses, lt.ring, lt.windows, lt.window_size) == (2, 16, 4, 4)
+    with pytest.raises(ValueError, match="ulysses_degree 3 does not divide the 8 GPUs"):
+        catalog.degrees("usp", 8, ulysses_degree=3)
+
+
+@pytest.mark.parametrize("placement", ["contiguous", "strided"])
+def test_placement_maps_every_rank_once(placement):
+    deg = catalog.Degrees(4, 3, 1, placement)
+    coords = [deg.coords(r) for r in range(12)]
+    assert sorted(coords) == [(r, u) for r in range(3) for u in range(4)]
+    assert all(deg.rank(*deg.coords(x)) == x for x in range(12))
+    group0 = sorted(deg.rank(0, u) for u in range(4))  # ranks of one Ulysses group
+    assert group0 == ([0, 1, 2, 3] if placement == "contiguous" else [0, 3, 6, 9])
+
+
+def test_expansion(base):
+    cells = expand_cells(validate(with_grid(base)))
+    assert len(cells) == 4
+    usp4 = next(c for c in cells if c["impl"] == "usp" and c["gpus"] == 4)
+    assert usp4["seqlen"] == 128 and usp4["tokens_per_gpu"] == 32
+    assert usp4["cp"] == {"local_kernel": "cpu_flash", "ulysses": 4, "ring": 1, "windows": 1, "placement": "contiguous",
+                          "gpus_per_node": 8, "nodes": 1, "nproc_per_node": 4, "breakdown": True, "timeout_s": 600}
+    assert cell_path(usp4) == "cells/t/cp/usp/causal/s128-h4x2-d16-float32-fwd-g4.json"
+
+
+def test_gpu_grid_nodes(base):
+    cfg = with_grid(base, device="cuda", gpus=[8, 16], cp={"gpus_per_node": 8, "local_kernel": "sdpa_flash"})
+    c16 = next(c for c in expand_cells(validate(cfg)) if c["gpus"] == 16 and c["impl"] == "usp")
+    assert (c16["cp"]["nodes"], c16["cp"]["nproc_per_node"], c16["cp"]["ulysses"], c16["cp"]["ring"]) == (2, 8, 8, 2)
+
+
+def test_repo_cp_grids(repo):
+    cfg = load_config(repo / "config.yaml")
+    assert "smoke_cp" in cfg["run"]
+    smoke = expand_cells(cfg, ["smoke_cp"])
+    assert 10 <= len(smoke) <= 25 and {c["impl"] for c in smoke} >= set(catalog.METHODS) - {"torch_cp"}
+    assert {c["device"] for c in smoke} == {"cpu"} and max(c["gpus"] for c in smoke) == 4
+    paper = expand_cells(cfg, ["paper_cp"])
+    assert {c["tokens_per_gpu"] for c in paper} == {8192} and min(c["gpus"] for c in paper) == 8
+    assert max(c["gpus"] for c in paper) == 96 and {(c["heads_q"], c["heads_kv"]) for c in paper} == {(64, 8)}
+    assert {c["reps"] for c in paper} == {15} and {c["warmup"] for c in paper} == {5}
+    assert {c["mask"] for c in paper} == {"full", "causal", "full_document_long", "causal_document_long"}
+    u96 = next(c for c in paper if c["impl"] == "usp" and c["gpus"] == 96)
+    assert (u96["cp"]["ulysses"], u96["cp"]["ring"], u96["cp"]["nodes"]) == (8, 12, 12)
+
+
+def test_unknown_method(base):
+    msg = problems(base, methods=["ring_p2p", "ringy"])
+    assert "grids.t.methods[1]: unknown method 'ringy'; valid methods: ulysses, ring_p2p, ring_allgather" in msg
+
+
+def test_bad_ulysses_degree(base):
+    msg = problems(base, cp={"ulysses_degree": 3})
+    assert "grids.t.gpus[0] (2 GPUs): usp: ulysses_degree 3 does not divide the 2 GPUs (valid degrees: 1, 2)" in msg
+
+
+def test_impossible_head_split(base):
+    msg = problems(base, gpus=[4], heads=[[6, 2]], cp={"ulysses_degree": 4})
+    assert "grids.t.cp.ulysses_degree: impossible head split for heads[0] = 6:2" in msg
+    assert "Ulysses degree 4 does not divide the 6 query heads" in msg
+
+
+def test_bad_windows_and_kernel_and_axes(base):
+    msg = problems(base, methods=["loongtrain"], gpus=[4], cp={"ulysses_degree": 1, "windows": 3})
+    assert "windows 3 does not divide the ring degree 4 (valid: 1, 2, 4)" in msg
+    msg = problems(base, cp={"local_kernel": "flashy"})
+    assert "grids.t.cp.local_kernel: unknown local kernel 'flashy'; valid local kernels: auto, math, cpu_flash" in msg
+    msg = problems(base, cp={"local_kernel": "sdpa_flash"})
+    assert "sdpa_flash runs only on cuda, not on the grid's device cpu" in msg
+    msg = problems(base, seqlen=[128])
+    assert "family cp takes no 'seqlen' (its length is tokens_per_gpu x gpus)" in msg
+    msg = problems(base, device="cuda", gpus=[12], cp={"gpus_per_node": 8})
+    assert "grids.t.gpus[0]: 12 GPUs are not whole nodes of cp.gpus_per_node=8" in msg
+    msg = problems(base, cp={"placement": "diagonal"})
+    assert "grids.t.cp.placement: 'diagonal' is not one of ['contiguous', 'strided']" in msg
+    msg = problems(base, masks=["sliding_window"])
+    assert "unknown mask 'sliding_window' for family cp" in msg
+
+
+def test_ulysses_head_limit_is_a_record_not_a_config_error(base):
+    """The paper's finding 'Ulysses is capped by the head count' must show as `unsupported` cells."""
+    cfg = validate(with_grid(base, methods=["ulysses"], gpus=[3]))
+    (cell,) = expand_cells(cfg)
+    from attnbench.cp.cell import degrees_of
+
+    reason = catalog.unsupported_reason("ulysses", cell["cp"]["local_kernel"], "causal", "fwd", "cpu",
+                                        degrees_of(cell), 4, 2)
+    assert reason == "Ulysses degree 3 does not divide the 4 query heads"

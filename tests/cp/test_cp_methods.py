@@ -1,0 +1,98 @@
+"""Every method x mask x degrees on 1, 2, 3 and 4 real processes (gloo), forward and backward,
+against the float64 reference on every rank; counted bytes against the schedule's formula.
+
+One torchrun per world size runs the whole matrix (attnbench.cp.verify) in one process group.
+"""
+
+import json
+import sys
+
+import pytest
+
+from attnbench.cp import catalog
+from attnbench.masks import CP_MASKS
+from bounded import run_bounded
+
+HQ, HKV = 8, 2  # GQA; Ulysses at 4 ranks replicates the 2 KV heads
+
+
+def verify(world, tmp_path, *extra):
+    out = tmp_path / f"verify{world}.jsonl"
+    cmd = [sys.executable, "-m", "attnbench.launch", "--nproc-per-node", str(world), "--",
+           sys.executable, "-m", "attnbench.cp.verify", "--device", "cpu", "--out", str(out), "--heads", f"{HQ}:{HKV}",
+           "--timeout-s", "60", *extra]
+    p = run_bounded(cmd, 420)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module", params=[1, 2, 3, 4])
+def matrix(request, tmp_path_factory):
+    world = request.param
+    return world, verify(world, tmp_path_factory.mktemp(f"w{world}"))
+
+
+def expected_unsupported(row) -> bool:
+    u = row["degrees"]["ulysses"]
+    return u > 1 and catalog.head_split_reason(u, HQ, HKV) is not None
+
+
+def test_every_case_is_correct_or_says_why_not(matrix):
+    world, rows = matrix
+    for r in rows:
+        what = f"{r['method']} {r['degrees']} {r['mask']} {r['local_kernel']}"
+        if expected_unsupported(r):
+            assert r["status"] == "unsupported" and "does not divide the 8 query heads" in r["reason"], what
+            continue
+        assert r["status"] == "ok", f"{what}: {r.get('reason') or r.get('errors')}"
+        assert r["passed"] and r["every_row_once"] and r["backward"], what
+        assert set(r["errors"]) == {"out", "lse", "dq", "dk", "dv"}
+        for errs, tol in zip(r["rank_errors"], r["tolerance"]):  # every rank within tolerance
+            assert all(errs[n] <= tol[n] for n in errs), what
+
+
+def test_the_matrix_covers_what_the_issue_asks(matrix):
+    world, rows = matrix
+    ok = [r for r in rows if r["status"] == "ok"]
+    methods = {"ulysses", "ring_p2p", "ring_allgather", "usp", "loongtrain"}
+    for m in methods - ({"ulysses"} if world == 3 else set()):
+        assert {r["mask"] for r in ok if r["method"] == m} == set(CP_MASKS), m
+        assert {r["local_kernel"] for r in ok if r["method"] == m} == {"math", "cpu_flash"}
+    assert all(r["seqlen"] % (2 * world) for r in rows)  # the sequence itself needs padding
+    docs = [r for r in ok if r["doc_lengths"]]
+    assert any(any(n % (2 * world) for n in r["doc_lengths"]) for r in docs)
+    if world == 4:
+        two_d = {(r["method"], r["degrees"]["placement"]) for r in ok if r["degrees"]["ulysses"] == 2}
+        assert two_d == {(m, p) for m in ("usp", "loongtrain") for p in ("contiguous", "strided")}
+        assert any(r["method"] == "loongtrain" and r["degrees"]["windows"] == 2 for r in ok)
+        assert any(r["method"] == "ulysses" and r["degrees"]["ulysses"] == 4 for r in ok)  # U > Hkv: replicated
+    if world == 3:
+        assert {r["method"] for r in rows if r["status"] == "unsupported"} == {"ulysses", "usp", "loongtrain"}
+
+
+def test_counted_bytes_equal_the_analytic_volume(matrix):
+    world, rows = matrix
+    for r in (r for r in rows if r["status"] == "ok"):
+        assert r["bytes_match_analytic"], (r["method"], r["degrees"], r["bytes"])
+        if world == 1:
+            assert all(b["sent"] == 0 for b in r["bytes"])
+        elif r["method"] in ("ring_p2p", "ring_allgather") or r["degrees"]["ulysses"] > 1:
+            assert all(b["sent"] > 0 for b in r["bytes"])
+
+
+def test_ranks_compute_exactly_the_mask(matrix):
+    """The visible pairs all ranks compute add up to the mask's area x query heads: padding never
+    counts and no pair is computed twice."""
+    _, rows = matrix
+    for r in (r for r in rows if r["status"] == "ok"):
+        assert r["work_pairs_total"] == r["mask_area_all_heads"] * HQ, (r["method"], r["mask"])
+
+
+def test_mha_and_the_flex_local_kernel(tmp_path):
+    """MHA (4:4, so Ulysses splits KV heads 2 per rank) with cpu_flash forward and backward, and
+    FlexAttention (eager on the CPU, forward only there) under the same methods."""
+    rows = verify(2, tmp_path, "--heads", "4:4", "--kernels", "cpu_flash", "flex", "--methods", "ulysses", "ring_p2p",
+                  "ring_allgather", "usp", "--masks", "full_document", "causal_document_long")
+    assert len(rows) == 5 * 2 * 2 and all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
+    assert all(r["backward"] == (r["local_kernel"] == "cpu_flash") for r in rows)
+    assert all(r["bytes_match_analytic"] for r in rows)

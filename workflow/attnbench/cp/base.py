@@ -1,0 +1,91 @@
+"""What every context-parallel method provides, and the per-rank context it runs in.
+
+A method is built per realised mask (its layout and buffers depend on the document lengths):
+    m = load(info, rc, mask, heads_q, heads_kv, head_dim, dtype)
+    m.positions          # global position of each local input row (-1: padding)
+    m.setup(backward)    # persistent communication buffers (allocated once, outside timing)
+    out, lse = m.forward(q, k, v)      # local rows: q [rows, Hq, D], k/v [rows, Hkv, D]
+    dq, dk, dv = m.backward(dout)      # uses what the last forward saved
+Every tensor that crosses a process boundary lives in a persistent buffer, so a rank whose
+computation failed (Guard) can keep serving transfers with them until the phase ends.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+import torch
+
+from .catalog import Degrees, MethodInfo
+from .comm import Comm, Groups, Guard
+from .merge import accumulator_dtype
+
+
+@dataclass
+class RankContext:
+    rank: int
+    device: torch.device
+    deg: Degrees
+    groups: Groups
+    comm: Comm
+    guard: Guard
+    kernel: object  # LocalKernel (None for torch_cp)
+
+
+class CPMethod:
+    name = ""
+
+    def __init__(self, info: MethodInfo, rc: RankContext, mask, heads_q: int, heads_kv: int, head_dim: int, dtype):
+        self.info, self.rc, self.mask = info, rc, mask
+        self.hq, self.hkv, self.d, self.dtype = heads_q, heads_kv, head_dim, dtype
+        self.acc = accumulator_dtype(dtype)
+        self.device = rc.device
+
+    # ------------------------------------------------------------ the protocol
+
+    positions = None  # numpy int64 [rows]: global position of each local row, -1 = padding
+
+    def setup(self, backward: bool):
+        raise NotImplementedError
+
+    def forward(self, q, k, v):
+        raise NotImplementedError
+
+    def backward(self, dout):
+        raise NotImplementedError
+
+    def volume(self, direction: str) -> dict:
+        """Bytes this rank sends and receives in one call, from the schedule's formula."""
+        raise NotImplementedError
+
+    def work(self) -> int:
+        """Visible (query, key) pairs this rank computes, summed over its query heads."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """Method-specific facts for the record (degrees, layout, replication...)."""
+        return {}
+
+    # ------------------------------------------------------------ helpers
+
+    def empty(self, *shape, dtype=None):
+        return torch.empty(shape, dtype=dtype or self.dtype, device=self.device)
+
+    @property
+    def guard(self):
+        return self.rc.guard
+
+    @property
+    def comm(self):
+        return self.rc.comm
+
+    @property
+    def elem(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+
+def load(info: MethodInfo, rc: RankContext, mask, heads_q, heads_kv, head_dim, dtype) -> CPMethod:
+    module, cls = info.impl.split(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)(info, rc, mask, heads_q, heads_kv,
+                                                                           head_dim, dtype)

@@ -1,0 +1,233 @@
+"""The context-parallel methods and local kernels: names, degrees, and what each cannot run.
+
+Torch-free on purpose: config validation and Snakemake read it without importing torch.
+A method's implementation lives in its own module (`impl`), loaded only when a cell runs it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from dataclasses import dataclass
+
+from ..masks import CP_MASKS
+
+PLACEMENTS = ("contiguous", "strided")
+CAUSAL_MASKS = ("causal", "causal_document", "causal_document_long")
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    name: str
+    summary: str
+    impl: str  # "module:Class" under attnbench.cp
+    devices: tuple
+    masks: tuple = CP_MASKS
+
+
+METHODS = {
+    m.name: m
+    for m in (
+        MethodInfo("ulysses", "all-to-all sequence <-> heads, one local attention per head group",
+                   "ulysses:Ulysses", ("cpu", "cuda")),
+        MethodInfo("ring_p2p", "ring of R steps, batched isend/irecv overlapped with compute, zigzag",
+                   "ring_p2p:RingP2P", ("cpu", "cuda")),
+        MethodInfo("ring_allgather", "all-gather K and V once, local q chunks against the visible prefix",
+                   "ring_allgather:RingAllGather", ("cpu", "cuda")),
+        MethodInfo("usp", "Ulysses inside groups of U, Ring P2P across the R groups", "usp:USP", ("cpu", "cuda")),
+        MethodInfo("loongtrain", "Ulysses inside groups of U, double ring (W windows) across the R groups",
+                   "loongtrain:LoongTrain", ("cpu", "cuda")),
+        MethodInfo("torch_cp", "torch.distributed.tensor.experimental.context_parallel (SDPA)",
+                   "torch_cp:TorchCP", ("cuda",), masks=("full", "causal")),
+    )
+}
+
+
+@dataclass(frozen=True)
+class LocalKernelInfo:
+    name: str
+    summary: str
+    impl: str  # "module:Class" under attnbench.cp
+    devices: tuple
+    directions: dict  # device -> directions
+    masks: tuple = CP_MASKS
+    modules: tuple = ()
+    dists: tuple = ("torch",)  # distributions whose versions identify it
+
+
+_ALL = ("fwd", "bwd", "fwdbwd")
+LOCAL_KERNELS = {
+    k.name: k
+    for k in (
+        LocalKernelInfo("math", "explicit softmax(q k^T) v and its backward, float32 (float64 for float64 inputs)",
+                        "kernels:MathKernel", ("cpu", "cuda"), {"cpu": _ALL, "cuda": _ALL}),
+        LocalKernelInfo("cpu_flash", "aten._scaled_dot_product_flash_attention_for_cpu (+ _backward)",
+                        "kernels:CpuFlash", ("cpu",), {"cpu": _ALL}),
+        LocalKernelInfo("sdpa_flash", "aten._flash_attention_forward/_backward with cu_seqlens (varlen)",
+                        "kernels:SdpaFlashVarlen", ("cuda",), {"cuda": _ALL}),
+        LocalKernelInfo("sdpa_cudnn", "aten._scaled_dot_product_cudnn_attention (+ _backward), one rectangle per call",
+                        "kernels:SdpaCudnn", ("cuda",), {"cuda": _ALL}, masks=("full", "causal")),
+        LocalKernelInfo("flex", "FlexAttention with return_lse; backward by recomputation with the LSE gradient",
+                        "kernels:Flex", ("cpu", "cuda"), {"cpu": ("fwd",), "cuda": _ALL}),
+        LocalKernelInfo("fa2", "flash_attn varlen (FlashAttention-2)", "kernels:FA2Varlen", ("cuda",),
+                        {"cuda": _ALL}, modules=("flash_attn",), dists=("flash-attn", "flash_attn")),
+        LocalKernelInfo("fa3", "flash_attn_interface varlen (FlashAttention-3, Hopper)", "kernels:FA3Varlen",
+                        ("cuda",), {"cuda": _ALL}, modules=("flash_attn_interface",),
+                        dists=("flash-attn-3", "flash_attn_3")),
+    )
+}
+DEFAULT_LOCAL_KERNEL = {"cpu": "cpu_flash", "cuda": "sdpa_flash"}
+
+
+def method(name: str) -> MethodInfo:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown context-parallel method {name!r}; valid methods: {', '.join(METHODS)}") from None
+
+
+def local_kernel(name: str) -> LocalKernelInfo:
+    try:
+        return LOCAL_KERNELS[name]
+    except KeyError:
+        raise ValueError(f"unknown local kernel {name!r}; valid local kernels: auto, {', '.join(LOCAL_KERNELS)}") \
+            from None
+
+
+def library_version(kernel_name: str) -> str:
+    """The local kernel's library and version (first distribution found), or 'missing'. No import."""
+    import importlib.metadata
+
+    for dist in local_kernel(kernel_name).dists:
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "missing"
+
+
+def resolve_local_kernel(name: str, device: str) -> str:
+    return DEFAULT_LOCAL_KERNEL[device] if name == "auto" else name
+
+
+# ---------------------------------------------------------------- degrees
+
+
+@dataclass(frozen=True)
+class Degrees:
+    """N = U x R ranks: Ulysses degree U, ring degree R split into W windows; rank placement."""
+
+    ulysses: int
+    ring: int
+    windows: int = 1
+    placement: str = "contiguous"
+
+    @property
+    def world(self) -> int:
+        return self.ulysses * self.ring
+
+    @property
+    def window_size(self) -> int:
+        return self.ring // self.windows
+
+    def coords(self, rank: int) -> tuple[int, int]:
+        """(ring rank r, Ulysses rank u) of a global rank. contiguous: a Ulysses group is U
+        consecutive ranks (inside a node); strided: its members are R ranks apart."""
+        if self.placement == "contiguous":
+            return rank // self.ulysses, rank % self.ulysses
+        return rank % self.ring, rank // self.ring
+
+    def rank(self, r: int, u: int) -> int:
+        r, u = r % self.ring, u % self.ulysses
+        return r * self.ulysses + u if self.placement == "contiguous" else u * self.ring + r
+
+    def to_json(self) -> dict:
+        return {"ulysses": self.ulysses, "ring": self.ring, "windows": self.windows, "placement": self.placement}
+
+
+def default_windows(ring: int) -> int:
+    """LoongTrain: the largest divisor of R that is <= sqrt(R)."""
+    return max(w for w in range(1, math.isqrt(ring) + 1) if ring % w == 0)
+
+
+def degrees(name: str, gpus: int, ulysses_degree="auto", windows="auto", placement="contiguous",
+            gpus_per_node: int = 8) -> Degrees:
+    """The degrees a method runs with on `gpus` ranks; ValueError names an impossible setting."""
+    method(name)
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
+    if name == "ulysses":
+        return Degrees(gpus, 1, 1, placement)
+    if name in ("ring_p2p", "ring_allgather", "torch_cp"):
+        return Degrees(1, gpus, 1, placement)
+    u = min(gpus, gpus_per_node) if ulysses_degree == "auto" else int(ulysses_degree)
+    if u < 1 or gpus % u:
+        raise ValueError(f"{name}: ulysses_degree {u} does not divide the {gpus} GPUs "
+                         f"(valid degrees: {', '.join(str(d) for d in range(1, gpus + 1) if gpus % d == 0)})")
+    ring = gpus // u
+    if name == "usp":
+        return Degrees(u, ring, 1, placement)
+    w = default_windows(ring) if windows == "auto" else int(windows)
+    if w < 1 or ring % w:
+        raise ValueError(f"{name}: windows {w} does not divide the ring degree {ring} "
+                         f"(valid: {', '.join(str(d) for d in range(1, ring + 1) if ring % d == 0)})")
+    return Degrees(u, ring, w, placement)
+
+
+def head_split_reason(ulysses: int, heads_q: int, heads_kv: int) -> str | None:
+    """Why query/KV heads cannot be spread over U ranks, or None."""
+    if heads_q % ulysses:
+        return f"Ulysses degree {ulysses} does not divide the {heads_q} query heads"
+    if heads_kv % ulysses and ulysses % heads_kv:
+        return (f"Ulysses degree {ulysses} and {heads_kv} KV heads: KV heads can be neither split evenly "
+                f"nor replicated evenly")
+    return None
+
+
+def kv_replication(ulysses: int, heads_kv: int) -> int:
+    """How many copies of each KV head Ulysses sends (1 unless U > Hkv)."""
+    return ulysses // heads_kv if ulysses > heads_kv else 1
+
+
+def missing_module(modules) -> str | None:
+    for mod in modules:
+        try:
+            if importlib.util.find_spec(mod) is None:
+                return mod
+        except (ImportError, ValueError):
+            return mod
+    return None
+
+
+def unavailable_reason(method_name: str, kernel_name: str, device: str) -> str | None:
+    """Why the method or its local kernel cannot run on this machine at all (device, library)."""
+    m, k = method(method_name), local_kernel(kernel_name)
+    if device not in m.devices:
+        return f"{m.name} runs only on {', '.join(m.devices)}, not on {device}"
+    if m.name != "torch_cp":
+        if device not in k.devices:
+            return f"local kernel {k.name} runs only on {', '.join(k.devices)}, not on {device}"
+        missing = missing_module(k.modules)
+        if missing:
+            return f"local kernel {k.name} needs the Python module {missing!r}, which is not installed"
+    return None
+
+
+def unsupported_reason(method_name: str, kernel_name: str, mask: str, direction: str, device: str,
+                       deg: Degrees, heads_q: int, heads_kv: int) -> str | None:
+    """Why the method cannot run this configuration natively, or None. Static facts only."""
+    m = method(method_name)
+    if mask not in m.masks:
+        return f"{m.name} cannot express the {mask} mask (it runs: {', '.join(m.masks)})"
+    if m.name != "torch_cp":
+        k = local_kernel(kernel_name)
+        if mask not in k.masks:
+            return f"local kernel {k.name} cannot express the {mask} mask (it runs: {', '.join(k.masks)})"
+        dirs = k.directions.get(device, ())
+        if direction not in dirs:
+            return f"local kernel {k.name} has no {direction} on {device} (it runs: {', '.join(dirs) or 'nothing'})"
+    if heads_q % heads_kv:
+        return f"{heads_q} query heads are not a multiple of {heads_kv} KV heads"
+    if deg.ulysses > 1:
+        return head_split_reason(deg.ulysses, heads_q, heads_kv)
+    return None

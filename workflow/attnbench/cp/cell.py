@@ -1,0 +1,315 @@
+"""One distributed CP cell: every rank runs this under torchrun; rank 0 writes the record.
+
+    python -m attnbench.launch --nproc-per-node N -- python -m attnbench cp-cell --spec JSON --out FILE
+
+Phases (setup, timing, breakdown, memory and bytes, correctness) each end with a status
+agreement over all ranks (run.agree), so an out-of-memory error on one rank gives `oom` on
+all of them; a failing rank keeps serving its peers' transfers until then (comm.Guard).
+A process-group timeout (cp.timeout_s) turns a real hang into a failed job.
+
+Timing (spec/measurement.md): a barrier and a device synchronisation before each repetition;
+a repetition's time is the MAXIMUM over ranks; TFLOP/s per GPU = global FLOPs (exact mask
+area, padding never counts) / (max-rank time x N).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .. import status as S
+from ..cell import base_record, crash_if_asked, n_samples, now, summarise, torch_dtype, write_record
+from ..flops import attention_flops
+from ..masks import sample_mask
+from ..measure import peak_memory, quantiles, synchronize, time_ms
+from . import catalog, run
+from .base import load
+
+MEMORY_LIMIT_ENV = "ATTNBENCH_CP_MEMORY_LIMIT"
+
+
+def limit_memory_if_asked(rank: int):
+    """Fault injection for tests of the status agreement: '$RANK:$BYTES' in
+    $ATTNBENCH_CP_MEMORY_LIMIT lets that rank map only BYTES more address space than it has
+    now (RLIMIT_AS), so its next large allocation really fails."""
+    spec = os.environ.get(MEMORY_LIMIT_ENV)
+    if not spec:
+        return
+    who, extra = spec.split(":")
+    if int(who) != rank:
+        return
+    with open("/proc/self/status") as f:
+        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (vm + int(extra), resource.RLIM_INFINITY))
+
+
+def implementation(spec) -> dict:
+    info = catalog.method(spec["impl"])
+    kern = spec["cp"]["local_kernel"]
+    return {"name": info.name, "family": "cp", "summary": info.summary, "local_kernel": kern,
+            "local_kernel_summary": catalog.local_kernel(kern).summary if kern in catalog.LOCAL_KERNELS else None,
+            "library_version": catalog.library_version(kern) if kern in catalog.LOCAL_KERNELS
+            else f"torch {torch.__version__}"}
+
+
+def degrees_of(spec) -> catalog.Degrees:
+    c = spec["cp"]
+    return catalog.Degrees(c["ulysses"], c["ring"], c["windows"], c["placement"])
+
+
+def static_outcome(spec):
+    """(status, reason) known before anything runs (the same on every rank), or (None, None)."""
+    c = spec["cp"]
+    reason = catalog.unavailable_reason(spec["impl"], c["local_kernel"], spec["device"])
+    if reason:
+        return S.UNAVAILABLE, reason
+    if spec["device"] == "cuda" and not torch.cuda.is_available():
+        return S.UNAVAILABLE, "no CUDA device is visible"
+    reason = catalog.unsupported_reason(spec["impl"], c["local_kernel"], spec["mask"], spec["direction"],
+                                        spec["device"], degrees_of(spec), spec["heads_q"], spec["heads_kv"])
+    if reason:
+        return S.UNSUPPORTED, reason
+    return None, None
+
+
+class Failed(Exception):
+    def __init__(self, status, reason):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def _agree(rc, where):
+    st, reason = run.agree(rc.guard, where)
+    rc.guard.error = None
+    if st is not None:
+        raise Failed(st, reason)
+
+
+def _gather(obj):
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _max_over_ranks(values, device):
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def measure_sample(session, rc, spec, index, mask) -> dict:
+    dtype, device, d = torch_dtype(spec["dtype"]), session.device, spec["head_dim"]
+    hq, hkv, direction = spec["heads_q"], spec["heads_kv"], spec["direction"]
+    backward = direction != "fwd"
+    info = catalog.method(spec["impl"])
+    seed = spec["_data_seed"] + index
+    g = rc.guard
+
+    method = None
+    try:
+        method = load(info, rc, mask, hq, hkv, d, dtype)
+    except S.CellOutcome as e:
+        g.error = e
+    inputs = None
+    if method is not None and g.go:
+        with g:
+            method.setup(backward)
+            inputs = run.local_inputs(seed, method.positions, hq, hkv, d, dtype, device)
+            if direction == "bwd":
+                method.forward(*inputs[:3])  # once, outside the timed region
+    _agree(rc, "setup")
+    q, k, v, dout = inputs
+
+    if direction == "fwd":
+        def call():
+            return method.forward(q, k, v)
+    elif direction == "bwd":
+        def call():
+            return method.backward(dout)
+    else:
+        def call():
+            method.forward(q, k, v)
+            return method.backward(dout)
+
+    def before():
+        dist.barrier()
+        synchronize(device)
+
+    times = time_ms(call, spec["warmup"], spec["reps"], device, before=before)
+    _agree(rc, "timing")
+    max_times = _max_over_ranks(times, device)
+
+    split = {}
+    if spec["cp"]["breakdown"] and session.world > 1 and spec["impl"] != "torch_cp":
+        rc.comm.enabled = False  # compute-only: the same schedule, no transfer
+        t_compute = time_ms(call, 1, spec["reps"], device, before=before)
+        rc.comm.enabled = True
+        g.compute = False  # communication-only: the same transfers, no computation
+        t_comm = time_ms(call, 1, spec["reps"], device, before=before)
+        g.compute = True
+        _agree(rc, "the compute-only / communication-only runs")
+        split = {"compute_only_ms": _max_over_ranks(t_compute, device), "comm_only_ms": _max_over_ranks(t_comm, device)}
+
+    rc.comm.reset()
+    mem = peak_memory(call, device)
+    counted = {"sent": rc.comm.total_sent, "received": rc.comm.total_received,
+               "by_kind_sent": dict(rc.comm.sent), "by_kind_received": dict(rc.comm.received)}
+    _agree(rc, "the memory and byte-count run")
+
+    mine = {"rank": session.rank, "coords": list(rc.deg.coords(session.rank)), **mem,
+            "time_ms_median": quantiles(times)["median"], "bytes": counted, "bytes_analytic": method.volume(direction),
+            "work_pairs": method.work(), "describe": method.describe()}
+    if hasattr(method, "replication_bytes"):
+        mine["kv_replication_extra_bytes"] = method.replication_bytes(direction)
+    ranks = _gather(mine)
+
+    flops = attention_flops(sum(mask.area_per_head), d, direction)
+    tq = quantiles(max_times)
+    sample = {"index": index, "mask_params": mask.params, "mask_area": mask.area, "flops": flops,
+              "time_ms": max_times, **{f"time_ms_{k}": v for k, v in tq.items()},
+              "tflops_median": flops / (tq["median"] * 1e-3) / 1e12 / session.world,
+              "peak_mem_bytes": max((r["peak_mem_bytes"] or 0) for r in ranks) if ranks[0]["peak_mem_bytes"] is not None else None,
+              "peak_mem_increment_bytes": max((r["peak_mem_increment_bytes"] or 0) for r in ranks)
+              if ranks[0]["peak_mem_increment_bytes"] is not None else None,
+              "mem_source": ranks[0]["mem_source"], "ranks": ranks}
+    sample.update(_split_summary(split, tq["median"]))
+    sample.update(_bytes_summary(ranks))
+    work = [r["work_pairs"] for r in ranks]
+    sample["work_pairs_total"] = int(sum(work))
+    sample["load_balance"] = max(work) / (sum(work) / len(work)) if sum(work) else None
+    return sample
+
+
+def _split_summary(split, full_ms) -> dict:
+    if not split:
+        return {}
+    c, m = quantiles(split["compute_only_ms"])["median"], quantiles(split["comm_only_ms"])["median"]
+    hidden = c + m - full_ms
+    return {"compute_only_ms": split["compute_only_ms"], "comm_only_ms": split["comm_only_ms"],
+            "compute_only_ms_median": c, "comm_only_ms_median": m,
+            # the share of the shorter of the two that the schedule hid behind the other
+            "overlap_ratio": hidden / min(c, m) if min(c, m) > 0 else None}
+
+
+def _bytes_summary(ranks) -> dict:
+    sent = [r["bytes"]["sent"] for r in ranks]
+    analytic = [r["bytes_analytic"]["sent"] for r in ranks]
+    if analytic[0] is None:
+        return {"bytes_counted": False}
+    match = all(r["bytes"]["sent"] == r["bytes_analytic"]["sent"]
+                and r["bytes"]["received"] == r["bytes_analytic"]["received"] for r in ranks)
+    return {"bytes_counted": True, "bytes_sent_max": max(sent), "bytes_received_max": max(r["bytes"]["received"] for r in ranks),
+            "bytes_analytic_max": max(analytic), "bytes_match_analytic": bool(match)}
+
+
+def check_sample(session, spec, index, histograms) -> dict:
+    """Correctness at an affordable length: every rank's out, lse, dq, dk, dv vs float64."""
+    c = spec["check"]
+    s = min(spec["seqlen"], c["max_seqlen"])
+    if spec["impl"] == "torch_cp":
+        s -= s % (2 * spec["gpus"])
+    mask = _check_mask(spec, index, s, histograms)
+    verdict = run.check_method(session, spec["impl"], spec["cp"]["local_kernel"], degrees_of(spec), mask,
+                               spec["_data_seed"] + index + (0 if s == spec["seqlen"] else 7919), spec["heads_q"],
+                               spec["heads_kv"], spec["head_dim"], torch_dtype(spec["dtype"]), spec["direction"] != "fwd",
+                               c["tolerance_factor"])
+    verdict["mask_params"] = mask.params if s != spec["seqlen"] else "same as the timed sample"
+    return verdict
+
+
+def _check_mask(spec, index, s, histograms):
+    if s == spec["seqlen"]:
+        rng = np.random.default_rng(spec["_data_seed"])
+        for _ in range(index + 1):
+            mask = sample_mask(spec["mask"], s, spec.get("mask_params", {}), rng, histograms, spec["heads_q"],
+                               spec["heads_kv"])
+        return mask
+    rng = np.random.default_rng([spec["_data_seed"], index, s])
+    return sample_mask(spec["mask"], s, spec.get("mask_params", {}), rng, histograms, spec["heads_q"], spec["heads_kv"])
+
+
+def measure(record, session, spec, peak):
+    spec = {**spec, "_data_seed": record["data_seed"]}
+    kernel = None if spec["impl"] == "torch_cp" else spec["cp"]["local_kernel"]
+    rc = session.context(degrees_of(spec), kernel, torch_dtype(spec["dtype"]), spec["head_dim"])
+    limit_memory_if_asked(session.rank)  # after the groups (and their threads) exist
+    rng = np.random.default_rng(record["data_seed"])
+    hist = spec.get("histograms")
+    try:
+        for i in range(n_samples(spec)):
+            mask = sample_mask(spec["mask"], spec["seqlen"], spec.get("mask_params", {}), rng, hist, spec["heads_q"],
+                               spec["heads_kv"])
+            sample = measure_sample(session, rc, spec, i, mask)
+            if i < spec["check"]["samples"]:
+                verdict = check_sample(session, spec, i, hist)
+                if verdict["status"] not in (S.OK, S.INCORRECT):
+                    raise Failed(verdict["status"], verdict["reason"])
+                sample["check"] = verdict
+            record["samples"].append(sample)
+    except Failed as e:
+        return e.status, e.reason
+    failed = [s["index"] for s in record["samples"] if not s.get("check", {}).get("passed", True)]
+    if failed:
+        return S.INCORRECT, f"samples {failed} disagree with the float64 reference beyond tolerance"
+    return S.OK, None
+
+
+def cp_summary(record, spec):
+    """Cell-level CP facts (medians over samples), and the tidy-table columns."""
+    samples = record["samples"]
+    med = lambda key: float(np.median([s[key] for s in samples])) if samples and all(  # noqa: E731
+        s.get(key) is not None for s in samples) else None
+    c = spec["cp"]
+    out = {"degrees": {"ulysses": c["ulysses"], "ring": c["ring"], "windows": c["windows"], "placement": c["placement"]},
+           "local_kernel": c["local_kernel"], "nodes": c["nodes"], "nproc_per_node": c["nproc_per_node"]}
+    if samples:
+        out.update(compute_only_ms=med("compute_only_ms_median"), comm_only_ms=med("comm_only_ms_median"),
+                   overlap_ratio=med("overlap_ratio"), load_balance=med("load_balance"),
+                   bytes_sent_max=med("bytes_sent_max"), bytes_analytic_max=med("bytes_analytic_max"),
+                   bytes_match_analytic=all(s.get("bytes_match_analytic", False) for s in samples)
+                   if samples[0].get("bytes_counted") else None,
+                   kv_replication_extra_bytes=max(r.get("kv_replication_extra_bytes", 0) for s in samples
+                                                  for r in s["ranks"]))
+    record["cp"] = out
+    record["table_extra"] = {
+        "method": spec["impl"], "local_kernel": c["local_kernel"], "ulysses_degree": c["ulysses"],
+        "ring_degree": c["ring"], "windows": c["windows"], "placement": c["placement"], "nodes": c["nodes"],
+        "tokens_per_gpu": spec["tokens_per_gpu"],
+        "tflops_per_gpu": record.get("tflops"),
+        **{k: out.get(k) for k in ("compute_only_ms", "comm_only_ms", "overlap_ratio", "load_balance", "bytes_sent_max",
+                                   "bytes_analytic_max", "bytes_match_analytic", "kv_replication_extra_bytes")},
+    }
+
+
+def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
+    crash_if_asked(spec)
+    t0 = time.perf_counter()
+    rank = int(os.environ.get("RANK", 0))
+    record = base_record(spec, implementation(spec))
+    status, reason = static_outcome(spec)
+    session = None
+    if status is None:
+        device = run.init(spec["device"], spec["cp"]["timeout_s"])
+        session = run.Session(device)
+        status, reason = measure(record, session, spec, peak)
+    record["status"], record["status_reason"] = status, reason
+    if status in S.TIMED:
+        summarise(record, peak, gpus=spec["gpus"])
+    cp_summary(record, spec)
+    record["matmul_peak"] = peak
+    from ..cell import _environment
+
+    record["environment"] = _environment(spec["device"])
+    record["finished_at"] = now()
+    record["wall_s"] = time.perf_counter() - t0
+    if rank == 0:
+        write_record(record, out_path)
+    if session is not None:
+        dist.barrier()
+        dist.destroy_process_group()
+    return record

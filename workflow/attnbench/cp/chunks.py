@@ -1,0 +1,170 @@
+"""The chunk description a local kernel receives: which local query rows see which local key rows.
+
+A Chunk is a set of rectangles (masks.ranges.Slice, in LOCAL row coordinates) that are all
+`full` or all `causal` (bottom-right aligned, the FlashAttention varlen convention), with
+pairwise disjoint query ranges and pairwise disjoint key ranges: exactly what a varlen kernel
+takes as cu_seqlens (after gathering the rows when the ranges leave gaps). Rows in no
+rectangle see nothing (output 0, LSE -inf).
+
+The rectangles come from the zigzag structure (rules of spec/context_parallel.md), trimmed to
+real tokens so padding never counts; tests check every chunk against the mask's predicate over
+global positions (`visible` vs `predicate_visible`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from ..masks.ranges import Slice
+from .catalog import CAUSAL_MASKS
+from .layout import ShardLayout
+
+
+@dataclass(frozen=True)
+class Varlen:
+    """cu_seqlens form of a chunk; q_index / k_index are None when its rectangles tile the
+    rows in order (no gather needed), else the rows to gather (and scatter back)."""
+
+    q_index: object
+    k_index: object
+    cu_q: object
+    cu_k: object
+    max_q: int
+    max_k: int
+
+
+class Chunk:
+    def __init__(self, ql: int, kl: int, segments, causal: bool, q_pos=None, k_pos=None):
+        self.ql, self.kl, self.causal = int(ql), int(kl), bool(causal)
+        self.segments = tuple(s for s in segments if s.ql > 0 and s.kl > 0)
+        kind = "causal" if causal else "full"
+        for s in self.segments:
+            if s.kind != kind or not (0 <= s.q0 < s.q1 <= ql and 0 <= s.k0 < s.k1 <= kl):
+                raise ValueError(f"bad segment {s} for a {kind} chunk of {ql} x {kl}")
+        for a, b in zip(sorted(self.segments, key=lambda s: s.q0)[:-1], sorted(self.segments, key=lambda s: s.q0)[1:]):
+            if b.q0 < a.q1:
+                raise ValueError(f"segments {a} and {b} share query rows")
+        self.q_pos, self.k_pos = q_pos, k_pos  # global positions (numpy, -1 = padding), for checks
+        self._varlen = {}
+
+    @property
+    def empty(self) -> bool:
+        return not self.segments
+
+    @cached_property
+    def area(self) -> int:
+        """Visible (query, key) pairs per head."""
+        return sum(s.area() for s in self.segments)
+
+    def visible(self, device="cpu"):
+        """Bool [ql, kl] painted from the rectangles."""
+        import torch
+
+        out = torch.zeros(self.ql, self.kl, dtype=torch.bool, device=device)
+        for s in self.segments:
+            if self.causal:
+                r = torch.arange(s.ql, device=device).unsqueeze(1)
+                c = torch.arange(s.kl, device=device).unsqueeze(0)
+                out[s.q0 : s.q1, s.k0 : s.k1] = c <= r + (s.kl - s.ql)
+            else:
+                out[s.q0 : s.q1, s.k0 : s.k1] = True
+        return out
+
+    def rows_with_keys(self, device="cpu"):
+        """Bool [ql]: query rows that see at least one key here."""
+        import torch
+
+        out = torch.zeros(self.ql, dtype=torch.bool, device=device)
+        for s in self.segments:
+            out[s.q0 : s.q1] = True  # full: every row; causal bottom-right with kl >= ql: every row too
+        return out
+
+    def predicate_visible(self, mask, device="cpu"):
+        """The same matrix from the mask's predicate over the rows' global positions."""
+        import torch
+
+        q = torch.as_tensor(self.q_pos, device=device).view(-1, 1)
+        k = torch.as_tensor(self.k_pos, device=device).view(1, -1)
+        vis = mask.predicate(device)(None, q.clamp(min=0), k.clamp(min=0))
+        return vis.expand(self.ql, self.kl) & (q >= 0) & (k >= 0)
+
+    def varlen(self, device):
+        key = str(device)
+        if key not in self._varlen:
+            self._varlen[key] = self._make_varlen(device)
+        return self._varlen[key]
+
+    def _make_varlen(self, device):
+        import torch
+
+        segs = sorted(self.segments, key=lambda s: s.q0)
+
+        def index(ranges, total):
+            pos, tiles = 0, True
+            for a, b in ranges:
+                tiles &= a == pos
+                pos = b
+            if tiles and pos == total:
+                return None
+            return torch.as_tensor(np.concatenate([np.arange(a, b) for a, b in ranges]), device=device)
+
+        lq = [s.ql for s in segs]
+        lk = [s.kl for s in segs]
+        cu = lambda ls: torch.as_tensor(np.concatenate([[0], np.cumsum(ls)]), dtype=torch.int32, device=device)  # noqa: E731
+        return Varlen(index([(s.q0, s.q1) for s in segs], self.ql), index([(s.k0, s.k1) for s in segs], self.kl),
+                      cu(lq), cu(lk), max(lq), max(lk))
+
+
+def is_causal(mask_name: str) -> bool:
+    return mask_name in CAUSAL_MASKS
+
+
+def document_lengths(mask) -> list[int]:
+    """Documents of a CP mask: its own, or the whole sequence as one document."""
+    return list(mask.params["doc_lengths"]) if mask.pattern.uses_documents else [mask.seqlen]
+
+
+def ring_step_chunk(layout: ShardLayout, r: int, s: int, causal: bool) -> Chunk:
+    """Queries of ring shard r against the keys that started on ring shard s (zigzag rules):
+    s == r: the diagonal, causal inside each document's run; s < r: every query row against
+    the FIRST key chunk, no mask; s > r: the SECOND query chunk against every key row, no mask.
+    Non-causal masks: every real query row against every real key row of the same document."""
+    segs = []
+    for d in range(len(layout.doc_lengths)):
+        o = layout.doc_offsets[d]
+        nq, nk = layout.real_rows(d, r), layout.real_rows(d, s)
+        first = layout.pair(d, s)[0].length
+        if not causal:
+            segs.append(Slice(o, o + nq, o, o + nk, "full"))
+        elif s == r:
+            segs.append(Slice(o, o + nq, o, o + nq, "causal"))
+        elif s < r:
+            segs.append(Slice(o, o + nq, o, o + min(first, nk), "full"))
+        else:
+            segs.append(Slice(o + first, o + max(first, nq), o, o + nk, "full"))
+    m = layout.shard_len
+    return Chunk(m, m, segs, causal and s == r, layout.positions(r), layout.positions(s))
+
+
+def allgather_chunks(layout: ShardLayout, r: int, causal: bool) -> tuple[Chunk, Chunk]:
+    """Ring AllGather: the first and the second query chunk of ring shard r (each document's
+    chunk r and chunk 2R-1-r) against the keys of the padded global order that they can see:
+    the document's prefix up to the chunk's end (causal), or the whole document."""
+    out = []
+    for which in (0, 1):
+        segs = []
+        for d in range(len(layout.doc_lengths)):
+            a, b = layout.pair(d, r)
+            p = (a, b)[which]
+            q0 = layout.doc_offsets[d] + (0 if which == 0 else a.length)
+            k0 = layout.padded_doc_starts[d]
+            if causal:
+                segs.append(Slice(q0, q0 + p.real, k0, k0 + p.offset_in_doc + p.real, "causal"))
+            else:
+                segs.append(Slice(q0, q0 + p.real, k0, k0 + layout.doc_lengths[d], "full"))
+        out.append(Chunk(layout.shard_len, layout.padded_len, segs, causal, layout.positions(r),
+                         layout.padded_positions))
+    return out[0], out[1]

@@ -1,0 +1,186 @@
+"""Ulysses all-to-all inside groups of U around a (double) ring over R: the engine of four methods.
+
+    Ulysses = (U = N, R = 1)   Ring P2P = (U = 1, R = N)   USP = (U, R)   LoongTrain = (U, R, W windows)
+
+Forward on global rank (r, u), which holds piece u of ring shard r (all heads):
+  1. all-to-all q, k, v inside the Ulysses group: sequence-sharded -> head-sharded; the rank now
+     holds the whole ring shard r for Hq/U query heads and the matching KV heads (KV heads are
+     replicated U/Hkv times first when U > Hkv; the extra volume is recorded);
+  2. the ring over R (ring.py) merges that shard's attention against every ring shard;
+  3. all-to-all the output (and its LSE) back to sequence sharding.
+Backward: all-to-all dout; the ring backward; all-to-all dq, dk, dv back (replicas summed).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..status import Unsupported
+from .base import CPMethod
+from .catalog import head_split_reason, kv_replication
+from .chunks import document_lengths, is_causal, ring_step_chunk
+from .layout import ShardLayout
+from .ring import DoubleRing
+
+
+def heads_by_group(x, groups: int, rep: int):
+    """[rows, H, D] -> [rows, groups, H*rep/groups, D]: the heads each Ulysses rank gets
+    (each head repeated `rep` times first when there are fewer heads than ranks)."""
+    rows, h, d = x.shape
+    if rep > 1:
+        x = x.unsqueeze(2).expand(rows, h, rep, d).reshape(rows, h * rep, d)
+    return x.view(rows, groups, -1, d)
+
+
+class Hybrid(CPMethod):
+    def __init__(self, info, rc, mask, heads_q, heads_kv, head_dim, dtype):
+        super().__init__(info, rc, mask, heads_q, heads_kv, head_dim, dtype)
+        deg = rc.deg
+        self.U, self.R, self.W = deg.ulysses, deg.ring, deg.windows
+        if self.U > 1:
+            why = head_split_reason(self.U, heads_q, heads_kv)
+            if why:
+                raise Unsupported(f"{info.name}: {why}")
+        self.r, self.u = deg.coords(rc.rank)
+        self.layout = ShardLayout(document_lengths(mask), self.R, self.U)
+        self.rep = kv_replication(self.U, heads_kv)
+        self.hq_l, self.hkv_l = heads_q // self.U, heads_kv * self.rep // self.U
+        causal = is_causal(mask.name)
+        self.chunks = {s: ring_step_chunk(self.layout, self.r, s, causal) for s in range(self.R)}
+        self.ring = DoubleRing(self, self.r, self.R, self.W, self.chunks)
+        self.positions = self.layout.piece_positions(self.r, self.u)
+        self.saved = None
+
+    # ------------------------------------------------------------ buffers
+
+    def setup(self, backward: bool):
+        M, m, D, U = self.layout.shard_len, self.layout.piece_len, self.d, self.U
+        kv_shape = (2, M, self.hkv_l, D)
+        self.kv0 = self.empty(*kv_shape)
+        self.ring.setup(kv_shape, backward)
+        if U > 1:
+            e = self.empty
+            self.q_send, self.q_h = e(U, m, self.hq_l, D), e(M, self.hq_l, D)
+            self.kv_send, self.kv_recv = e(U, 2, m, self.hkv_l, D), e(U, 2, m, self.hkv_l, D)
+            self.out_h, self.out_recv = e(M, self.hq_l, D), e(U, m, self.hq_l, D)
+            self.lse_send = e(U, self.hq_l, m, dtype=self.acc)
+            self.lse_recv = e(U, self.hq_l, m, dtype=self.acc)
+            if backward:
+                self.dout_send, self.dout_h = e(U, m, self.hq_l, D), e(M, self.hq_l, D)
+                self.dq_send, self.dq_recv = e(M, self.hq_l, D), e(U, m, self.hq_l, D)
+                self.dkv_send, self.dkv_recv = e(U, 2, m, self.hkv_l, D), e(U, 2, m, self.hkv_l, D)
+
+    # ------------------------------------------------------------ forward / backward
+
+    def forward(self, q, k, v):
+        g, comm, U, m = self.guard, self.comm, self.U, self.layout.piece_len
+        if U == 1:
+            if g.go:
+                with g:
+                    self.kv0[0].copy_(k)
+                    self.kv0[1].copy_(v)
+            acc = self.ring.forward(q, self.kv0)
+            out = lse = None
+            if g.go:
+                with g:
+                    out, lse = acc[0].to(self.dtype), acc[1]
+            self.saved = (q, out, lse)
+            return out, lse
+        ulysses = self.rc.groups.ulysses
+        if g.go:
+            with g:
+                self.q_send.copy_(heads_by_group(q, U, 1).transpose(0, 1))
+                self.kv_send[:, 0].copy_(heads_by_group(k, U, self.rep).transpose(0, 1))
+                self.kv_send[:, 1].copy_(heads_by_group(v, U, self.rep).transpose(0, 1))
+        comm.all_to_all(self.q_h, self.q_send, ulysses, "ulysses")
+        comm.all_to_all(self.kv_recv, self.kv_send, ulysses, "ulysses")
+        if g.go:
+            with g:
+                self.kv0.copy_(self.kv_recv.transpose(0, 1).reshape(self.kv0.shape))
+        acc = self.ring.forward(self.q_h, self.kv0)
+        lse_h = None
+        if g.go:
+            with g:
+                self.out_h.copy_(acc[0])
+                lse_h = acc[1]
+                self.lse_send.copy_(lse_h.view(self.hq_l, U, m).transpose(0, 1))
+        comm.all_to_all(self.out_recv, self.out_h, ulysses, "ulysses")
+        comm.all_to_all(self.lse_recv, self.lse_send, ulysses, "ulysses")
+        out = lse = None
+        if g.go:
+            with g:
+                out = self.out_recv.transpose(0, 1).reshape(m, self.hq, self.d)
+                lse = self.lse_recv.reshape(self.hq, m).clone()
+        self.saved = (self.q_h, self.out_h, lse_h)
+        return out, lse
+
+    def backward(self, dout):
+        g, comm, U, m = self.guard, self.comm, self.U, self.layout.piece_len
+        q, out, lse = self.saved
+        if U == 1:
+            dq, dkv = self.ring.backward(dout, q, self.kv0, out, lse)
+            if g.go:
+                with g:
+                    return dq.to(self.dtype), dkv[0].to(self.dtype), dkv[1].to(self.dtype)
+            return None
+        ulysses = self.rc.groups.ulysses
+        if g.go:
+            with g:
+                self.dout_send.copy_(heads_by_group(dout, U, 1).transpose(0, 1))
+        comm.all_to_all(self.dout_h, self.dout_send, ulysses, "ulysses")
+        dq, dkv = self.ring.backward(self.dout_h, q, self.kv0, out, lse)
+        if g.go:
+            with g:
+                self.dq_send.copy_(dq)
+                self.dkv_send.copy_(dkv.view(2, U, m, self.hkv_l, self.d).transpose(0, 1))
+        comm.all_to_all(self.dq_recv, self.dq_send, ulysses, "ulysses")
+        comm.all_to_all(self.dkv_recv, self.dkv_send, ulysses, "ulysses")
+        if g.go:
+            with g:
+                dq = self.dq_recv.transpose(0, 1).reshape(m, self.hq, self.d)
+                dkv = self.dkv_recv.permute(1, 2, 0, 3, 4).reshape(2, m, self.hkv * self.rep, self.d)
+                if self.rep > 1:
+                    dkv = dkv.float().view(2, m, self.hkv, self.rep, self.d).sum(3).to(self.dtype)
+                return dq, dkv[0], dkv[1]
+        return None
+
+    # ------------------------------------------------------------ accounting
+
+    def volume(self, direction: str) -> dict:
+        """The schedule's bytes per rank (sent = received, every pattern here is symmetric)."""
+        M, m, D, U, R, e = self.layout.shard_len, self.layout.piece_len, self.d, self.U, self.R, self.elem
+        a = self.acc_elem
+        kv_shard = 2 * M * self.hkv_l * D
+        parts = {}
+        if "fwd" in direction:
+            parts["ring_kv"] = (R - 1) * kv_shard * e
+            if U > 1:
+                parts["ulysses"] = (U - 1) * (m * self.hq * D * e * 2 + 2 * m * self.hkv * self.rep * D * e
+                                              + m * self.hq * a) // U
+        if "bwd" in direction:
+            parts["ring_kv"] = parts.get("ring_kv", 0) + (R - 1) * kv_shard * e
+            parts["ring_dkv"] = (R - 1) * kv_shard * a
+            if U > 1:
+                parts["ulysses"] = parts.get("ulysses", 0) + (U - 1) * (
+                    m * self.hq * D * e * 2 + 2 * m * self.hkv * self.rep * D * e) // U
+        parts = {k: v for k, v in parts.items() if v}
+        return {"sent": sum(parts.values()), "received": sum(parts.values()), "by_kind": parts}
+
+    @property
+    def acc_elem(self) -> int:
+        return torch.empty((), dtype=self.acc).element_size()
+
+    def replication_bytes(self, direction: str) -> int:
+        """Extra bytes this rank sends because KV heads are replicated (U > Hkv)."""
+        if self.rep == 1:
+            return 0
+        per = (self.U - 1) * 2 * self.layout.piece_len * self.hkv * (self.rep - 1) * self.d * self.elem // self.U
+        return per * (("fwd" in direction) + ("bwd" in direction))
+
+    def work(self) -> int:
+        return sum(c.area for c in self.chunks.values()) * self.hq_l
+
+    def describe(self) -> dict:
+        return {"layout": self.layout.to_json(), "kv_replication": self.rep, "heads_q_local": self.hq_l,
+                "heads_kv_local": self.hkv_l, "ring_rank": self.r, "ulysses_rank": self.u,
+                "window": self.ring.i, "window_position": self.ring.j}

@@ -1,0 +1,164 @@
+"""The ring schedule over R ranks split into W windows of w = R/W (a double ring).
+
+Ring rank r = i*w + j (window i, position j). Forward, outer step o = 0..W-1, inner step
+t = 0..w-1: the rank holds the KV shard that started on ring rank ((i-o) mod W)*w + (j-t) mod w.
+Inner ring: while computing step t, send the current KV to (i, j+1) and receive the next from
+(i, j-1). Outer ring: at the start of outer step o, send the window's first KV to (i+1, j) and
+receive the next window's from (i-1, j): it arrives while the inner ring computes (prefetch).
+W = 1 is the plain ring (Ring P2P): R steps, KV from (r - t) mod R at step t.
+
+Backward mirrors it and carries each KV shard's gradient home, on separate communicators:
+inside a window the accumulator of a shard starts at its second visitor and ends at its first
+(w-1 hops); the window's total then travels the outer ring the same way (W-1 hops). Volume per
+rank: (R-1) KV shards forward; (R-1) KV + (R-1) dKV backward, whatever the mask.
+Double buffering everywhere: a buffer is refilled only after the transfer that read it ended.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .comm import Pending
+from .kernels import finite_lse
+from .merge import merge_into, new_accumulator
+
+
+class DoubleRing:
+    def __init__(self, method, r: int, ring: int, windows: int, chunks: dict):
+        self.m = method
+        self.R, self.W = ring, windows
+        self.w = ring // windows
+        self.i, self.j = divmod(r, self.w)
+        self.chunks = chunks  # origin ring rank -> Chunk (queries of this shard vs that shard's keys)
+        peer = method.rc.groups.peer
+        i, j, w, W = self.i, self.j, self.w, self.W
+        self.inner_next, self.inner_prev = peer(i * w + (j + 1) % w), peer(i * w + (j - 1) % w)
+        self.outer_next, self.outer_prev = peer(((i + 1) % W) * w + j), peer(((i - 1) % W) * w + j)
+
+    def origin(self, o: int, t: int) -> int:
+        return ((self.i - o) % self.W) * self.w + (self.j - t) % self.w
+
+    def schedule(self):
+        """(outer step, inner step, origin ring rank) in the order they are computed."""
+        return [(o, t, self.origin(o, t)) for o in range(self.W) for t in range(self.w)]
+
+    def setup(self, kv_shape, backward: bool):
+        e, acc = self.m.empty, self.m.acc
+        self.inner = [e(*kv_shape) for _ in range(2)] if self.w > 1 else []
+        self.outer = [e(*kv_shape) for _ in range(2)] if self.W > 1 else []
+        # [send, receive] accumulators of dK, dV travelling home (float32 or better)
+        self.dkv_inner = [e(*kv_shape, dtype=acc) for _ in range(2)] if backward and self.w > 1 else []
+        self.dkv_outer = [e(*kv_shape, dtype=acc) for _ in range(2)] if backward and self.W > 1 else []
+
+    def _kv_transfer(self, send, buf, nxt, prv, group):
+        return self.m.comm.p2p([(send, nxt)], [(buf, prv)], group, "ring_kv")
+
+    def forward(self, q, kv0):
+        """Merged (out, lse) of q [rows, Hq_local, D] against every KV shard of the ring."""
+        m, g, grp = self.m, self.m.guard, self.m.rc.groups
+        acc = None
+        if g.go:
+            with g:
+                acc = new_accumulator(q.shape[0], q.shape[1], q.shape[2], m.dtype, m.device)
+        head = kv0
+        for o in range(self.W):
+            outer = Pending()
+            if o < self.W - 1:
+                outer = self._kv_transfer(head, self.outer[o % 2], self.outer_next, self.outer_prev, grp.kv_outer)
+            cur = head
+            for t in range(self.w):
+                inner = Pending()
+                if t < self.w - 1:
+                    inner = self._kv_transfer(cur, self.inner[t % 2], self.inner_next, self.inner_prev, grp.kv_inner)
+                if g.go:
+                    with g:
+                        out_t, lse_t = m.rc.kernel.forward(q, cur[0], cur[1], self.chunks[self.origin(o, t)])
+                        merge_into(acc[0], acc[1], out_t, lse_t)
+                inner.wait()
+                if t < self.w - 1:
+                    cur = self.inner[t % 2]
+            outer.wait()
+            if o < self.W - 1:
+                head = self.outer[o % 2]
+        return acc
+
+    def backward(self, dout, q, kv0, out, lse):
+        """(dq [rows, Hq_local, D], dkv [2, rows, Hkv_local, D]) in the accumulation dtype."""
+        m, g, grp, comm = self.m, self.m.guard, self.m.rc.groups, self.m.comm
+        dq = dkv_home = None
+        if g.go:
+            with g:
+                lse = finite_lse(lse)
+                dq = torch.zeros(q.shape, dtype=m.acc, device=m.device)
+                dkv_home = torch.zeros(kv0.shape, dtype=m.acc, device=m.device)
+        head, outer_dkv = kv0, Pending()
+        for o in range(self.W):
+            outer = Pending()
+            if o < self.W - 1:
+                outer = self._kv_transfer(head, self.outer[o % 2], self.outer_next, self.outer_prev, grp.kv_outer)
+            cur, window_total, inner_dkv = head, None, Pending()
+            for t in range(self.w):
+                inner = Pending()
+                if t < self.w - 1:
+                    inner = self._kv_transfer(cur, self.inner[t % 2], self.inner_next, self.inner_prev, grp.kv_inner)
+                res = None
+                if g.go:
+                    with g:
+                        res = m.rc.kernel.backward(dout, q, cur[0], cur[1], out, lse, self.chunks[self.origin(o, t)])
+                        if res is not None:
+                            dq += res[0]
+                if t == 0:  # the shard this window started with: its total collects here
+                    if g.go:
+                        with g:
+                            window_total = torch.zeros(kv0.shape, dtype=m.acc, device=m.device)
+                            _add_dkv(window_total, res)
+                else:
+                    inner_dkv.wait()  # the previous hop: send buffer free, receive buffer full
+                    if g.go:
+                        with g:
+                            send, recv = self.dkv_inner
+                            if t == 1:
+                                send.zero_()
+                            else:
+                                send.copy_(recv)
+                            _add_dkv(send, res)
+                    inner_dkv = comm.p2p([(self.dkv_inner[0], self.inner_next)],
+                                         [(self.dkv_inner[1], self.inner_prev)], grp.dkv_inner, "ring_dkv")
+                inner.wait()
+                if t < self.w - 1:
+                    cur = self.inner[t % 2]
+            if self.w > 1:
+                inner_dkv.wait()
+                if g.go:
+                    with g:
+                        window_total += self.dkv_inner[1]
+            if o == 0:
+                if g.go:
+                    with g:
+                        dkv_home += window_total
+            else:
+                outer_dkv.wait()
+                if g.go:
+                    with g:
+                        send, recv = self.dkv_outer
+                        if o == 1:
+                            send.copy_(window_total)
+                        else:
+                            torch.add(recv, window_total, out=send)
+                outer_dkv = comm.p2p([(self.dkv_outer[0], self.outer_next)], [(self.dkv_outer[1], self.outer_prev)],
+                                     grp.dkv_outer, "ring_dkv")
+            outer.wait()
+            if o < self.W - 1:
+                head = self.outer[o % 2]
+        if self.W > 1:
+            outer_dkv.wait()
+            if g.go:
+                with g:
+                    dkv_home += self.dkv_outer[1]
+        return dq, dkv_home
+
+
+def _add_dkv(dst, res):
+    if res is not None:
+        dst[0] += res[1]
+        dst[1] += res[2]

@@ -1,0 +1,112 @@
+"""Ring AllGather (Llama-3 style context parallelism).
+
+Forward: all-gather K and V of the R zigzag shards once, reorder them into the global (padded)
+order, and compute the rank's two query chunks of every document against the keys they can see:
+the document's prefix up to the chunk's end (causal masks) or the whole document. The two
+partial results are merged with their LSEs, and the real LSE is returned (the reference returned
+an uninitialised one). Backward: all-gather K and V again, compute dq and this rank's
+contributions to every dK, dV, and reduce-scatter those (float32) back to their shards.
+Volume: (R-1) KV shards forward; (R-1) KV + (R-1) dKV shards backward.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import CPMethod
+from .chunks import allgather_chunks, document_lengths, is_causal
+from .kernels import finite_lse
+from .layout import ShardLayout
+from .merge import merge_into, new_accumulator
+
+
+class RingAllGather(CPMethod):
+    def __init__(self, info, rc, mask, heads_q, heads_kv, head_dim, dtype):
+        super().__init__(info, rc, mask, heads_q, heads_kv, head_dim, dtype)
+        self.R = rc.deg.ring
+        self.r, _ = rc.deg.coords(rc.rank)
+        self.layout = ShardLayout(document_lengths(mask), self.R, 1)
+        self.chunks = allgather_chunks(self.layout, self.r, is_causal(mask.name))
+        M = self.layout.shard_len
+        g = torch.as_tensor(self.layout.gathered_index, device=self.device)
+        # rows of K (and V) in the gathered [R, 2, M, ...] buffer, in the padded global order
+        self.k_rows = (g // M) * 2 * M + g % M
+        self.v_rows = self.k_rows + M
+        self.positions = self.layout.piece_positions(self.r, 0)
+        self.saved = None
+
+    def setup(self, backward: bool):
+        M, R, h, D = self.layout.shard_len, self.R, self.hkv, self.d
+        self.kv0 = self.empty(2, M, h, D)
+        self.gathered = self.empty(R, 2, M, h, D)
+        if backward:
+            self.dkv_shards = self.empty(R, 2, M, h, D, dtype=self.acc)
+            self.dkv_local = self.empty(2, M, h, D, dtype=self.acc)
+
+    def _global_kv(self):
+        flat = self.gathered.view(-1, self.hkv, self.d)
+        return flat.index_select(0, self.k_rows), flat.index_select(0, self.v_rows)
+
+    def forward(self, q, k, v):
+        g = self.guard
+        if g.go:
+            with g:
+                self.kv0[0].copy_(k)
+                self.kv0[1].copy_(v)
+        self.comm.all_gather(self.gathered, self.kv0, self.rc.groups.ring, "all_gather")
+        out = lse = None
+        if g.go:
+            with g:
+                kg, vg = self._global_kv()
+                acc = new_accumulator(q.shape[0], self.hq, self.d, self.dtype, self.device)
+                for ch in self.chunks:
+                    merge_into(acc[0], acc[1], *self.rc.kernel.forward(q, kg, vg, ch))
+                out, lse = acc[0].to(self.dtype), acc[1]
+        self.saved = (q, out, lse)
+        return out, lse
+
+    def backward(self, dout):
+        g, (q, out, lse) = self.guard, self.saved
+        self.comm.all_gather(self.gathered, self.kv0, self.rc.groups.ring, "all_gather")
+        dq = None
+        if g.go:
+            with g:
+                kg, vg = self._global_kv()
+                lse_f = finite_lse(lse)
+                dq = torch.zeros(q.shape, dtype=self.acc, device=self.device)
+                dk = torch.zeros(kg.shape, dtype=self.acc, device=self.device)
+                dv = torch.zeros(vg.shape, dtype=self.acc, device=self.device)
+                for ch in self.chunks:
+                    res = self.rc.kernel.backward(dout, q, kg, vg, out, lse_f, ch)
+                    if res is not None:
+                        dq += res[0]
+                        dk += res[1]
+                        dv += res[2]
+                flat = self.dkv_shards.view(-1, self.hkv, self.d)
+                flat.zero_()
+                flat.index_copy_(0, self.k_rows, dk)
+                flat.index_copy_(0, self.v_rows, dv)
+        self.comm.reduce_scatter(self.dkv_local, self.dkv_shards, self.rc.groups.ring, "reduce_scatter")
+        if g.go:
+            with g:
+                return dq.to(self.dtype), self.dkv_local[0].to(self.dtype), self.dkv_local[1].to(self.dtype)
+        return None
+
+    def volume(self, direction: str) -> dict:
+        M, R, h, D = self.layout.shard_len, self.R, self.hkv, self.d
+        e = self.elem
+        a = torch.empty((), dtype=self.acc).element_size()
+        parts = {}
+        if "fwd" in direction:
+            parts["all_gather"] = (R - 1) * 2 * M * h * D * e
+        if "bwd" in direction:
+            parts["all_gather"] = parts.get("all_gather", 0) + (R - 1) * 2 * M * h * D * e
+            parts["reduce_scatter"] = (R - 1) * 2 * M * h * D * a
+        parts = {k: v for k, v in parts.items() if v}
+        return {"sent": sum(parts.values()), "received": sum(parts.values()), "by_kind": parts}
+
+    def work(self) -> int:
+        return sum(c.area for c in self.chunks) * self.hq
+
+    def describe(self) -> dict:
+        return {"layout": self.layout.to_json(), "ring_rank": self.r, "gathered_rows": self.layout.padded_len}

@@ -1,0 +1,214 @@
+"""Running a method on every rank: process group, contexts, inputs, status agreement, correctness.
+
+Shared by the distributed cell (cp/cell.py) and the multi-process tests.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .. import status as S
+from ..cell import tolerance
+from ..reference import reference_attention, rel_err
+from . import catalog
+from .base import RankContext, load
+from .comm import Comm, Groups, Guard
+from .kernels import load as load_kernel
+
+TIMEOUT = None  # the job's process-group timeout (init), also given to every group made later
+INPUT_BLOCK = 4096  # rows generated per seeded block (same rows whatever the sharding)
+TENSORS = ("q", "k", "v", "dout")
+
+
+# ---------------------------------------------------------------- process group
+
+
+def init(device: str, timeout_s: float):
+    """Join the job's process group (torchrun's environment): gloo on CPU, NCCL on GPU."""
+    global TIMEOUT
+    timeout = TIMEOUT = datetime.timedelta(seconds=timeout_s)
+    if device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+        dist.init_process_group("nccl", timeout=timeout, device_id=dev)
+    else:
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo", timeout=timeout)
+    return dev
+
+
+class Session:
+    """One process' view: its rank, device, and the groups made so far (per degrees)."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self._groups = {}
+
+    def context(self, deg: catalog.Degrees, kernel_name: str | None, dtype, head_dim) -> RankContext:
+        if deg.world != self.world:
+            raise ValueError(f"degrees {deg} need {deg.world} ranks, the job has {self.world}")
+        if deg not in self._groups:
+            self._groups[deg] = Groups(deg, self.rank, TIMEOUT)
+        kernel = None
+        if kernel_name is not None:
+            kernel = load_kernel(catalog.local_kernel(kernel_name), self.device, dtype, head_dim)
+        return RankContext(self.rank, self.device, deg, self._groups[deg], Comm(self.device), Guard(), kernel)
+
+
+def agree(guard: Guard, where: str) -> tuple[str | None, str | None]:
+    """Every rank's outcome of a phase -> one status for all (the first failing rank's, by
+    severity: oom before unsupported). A collective of its own, after the phase's transfers."""
+    mine = None
+    if guard.error is not None:
+        e = guard.error
+        st = e.status if isinstance(e, S.CellOutcome) else S.OOM
+        mine = (st, f"rank {dist.get_rank()} in {where}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}")
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    failed = [x for x in everyone if x is not None]
+    if not failed:
+        return None, None
+    failed.sort(key=lambda x: (x[0] != S.OOM, x[0]))
+    return failed[0]
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def position_rows(seed: int, positions, heads: int, head_dim: int, dtype, device, which: str):
+    """Rows of one input tensor at the given global positions (-1: a zero row). Each block of
+    INPUT_BLOCK positions is drawn from its own seeded generator, so a row's values depend on its
+    position only: every method and every sharding sees the same data."""
+    pos = torch.as_tensor(np.asarray(positions), dtype=torch.long)
+    out = torch.zeros(len(pos), heads, head_dim, dtype=dtype, device=device)
+    tid = TENSORS.index(which)
+    for b in torch.unique(pos[pos >= 0] // INPUT_BLOCK).tolist():
+        gen = torch.Generator(device=device).manual_seed((seed * 1_000_003 + tid * 7919 + b) % 2**63)
+        block = torch.randn(INPUT_BLOCK, heads, head_dim, generator=gen, device=device, dtype=torch.float32)
+        sel = (pos >= b * INPUT_BLOCK) & (pos < (b + 1) * INPUT_BLOCK)
+        idx = sel.nonzero().squeeze(1)
+        out[idx.to(device)] = block[(pos[idx] - b * INPUT_BLOCK).to(device)].to(dtype)
+    return out
+
+
+def local_inputs(seed, positions, hq, hkv, d, dtype, device):
+    heads = {"q": hq, "k": hkv, "v": hkv, "dout": hq}
+    return [position_rows(seed, positions, heads[t], d, dtype, device, t) for t in TENSORS]
+
+
+# ---------------------------------------------------------------- one correctness run
+
+
+def run_once(method, inputs, backward: bool) -> dict:
+    """Forward (and backward) on this rank's rows; the local results, detached copies."""
+    q, k, v, dout = inputs
+    out, lse = method.forward(q, k, v)
+    res = {"positions": np.asarray(method.positions)}
+    if method.guard.go:
+        res["out"] = out.detach().clone()
+        if lse is not None:  # torch_cp's SDPA returns no LSE
+            res["lse"] = lse.detach().clone()
+    if backward:
+        grads = method.backward(dout)
+        if method.guard.go:
+            res.update(dq=grads[0].detach().clone(), dk=grads[1].detach().clone(), dv=grads[2].detach().clone())
+    return res
+
+
+def check_method(session: Session, method_name: str, kernel_name: str, deg, mask, seed, hq, hkv, d, dtype,
+                 backward: bool, factor: float, dense_reference=True) -> dict:
+    """Run the method once on this rank and compare every rank's results with the float64
+    reference (computed on rank 0). Every rank returns the same dict: status and errors."""
+    info = catalog.method(method_name)
+    rc = session.context(deg, None if method_name == "torch_cp" else kernel_name, dtype, d)
+    try:
+        method = load(info, rc, mask, hq, hkv, d, dtype)
+    except S.CellOutcome as e:
+        rc.guard.error = e
+        method = None
+    if method is not None:
+        if rc.guard.go:
+            with rc.guard:
+                method.setup(backward)
+        inputs = local_inputs(seed, method.positions, hq, hkv, d, dtype, session.device)
+        res = run_once(method, inputs, backward)
+        res["bytes"] = {"sent": rc.comm.total_sent, "received": rc.comm.total_received, "by_kind": dict(rc.comm.sent),
+                        "analytic": method.volume("fwdbwd" if backward else "fwd"), "work_pairs": method.work()}
+    st, reason = agree(rc.guard, "the correctness run")
+    if st is not None:
+        return {"status": st, "reason": reason}
+    gathered = [None] * session.world
+    dist.all_gather_object(gathered, {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in res.items()})
+    verdict = compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, session.device) \
+        if session.rank == 0 else None
+    box = [verdict]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def naive_in_dtype(q, k, v, dout, visible):
+    """Plain PyTorch attention in the inputs' dtype: out, lse and grads (the tolerance yardstick)."""
+    from ..kernels.naive import naive_attention
+
+    bhsd = lambda x: x.transpose(0, 1).unsqueeze(0)  # noqa: E731
+    leaves = [bhsd(x).detach().requires_grad_(dout is not None) for x in (q, k, v)]
+    with torch.enable_grad():
+        out = naive_attention(*leaves, visible)
+        grads = torch.autograd.grad(out, leaves, bhsd(dout)) if dout is not None else None
+    g = q.shape[1] // k.shape[1]
+    s = (leaves[0] @ leaves[1].repeat_interleave(g, dim=1).transpose(-1, -2)) * q.shape[-1] ** -0.5
+    lse = torch.logsumexp(s.detach().masked_fill(~visible, float("-inf")), dim=-1)[0]
+    unb = lambda x: x[0].transpose(0, 1)  # noqa: E731
+    return unb(out.detach()), lse, tuple(unb(x) for x in grads) if grads is not None else None
+
+
+def compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device="cpu") -> dict:
+    """Errors of every rank's rows (out, lse, dq, dk, dv) and of naive attention in the same
+    dtype on the same rows; passed iff every error <= factor x max(naive's, unit roundoff).
+    The references run on `device` (float64 on a GPU for GPU cells), then move to the CPU."""
+    S_ = mask.seqlen
+    q, k, v, dout = local_inputs(seed, np.arange(S_), hq, hkv, d, dtype, device)
+    ref_out, ref_lse, ref_grads = reference_attention(q, k, v, mask, dout if backward else None)
+    vis = mask.dense(device)
+    nv_out, nv_lse, nv_grads = naive_in_dtype(q, k, v, dout if backward else None, vis)
+    names = tuple(n for n in ("out", "lse", "dq", "dk", "dv") if n in gathered[0])
+    ref = {"out": ref_out, "lse": ref_lse.transpose(0, 1)}
+    nv = {"out": nv_out, "lse": nv_lse.transpose(0, 1)}
+    if backward:
+        ref.update(zip(("dq", "dk", "dv"), ref_grads))
+        nv.update(zip(("dq", "dk", "dv"), nv_grads))
+    ref = {n: x.cpu() for n, x in ref.items()}
+    nv = {n: x.cpu() for n, x in nv.items()}
+    per_rank = []
+    passed = True
+    for r, res in enumerate(gathered):
+        pos = torch.as_tensor(res["positions"])
+        keep = pos >= 0
+        p = pos[keep]
+        mine = {n: (res[n].transpose(0, 1) if n == "lse" else res[n])[keep] for n in names}
+        errs = {n: rel_err(mine[n], ref[n][p]) for n in names}
+        nerr = {n: rel_err(nv[n][p], ref[n][p]) for n in names}
+        tol = tolerance(nerr, dtype, factor)
+        ok = all(errs[n] <= tol[n] for n in names)  # NaN/inf never passes
+        passed &= ok
+        per_rank.append({"rank": r, "rows": int(keep.sum()), "errors": errs, "naive_errors": nerr, "tolerance": tol,
+                         "passed": bool(ok)})
+    covered = sorted(int(x) for res in gathered for x in res["positions"] if x >= 0)
+    if covered != list(range(S_)):
+        passed = False
+    worst = {n: max(pr["errors"][n] for pr in per_rank) for n in names}
+    counted = [res["bytes"] for res in gathered]
+    bytes_match = None if counted[0]["analytic"]["sent"] is None else all(
+        b["sent"] == b["analytic"]["sent"] and b["received"] == b["analytic"]["received"] for b in counted)
+    return {"status": S.OK if passed else S.INCORRECT, "seqlen": S_, "errors": worst, "ranks": per_rank,
+            "tolerance_factor": factor, "passed": bool(passed), "every_row_once": covered == list(range(S_)),
+            "bytes": counted, "bytes_match_analytic": bytes_match,
+            "work_pairs_total": sum(b["work_pairs"] for b in counted),
+            "mask_area_all_heads": int(sum(mask.area_per_head))}

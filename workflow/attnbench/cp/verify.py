@@ -1,0 +1,132 @@
+"""The correctness matrix of every method on the current job's ranks (CPU with gloo, GPU with NCCL).
+
+    python -m attnbench.launch --nproc-per-node N -- python -m attnbench.cp.verify --device cpu --out F.jsonl
+
+Every method x degrees x mask x local kernel that this world size admits (and the ones it does
+not, which must say `unsupported`): GQA heads, documents whose lengths are not multiples of 2R,
+out / lse / dq / dk / dv of every rank against the float64 reference, and the bytes each rank
+counted against the schedule's formula. Rank 0 writes one JSON line per case and a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..masks import CP_MASKS, Mask
+from . import catalog, run
+
+DEFAULT_KERNELS = {"cpu": ("math", "cpu_flash"), "cuda": ("sdpa_flash", "sdpa_cudnn", "flex", "fa2", "fa3")}
+
+
+def odd_documents(total: int, ring: int, rng) -> list[int]:
+    """Random document lengths summing to `total`, at least one not a multiple of 2R."""
+    out, left = [], total
+    while left > 0:
+        n = min(int(rng.integers(1, 48)), left)
+        out.append(n)
+        left -= n
+    if ring > 1 and all(n % (2 * ring) == 0 for n in out):
+        out[-1:] = [out[-1] - 1, 1] if out[-1] > 1 else out[-1:]
+    return out
+
+
+def masks_for(world: int, seqlen: int, seed: int):
+    rng = np.random.default_rng([seed, world])
+    out = []
+    for name in CP_MASKS:
+        params = {"doc_lengths": odd_documents(seqlen, world, rng)} if "document" in name else {}
+        out.append(Mask(name, seqlen, params))
+    return out
+
+
+def method_configs(world: int, device: str):
+    """(method, Degrees) pairs to run: every method's own degrees, every 2-D factorisation of
+    USP and LoongTrain in both placements, and LoongTrain with more than one window."""
+    yield "ulysses", catalog.degrees("ulysses", world)
+    yield "ring_p2p", catalog.degrees("ring_p2p", world)
+    yield "ring_allgather", catalog.degrees("ring_allgather", world)
+    if device == "cuda":
+        yield "torch_cp", catalog.degrees("torch_cp", world)
+    for u in (d for d in range(1, world + 1) if world % d == 0):
+        two_d = 1 < u < world
+        for placement in catalog.PLACEMENTS if two_d else ("contiguous",):
+            for name in ("usp", "loongtrain"):
+                yield name, catalog.degrees(name, world, ulysses_degree=u, placement=placement)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m attnbench.cp.verify", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--out", required=True, help="JSON lines, one per case (rank 0)")
+    p.add_argument("--kernels", nargs="*", help="local kernels (default: the device's)")
+    p.add_argument("--methods", nargs="*", help="only these methods (default: all)")
+    p.add_argument("--masks", nargs="*", help="only these masks (default: all CP masks)")
+    p.add_argument("--heads", default="8:2", help="query:KV heads")
+    p.add_argument("--head-dim", type=int, default=16)
+    p.add_argument("--tokens-per-rank", type=int, default=40)
+    p.add_argument("--dtype", default=None, help="default float32 on CPU, bfloat16 on GPU")
+    p.add_argument("--factor", type=float, default=5.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout-s", type=int, default=120)
+    a = p.parse_args(argv)
+    device = run.init(a.device, a.timeout_s)
+    session = run.Session(device)
+    world = session.world
+    hq, hkv = (int(x) for x in a.heads.split(":"))
+    dtype = getattr(torch, a.dtype or ("float32" if a.device == "cpu" else "bfloat16"))
+    seqlen = a.tokens_per_rank * world + 3  # never a multiple of 2R: the sequence itself is padded
+    kernels = a.kernels or DEFAULT_KERNELS[a.device]
+    rows, t0 = [], time.perf_counter()
+    for method, deg in method_configs(world, a.device):
+        if a.methods and method not in a.methods:
+            continue
+        for kname in (kernels if method != "torch_cp" else ["none"]):
+            unavailable = None if method == "torch_cp" else catalog.unavailable_reason(method, kname, a.device)
+            for mask in (m for m in masks_for(world, seqlen, a.seed) if not a.masks or m.name in a.masks):
+                backward = kname == "none" or "bwd" in catalog.local_kernel(kname).directions.get(a.device, ())
+                row = {"world": world, "method": method, "degrees": deg.to_json(), "local_kernel": kname,
+                       "mask": mask.name, "seqlen": seqlen, "heads": [hq, hkv], "dtype": str(dtype).split(".")[-1],
+                       "backward": backward, "doc_lengths": mask.params.get("doc_lengths")}
+                if unavailable:
+                    row.update(status="unavailable", reason=unavailable)
+                elif method != "torch_cp" and mask.name not in catalog.local_kernel(kname).masks:
+                    row.update(status="unsupported", reason=f"{kname} cannot express {mask.name}")
+                else:
+                    v = run.check_method(session, method, None if kname == "none" else kname, deg, mask, a.seed,
+                                         hq, hkv, a.head_dim, dtype, backward, a.factor)
+                    row.update(status=v["status"], reason=v.get("reason"), errors=v.get("errors"),
+                               passed=v.get("passed"), every_row_once=v.get("every_row_once"),
+                               bytes_match_analytic=v.get("bytes_match_analytic"),
+                               bytes=[{k: b[k] for k in ("sent", "received")} for b in v.get("bytes", [])],
+                               work_pairs_total=v.get("work_pairs_total"),
+                               mask_area_all_heads=v.get("mask_area_all_heads"),
+                               rank_errors=[r["errors"] for r in v.get("ranks", [])],
+                               tolerance=[r["tolerance"] for r in v.get("ranks", [])])
+                rows.append(row)
+    if session.rank == 0:
+        with open(a.out, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        bad = [r for r in rows if r["status"] not in ("ok", "unsupported", "unavailable")]
+        print(f"world {world}: {len(rows)} cases, {sum(r['status'] == 'ok' for r in rows)} ok, "
+              f"{sum(r['status'] == 'unsupported' for r in rows)} unsupported, "
+              f"{sum(r['status'] == 'unavailable' for r in rows)} unavailable, {len(bad)} failing; "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        for r in bad:
+            print(f"  FAIL {r['method']} {r['degrees']} {r['mask']} {r['local_kernel']}: {r['status']} "
+                  f"{r.get('reason') or r.get('errors')}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

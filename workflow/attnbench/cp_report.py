@@ -1,0 +1,201 @@
+"""Tables and figures of `family: cp` grids, from the tidy table alone (figures.py / tables.py call these).
+
+Tables: per-GPU TFLOP/s of every method per (mask, direction, GPUs) (cp_tflops), and the
+communication/computation breakdown with bytes, load balance, degrees and memory (cp_breakdown).
+Figures: per-GPU TFLOP/s vs number of GPUs, one panel per mask and direction (cp_tflops_vs_gpus),
+and the compute-only / communication-only / measured times per method and GPU count (cp_breakdown).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .figures import _grid_axes, _save, describe, plt
+from .style import STATUS_LABEL, colour, marker, order
+from .tables import GIB, _describe, _write
+
+MIB = 2**20
+RAN = ("ok", "incorrect")
+
+
+def _method(df):
+    return df["impl"]
+
+
+def _panels(df):
+    return list(dict.fromkeys(zip(df["mask"], df["direction"])))
+
+
+def _degrees(r) -> str:
+    if pd.isna(r.get("ulysses_degree")):
+        return ""
+    s = f"U{int(r['ulysses_degree'])}xR{int(r['ring_degree'])}"
+    if r.get("windows", 1) and int(r["windows"]) > 1:
+        s += f"/W{int(r['windows'])}"
+    return s + (f" {r['placement']}" if int(r["ulysses_degree"]) > 1 and int(r["ring_degree"]) > 1 else "")
+
+
+# ---------------------------------------------------------------- tables
+
+
+def _tflops_text(r) -> str:
+    if r["status"] in RAN and pd.notna(r["tflops"]):
+        return f"{r['tflops']:.3g}" + (" (wrong)" if r["status"] == "incorrect" else "")
+    return STATUS_LABEL.get(r["status"], r["status"])
+
+
+def tflops_table(df: pd.DataFrame) -> pd.DataFrame:
+    d = df.copy()
+    d["text"] = [_tflops_text(r) for _, r in d.iterrows()]
+    t = d.pivot_table(index=["mask", "direction", "gpus"], columns="impl", values="text", aggfunc="first")
+    return t.reindex(columns=order(t.columns)).fillna("")
+
+
+def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for _, r in df.iterrows():
+        ran = r["status"] in RAN
+        num = lambda key, scale=1.0, digits=3: (f"{r[key] / scale:.{digits}g}"  # noqa: E731
+                                                if ran and key in r and pd.notna(r[key]) else "")
+        rows.append({
+            "method": r["impl"], "mask": r["mask"], "direction": r["direction"], "gpus": r["gpus"],
+            "degrees": _degrees(r), "status": STATUS_LABEL.get(r["status"], r["status"]),
+            "time (ms)": num("time_ms_median"), "compute-only (ms)": num("compute_only_ms"),
+            "comm-only (ms)": num("comm_only_ms"), "overlap": num("overlap_ratio", digits=2),
+            "load max/mean": num("load_balance", digits=3), "sent/rank (MiB)": num("bytes_sent_max", MIB),
+            "= analytic": ("yes" if r.get("bytes_match_analytic") in (True, "True") else
+                           "no" if r.get("bytes_match_analytic") in (False, "False") else "") if ran else "",
+            "peak mem (GiB)": num("peak_mem_bytes", GIB),
+        })
+    t = pd.DataFrame(rows)
+    if t.empty:
+        return t
+    t["_o"] = [order(t["method"]).index(m) for m in t["method"]]
+    return t.sort_values(["mask", "direction", "_o", "gpus"]).drop(columns="_o").set_index(["method", "mask", "direction", "gpus"])
+
+
+def tables(df: pd.DataFrame, out: Path) -> list[Path]:
+    paths = _write(tflops_table(df), out / "cp_tflops",
+                   f"context parallelism: TFLOP/s per GPU (median; global FLOPs / (slowest rank's time x GPUs)), "
+                   f"{_describe(df)}")
+    paths += _write(breakdown_table(df), out / "cp_breakdown",
+                    "context parallelism: measured time, compute-only and communication-only variants of the same "
+                    "schedule (slowest rank, median), overlap = (compute + comm - measured) / min(compute, comm), "
+                    f"bytes sent per rank (max) and whether they equal the schedule's formula; {_describe(df)}")
+    return paths
+
+
+# ---------------------------------------------------------------- figures
+
+
+def tflops_vs_gpus(df: pd.DataFrame):
+    """One panel per (mask, direction); a line per method; OOM as X on the floor. Returns the
+    figure and what was drawn (for tests)."""
+    panels = _panels(df)
+    fig, axes = _grid_axes(len(panels), ncols=min(4, max(1, len(panels))))
+    drawn = {"lines": 0, "points": 0, "oom_markers": 0, "not_run": {}}
+    for ax, (mask, direction) in zip(axes, panels):
+        d = df[(df["mask"] == mask) & (df["direction"] == direction)]
+        not_run = []
+        for m in order(d["impl"]):
+            g = d[d["impl"] == m]
+            ok = g[g["status"].isin(RAN) & g["tflops"].notna()].sort_values("gpus")
+            if len(ok):
+                ax.plot(ok["gpus"], ok["tflops"], "-", color=colour(m), marker=marker(m), ms=5, lw=1.4, label=m)
+                bad = ok[ok["status"] == "incorrect"]
+                ax.plot(bad["gpus"], bad["tflops"], "o", mfc="none", mec="red", ms=10, lw=0)
+                drawn["lines"] += 1
+                drawn["points"] += len(ok)
+            oom = g[g["status"] == "oom"]
+            if len(oom):
+                ax.plot(oom["gpus"], np.zeros(len(oom)), "X", color=colour(m), ms=8, clip_on=False, label=f"{m} OOM")
+                drawn["oom_markers"] += len(oom)
+            for st in ("unsupported", "unavailable"):
+                gpus = sorted(g[g["status"] == st]["gpus"])
+                if gpus:
+                    not_run.append(f"{m} {STATUS_LABEL[st]} at {','.join(map(str, gpus))}")
+        drawn["not_run"][(mask, direction)] = not_run
+        xs = sorted(set(d["gpus"]))
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{mask} | {direction}", fontsize="medium")
+        ax.set_xlabel("GPUs (ranks)")
+        ax.set_ylabel("TFLOP/s per GPU")
+        ax.grid(alpha=0.3)
+        if not_run:
+            ax.text(0.02, 0.97, "\n".join(not_run), transform=ax.transAxes, fontsize="x-small", va="top", color="0.35")
+    _legend(fig, axes)
+    tpg = sorted(set(df["tokens_per_gpu"].dropna().astype(int))) if "tokens_per_gpu" in df else []
+    fig.suptitle(f"Context parallelism: throughput vs GPUs ({', '.join(map(str, tpg))} tokens per GPU) | "
+                 f"{describe(df)}", y=1.0)
+    fig.text(0.5, -0.12, "per-GPU TFLOP/s = global FLOPs of the exact mask area / (slowest rank's time x GPUs); "
+             "X on the axis: out of memory; red ring: disagrees with the float64 reference",
+             ha="center", fontsize="small", color="0.3")
+    fig.tight_layout(rect=(0, 0.0, 1, 0.97))
+    return fig, drawn
+
+
+def breakdown(df: pd.DataFrame):
+    """Per (mask, direction) panel, for each GPU count a group of stacked bars per method:
+    compute-only time and, above it, communication-only time; a black dot marks the measured
+    time (below the bar's top: the schedule overlapped the two)."""
+    panels = _panels(df)
+    fig, axes = _grid_axes(len(panels), ncols=min(3, max(1, len(panels))), w=4.6, h=3.0)
+    drawn = {"bars": 0}
+    for ax, (mask, direction) in zip(axes, panels):
+        d = df[(df["mask"] == mask) & (df["direction"] == direction) & df["status"].isin(RAN)]
+        methods = order(d["impl"])
+        gpus = sorted(set(d["gpus"]))
+        width = 0.8 / max(1, len(methods))
+        for gi, n in enumerate(gpus):
+            for mi, m in enumerate(methods):
+                r = d[(d["impl"] == m) & (d["gpus"] == n)]
+                if r.empty:
+                    continue
+                r = r.iloc[0]
+                x = gi + (mi - (len(methods) - 1) / 2) * width
+                comp, comm = r.get("compute_only_ms"), r.get("comm_only_ms")
+                if pd.notna(comp) and pd.notna(comm):
+                    ax.bar(x, comp, width * 0.9, color=colour(m), label=m)
+                    ax.bar(x, comm, width * 0.9, bottom=comp, color=colour(m), alpha=0.35, hatch="//",
+                           edgecolor=colour(m))
+                    drawn["bars"] += 2
+                ax.plot(x, r["time_ms_median"], "o", color="black", ms=3.5, label="measured (real schedule)")
+        ax.set_xticks(range(len(gpus)), [str(n) for n in gpus])
+        ax.set_xlabel("GPUs (ranks)")
+        ax.set_ylabel("time per call (ms, slowest rank)")
+        ax.set_title(f"{mask} | {direction}", fontsize="medium")
+        ax.grid(alpha=0.3, axis="y")
+    from matplotlib.patches import Patch
+
+    styles = [Patch(facecolor="0.5", label="compute-only (transfers off)"),
+              Patch(facecolor="0.5", alpha=0.35, hatch="//", edgecolor="0.5", label="communication-only (compute off)")]
+    _legend(fig, axes, ncol=4, extra=styles)
+    fig.suptitle(f"Context parallelism: communication vs computation | {describe(df)}", y=1.0)
+    fig.text(0.5, -0.16, "solid: the schedule with transfers disabled; hatched: with computation disabled; "
+             "dot: the real schedule (a dot below the bar's top means communication overlapped computation)",
+             ha="center", fontsize="small", color="0.3")
+    fig.tight_layout(rect=(0, 0.0, 1, 0.97))
+    return fig, drawn
+
+
+def _legend(fig, axes, ncol=6, extra=()):
+    handles = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    for h in extra:
+        handles[h.get_label()] = h
+    if handles:
+        fig.legend(handles.values(), handles.keys(), loc="upper center", ncol=min(ncol, len(handles)),
+                   bbox_to_anchor=(0.5, 0.0), frameon=False, fontsize="small")
+
+
+def figures(df: pd.DataFrame, out: Path, style) -> list[Path]:
+    fig, _ = tflops_vs_gpus(df)
+    paths = _save(fig, out, "cp_tflops_vs_gpus", style)
+    fig, _ = breakdown(df)
+    return paths + _save(fig, out, "cp_breakdown", style)
