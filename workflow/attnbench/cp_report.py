@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .figures import _grid_axes, _save, describe, plt
+from .figures import _grid_axes, _save, describe
+from .plotting import plt
 from .style import STATUS_LABEL, colour, marker, order
 from .tables import GIB, _describe, _write
 
