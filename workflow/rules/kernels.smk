@@ -8,7 +8,8 @@ rule device_peak:
         f"{OUT}/logs/device/{{device}}-{{dtype}}.log",
     resources:
         gpu=lambda wc: int(wc.device == "cuda"),
-        runtime=10,
+        runtime=lambda wc, attempt: 10 * attempt,
+        mem_mb=lambda wc, attempt: 4000 * attempt,
     shell:
         "python -m attnbench peak --device {wildcards.device} --dtype {wildcards.dtype} --out {output} > {log} 2>&1"
 
@@ -29,6 +30,9 @@ rule kernel_cell:
     threads: 1
     resources:
         gpu=lambda wc: int(cell_of(wc)["device"] == "cuda"),
+        # profiles/slurm batches cells into one job that runs them one after another; each cell
+        # takes the batch's one slot, so the batch asks for one cell's CPUs, memory and GPU.
+        batch_slots=1,
         runtime=lambda wc, attempt: GRIDS[wc.grid]["runtime_min"] * attempt,
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
     shell:
