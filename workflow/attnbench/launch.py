@@ -13,17 +13,27 @@ NodeAddr and a free port there) and the allocation (node list, CPUs per task) ar
 from a rule's environment. The rule must carry the `mpi` resource so that the plugin does not wrap
 its shell command in `srun` itself (an srun inside an srun step waits forever for busy CPUs):
 `resources()` below returns the resources a rule needs, under the names the plugin reads.
+
+GPUs on one machine without Slurm (`--gpus-per-node G`): Snakemake only counts GPU jobs, it does not
+assign devices, so the launcher claims G of the visible GPUs with one lock file per device (held
+for the command's lifetime; the kernel releases it when the process ends, however it ends) and sets
+CUDA_VISIBLE_DEVICES. Under Slurm the job's CUDA_VISIBLE_DEVICES already names its own GPUs.
+Without --nproc-per-node the command runs once: `python -m attnbench.launch --gpus-per-node 1 --
+python -m attnbench cell ...` is how a kernel cell gets its own GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import shlex
 import signal
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 # Slurm's per-task identity -> the variables torch.distributed's env:// initialisation reads.
 TASK_ENV = {
@@ -137,6 +147,48 @@ def task_environment(env: dict) -> dict:
     return out
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: CUDA_VISIBLE_DEVICES if set, else all that nvidia-smi lists."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return [d.strip() for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(ln for ln in out.splitlines() if ln.startswith("GPU "))]
+
+
+def claim_gpus(n: int, lock_dir: Path, wait_s: float = 600.0) -> tuple[list[str], list[int]]:
+    """Lock n free GPUs of this machine; returns their ids and the open lock files (inheritable
+    descriptors: the locks last as long as this process or the command it execs)."""
+    gpus = visible_gpus()
+    if n > len(gpus):
+        raise LaunchError(f"{n} GPUs asked for, {len(gpus)} visible ({', '.join(gpus) or 'none'}; "
+                          "CUDA_VISIBLE_DEVICES or nvidia-smi -L)")
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        held: list[tuple[str, int]] = []
+        for gpu in gpus:
+            fd = os.open(lock_dir / f"gpu-{gpu}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            held.append((gpu, fd))
+            if len(held) == n:
+                for _, fd in held:
+                    os.set_inheritable(fd, True)
+                return [g for g, _ in held], [fd for _, fd in held]
+        for _, fd in held:
+            os.close(fd)
+        if time.monotonic() > deadline:
+            raise LaunchError(f"no {n} free GPUs among {', '.join(gpus)} after {wait_s:.0f} s; other processes hold "
+                              f"their locks in {lock_dir} (limit Snakemake's `gpu` resource to the GPUs present)")
+        time.sleep(1.0)
+
+
 def _run(full: list[str], extra_env: dict) -> int:
     """Run the launcher's child, passing on the signals that stop a job (scancel, Ctrl-C)."""
     proc = subprocess.Popen(full, env={**os.environ, **extra_env})
@@ -153,7 +205,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m attnbench.launch", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--nproc-per-node", type=int)
+    p.add_argument("--nproc-per-node", type=int, help="ranks per node (absent: run the command once, no torchrun)")
+    p.add_argument("--gpus-per-node", type=int, default=0,
+                   help="GPUs the command uses on each node; without Slurm they are claimed on this machine")
     p.add_argument("--port", type=int, help="rendezvous port on the first node (default: a free one)")
     p.add_argument("--slurm-task", action="store_true", help="internal: one srun task becomes one torch rank")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command every rank runs")
@@ -165,9 +219,27 @@ def main(argv=None):
         env = task_environment(os.environ)
         os.environ.update(env)
         os.execvp(cmd[0], cmd)
-    if a.nproc_per_node is None or a.nproc_per_node < 1 or a.nodes < 1:
-        p.error("--nproc-per-node (>= 1) is required, and --nodes must be >= 1")
-    full, env = command(a.nodes, a.nproc_per_node, cmd, a.port)
+    if a.nodes < 1 or a.gpus_per_node < 0 or (a.nproc_per_node is not None and a.nproc_per_node < 1):
+        p.error("--nodes and --nproc-per-node must be >= 1, --gpus-per-node >= 0")
+    if a.nodes > 1 and a.nproc_per_node is None:
+        p.error("several nodes need --nproc-per-node")
+    env = {}
+    if a.gpus_per_node and not os.environ.get("SLURM_JOB_ID"):
+        if a.nodes > 1:
+            p.error("several nodes need Slurm, which assigns their GPUs")
+        if visible_gpus():
+            lock_dir = Path(os.environ.get("ATTNBENCH_GPU_LOCK_DIR", f"/tmp/attnbench-gpu-locks-{os.getuid()}"))
+            gpus, _locks = claim_gpus(a.gpus_per_node, lock_dir)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        else:
+            # A CUDA cell on a machine without GPUs still runs: its record says it is unavailable.
+            print("launch: no GPU visible here; the command runs without one", flush=True)
+    if a.nproc_per_node is None:
+        print("launch:", " ".join(f"{k}={v}" for k, v in env.items()), shlex.join(cmd), flush=True)
+        os.environ.update(env)
+        os.execvp(cmd[0], cmd)
+    full, more = command(a.nodes, a.nproc_per_node, cmd, a.port)
+    env.update(more)
     shown = " ".join(f"{k}={v}" for k, v in env.items())
     print("launch:", (shown + " " if shown else "") + shlex.join(full), flush=True)
     sys.exit(_run(full, env))

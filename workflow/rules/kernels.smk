@@ -11,7 +11,9 @@ rule device_peak:
         runtime=lambda wc, attempt: 10 * attempt,
         mem_mb=lambda wc, attempt: 4000 * attempt,
     shell:
-        "python -m attnbench peak --device {wildcards.device} --dtype {wildcards.dtype} --out {output} > {log} 2>&1"
+        # launch: on one machine, claims a GPU of its own (Snakemake counts GPU jobs, assigns none)
+        "python -m attnbench.launch --gpus-per-node {resources.gpu} --"
+        " python -m attnbench peak --device {wildcards.device} --dtype {wildcards.dtype} --out {output} > {log} 2>&1"
 
 
 rule kernel_cell:
@@ -36,5 +38,6 @@ rule kernel_cell:
         runtime=lambda wc, attempt: GRIDS[wc.grid]["runtime_min"] * attempt,
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
     shell:
-        "python -m attnbench cell --spec {params.spec:q} --peak {input.peak} --threads {threads}"
+        "python -m attnbench.launch --gpus-per-node {resources.gpu} --"
+        " python -m attnbench cell --spec {params.spec:q} --peak {input.peak} --threads {threads}"
         " --out {output} > {log} 2>&1"
