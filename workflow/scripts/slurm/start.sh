@@ -89,14 +89,17 @@ wait_for() {
 # --- munge: reuse a working daemon on the default socket, else start our own ---------------------
 if ! (munge -n </dev/null | unmunge) >/dev/null 2>&1; then
   install -d -o munge -g munge -m 0755 /run/munge
-  install -d -o munge -g munge -m 0700 "$STATE/munge"
+  # munged refuses files under folders its user cannot reach (pytest's tmp is root-only): /run/munge.
+  MUNGE_RUN=/run/munge/attnbench-$(echo "$STATE" | md5sum | cut -c1-12)
+  install -d -o munge -g munge -m 0700 "$MUNGE_RUN"
   [ -s /etc/munge/munge.key ] || { runuser -u munge -- mungekey --create --keyfile=/etc/munge/munge.key 2>/dev/null \
                                    || dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null; }
   chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
-  runuser -u munge -- munged --pid-file="$STATE/munge/munged.pid" --log-file="$STATE/munge/munged.log" \
-    --seed-file="$STATE/munge/munged.seed"
+  runuser -u munge -- munged --pid-file="$MUNGE_RUN/munged.pid" --log-file="$MUNGE_RUN/munged.log" \
+    --seed-file="$MUNGE_RUN/munged.seed"
   wait_for 20 munged sh -c 'munge -n </dev/null | unmunge'
-  cp "$STATE/munge/munged.pid" "$STATE/munged.pid"
+  cp "$MUNGE_RUN/munged.pid" "$STATE/munged.pid"
+  echo "$MUNGE_RUN" > "$STATE/munge-run-dir"
 fi
 
 # --- nodes ----------------------------------------------------------------------------------------
@@ -190,9 +193,10 @@ rm -f "$STATE/gres.conf.body"
 # --- accounting: MariaDB + slurmdbd ---------------------------------------------------------------
 if [ "$ACCOUNTING" = 1 ]; then
   DB="$STATE/mysql"
-  install -d -o mysql -g mysql "$DB" "$STATE/mysql-run"
-  mariadb-install-db --user=mysql --datadir="$DB" --auth-root-authentication-method=socket >"$STATE/mariadb-install.log" 2>&1
-  runuser -u mysql -- mariadbd --datadir="$DB" --socket="$STATE/mysql-run/mysqld.sock" \
+  # As root: the state folder may sit where the mysql user cannot go (pytest's tmp is root-only).
+  mkdir -p "$DB" "$STATE/mysql-run"
+  mariadb-install-db --user=root --datadir="$DB" --auth-root-authentication-method=socket >"$STATE/mariadb-install.log" 2>&1
+  mariadbd --user=root --datadir="$DB" --socket="$STATE/mysql-run/mysqld.sock" \
     --pid-file="$STATE/mysql-run/mariadbd.pid" --skip-networking=0 --bind-address=127.0.0.1 --port=3307 \
     --log-error="$STATE/mariadbd.log" --innodb-buffer-pool-size=64M >/dev/null 2>&1 &
   wait_for 60 mariadbd mariadb --socket="$STATE/mysql-run/mysqld.sock" -e 'select 1'

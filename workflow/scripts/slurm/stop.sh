@@ -53,6 +53,10 @@ stop_pid slurmctld "$STATE/slurmctld.pid"
 stop_pid slurmdbd "$STATE/slurmdbd.pid"
 stop_pid mariadbd "$STATE/mariadbd.pid"
 stop_pid munged "$STATE/munged.pid"
+if [ -f "$STATE/munge-run-dir" ]; then
+  case "$(cat "$STATE/munge-run-dir")" in /run/munge/attnbench-*) rm -rf "$(cat "$STATE/munge-run-dir")" ;; esac
+  rm -f "$STATE/munge-run-dir"
+fi
 
 for f in /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/slurm/slurmdbd.conf; do
   if [ -f "$f" ] && grep -qF "$MARK (state: $STATE)" "$f"; then rm -f "$f"; fi
