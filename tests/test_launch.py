@@ -37,7 +37,7 @@ def test_bad_placements_are_refused(args):
 
 
 def test_slurm_task_becomes_a_torch_rank():
-    env = {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8", "SLURM_NODEID": "2", "SLURM_NNODES": "4"}
+    env = {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8", "SLURM_NODEID": "2", "SLURM_STEP_NUM_NODES": "4"}
     assert launch.task_environment(env) == {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "GROUP_RANK": "2",
                                             "NODE_RANK": "2", "LOCAL_WORLD_SIZE": "2"}
     with pytest.raises(SystemExit, match="SLURM_PROCID"):

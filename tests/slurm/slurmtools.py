@@ -76,19 +76,43 @@ def slurm_cluster(state: Path, nodes: int = 1, gpus: int = 0, accounting: bool =
         subprocess.run([str(SCRIPTS / "stop.sh"), "--state", str(state)], capture_output=True, timeout=180)
 
 
-def snakemake(workdir: Path, *args: str, snakefile: Path = REPO / "Snakefile", limit_s: int = 300,
-              env: dict | None = None) -> subprocess.CompletedProcess:
-    """`snakemake --profile profiles/slurm` in workdir, interrupted with SIGINT after limit_s seconds."""
-    e = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-         "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}", **(env or {})}
-    cmd = ["timeout", "-s", "INT", "-k", "60", str(limit_s), sys.executable, "-m", "snakemake",
-           "--profile", str(REPO / "profiles/slurm"), "-s", str(snakefile), "-d", str(workdir),
-           # Tiny test jobs: look at them soon (the plugin's default is 40 s, then +10 s per idle look).
-           "--slurm-init-seconds-before-status-checks", "2", *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=limit_s + 120)
-    (workdir / "snakemake-runs.log").open("a").write(f"$ {' '.join(cmd)}\n{p.stdout}{p.stderr}\nrc={p.returncode}\n")
-    assert p.returncode not in (124, 137), f"snakemake ran past {limit_s}s and was interrupted:\n{p.stderr[-4000:]}"
-    return p
+class Snakemake:
+    """`snakemake --profile profiles/slurm` in workdir, started now, interrupted with SIGINT (which
+    makes it scancel its jobs) after limit_s seconds; `.result()` waits for it."""
+
+    def __init__(self, workdir: Path, *args: str, snakefile: Path = REPO / "Snakefile", limit_s: int = 300,
+                 env: dict | None = None):
+        e = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+             "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}", **(env or {})}
+        self.cmd = ["timeout", "-s", "INT", "-k", "60", str(limit_s), sys.executable, "-m", "snakemake",
+                    "--profile", str(REPO / "profiles/slurm"), "-s", str(snakefile), "-d", str(workdir),
+                    # Tiny test jobs: look at them soon (the plugin's default is 40 s, +10 s per idle look).
+                    "--slurm-init-seconds-before-status-checks", "2", *args]
+        self.workdir, self.limit_s = workdir, limit_s
+        # Output to files, not pipes: several runs at once must never block on a full pipe.
+        self.out, self.err = (open(workdir / f"snakemake-{os.getpid()}-{id(self)}.{n}", "w+") for n in ("out", "err"))
+        self.proc = subprocess.Popen(self.cmd, stdout=self.out, stderr=self.err, text=True, env=e)
+
+    def result(self) -> subprocess.CompletedProcess:
+        try:
+            self.proc.wait(timeout=self.limit_s + 120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        out, err = (f.seek(0) or f.read() for f in (self.out, self.err))
+        for f in (self.out, self.err):
+            f.close()
+            os.unlink(f.name)
+        p = subprocess.CompletedProcess(self.cmd, self.proc.returncode, out, err)
+        with (self.workdir / "snakemake-runs.log").open("a") as log:
+            log.write(f"$ {' '.join(self.cmd)}\n{out}{err}\nrc={p.returncode}\n")
+        assert p.returncode not in (124, 137, -9), f"snakemake ran past {self.limit_s}s and was stopped:\n{err[-4000:]}"
+        return p
+
+
+def snakemake(workdir: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """Run Snakemake (see Snakemake) and wait for it."""
+    return Snakemake(workdir, *args, **kwargs).result()
 
 
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")

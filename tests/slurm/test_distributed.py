@@ -14,7 +14,7 @@ import json
 import pytest
 import yaml
 
-from slurmtools import REPO, sacct, slurm_cluster, snakemake, submitted_jobs
+from slurmtools import REPO, Snakemake, sacct, slurm_cluster, submitted_jobs
 
 TEST_WORKFLOW = REPO / "tests/slurm/workflow/Snakefile"
 CASES = {
@@ -30,15 +30,32 @@ def cluster(tmp_path_factory):
         yield c
 
 
+@pytest.fixture(scope="module")
+def runs(cluster, tmp_path_factory):
+    """Both workflows at once (their tiny jobs mostly wait for the plugin's status checks)."""
+    launches, gpu_cell = tmp_path_factory.mktemp("launches"), tmp_path_factory.mktemp("gpu_cell")
+    (launches / "config.yaml").write_text(yaml.safe_dump({"cases": CASES}))
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["run"] = ["gpu"]
+    cfg["grids"] = {"gpu": {"description": "one CUDA cell", "family": "kernel", "device": "cuda",
+                            "kernels": ["sdpa_flash"], "masks": ["causal"], "seqlen": [128], "heads": [[2, 1]],
+                            "head_dim": [16], "dtype": ["float16"], "direction": ["fwd"], "warmup": 0, "reps": 2,
+                            "runtime_min": 5, "mem_mb": 1000}}
+    (gpu_cell / "config.yaml").write_text(yaml.safe_dump(cfg))
+    started = {"launches": Snakemake(launches, "--configfile", str(launches / "config.yaml"),
+                                     snakefile=TEST_WORKFLOW, limit_s=300),
+               "gpu_cell": Snakemake(gpu_cell, "--configfile", str(gpu_cell / "config.yaml"), limit_s=300)}
+    return {name: (run.workdir, run.result()) for name, run in started.items()}
+
+
 def tres(row) -> dict:
     return dict(kv.split("=", 1) for kv in row["AllocTRES"].split(",") if "=" in kv)
 
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_distributed_jobs_find_their_ranks_and_rendezvous_inside_slurm(cluster, tmp_path):
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"cases": CASES}))
-    p = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), snakefile=TEST_WORKFLOW, limit_s=300)
+def test_distributed_jobs_find_their_ranks_and_rendezvous_inside_slurm(runs):
+    tmp_path, p = runs["launches"]
     assert p.returncode == 0, p.stderr[-4000:]
     jobs = submitted_jobs(p)
     accounted = sacct(jobs)
@@ -56,6 +73,7 @@ def test_distributed_jobs_find_their_ranks_and_rendezvous_inside_slurm(cluster, 
         nodes = [r["node"] for r in ranks]
         assert len(set(nodes)) == placement["nodes"] and all(nodes.count(n) == placement["nproc"] for n in set(nodes))
         assert sorted(r["local_rank"] for r in ranks) == sorted(list(range(placement["nproc"])) * placement["nodes"])
+        assert all(r["local_world_size"] == placement["nproc"] for r in ranks)
         alloc = tres(accounted[job_of_case[case]])
         assert int(alloc["node"]) == placement["nodes"]
         if placement["device"] == "cuda":
@@ -68,15 +86,8 @@ def test_distributed_jobs_find_their_ranks_and_rendezvous_inside_slurm(cluster, 
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_gpu_cell_gets_its_device_from_slurm(cluster, tmp_path):
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["run"] = ["gpu"]
-    cfg["grids"] = {"gpu": {"description": "one CUDA cell", "family": "kernel", "device": "cuda",
-                            "kernels": ["sdpa_flash"], "masks": ["causal"], "seqlen": [128], "heads": [[2, 1]],
-                            "head_dim": [16], "dtype": ["float16"], "direction": ["fwd"], "warmup": 0, "reps": 2,
-                            "runtime_min": 5, "mem_mb": 1000}}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    p = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), limit_s=300)
+def test_gpu_cell_gets_its_device_from_slurm(runs):
+    tmp_path, p = runs["gpu_cell"]
     assert p.returncode == 0, p.stderr[-4000:]
     jobs = submitted_jobs(p)
     accounted = sacct(jobs)

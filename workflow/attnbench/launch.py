@@ -128,9 +128,9 @@ def command(nodes: int, nproc: int, cmd: list[str], port: int | None = None) -> 
         raise LaunchError(f"the allocation has {len(alloc['hosts'])} nodes ({', '.join(alloc['hosts'])}); "
                           f"the cell needs {nodes}")
     if port is None:
-        # Rank 0 (and its TCPStore) lives on the first node: a free port there, when we are there.
-        here = socket.gethostname().split(".")[0]
-        port = free_port() if alloc["batch_host"] in (alloc["hosts"][0], here) else 29500
+        # Rank 0 (and its TCPStore) lives on the first node, where this batch step normally runs:
+        # a port free there; else one derived from the job id.
+        port = free_port() if alloc["batch_host"] == alloc["hosts"][0] else 29500 + int(alloc["job_id"]) % 1000
     srun = ["srun", f"--nodes={nodes}", f"--ntasks={nodes * nproc}", f"--ntasks-per-node={nproc}",
             f"--cpus-per-task={alloc['cpus_per_task']}", "--kill-on-bad-exit=1", "--export=ALL"]
     env = {"MASTER_ADDR": alloc["master_addr"], "MASTER_PORT": str(port)}
@@ -143,7 +143,9 @@ def task_environment(env: dict) -> dict:
     if missing:
         raise LaunchError(f"--slurm-task runs inside an srun task; {', '.join(missing)} not set")
     out = {name: env[var] for name, var in TASK_ENV.items()}
-    out["LOCAL_WORLD_SIZE"] = str(int(env["SLURM_NTASKS"]) // int(env.get("SLURM_NNODES", "1")))
+    # srun --ntasks-per-node sets SLURM_NTASKS_PER_NODE; tasks are spread evenly over the step's nodes.
+    out["LOCAL_WORLD_SIZE"] = env.get("SLURM_NTASKS_PER_NODE") or str(
+        int(env["SLURM_NTASKS"]) // int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES", "1")))
     return out
 
 

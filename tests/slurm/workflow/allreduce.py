@@ -17,6 +17,7 @@ def main(out):
     total = torch.tensor([rank + 1.0])
     dist.all_reduce(total)
     me = {"rank": rank, "world_size": world, "local_rank": int(os.environ["LOCAL_RANK"]),
+          "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]),
           "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "sum": total.item()}
     seen = [None] * world
