@@ -61,12 +61,14 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def slurm_cluster(state: Path, nodes: int = 1, gpus: int = 0, accounting: bool = False):
-    """Start a cluster (skip the tests if it cannot be started here), yield it, always stop it."""
+def slurm_cluster(state: Path, nodes: int = 1, gpus: int = 0, accounting: bool = False, cpus: int | None = None):
+    """Start a cluster (skip the tests if it cannot be started here), yield it, always stop it.
+    cpus: what each node declares (default: this machine's); more lets tiny jobs run side by side."""
     reason = why_no_cluster(accounting)
     if reason:
         pytest.skip(f"Slurm tests skipped: {reason}")
     args = ["--state", str(state), "--nodes", str(nodes), "--gpus", str(gpus)] + (["--accounting"] if accounting else [])
+    args += ["--cpus", str(cpus)] if cpus else []
     try:
         p = subprocess.run([str(SCRIPTS / "start.sh"), *args], capture_output=True, text=True, timeout=300)
         if p.returncode != 0:

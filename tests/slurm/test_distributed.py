@@ -26,7 +26,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with slurm_cluster(tmp_path_factory.mktemp("slurm-2nodes"), nodes=2, gpus=2, accounting=True) as c:
+    # Four CPUs per emulated node (more than this machine has): every job here starts at once.
+    with slurm_cluster(tmp_path_factory.mktemp("slurm-2nodes"), nodes=2, gpus=2, accounting=True, cpus=4) as c:
         yield c
 
 
