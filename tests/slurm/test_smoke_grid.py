@@ -68,6 +68,8 @@ def test_smoke_grid_as_slurm_jobs_crash_keep_going_and_rerun(cluster, tmp_path):
     assert jobs and set(jobs) <= set(states)
     assert {states[j]["partition"] for j in jobs} == {PARTITION}
     assert all(log.is_file() and log.stat().st_size > 0 for log in jobs.values())
+    # Without accounting the profile reads job states with squeue (sacct would tell the reason).
+    assert "status command is not 'sacct'" in first.stdout + first.stderr
     failed = [j for j in jobs if states[j]["state"] != "COMPLETED"]
     assert len(failed) == 1 and states[failed[0]]["state"] == "FAILED", {j: states[j]["state"] for j in jobs}
     # The batch that failed holds the crashed cell; its Slurm log says why.
