@@ -237,14 +237,18 @@ def main(argv=None):
             # A CUDA cell on a machine without GPUs still runs: its record says it is unavailable.
             print("launch: no GPU visible here; the command runs without one", flush=True)
     if a.nproc_per_node is None:
-        print("launch:", " ".join(f"{k}={v}" for k, v in env.items()), shlex.join(cmd), flush=True)
+        _show(env, cmd)
         os.environ.update(env)
         os.execvp(cmd[0], cmd)
     full, more = command(a.nodes, a.nproc_per_node, cmd, a.port)
     env.update(more)
-    shown = " ".join(f"{k}={v}" for k, v in env.items())
-    print("launch:", (shown + " " if shown else "") + shlex.join(full), flush=True)
+    _show(env, full)
     sys.exit(_run(full, env))
+
+
+def _show(env: dict, cmd: list[str]) -> None:
+    """The launched command line, first in the log of the cell."""
+    print("launch:", *[f"{k}={v}" for k, v in env.items()], shlex.join(cmd), flush=True)
 
 
 if __name__ == "__main__":
