@@ -53,14 +53,21 @@ def tres(row) -> dict:
     return dict(kv.split("=", 1) for kv in row["AllocTRES"].split(",") if "=" in kv)
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
-def test_distributed_jobs_find_their_ranks_and_rendezvous_inside_slurm(runs):
-    tmp_path, p = runs["launches"]
+def completed(runs, name):
+    """The run's folder, Slurm jobs and their accounting, after checking every job completed."""
+    workdir, p = runs[name]
     assert p.returncode == 0, p.stderr[-4000:]
     jobs = submitted_jobs(p)
     accounted = sacct(jobs)
-    assert len(jobs) == len(CASES) and all(accounted[j]["State"] == "COMPLETED" for j in jobs), accounted
+    assert jobs and all(accounted[j]["State"] == "COMPLETED" for j in jobs), accounted
+    return workdir, jobs, accounted
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_distributed_jobs_find_their_ranks_and_rendezvous_inside_slurm(runs):
+    tmp_path, jobs, accounted = completed(runs, "launches")
+    assert len(jobs) == len(CASES)
     job_of_case = {log.parent.name: j for j, log in jobs.items()}  # logs: rule_distributed/<case>/<id>.log
 
     for case, placement in CASES.items():
@@ -88,11 +95,7 @@ def test_distributed_jobs_find_their_ranks_and_rendezvous_inside_slurm(runs):
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_gpu_cell_gets_its_device_from_slurm(runs):
-    tmp_path, p = runs["gpu_cell"]
-    assert p.returncode == 0, p.stderr[-4000:]
-    jobs = submitted_jobs(p)
-    accounted = sacct(jobs)
-    assert all(accounted[j]["State"] == "COMPLETED" for j in jobs), accounted
+    tmp_path, jobs, accounted = completed(runs, "gpu_cell")
     gpu_jobs = {j for j in jobs if "gres/gpu" in tres(accounted[j])}
     # The device's matmul ceiling and the cell each held one GPU; the tables and figures none.
     assert len(gpu_jobs) == 2 and all(tres(accounted[j])["gres/gpu"] == "1" for j in gpu_jobs)
