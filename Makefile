@@ -4,6 +4,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 CORES ?= 2
+# GPU cells run at once: profiles/local counts this machine's GPUs (nvidia-smi); GPUS=N overrides.
+GPUS ?=
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 SNAKEMAKE := $(BIN)/snakemake
@@ -19,7 +21,7 @@ $(VENV)/.installed: envs/requirements-cpu.txt pyproject.toml
 	touch $@
 
 run: $(VENV)/.installed
-	$(SNAKEMAKE) --profile profiles/local --cores $(CORES)
+	$(SNAKEMAKE) --profile profiles/local --cores $(CORES) $(if $(GPUS),--resources gpu=$(GPUS))
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
@@ -37,4 +39,4 @@ report: $(VENV)/.installed
 	$(REGENERATE) --report $(REPORT)
 
 dry-run: $(VENV)/.installed
-	$(SNAKEMAKE) --profile profiles/local --cores $(CORES) -n
+	$(SNAKEMAKE) --profile profiles/local --cores $(CORES) $(if $(GPUS),--resources gpu=$(GPUS)) -n

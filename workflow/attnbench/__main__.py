@@ -39,14 +39,13 @@ def cmd_peak(a):
 
     from .cell import torch_dtype, write_record
     from .environment import fingerprint
-    from .measure import device_lock, matmul_peak_tflops
+    from .measure import matmul_peak_tflops
 
     device = a.device
     if device == "cuda" and not torch.cuda.is_available():
         result = {"device": device, "matmul_peak_tflops": None, "reason": "no CUDA device is visible"}
     else:
-        with device_lock(device):
-            result = {"device": device, **matmul_peak_tflops(device, torch_dtype(a.dtype))}
+        result = {"device": device, **matmul_peak_tflops(device, torch_dtype(a.dtype))}
     env = fingerprint(device)
     result.update(device_name=env.get("device_name"), host=env.get("host"))
     write_record(result, a.out)

@@ -293,13 +293,6 @@ def _environment(device):
 
 
 def _measure(record, info, spec, peak):
-    from .measure import device_lock
-
-    with device_lock(spec["device"]):
-        return _measure_locked(record, info, spec, peak)
-
-
-def _measure_locked(record, info, spec, peak):
     import torch
 
     from .kernels.base import load

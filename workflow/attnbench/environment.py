@@ -56,6 +56,8 @@ def fingerprint(device: str) -> dict:
         "libraries": libs,
         "cpu_count": os.cpu_count(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        # The devices Slurm (or the user) gave this process; None when nothing restricted them.
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         **git_state(),
     }
     torch = sys.modules.get("torch")

@@ -2,60 +2,253 @@
 
     python -m attnbench.launch --nodes N --nproc-per-node P -- python -m attnbench cp-cell ...
 
-One node: torchrun --standalone (a free port, no rendezvous server). Several nodes: inside a Slurm
-allocation, srun starts one torchrun per node with a c10d rendezvous on the first node; ranks and
-the address are discovered inside the job, never configured by hand.
+One node: `torchrun --standalone` (a free port, no rendezvous server), inside whatever the process
+may use: the whole machine, or the Slurm job step the executor plugin started for the rule.
+
+Several nodes (inside a Slurm allocation only): `srun` starts one task per rank, N nodes x P tasks,
+each re-entering this module as `--slurm-task`, which turns Slurm's task identity into torch's
+(RANK, LOCAL_RANK, WORLD_SIZE, ...) and execs the command. The rendezvous address (the first node's
+NodeAddr and a free port there) and the allocation (node list, CPUs per task) are read from
+`scontrol` inside the job, because snakemake-executor-plugin-slurm removes most SLURM_* variables
+from a rule's environment. The rule must carry the `mpi` resource so that the plugin does not wrap
+its shell command in `srun` itself (an srun inside an srun step waits forever for busy CPUs):
+`resources()` below returns the resources a rule needs, under the names the plugin reads.
+
+GPUs on one machine without Slurm (`--gpus-per-node G`): Snakemake only counts GPU jobs, it does not
+assign devices, so the launcher claims G of the visible GPUs with one lock file per device (held
+for the command's lifetime; the kernel releases it when the process ends, however it ends) and sets
+CUDA_VISIBLE_DEVICES. Under Slurm the job's CUDA_VISIBLE_DEVICES already names its own GPUs.
+Without --nproc-per-node the command runs once: `python -m attnbench.launch --gpus-per-node 1 --
+python -m attnbench cell ...` is how a kernel cell gets its own GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import shlex
+import signal
+import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
+
+# Slurm's per-task identity -> the variables torch.distributed's env:// initialisation reads.
+TASK_ENV = {
+    "RANK": "SLURM_PROCID",
+    "LOCAL_RANK": "SLURM_LOCALID",
+    "WORLD_SIZE": "SLURM_NTASKS",
+    "GROUP_RANK": "SLURM_NODEID",
+    "NODE_RANK": "SLURM_NODEID",
+}
 
 
-def slurm_hosts() -> list[str]:
-    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
-    if not nodelist and os.environ.get("SLURM_JOB_ID"):
-        out = subprocess.run(["scontrol", "show", "job", os.environ["SLURM_JOB_ID"]], capture_output=True, text=True)
-        for field in out.stdout.split():
-            if field.startswith("NodeList="):
-                nodelist = field.split("=", 1)[1]
-    if not nodelist:
-        raise SystemExit("several nodes need a Slurm allocation (no SLURM_JOB_ID / node list in the environment)")
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
-    return out.stdout.split()
+class LaunchError(SystemExit):
+    """A launch that cannot work here; the message says why and what to change."""
+
+    def __init__(self, message: str):
+        super().__init__(f"attnbench.launch: {message}")
 
 
-def command(nodes: int, nproc: int, cmd: list[str], port: int = 29500) -> list[str]:
-    # --no-python: CMD runs as given (e.g. `python -m attnbench cp-cell ...`), not as a script path
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--no-python", f"--nproc-per-node={nproc}"]
+def resources(nodes: int, nproc_per_node: int, device: str, cpus_per_rank: int = 1) -> dict:
+    """Snakemake resources (snakemake-executor-plugin-slurm names) for a cell of nodes x nproc_per_node
+    ranks; None means 'leave the resource out' (Snakemake drops None-valued resources).
+
+    One node: the plugin runs the rule in one job step holding all ranks' CPUs (`cpus_per_task`) and
+    GPUs (`gpu`, also what the local profile counts); torchrun starts the ranks inside it. Several
+    nodes: `mpi` keeps the plugin from wrapping the rule in srun; `tasks` and `--ntasks-per-node` shape
+    the allocation as one task per rank, `--gpus-per-node` gives each node its GPUs (the plugin's
+    `gpu` would ask for GPUs in total and add --ntasks-per-gpu, not per node).
+    """
+    if nodes < 1 or nproc_per_node < 1 or cpus_per_rank < 1:
+        raise ValueError(f"nodes, nproc_per_node and cpus_per_rank must be >= 1, got {nodes}, {nproc_per_node}, {cpus_per_rank}")
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    cuda = device == "cuda"
     if nodes == 1:
-        return [*torchrun, "--standalone", "--nnodes=1", *cmd]
-    hosts = slurm_hosts()
-    if len(hosts) < nodes:
-        raise SystemExit(f"the allocation has {len(hosts)} nodes ({', '.join(hosts)}); the cell needs {nodes}")
-    job = os.environ.get("SLURM_JOB_ID", "attnbench")
-    return ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *torchrun,
-            f"--nnodes={nodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={hosts[0]}:{port}", f"--rdzv-id={job}", *cmd]
+        return {"nodes": 1, "gpu": nproc_per_node if cuda else None, "cpus_per_task": nproc_per_node * cpus_per_rank,
+                "mpi": None, "tasks": None, "slurm_extra": None}
+    extra = f"--ntasks-per-node={nproc_per_node}" + (f" --gpus-per-node={nproc_per_node}" if cuda else "")
+    return {"nodes": nodes, "gpu": None, "cpus_per_task": cpus_per_rank, "mpi": "srun",
+            "tasks": nodes * nproc_per_node, "slurm_extra": extra}
+
+
+RESOURCE_NAMES = tuple(resources(1, 1, "cpu"))
+
+
+def _scontrol(*args: str) -> str:
+    try:
+        out = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise LaunchError("several nodes need Slurm, and `scontrol` is not on PATH") from None
+    if out.returncode != 0:
+        raise LaunchError(f"`scontrol {' '.join(args)}` failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def _fields(one_line: str) -> dict:
+    """`scontrol show ... -o` prints one record as space-separated Key=Value pairs."""
+    return dict(tok.split("=", 1) for tok in one_line.split() if "=" in tok)
+
+
+def slurm_allocation() -> dict:
+    """The job this process runs in: node names, first node's address, CPUs per task, batch host."""
+    job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+    if not job_id:
+        raise LaunchError("several nodes need a Slurm allocation: SLURM_JOB_ID is not set "
+                          "(run the workflow with --profile profiles/slurm, or inside sbatch/salloc)")
+    job = _fields(_scontrol("show", "job", "-o", job_id))
+    hosts = _scontrol("show", "hostnames", job["NodeList"]).split()
+    node = _fields(_scontrol("show", "node", "-o", hosts[0]))
+    return {"job_id": job_id, "hosts": hosts, "master_addr": node.get("NodeAddr") or hosts[0],
+            "batch_host": job.get("BatchHost"), "cpus_per_task": int(job.get("CPUs/Task", "1") or 1)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def command(nodes: int, nproc: int, cmd: list[str], port: int | None = None) -> tuple[list[str], dict]:
+    """The command line and extra environment that start nodes x nproc ranks of `cmd`."""
+    if nodes == 1:
+        # --no-python: the command is a whole command line (python -m ..., a binary), not a script.
+        torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--no-python"]
+        return [*torchrun, "--standalone", "--nnodes=1", *cmd], {}
+    step = os.environ.get("SLURM_STEP_ID")
+    if step is not None and step not in ("batch", "4294967294"):
+        raise LaunchError(f"several nodes cannot be started from inside job step {step}: its srun would wait "
+                          "for CPUs the step holds. Give the rule the `mpi` resource (see attnbench.launch."
+                          "resources) so that the Slurm executor runs it in the batch step")
+    alloc = slurm_allocation()
+    if len(alloc["hosts"]) < nodes:
+        raise LaunchError(f"the allocation has {len(alloc['hosts'])} nodes ({', '.join(alloc['hosts'])}); "
+                          f"the cell needs {nodes}")
+    if port is None:
+        # Rank 0 (and its TCPStore) lives on the first node, where this batch step normally runs:
+        # a port free there; else one derived from the job id.
+        port = free_port() if alloc["batch_host"] == alloc["hosts"][0] else 29500 + int(alloc["job_id"]) % 1000
+    srun = ["srun", f"--nodes={nodes}", f"--ntasks={nodes * nproc}", f"--ntasks-per-node={nproc}",
+            f"--cpus-per-task={alloc['cpus_per_task']}", "--kill-on-bad-exit=1", "--export=ALL"]
+    env = {"MASTER_ADDR": alloc["master_addr"], "MASTER_PORT": str(port)}
+    return [*srun, sys.executable, "-m", "attnbench.launch", "--slurm-task", "--", *cmd], env
+
+
+def task_environment(env: dict) -> dict:
+    """torch.distributed's variables for the srun task described by Slurm's variables in `env`."""
+    missing = [v for v in TASK_ENV.values() if v not in env]
+    if missing:
+        raise LaunchError(f"--slurm-task runs inside an srun task; {', '.join(missing)} not set")
+    out = {name: env[var] for name, var in TASK_ENV.items()}
+    # srun --ntasks-per-node sets SLURM_NTASKS_PER_NODE; tasks are spread evenly over the step's nodes.
+    out["LOCAL_WORLD_SIZE"] = env.get("SLURM_NTASKS_PER_NODE") or str(
+        int(env["SLURM_NTASKS"]) // int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES", "1")))
+    return out
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: CUDA_VISIBLE_DEVICES if set, else all that nvidia-smi lists."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return [d.strip() for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(ln for ln in out.splitlines() if ln.startswith("GPU "))]
+
+
+def claim_gpus(n: int, lock_dir: Path, wait_s: float = 600.0) -> tuple[list[str], list[int]]:
+    """Lock n free GPUs of this machine; returns their ids and the open lock files (inheritable
+    descriptors: the locks last as long as this process or the command it execs)."""
+    gpus = visible_gpus()
+    if n > len(gpus):
+        raise LaunchError(f"{n} GPUs asked for, {len(gpus)} visible ({', '.join(gpus) or 'none'}; "
+                          "CUDA_VISIBLE_DEVICES or nvidia-smi -L)")
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        held: list[tuple[str, int]] = []
+        for gpu in gpus:
+            fd = os.open(lock_dir / f"gpu-{gpu}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            held.append((gpu, fd))
+            if len(held) == n:
+                for _, fd in held:
+                    os.set_inheritable(fd, True)
+                return [g for g, _ in held], [fd for _, fd in held]
+        for _, fd in held:
+            os.close(fd)
+        if time.monotonic() > deadline:
+            raise LaunchError(f"no {n} free GPUs among {', '.join(gpus)} after {wait_s:.0f} s; other processes hold "
+                              f"their locks in {lock_dir} (limit Snakemake's `gpu` resource to the GPUs present)")
+        time.sleep(1.0)
+
+
+def _run(full: list[str], extra_env: dict) -> int:
+    """Run the launcher's child, passing on the signals that stop a job (scancel, Ctrl-C)."""
+    proc = subprocess.Popen(full, env={**os.environ, **extra_env})
+
+    def forward(signum, _frame):
+        proc.send_signal(signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, forward)
+    return proc.wait()
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m attnbench.launch", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--nproc-per-node", type=int, required=True)
-    p.add_argument("--port", type=int, default=29500)
+    p.add_argument("--nproc-per-node", type=int, help="ranks per node (absent: run the command once, no torchrun)")
+    p.add_argument("--gpus-per-node", type=int, default=0,
+                   help="GPUs the command uses on each node; without Slurm they are claimed on this machine")
+    p.add_argument("--port", type=int, help="rendezvous port on the first node (default: a free one)")
+    p.add_argument("--slurm-task", action="store_true", help="internal: one srun task becomes one torch rank")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command every rank runs")
     a = p.parse_args(argv)
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
     if not cmd:
         p.error("no command given after --")
-    full = command(a.nodes, a.nproc_per_node, cmd, a.port)
-    print("launch:", shlex.join(full), flush=True)
-    sys.exit(subprocess.run(full).returncode)
+    if a.slurm_task:
+        env = task_environment(os.environ)
+        os.environ.update(env)
+        os.execvp(cmd[0], cmd)
+    if a.nodes < 1 or a.gpus_per_node < 0 or (a.nproc_per_node is not None and a.nproc_per_node < 1):
+        p.error("--nodes and --nproc-per-node must be >= 1, --gpus-per-node >= 0")
+    if a.nodes > 1 and a.nproc_per_node is None:
+        p.error("several nodes need --nproc-per-node")
+    env = {}
+    if a.gpus_per_node and not os.environ.get("SLURM_JOB_ID"):
+        if a.nodes > 1:
+            p.error("several nodes need Slurm, which assigns their GPUs")
+        if visible_gpus():
+            lock_dir = Path(os.environ.get("ATTNBENCH_GPU_LOCK_DIR", f"/tmp/attnbench-gpu-locks-{os.getuid()}"))
+            gpus, _locks = claim_gpus(a.gpus_per_node, lock_dir)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        else:
+            # A CUDA cell on a machine without GPUs still runs: its record says it is unavailable.
+            print("launch: no GPU visible here; the command runs without one", flush=True)
+    if a.nproc_per_node is None:
+        _show(env, cmd)
+        os.environ.update(env)
+        os.execvp(cmd[0], cmd)
+    full, more = command(a.nodes, a.nproc_per_node, cmd, a.port)
+    env.update(more)
+    _show(env, full)
+    sys.exit(_run(full, env))
+
+
+def _show(env: dict, cmd: list[str]) -> None:
+    """The launched command line, first in the log of the cell."""
+    print("launch:", *[f"{k}={v}" for k, v in env.items()], shlex.join(cmd), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import re
 import time
 
@@ -123,26 +120,3 @@ def matmul_peak_tflops(device, dtype, n: int | None = None, reps: int = 10) -> d
     return {"matmul_n": n, "matmul_dtype": str(dtype).replace("torch.", ""), "matmul_ms_best": best,
             "matmul_peak_tflops": 2.0 * n**3 / (best * 1e-3) / 1e12}
 
-
-@contextlib.contextmanager
-def device_lock(device):
-    """Exclusive use of a GPU for everything that touches it (one lock file per visible device).
-
-    Several cells may then start at once on one GPU (e.g. `--resources gpu=4`): they import and
-    prepare on the CPU in parallel, but measure one at a time, so no timing is ever shared.
-    """
-    if torch.device(device).type != "cuda":
-        yield
-        return
-    index = torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-    ident = visible[index] if index < len(visible) and visible[index] else str(index)
-    path = os.path.join(os.environ.get("ATTNBENCH_LOCK_DIR", "/tmp"), f"attnbench-gpu-{ident}.lock")
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            torch.cuda.synchronize()
-            fcntl.flock(f, fcntl.LOCK_UN)

@@ -7,7 +7,7 @@ from pathlib import Path
 # The package is installed in editable mode by the Makefile; this keeps a bare checkout working too.
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
-from attnbench import outputs
+from attnbench import launch, outputs
 from attnbench.config import ConfigError, cell_path, expand_cells, validate
 from attnbench.kernels import catalog
 

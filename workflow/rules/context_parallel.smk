@@ -21,6 +21,21 @@ def cp_ranks(wc):
     return cp_cell_of(wc)["gpus"]
 
 
+def cp_placement(wc):
+    cell = cp_cell_of(wc)
+    return cell["cp"]["nodes"], cell["cp"]["nproc_per_node"], cell["device"]
+
+
+def cp_launch_args(wc):
+    nodes, nproc, device = cp_placement(wc)
+    return f"--nodes {nodes} --nproc-per-node {nproc} --gpus-per-node {nproc if device == 'cuda' else 0}"
+
+
+def cp_resource(name):
+    """Slurm/local resources of a cp cell's nodes x ranks (attnbench.launch.resources)."""
+    return lambda wc: launch.resources(*cp_placement(wc))[name]
+
+
 rule cp_cell:
     input:
         # ancient: measuring the ceiling again must not rerun every cell
@@ -31,16 +46,15 @@ rule cp_cell:
         f"{OUT}/logs/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.log",
     params:
         spec=lambda wc: json.dumps(cp_cell_of(wc), sort_keys=True),
-        launch=lambda wc: "--nodes {nodes} --nproc-per-node {nproc_per_node}".format(**cp_cell_of(wc)["cp"]),
+        launch=lambda wc: cp_launch_args(wc),
         # The local kernel's library version: installing a missing one reruns exactly its cells.
         library=lambda wc: cp_library(cp_cell_of(wc)["cp"]["local_kernel"]),
     # CPU: one core per rank (Snakemake lowers it to --cores when there are fewer)
     threads: lambda wc: cp_ranks(wc) if cp_cell_of(wc)["device"] == "cpu" else 1
     resources:
-        nodes=lambda wc: cp_cell_of(wc)["cp"]["nodes"],
-        tasks=lambda wc: cp_ranks(wc),
-        # GPUs per node (Slurm assigns them; the local profile only caps how many run at once)
-        gpu=lambda wc: cp_cell_of(wc)["cp"]["nproc_per_node"] if cp_cell_of(wc)["device"] == "cuda" else 0,
+        # nodes, GPUs, tasks, cpus per task (and `mpi` across nodes, so the plugin does not wrap
+        # the launcher in srun): see attnbench.launch.resources
+        **{name: cp_resource(name) for name in launch.RESOURCE_NAMES},
         runtime=lambda wc, attempt: GRIDS[wc.grid]["runtime_min"] * attempt,
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
     shell:

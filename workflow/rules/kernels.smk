@@ -8,9 +8,12 @@ rule device_peak:
         f"{OUT}/logs/device/{{device}}-{{dtype}}.log",
     resources:
         gpu=lambda wc: int(wc.device == "cuda"),
-        runtime=10,
+        runtime=lambda wc, attempt: 10 * attempt,
+        mem_mb=lambda wc, attempt: 4000 * attempt,
     shell:
-        "python -m attnbench peak --device {wildcards.device} --dtype {wildcards.dtype} --out {output} > {log} 2>&1"
+        # launch: on one machine, claims a GPU of its own (Snakemake counts GPU jobs, assigns none)
+        "python -m attnbench.launch --gpus-per-node {resources.gpu} --"
+        " python -m attnbench peak --device {wildcards.device} --dtype {wildcards.dtype} --out {output} > {log} 2>&1"
 
 
 rule kernel_cell:
@@ -28,9 +31,14 @@ rule kernel_cell:
         library=lambda wc: catalog.library_version(catalog.get(wc.impl)),
     threads: 1
     resources:
+        # a GPU only for cells that will run on one (unavailable/unsupported ones end before)
         gpu=lambda wc: int(catalog.needs_device(catalog.get(wc.impl), cell_of(wc))),
+        # profiles/slurm batches cells into one job that runs them one after another; each cell
+        # takes the batch's one slot, so the batch asks for one cell's CPUs, memory and GPU.
+        batch_slots=1,
         runtime=lambda wc, attempt: GRIDS[wc.grid]["runtime_min"] * attempt,
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
     shell:
-        "python -m attnbench cell --spec {params.spec:q} --peak {input.peak} --threads {threads}"
+        "python -m attnbench.launch --gpus-per-node {resources.gpu} --"
+        " python -m attnbench cell --spec {params.spec:q} --peak {input.peak} --threads {threads}"
         " --out {output} > {log} 2>&1"

@@ -15,6 +15,9 @@ rule collect:
         f"{OUT}/tables/cells.csv",
     log:
         f"{OUT}/logs/collect.log",
+    group:
+        # Under Slurm, the tidy table, tables and figures run as one job (ignored when run locally).
+        "report"
     run:
         from attnbench.collect import collect
 
@@ -39,6 +42,8 @@ for _grid in RUN:
             grid=_grid,
             outdir=f"{OUT}/tables/{_grid}",
             grid_cfg=json.dumps(GRIDS[_grid]),
+        group:
+            "report"
         shell:
             "python -m attnbench tables --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
             " --grid-config {params.grid_cfg:q} > {log} 2>&1"
@@ -58,6 +63,8 @@ for _grid in RUN:
             outdir=f"{OUT}/figures/{_grid}",
             style=json.dumps(CFG["figures"]),
             grid_cfg=json.dumps(GRIDS[_grid]),
+        group:
+            "report"
         shell:
             "python -m attnbench figures --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
             " --style {params.style:q} --grid-config {params.grid_cfg:q} > {log} 2>&1"

@@ -1,0 +1,108 @@
+"""The distributed launcher without Slurm: its Slurm resources, its task environment, its refusals,
+and a real two-rank gloo job on this machine (tests/slurm run it through a Slurm cluster)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnbench import launch
+
+REPO = Path(__file__).resolve().parents[1]
+ALLREDUCE = REPO / "tests/slurm/workflow/allreduce.py"
+
+
+def test_one_node_resources_hold_all_ranks_in_one_step():
+    r = launch.resources(1, 4, "cuda", cpus_per_rank=2)
+    assert r == {"nodes": 1, "gpu": 4, "cpus_per_task": 8, "mpi": None, "tasks": None, "slurm_extra": None}
+    assert launch.resources(1, 2, "cpu")["gpu"] is None  # no --gpus=0 for a CPU cell
+
+
+def test_several_nodes_ask_one_task_per_rank_and_gpus_per_node():
+    r = launch.resources(3, 8, "cuda")
+    assert r["mpi"] and r["nodes"] == 3 and r["tasks"] == 24 and r["cpus_per_task"] == 1
+    assert r["gpu"] is None  # the plugin's `gpu` is a job total and adds --ntasks-per-gpu
+    assert r["slurm_extra"].split() == ["--ntasks-per-node=8", "--gpus-per-node=8"]
+    assert launch.resources(2, 1, "cpu")["slurm_extra"] == "--ntasks-per-node=1"
+    assert set(r) == set(launch.RESOURCE_NAMES)
+
+
+@pytest.mark.parametrize("args", [(0, 1, "cpu"), (1, 0, "cpu"), (1, 1, "tpu")])
+def test_bad_placements_are_refused(args):
+    with pytest.raises(ValueError):
+        launch.resources(*args)
+
+
+def test_slurm_task_becomes_a_torch_rank():
+    env = {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8", "SLURM_NODEID": "2", "SLURM_STEP_NUM_NODES": "4"}
+    assert launch.task_environment(env) == {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "GROUP_RANK": "2",
+                                            "NODE_RANK": "2", "LOCAL_WORLD_SIZE": "2"}
+    with pytest.raises(SystemExit, match="SLURM_PROCID"):
+        launch.task_environment({})
+
+
+def test_one_node_uses_torchrun_standalone_with_the_whole_command():
+    cmd, env = launch.command(1, 2, ["python", "-m", "x", "--flag"])
+    assert cmd[1:] == ["-m", "torch.distributed.run", "--nproc-per-node=2", "--no-python", "--standalone",
+                       "--nnodes=1", "python", "-m", "x", "--flag"]
+    assert env == {}
+
+
+def test_several_nodes_need_an_allocation_and_the_batch_step(monkeypatch):
+    for var in [v for v in os.environ if v.startswith("SLURM_")]:
+        monkeypatch.delenv(var)
+    with pytest.raises(SystemExit, match="SLURM_JOB_ID is not set"):
+        launch.command(2, 1, ["true"])
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    with pytest.raises(SystemExit, match="`mpi` resource"):
+        launch.command(2, 1, ["true"])
+
+
+@pytest.mark.slow
+def test_two_ranks_on_this_machine(tmp_path):
+    out = tmp_path / "allreduce.json"
+    p = subprocess.run([sys.executable, "-m", "attnbench.launch", "--nproc-per-node", "2", "--",
+                        sys.executable, str(ALLREDUCE), str(out)], capture_output=True, text=True, timeout=180,
+                       env={**os.environ, "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}"})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["world_size"] == 2
+    assert sorted(r["rank"] for r in result["ranks"]) == [0, 1]
+    assert all(r["sum"] == result["expected_sum"] == 3 for r in result["ranks"])
+
+
+def launched_devices(tmp_path, n_gpus, visible, hold_s=0.0):
+    """Start `launch --gpus-per-node n` around a command that reports its CUDA_VISIBLE_DEVICES."""
+    probe = f"import os, time; print(os.environ.get('CUDA_VISIBLE_DEVICES')); time.sleep({hold_s})"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible, "ATTNBENCH_GPU_LOCK_DIR": str(tmp_path / "locks"),
+           "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("SLURM_JOB_ID", None)
+    return subprocess.Popen([sys.executable, "-m", "attnbench.launch", "--gpus-per-node", str(n_gpus), "--",
+                             sys.executable, "-c", probe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def test_concurrent_cells_on_one_machine_get_different_gpus(tmp_path):
+    # Two commands at once on a machine with GPUs 3 and 5: each holds one of its own.
+    first, second = (launched_devices(tmp_path, 1, "3,5", hold_s=3) for _ in range(2))
+    seen = [p.communicate(timeout=60)[0].split()[-1] for p in (first, second)]
+    assert sorted(seen) == ["3", "5"]
+    # The locks went with the processes: both GPUs are free again.
+    both = launched_devices(tmp_path, 2, "3,5")
+    assert both.communicate(timeout=60)[0].split()[-1] == "3,5"
+
+
+def test_asking_for_more_gpus_than_visible_fails_clearly(tmp_path):
+    p = launched_devices(tmp_path, 3, "0,1")
+    _, err = p.communicate(timeout=60)
+    assert p.returncode != 0 and "3 GPUs asked for, 2 visible" in err
+
+
+def test_no_gpu_here_runs_the_command_unchanged(tmp_path):
+    p = launched_devices(tmp_path, 1, "")
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0 and "no GPU visible here" in out and out.splitlines()[-1] == ""
