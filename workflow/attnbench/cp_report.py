@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from .figures import _grid_axes, _save, describe
-from .plotting import plt
 from .style import STATUS_LABEL, colour, marker, order
 from .tables import GIB, _describe, _write
 

@@ -96,14 +96,9 @@ def local_kernel(name: str) -> LocalKernelInfo:
 
 def library_version(kernel_name: str) -> str:
     """The local kernel's library and version (first distribution found), or 'missing'. No import."""
-    import importlib.metadata
+    from ..kernels.catalog import first_version
 
-    for dist in local_kernel(kernel_name).dists:
-        try:
-            return f"{dist} {importlib.metadata.version(dist)}"
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "missing"
+    return first_version(local_kernel(kernel_name).dists)
 
 
 def resolve_local_kernel(name: str, device: str) -> str:

@@ -319,19 +319,14 @@ class SdpaCudnn(RectangleKernel):
         out, lse = res[0], res[1]
         return out[0].transpose(0, 1), lse.reshape(hq, q.shape[0]).to(self.acc)
 
-    def rect_backward(self, dout, q, k, v, out, lse, causal):
-        hq, hkv = q.shape[1], k.shape[1]
-        empty = torch.empty(0, device=q.device)
-        seed = torch.zeros((), dtype=torch.int64, device=q.device)
-        res = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
-            self._bhsd(dout), self._bhsd(q), self._bhsd(k, hq), self._bhsd(v, hq), self._bhsd(out),
-            lse.float().reshape(1, hq, q.shape[0], 1).contiguous(), seed, seed, empty, empty, empty,
-            q.shape[0], k.shape[0], 0.0, causal, scale=self.scale)
-        dq, dk, dv = (x[0].transpose(0, 1) for x in res[:3])
-        if hkv != hq:
-            dk = dk.reshape(k.shape[0], hkv, hq // hkv, -1).sum(2)
-            dv = dv.reshape(k.shape[0], hkv, hq // hkv, -1).sum(2)
-        return dq, dk, dv
+    def _backward(self, dout, q, k, v, out, lse, chunk):
+        # Seen on an H200 (torch 2.11): aten._scaled_dot_product_cudnn_attention_backward takes a
+        # non-optional attn_bias, and the empty tensor Python must pass for "none" makes it fail
+        # (IndexError: Dimension out of range). Until there is a way to call it without a bias,
+        # the backward of this local kernel is refused rather than crashing the job.
+        raise Unsupported("sdpa_cudnn local kernel: no callable cuDNN backward entry point without an attention "
+                          "bias in this torch (IndexError in _scaled_dot_product_cudnn_attention_backward on an "
+                          "H200 with torch 2.11); use local_kernel sdpa_flash or flex for backward")
 
 
 # ---------------------------------------------------------------- FlexAttention

@@ -102,14 +102,19 @@ def get(name: str) -> KernelInfo:
         raise ValueError(f"unknown kernel {name!r}; valid kernels: {', '.join(KERNELS)}") from None
 
 
-def library_version(info: KernelInfo) -> str:
-    """The version of the kernel's library (first distribution found), or 'missing'. No import."""
-    for dist in info.dists:
+def first_version(dists) -> str:
+    """'name version' of the first installed distribution among `dists`, or 'missing'. No import."""
+    for dist in dists:
         try:
             return f"{dist} {importlib.metadata.version(dist)}"
         except importlib.metadata.PackageNotFoundError:
             continue
     return "missing"
+
+
+def library_version(info: KernelInfo) -> str:
+    """The version of the kernel's library (first distribution found), or 'missing'."""
+    return first_version(info.dists)
 
 
 def all_library_versions() -> dict:
