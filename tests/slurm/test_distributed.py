@@ -35,6 +35,7 @@ def cluster(tmp_path_factory):
 def runs(cluster, tmp_path_factory):
     """Both workflows at once (their tiny jobs mostly wait for the plugin's status checks)."""
     launches, gpu_cell = tmp_path_factory.mktemp("launches"), tmp_path_factory.mktemp("gpu_cell")
+    cp_cell = tmp_path_factory.mktemp("cp_cell")
     (launches / "config.yaml").write_text(yaml.safe_dump({"cases": CASES}))
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     cfg["run"] = ["gpu"]
@@ -43,9 +44,16 @@ def runs(cluster, tmp_path_factory):
                             "head_dim": [16], "dtype": ["float16"], "direction": ["fwd"], "warmup": 0, "reps": 2,
                             "runtime_min": 5, "mem_mb": 1000}}
     (gpu_cell / "config.yaml").write_text(yaml.safe_dump(cfg))
+    # A real context-parallel cell of the benchmark's own workflow: Ring P2P on 2 ranks (gloo).
+    cp = yaml.safe_load((REPO / "config.yaml").read_text())
+    smoke_cp = cp["grids"]["smoke_cp"]
+    cp["run"] = ["cp"]
+    cp["grids"] = {"cp": {**smoke_cp, "methods": ["ring_p2p"], "masks": ["causal"], "gpus": [2], "also": []}}
+    (cp_cell / "config.yaml").write_text(yaml.safe_dump(cp))
     started = {"launches": Snakemake(launches, "--configfile", str(launches / "config.yaml"),
                                      snakefile=TEST_WORKFLOW, limit_s=300),
-               "gpu_cell": Snakemake(gpu_cell, "--configfile", str(gpu_cell / "config.yaml"), limit_s=300)}
+               "gpu_cell": Snakemake(gpu_cell, "--configfile", str(gpu_cell / "config.yaml"), limit_s=300),
+               "cp_cell": Snakemake(cp_cell, "--configfile", str(cp_cell / "config.yaml"), limit_s=300)}
     return {name: (run.workdir, run.result()) for name, run in started.items()}
 
 
@@ -104,3 +112,16 @@ def test_gpu_cell_gets_its_device_from_slurm(runs):
     assert record["environment"]["cuda_visible_devices"] == "0"
     # This CPU build of torch has no CUDA: the record says so instead of measuring anything.
     assert record["status"] == "unavailable"
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_context_parallel_cell_runs_its_ranks_inside_one_slurm_job(runs):
+    tmp_path, jobs, accounted = completed(runs, "cp_cell")
+    record = json.loads(next((tmp_path / "results/cells/cp").rglob("*.json")).read_text())
+    assert record["status"] == "ok", record.get("status_reason")
+    assert record["environment"]["slurm_job_id"] in jobs
+    alloc = tres(accounted[record["environment"]["slurm_job_id"]])
+    # one node, one CPU per rank, both ranks of the ring in that job
+    assert int(alloc["node"]) == 1 and int(alloc["cpu"]) >= 2
+    assert record["cell"]["gpus"] == 2 and record["check_passed"] is True
