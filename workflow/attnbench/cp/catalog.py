@@ -6,7 +6,6 @@ A method's implementation lives in its own module (`impl`), loaded only when a c
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from dataclasses import dataclass
 
@@ -185,13 +184,9 @@ def kv_replication(ulysses: int, heads_kv: int) -> int:
 
 
 def missing_module(modules) -> str | None:
-    for mod in modules:
-        try:
-            if importlib.util.find_spec(mod) is None:
-                return mod
-        except (ImportError, ValueError):
-            return mod
-    return None
+    from ..kernels.catalog import first_missing
+
+    return first_missing(modules)
 
 
 def unavailable_reason(method_name: str, kernel_name: str, device: str) -> str | None:

@@ -128,15 +128,20 @@ def all_library_versions() -> dict:
     return out
 
 
-def missing_module(info: KernelInfo) -> str | None:
-    """The first module the kernel needs that cannot be imported, or None."""
-    for mod in info.modules:
+def first_missing(modules) -> str | None:
+    """The first of `modules` that cannot be imported here, or None (found, not imported)."""
+    for mod in modules:
         try:
             if importlib.util.find_spec(mod) is None:
                 return mod
         except (ImportError, ValueError):
             return mod
     return None
+
+
+def missing_module(info: KernelInfo) -> str | None:
+    """The first module the kernel needs that cannot be imported, or None."""
+    return first_missing(info.modules)
 
 
 def unsupported_reason(info: KernelInfo, mask: str, direction: str, device: str, heads_q: int, heads_kv: int,
