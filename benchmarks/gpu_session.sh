@@ -31,7 +31,8 @@ if [ "$gpus" -ge 2 ]; then
   log "h200_cp exit $?"
 fi
 log "h200 + h200_sparse grids"
-timeout -s INT "${T_GRIDS:-220}" snakemake --profile profiles/local --cores "$(nproc)" \
+# three cells per GPU at once: each imports and starts while another holds the GPU (claim after import)
+timeout -s INT "${T_GRIDS:-220}" snakemake --profile profiles/local --cores "$(nproc)" --resources gpu=$((3 * gpus)) \
   --config "run=[h200,h200_sparse]" "output_dir=$outdir" > "$out/snakemake_kernels.log" 2>&1
 log "grids exit $?"
 timeout 60 python -m attnbench regenerate --grids h200 h200_sparse h200_cp --overrides "{\"output_dir\": \"$outdir\"}" 2>&1 | tail -5 | tee -a "$out/session.txt"

@@ -106,3 +106,21 @@ def test_no_gpu_here_runs_the_command_unchanged(tmp_path):
     p = launched_devices(tmp_path, 1, "")
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 0 and "no GPU visible here" in out and out.splitlines()[-1] == ""
+
+
+def test_claim_after_import_starts_at_once_and_waits_for_the_gpu_inside(tmp_path):
+    """--claim-after-import: the command starts at once (its imports overlap another cell's GPU time)
+    and claims the GPU itself; two such cells on one GPU start together and measure one after the other."""
+    probe = ("import json, time; t0 = time.time(); from attnbench.launch import claim_from_environment; "
+             "g = claim_from_environment(); t1 = time.time(); time.sleep(2); "
+             "print(json.dumps({'gpus': g, 'started': t0, 'claimed': t1, 'released': time.time()}))")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "4", "ATTNBENCH_GPU_LOCK_DIR": str(tmp_path / "locks"),
+           "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("SLURM_JOB_ID", None)
+    procs = [subprocess.Popen([sys.executable, "-m", "attnbench.launch", "--gpus-per-node", "1", "--claim-after-import",
+                               "--", sys.executable, "-c", probe], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(2)]
+    runs = sorted((json.loads(p.communicate(timeout=60)[0].splitlines()[-1]) for p in procs), key=lambda r: r["claimed"])
+    assert [r["gpus"] for r in runs] == [["4"], ["4"]]
+    assert abs(runs[0]["started"] - runs[1]["started"]) < 1.5  # both started at once
+    assert runs[1]["claimed"] >= runs[0]["released"] - 0.05  # the GPU was never shared

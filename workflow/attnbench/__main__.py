@@ -9,6 +9,17 @@ import sys
 from pathlib import Path
 
 
+def claim_gpu_after_start(device):
+    """With `launch --claim-after-import`: torch is imported (the slow part of a start) before the
+    cell waits for a GPU of its own; nothing has touched CUDA yet."""
+    if device == "cuda":
+        import torch  # noqa: F401
+
+        from .launch import claim_from_environment
+
+        claim_from_environment()
+
+
 def cmd_cell(a):
     from .cell import run_cell, write_record
 
@@ -17,6 +28,7 @@ def cmd_cell(a):
 
         torch.set_num_threads(a.threads)
     spec = json.loads(a.spec)
+    claim_gpu_after_start(spec["device"])
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cell(spec, peak)
     write_record(record, a.out)
@@ -28,6 +40,7 @@ def cmd_cp_cell(a):
     from .cp.cell import run_cp_cell
 
     spec = json.loads(a.spec)
+    claim_gpu_after_start(spec["device"])
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cp_cell(spec, a.out, peak)
     if int(os.environ.get("RANK", 0)) == 0:
@@ -42,6 +55,7 @@ def cmd_peak(a):
     from .measure import matmul_peak_tflops
 
     device = a.device
+    claim_gpu_after_start(device)
     if device == "cuda" and not torch.cuda.is_available():
         result = {"device": device, "matmul_peak_tflops": None, "reason": "no CUDA device is visible"}
     else:

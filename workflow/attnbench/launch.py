@@ -191,6 +191,26 @@ def claim_gpus(n: int, lock_dir: Path, wait_s: float = 600.0) -> tuple[list[str]
         time.sleep(1.0)
 
 
+CLAIM_ENV = "ATTNBENCH_CLAIM_GPUS"
+
+
+def lock_dir() -> Path:
+    return Path(os.environ.get("ATTNBENCH_GPU_LOCK_DIR", f"/tmp/attnbench-gpu-locks-{os.getuid()}"))
+
+
+def claim_from_environment() -> list[str]:
+    """For a command started with --claim-after-import: claim the GPUs now (call it after the slow
+    imports and before anything touches CUDA), so that cells waiting for a GPU have already spent
+    their start-up; the locks are held until this process exits."""
+    n = int(os.environ.pop(CLAIM_ENV, "0") or 0)
+    if not n:
+        return []
+    gpus, _locks = claim_gpus(n, lock_dir())
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    print(f"claimed GPU {','.join(gpus)} after start-up", flush=True)
+    return gpus
+
+
 def _run(full: list[str], extra_env: dict) -> int:
     """Run the launcher's child, passing on the signals that stop a job (scancel, Ctrl-C)."""
     proc = subprocess.Popen(full, env={**os.environ, **extra_env})
@@ -212,6 +232,9 @@ def main(argv=None):
                    help="GPUs the command uses on each node; without Slurm they are claimed on this machine")
     p.add_argument("--port", type=int, help="rendezvous port on the first node (default: a free one)")
     p.add_argument("--slurm-task", action="store_true", help="internal: one srun task becomes one torch rank")
+    p.add_argument("--claim-after-import", action="store_true",
+                   help="one process: let the command claim its GPUs itself once it has started (more cells than "
+                        "GPUs may then start at once, each waiting for a GPU only after its imports)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command every rank runs")
     a = p.parse_args(argv)
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
@@ -225,13 +248,16 @@ def main(argv=None):
         p.error("--nodes and --nproc-per-node must be >= 1, --gpus-per-node >= 0")
     if a.nodes > 1 and a.nproc_per_node is None:
         p.error("several nodes need --nproc-per-node")
+    if a.claim_after_import and a.nproc_per_node is not None:
+        p.error("--claim-after-import is for one process (no --nproc-per-node)")
     env = {}
     if a.gpus_per_node and not os.environ.get("SLURM_JOB_ID"):
         if a.nodes > 1:
             p.error("several nodes need Slurm, which assigns their GPUs")
-        if visible_gpus():
-            lock_dir = Path(os.environ.get("ATTNBENCH_GPU_LOCK_DIR", f"/tmp/attnbench-gpu-locks-{os.getuid()}"))
-            gpus, _locks = claim_gpus(a.gpus_per_node, lock_dir)
+        if visible_gpus() and a.claim_after_import:
+            env[CLAIM_ENV] = str(a.gpus_per_node)  # the command calls claim_from_environment()
+        elif visible_gpus():
+            gpus, _locks = claim_gpus(a.gpus_per_node, lock_dir())
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         else:
             # A CUDA cell on a machine without GPUs still runs: its record says it is unavailable.

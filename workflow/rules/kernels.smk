@@ -11,8 +11,9 @@ rule device_peak:
         runtime=lambda wc, attempt: 10 * attempt,
         mem_mb=lambda wc, attempt: 4000 * attempt,
     shell:
-        # launch: on one machine, claims a GPU of its own (Snakemake counts GPU jobs, assigns none)
-        "python -m attnbench.launch --gpus-per-node {resources.gpu} --"
+        # launch: on one machine the cell claims a GPU of its own once started (Snakemake counts GPU
+        # jobs, assigns none); with --resources gpu above the GPUs present, cells overlap their start-up
+        "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import --"
         " python -m attnbench peak --device {wildcards.device} --dtype {wildcards.dtype} --out {output} > {log} 2>&1"
 
 
@@ -39,6 +40,6 @@ rule kernel_cell:
         runtime=lambda wc, attempt: GRIDS[wc.grid]["runtime_min"] * attempt,
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
     shell:
-        "python -m attnbench.launch --gpus-per-node {resources.gpu} --"
+        "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import --"
         " python -m attnbench cell --spec {params.spec:q} --peak {input.peak} --threads {threads}"
         " --out {output} > {log} 2>&1"
