@@ -20,10 +20,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from .labels import TIMED, heads_label, order, seqlen_label  # noqa: E402
+from .labels import GIB, TIMED, heads_label, order, seqlen_label  # noqa: E402, F401  (GIB re-exported)
 from .style import HEADS_STYLES, INCORRECT_RING, OOM_MARKER, colour, marker, marker_size  # noqa: E402
 
-GIB = 2**30
 DEFAULT_STYLE = {"dpi": 150, "context": "paper", "font_scale": 1.0, "formats": ["png", "pdf"], "bar_seqlen": 8192}
 
 

@@ -15,10 +15,9 @@ import pandas as pd
 
 from . import captions
 from .collect import one_row_per_point, read_cells
-from .labels import (DIRECTION_LABEL, STATUS_LABEL, STATUS_MEANING, TIMED, heads_label, mask_families, order,
+from .labels import (GIB, DIRECTION_LABEL, STATUS_LABEL, STATUS_MEANING, TIMED, heads_label, mask_families, order,
                      seqlen_label)
 
-GIB = 2**30
 SUPPORTED, UNSUPPORTED = "\u2713", "\u2717"  # check mark, ballot x
 LATEX_SYMBOLS = {SUPPORTED: r"$\checkmark$", UNSUPPORTED: r"$\times$"}
 
