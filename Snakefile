@@ -19,5 +19,5 @@ include: "workflow/rules/report.smk"
 
 rule all:
     input:
-        report_outputs(),
+        report_outputs() + records_not_on_disk(),
     default_target: True
