@@ -5,6 +5,12 @@ fwd and bwd) this rebuilds the exact first sample of each record (same mask para
 seeded inputs, same kernel preparation), times the same call with do_bench (its own warm-up,
 its own L2 flush, median), and prints both numbers side by side with their ratio.
 
+The record was timed in its own process, at another moment of the GPU's clocks and temperature;
+so the same call is also timed here once more with the pipeline's protocol (measure.time_ms, the
+record's warm-up and repetitions), next to do_bench: `ratio_now` separates a difference of
+protocol (it stays) from one of the machine's state (only `ratio` shows it). A pause before each
+timing lets the GPU return to its idle clocks, as between the pipeline's one-cell processes.
+
     python benchmarks/do_bench_compare.py --cells results/h200/tables/cells.csv
 """
 
@@ -12,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -21,6 +29,7 @@ from attnbench import cell as C
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load
 from attnbench.masks import Mask
+from attnbench.measure import time_ms
 
 
 def rebuild_call(record):
@@ -57,6 +66,7 @@ def main(argv=None):
     p.add_argument("--impls", nargs="*", default=["sdpa_cudnn", "sdpa_flash", "flex"])
     p.add_argument("--mask", default="causal")
     p.add_argument("--seqlen", type=int, default=16384)
+    p.add_argument("--pause-s", type=float, default=2.0, help="idle seconds before each timing")
     p.add_argument("--out", help="also write the comparison as CSV here")
     a = p.parse_args(argv)
     from triton.testing import do_bench
@@ -68,9 +78,16 @@ def main(argv=None):
     for _, r in sel.sort_values(["impl", "direction"]).iterrows():
         record = json.loads(Path(r["record"]).read_text())
         pipeline_ms = record["samples"][0]["time_ms_median"]
-        ms = do_bench(rebuild_call(record), warmup=25, rep=100, return_mode="median")
+        call = rebuild_call(record)
+        time.sleep(a.pause_s)
+        ms = do_bench(call, warmup=25, rep=100, return_mode="median")
+        time.sleep(a.pause_s)
+        now = time_ms(call, warmup=record["cell"]["warmup"], reps=record["cell"]["reps"], device="cuda")
+        now_ms = float(np.median(now))
         rows.append({"impl": r["impl"], "mask": a.mask, "seqlen": a.seqlen, "direction": r["direction"],
-                     "pipeline_ms": pipeline_ms, "do_bench_ms": ms, "ratio": pipeline_ms / ms})
+                     "pipeline_ms": pipeline_ms, "do_bench_ms": ms, "ratio": pipeline_ms / ms,
+                     "pipeline_now_ms": now_ms, "ratio_now": now_ms / ms})
+        del call
         torch.cuda.empty_cache()
     out = pd.DataFrame(rows)
     if out.empty:

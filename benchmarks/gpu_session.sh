@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # One GPU session on a machine without network (how results/h200 was made): install the carried
-# wheels, check the machine, run the context-parallel correctness matrix with NCCL, run the GPU
-# grids through Snakemake with the local profile, compare timings with do_bench, pack into $OUT.
-# Every step is bounded; what a step does not finish is simply missing (run it again to resume:
-# Snakemake runs only the cells without a record).
-#   benchmarks/gpu_session.sh [OUTPUT_DIR]        (budgets in seconds: T_VERIFY T_CP T_GRIDS)
+# wheels, check the machine, then the steps named in STEPS, each bounded by its own time budget;
+# what a step does not finish is simply missing (run it again to resume: Snakemake runs only the
+# cells without a record). Everything written goes under OUTPUT_DIR, packed into $OUT at the end.
+#   STEPS="verify cp sparse kernels dobench" benchmarks/gpu_session.sh [OUTPUT_DIR]
+# Steps (budgets in seconds, from the environment):
+#   verify   CP correctness matrix with NCCL on 2 GPUs: SDPA local kernels (T_VERIFY), then
+#            FlexAttention on two masks (T_VERIFY_FLEX; it compiles per mask), into OUTPUT_DIR/cp_verify
+#   cp       the h200_cp grid (T_CP)          sparse   the h200_sparse grid (T_SPARSE)
+#   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 set -u
 outdir=${1:-results/h200}
+steps=${STEPS:-verify cp sparse kernels dobench}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -15,30 +20,43 @@ timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cac
 mkdir -p /tmp/bin && rm -f /tmp/bin/python && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
 export PATH=/tmp/bin:/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD/workflow
 log() { echo "[$(date +%T)] $*" | tee -a "$out/session.txt"; }
+has() { case " $steps " in *" $1 "*) return 0;; esac; return 1; }
 {
-  nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv
-  timeout 120 python -c "import torch, triton, inspect; from torch.nn.attention.varlen import varlen_attn as f; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'nccl', torch.cuda.nccl.version(), 'triton', triton.__version__, 'gpus', torch.cuda.device_count()); print('varlen_attn', inspect.signature(f))"
+  nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total,clocks.max.sm,power.limit --format=csv
+  timeout 120 python -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'nccl', torch.cuda.nccl.version(), 'triton', triton.__version__, 'gpus', torch.cuda.device_count())"
 } 2>&1 | tee -a "$out/session.txt"
 gpus=$(nvidia-smi -L | grep -c '^GPU ')
-if [ "$gpus" -ge 2 ]; then
-  log "cp verify (NCCL, 2 ranks)"
-  timeout "${T_VERIFY:-60}" python -m attnbench.launch --nproc-per-node 2 --gpus-per-node 2 -- \
-    python -m attnbench.cp.verify --device cuda --kernels sdpa_flash sdpa_cudnn --head-dim 64 --tokens-per-rank 256 --out "$out/cp_verify.jsonl" > "$out/cp_verify.log" 2>&1
-  log "cp verify exit $?"
-  log "h200_cp grid"
-  timeout -s INT "${T_CP:-110}" snakemake --profile profiles/local --cores "$(nproc)" \
-    --config "run=[h200_cp]" "output_dir=$outdir" > "$out/snakemake_cp.log" 2>&1
-  log "h200_cp exit $?"
+mkdir -p "$outdir/cp_verify"
+
+grid() {  # grid NAME BUDGET [extra snakemake arguments]
+  local name=$1 budget=$2; shift 2
+  log "$name grid (${budget} s)"
+  timeout -s INT "$budget" snakemake --profile profiles/local --cores "$(nproc)" "$@" \
+    --config "run=[$name]" "output_dir=$outdir" > "$out/snakemake_$name.log" 2>&1
+  log "$name exit $? ($(grep -c 'Finished job' "$out/snakemake_$name.log") jobs finished)"
+}
+
+if has verify && [ "$gpus" -ge 2 ]; then
+  verify() {  # verify NAME BUDGET [verify arguments]
+    local name=$1 budget=$2; shift 2
+    log "cp verify $name (NCCL, 2 ranks, ${budget} s)"
+    timeout "$budget" python -m attnbench.launch --nproc-per-node 2 --gpus-per-node 2 -- \
+      python -m attnbench.cp.verify --device cuda --head-dim 64 --tokens-per-rank 256 --timeout-s 30 \
+      --out "$outdir/cp_verify/$name.jsonl" "$@" > "$outdir/cp_verify/$name.log" 2>&1
+    log "cp verify $name exit $?: $(grep -E '^world' "$outdir/cp_verify/$name.log")"
+  }
+  verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
+  verify flex "${T_VERIFY_FLEX:-120}" --kernels flex --masks causal causal_document_long
 fi
-log "h200 + h200_sparse grids"
-# three cells per GPU at once: each imports and starts while another holds the GPU (claim after import)
-timeout -s INT "${T_GRIDS:-220}" snakemake --profile profiles/local --cores "$(nproc)" --resources gpu=$((3 * gpus)) \
-  --config "run=[h200,h200_sparse]" "output_dir=$outdir" > "$out/snakemake_kernels.log" 2>&1
-log "grids exit $?"
-timeout 60 python -m attnbench regenerate --grids h200 h200_sparse h200_cp --overrides "{\"output_dir\": \"$outdir\"}" 2>&1 | tail -5 | tee -a "$out/session.txt"
-if [ -f "$outdir/tables/cells.csv" ]; then
+has cp && [ "$gpus" -ge 2 ] && grid h200_cp "${T_CP:-150}"
+# kernel cells: three per GPU at once, each imports and starts while another holds the GPU
+has sparse && grid h200_sparse "${T_SPARSE:-150}" --resources gpu=$((3 * gpus))
+has kernels && grid h200 "${T_KERNELS:-240}" --resources gpu=$((3 * gpus))
+
+timeout 90 python -m attnbench regenerate --grids h200 h200_sparse h200_cp --overrides "{\"output_dir\": \"$outdir\"}" 2>&1 | tail -5 | tee -a "$out/session.txt"
+if has dobench && [ -f "$outdir/tables/cells.csv" ]; then
   log "do_bench"
-  timeout 45 python benchmarks/do_bench_compare.py --cells "$outdir/tables/cells.csv" \
+  timeout "${T_DOBENCH:-120}" python benchmarks/do_bench_compare.py --cells "$outdir/tables/cells.csv" \
     --out "$outdir/tables/do_bench_compare.csv" 2>&1 | tee -a "$out/session.txt"
 fi
 log "pack"

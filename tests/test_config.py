@@ -75,6 +75,15 @@ def test_malformed_yaml(tmp_path):
         load_config(p)
 
 
+def test_a_key_given_twice_is_an_error(tmp_path, repo):
+    """Plain YAML keeps the last of two grids of one name silently; here it names both lines."""
+    text = (repo / "config.yaml").read_text()
+    p = tmp_path / "c.yaml"
+    p.write_text(text.replace("grids:\n", "grids:\n  smoke: {kernels: [naive]}\n", 1))
+    with pytest.raises(ConfigError, match=r"key 'smoke' appears twice in one mapping \(lines \d+ and \d+\)"):
+        load_config(p)
+
+
 def test_defaults_are_filled(base):
     cfg = copy.deepcopy(base)
     cfg["grids"]["tiny"] = {"kernels": ["naive"], "masks": ["causal"], "seqlen": [64]}

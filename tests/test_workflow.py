@@ -214,3 +214,8 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
     p = snakemake(tmp_path, "-n")
     assert p.returncode != 0
     assert "grids.tiny.kernels[1]: unknown kernel 'flashy'; valid kernels:" in p.stdout + p.stderr
+    # a grid given twice (plain YAML would keep the second silently)
+    text = (tmp_path / "config.yaml").read_text()
+    (tmp_path / "config.yaml").write_text(text.replace("grids:\n", "grids:\n  tiny: {kernels: [naive]}\n", 1))
+    p = snakemake(tmp_path, "-n")
+    assert p.returncode != 0 and "key 'tiny' appears twice in one mapping" in p.stdout + p.stderr

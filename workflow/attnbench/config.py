@@ -162,12 +162,33 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def load_config(path, overrides: dict | None = None) -> dict:
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (plain YAML keeps the last one silently,
+    so a second grid of the same name would replace the first without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError([f"key {key!r} appears twice in one mapping (lines {seen[key] + 1} and "
+                                   f"{key_node.start_mark.line + 1}); keep one"])
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(path) -> dict:
+    """A config file's contents; ConfigError (naming the file) if it is not valid YAML or repeats a key."""
     try:
-        cfg = yaml.safe_load(Path(path).read_text())
+        return yaml.load(Path(path).read_text(), Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as e:
         raise ConfigError([f"{path}: not valid YAML: {e}"]) from None
-    return validate(deep_merge(cfg or {}, overrides or {}))
+    except ConfigError as e:
+        raise ConfigError([f"{path}: {m}" for m in e.problems]) from None
+
+
+def load_config(path, overrides: dict | None = None) -> dict:
+    return validate(deep_merge(read_yaml(path), overrides or {}))
 
 
 # ---------------------------------------------------------------- expansion into cells

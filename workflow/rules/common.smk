@@ -8,10 +8,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from attnbench import launch, outputs
-from attnbench.config import ConfigError, cell_path, expand_cells, validate
+from attnbench.config import ConfigError, cell_path, expand_cells, read_yaml, validate
 from attnbench.kernels import catalog
 
 try:
+    for _f in workflow.configfiles:
+        read_yaml(_f)  # Snakemake's own reading would keep the last of a repeated key silently
     CFG = validate(config)
 except ConfigError as e:
     raise WorkflowError(str(e))
