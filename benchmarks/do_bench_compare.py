@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-
 from attnbench import cell as C
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load
@@ -60,6 +59,36 @@ def rebuild_call(record):
     return call
 
 
+def protocol_variants(call, warmup: int, reps: int) -> dict:
+    """Median ms of the same call under variations of the pipeline's protocol, to locate a gap
+    with do_bench: no host synchronisation between repetitions (do_bench enqueues them all and
+    waits once), and do_bench's 256 MB cache flush instead of 2 x L2."""
+    from attnbench.measure import L2Flush
+
+    def timed(sync_each: bool, flush_bytes: int | None):
+        flush = L2Flush("cuda")
+        if flush_bytes:
+            flush.buf = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+        for _ in range(warmup):
+            call()
+        torch.cuda.synchronize()
+        events = []
+        for _ in range(reps):
+            flush()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            if sync_each:
+                end.synchronize()
+            events.append((start, end))
+        torch.cuda.synchronize()
+        return float(np.median([a.elapsed_time(b) for a, b in events]))
+
+    return {"sync_each_ms": timed(True, None), "no_sync_ms": timed(False, None),
+            "flush256_ms": timed(True, 256 * 2**20), "no_sync_flush256_ms": timed(False, 256 * 2**20)}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cells", required=True, help="the tidy table of a GPU run")
@@ -67,6 +96,7 @@ def main(argv=None):
     p.add_argument("--mask", default="causal")
     p.add_argument("--seqlen", type=int, default=16384)
     p.add_argument("--pause-s", type=float, default=2.0, help="idle seconds before each timing")
+    p.add_argument("--variants", action="store_true", help="also time variations of the protocol (protocol_variants)")
     p.add_argument("--out", help="also write the comparison as CSV here")
     a = p.parse_args(argv)
     from triton.testing import do_bench
@@ -87,6 +117,8 @@ def main(argv=None):
         rows.append({"impl": r["impl"], "mask": a.mask, "seqlen": a.seqlen, "direction": r["direction"],
                      "pipeline_ms": pipeline_ms, "do_bench_ms": ms, "ratio": pipeline_ms / ms,
                      "pipeline_now_ms": now_ms, "ratio_now": now_ms / ms})
+        if a.variants:
+            rows[-1].update(protocol_variants(call, record["cell"]["warmup"], max(record["cell"]["reps"], 20)))
         del call
         torch.cuda.empty_cache()
     out = pd.DataFrame(rows)

@@ -125,3 +125,11 @@ def test_ulysses_head_limit_is_a_record_not_a_config_error(base):
     reason = catalog.unsupported_reason("ulysses", cell["cp"]["local_kernel"], "causal", "fwd", "cpu",
                                         degrees_of(cell), 4, 2)
     assert reason == "Ulysses degree 3 does not divide the 4 query heads"
+
+
+def test_torch_cp_needs_an_sdpa_local_kernel():
+    """torch_cp is pinned to the SDPA backend named by cp.local_kernel; any other kernel is refused."""
+    deg = catalog.degrees("torch_cp", 2)
+    assert catalog.unsupported_reason("torch_cp", "sdpa_flash", "causal", "fwd", "cuda", deg, 8, 2) is None
+    why = catalog.unsupported_reason("torch_cp", "flex", "causal", "fwd", "cuda", deg, 8, 2)
+    assert "local kernel 'flex'" in why and "valid: sdpa_flash, sdpa_cudnn" in why

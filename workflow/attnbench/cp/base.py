@@ -30,7 +30,8 @@ class RankContext:
     groups: Groups
     comm: Comm
     guard: Guard
-    kernel: object  # LocalKernel (None for torch_cp)
+    kernel: object  # LocalKernel (None for torch_cp, which runs SDPA itself)
+    kernel_name: str | None = None  # torch_cp: the SDPA backend to pin (sdpa_flash, sdpa_cudnn, sdpa_efficient)
 
 
 class CPMethod:

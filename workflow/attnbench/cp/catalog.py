@@ -76,6 +76,9 @@ LOCAL_KERNELS = {
     )
 }
 DEFAULT_LOCAL_KERNEL = {"cpu": "cpu_flash", "cuda": "sdpa_flash"}
+# torch_cp runs SDPA itself; the cell's local kernel names the backend it is pinned to, so that it
+# is compared with our methods over the same kernel (left to itself, SDPA picks cuDNN on an H200)
+TORCH_CP_BACKENDS = ("sdpa_flash", "sdpa_cudnn")
 
 
 def method(name: str) -> MethodInfo:
@@ -209,6 +212,9 @@ def unsupported_reason(method_name: str, kernel_name: str, mask: str, direction:
     m = method(method_name)
     if mask not in m.masks:
         return f"{m.name} cannot express the {mask} mask (it runs: {', '.join(m.masks)})"
+    if m.name == "torch_cp" and kernel_name not in TORCH_CP_BACKENDS:
+        return (f"torch_cp runs SDPA under one pinned backend; local kernel {kernel_name!r} is none "
+                f"(valid: {', '.join(TORCH_CP_BACKENDS)})")
     if m.name != "torch_cp":
         k = local_kernel(kernel_name)
         if mask not in k.masks:

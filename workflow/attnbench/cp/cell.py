@@ -235,8 +235,8 @@ def _check_mask(spec, index, s, histograms):
 
 def measure(record, session, spec, peak):
     spec = {**spec, "_data_seed": record["data_seed"]}
-    kernel = None if spec["impl"] == "torch_cp" else spec["cp"]["local_kernel"]
-    rc = session.context(degrees_of(spec), kernel, torch_dtype(spec["dtype"]), spec["head_dim"])
+    rc = session.context(degrees_of(spec), spec["cp"]["local_kernel"], torch_dtype(spec["dtype"]), spec["head_dim"],
+                         load_kernel_too=spec["impl"] != "torch_cp")
     limit_memory_if_asked(session.rank)  # after the groups (and their threads) exist
     rng = np.random.default_rng(record["data_seed"])
     hist = spec.get("histograms")

@@ -51,15 +51,16 @@ class Session:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self._groups = {}
 
-    def context(self, deg: catalog.Degrees, kernel_name: str | None, dtype, head_dim) -> RankContext:
+    def context(self, deg: catalog.Degrees, kernel_name: str | None, dtype, head_dim, load_kernel_too=True) -> RankContext:
         if deg.world != self.world:
             raise ValueError(f"degrees {deg} need {deg.world} ranks, the job has {self.world}")
         if deg not in self._groups:
             self._groups[deg] = Groups(deg, self.rank, TIMEOUT)
         kernel = None
-        if kernel_name is not None:
+        if kernel_name is not None and load_kernel_too:
             kernel = load_kernel(catalog.local_kernel(kernel_name), self.device, dtype, head_dim)
-        return RankContext(self.rank, self.device, deg, self._groups[deg], Comm(self.device), Guard(), kernel)
+        return RankContext(self.rank, self.device, deg, self._groups[deg], Comm(self.device), Guard(), kernel,
+                           kernel_name)
 
 
 def agree(guard: Guard, where: str) -> tuple[str | None, str | None]:
@@ -127,7 +128,7 @@ def check_method(session: Session, method_name: str, kernel_name: str, deg, mask
     """Run the method once on this rank and compare every rank's results with the float64
     reference (computed on rank 0). Every rank returns the same dict: status and errors."""
     info = catalog.method(method_name)
-    rc = session.context(deg, None if method_name == "torch_cp" else kernel_name, dtype, d)
+    rc = session.context(deg, kernel_name, dtype, d, load_kernel_too=method_name != "torch_cp")
     try:
         method = load(info, rc, mask, hq, hkv, d, dtype)
     except S.CellOutcome as e:

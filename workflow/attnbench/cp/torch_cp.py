@@ -1,6 +1,7 @@
 """PyTorch's own context parallelism (torch.distributed.tensor.experimental.context_parallel)
 as a peer baseline: a ring over SDPA (flash / efficient / cuDNN) with all-gather or all-to-all
-KV rotation. GPU only; full and causal masks only (SDPA's own arguments).
+KV rotation. GPU only; full and causal masks only (SDPA's own arguments). SDPA runs under the
+backend named by the cell's local kernel (sdpa_flash or sdpa_cudnn), never torch's own choice.
 
 Its pitfalls (spec/context_parallel.md): buffers handed to the context are resharded in place,
 so here each rank passes its own rows (already in torch's layout: head-tail load balancing,
@@ -16,9 +17,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..status import Unavailable, Unsupported
 from .base import CPMethod
+
+BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
 class TorchCP(CPMethod):
@@ -27,6 +31,11 @@ class TorchCP(CPMethod):
         if rc.device.type != "cuda":
             raise Unavailable("torch_cp runs only on cuda (context_parallel dispatches SDPA's GPU kernels)")
         from torch.distributed.tensor.experimental import _attention as cp_attention  # noqa: F401
+
+        if rc.kernel_name not in BACKENDS:
+            raise Unsupported(f"torch_cp runs SDPA under one pinned backend; local kernel {rc.kernel_name!r} is none "
+                              f"(valid: {', '.join(BACKENDS)})")
+        self.backend = BACKENDS[rc.kernel_name]
 
         n, s = rc.deg.world, mask.seqlen
         self.causal = mask.name == "causal"
@@ -63,7 +72,7 @@ class TorchCP(CPMethod):
 
     def forward(self, q, k, v):
         bhsd = lambda x: x.transpose(0, 1).unsqueeze(0).contiguous()  # noqa: E731
-        with self._context():
+        with self._context(), sdpa_kernel(self.backend):
             leaves = [bhsd(x).requires_grad_(True) for x in (q, k, v)]
             with torch.enable_grad():
                 out = F.scaled_dot_product_attention(*leaves, is_causal=self.causal,
@@ -73,7 +82,7 @@ class TorchCP(CPMethod):
 
     def backward(self, dout):
         leaves, out = self.saved
-        with self._context():
+        with self._context(), sdpa_kernel(self.backend):
             grads = torch.autograd.grad(out, leaves, dout.transpose(0, 1).unsqueeze(0), retain_graph=True)
         return tuple(g[0].transpose(0, 1) for g in grads)
 
@@ -88,4 +97,5 @@ class TorchCP(CPMethod):
         return int(sum(p + 1 for p in pos)) * self.hq
 
     def describe(self) -> dict:
-        return {"load_balance": "head-tail" if self.causal else "none", "rows": len(self.positions)}
+        return {"load_balance": "head-tail" if self.causal else "none", "rows": len(self.positions),
+                "sdpa_backend": self.backend.name}

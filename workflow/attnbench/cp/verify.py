@@ -88,19 +88,22 @@ def main(argv=None):
     for method, deg in method_configs(world, a.device):
         if a.methods and method not in a.methods:
             continue
-        for kname in (kernels if method != "torch_cp" else ["none"]):
-            unavailable = None if method == "torch_cp" else catalog.unavailable_reason(method, kname, a.device)
-            for mask in (m for m in masks_for(world, seqlen, a.seed) if not a.masks or m.name in a.masks):
-                backward = kname == "none" or "bwd" in catalog.local_kernel(kname).directions.get(a.device, ())
+        torch_cp = method == "torch_cp"
+        # torch_cp pads nothing: its sequence is a multiple of 2R
+        length = seqlen - seqlen % (2 * world) if torch_cp else seqlen
+        for kname in ([k for k in kernels if k in catalog.TORCH_CP_BACKENDS] if torch_cp else kernels):
+            unavailable = catalog.unavailable_reason(method, kname, a.device)
+            for mask in (m for m in masks_for(world, length, a.seed) if not a.masks or m.name in a.masks):
+                backward = torch_cp or "bwd" in catalog.local_kernel(kname).directions.get(a.device, ())
                 row = {"world": world, "method": method, "degrees": deg.to_json(), "local_kernel": kname,
-                       "mask": mask.name, "seqlen": seqlen, "heads": [hq, hkv], "dtype": str(dtype).split(".")[-1],
+                       "mask": mask.name, "seqlen": length, "heads": [hq, hkv], "dtype": str(dtype).split(".")[-1],
                        "backward": backward, "doc_lengths": mask.params.get("doc_lengths")}
                 if unavailable:
                     row.update(status="unavailable", reason=unavailable)
-                elif method != "torch_cp" and mask.name not in catalog.local_kernel(kname).masks:
+                elif not torch_cp and mask.name not in catalog.local_kernel(kname).masks:
                     row.update(status="unsupported", reason=f"{kname} cannot express {mask.name}")
                 else:
-                    v = run.check_method(session, method, None if kname == "none" else kname, deg, mask, a.seed,
+                    v = run.check_method(session, method, kname, deg, mask, a.seed,
                                          hq, hkv, a.head_dim, dtype, backward, a.factor)
                     row.update(status=v["status"], reason=v.get("reason"), errors=v.get("errors"),
                                passed=v.get("passed"), every_row_once=v.get("every_row_once"),
