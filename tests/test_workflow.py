@@ -154,6 +154,11 @@ def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
         f.unlink()
     records = sorted((workdir / "results/cells").rglob("*.json"))
     before = [r.stat().st_mtime for r in records]
+    # a row of another grid in the tidy table stays (only the regenerated grids' rows are replaced)
+    table = workdir / "results/tables/cells.csv"
+    original = table.read_text()
+    cells = pd.read_csv(table)
+    pd.concat([cells, cells.head(1).assign(grid="other")]).to_csv(table, index=False)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     p = subprocess.run([sys.executable, "-m", "attnbench", "regenerate", "--config", "config.yaml", "--report",
                         "--snakefile", str(workdir / "code/Snakefile")], cwd=workdir, capture_output=True, text=True,
@@ -164,6 +169,9 @@ def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
     assert "Machine:</th>" in (workdir / "results/report.html").read_text()
     assert re.search(r"regenerated in [0-9.]+ s", p.stdout)
     assert [r.stat().st_mtime for r in records] == before  # no record rewritten, no cell run
+    after = pd.read_csv(table)
+    assert (after["grid"] == "other").sum() == 1 and (after["grid"] == "tiny").sum() == N_CELLS
+    table.write_text(original)
 
 
 @pytest.mark.slow

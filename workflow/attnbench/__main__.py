@@ -149,7 +149,18 @@ def cmd_regenerate(a):
         print(f"{len(expected) - len(records)} of {len(expected)} cells have no record yet; they are left out")
     df = collect(records)
     (out / "tables").mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "tables" / "cells.csv", index=False)
+    table = out / "tables" / "cells.csv"
+    if table.exists():  # the tidy table keeps the rows of the grids not regenerated now
+        import pandas as pd
+
+        from .collect import read_cells
+
+        kept = read_cells(table)
+        kept = kept[~kept["grid"].isin(grids)]
+        if len(kept):
+            df = pd.concat([kept, df], ignore_index=True)
+            print(f"{len(kept)} rows of other grids kept from {table}")
+    df.to_csv(table, index=False)
     t1 = time.perf_counter()
     print(f"{len(records)} records -> {out}/tables/cells.csv in {t1 - t0:.1f} s")
     grids = [g for g in grids if g in set(df["grid"])]

@@ -102,6 +102,19 @@ def dense_ratio(sparse: pd.DataFrame, dense: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def at_equal_area(dense: pd.DataFrame, sparse: pd.DataFrame) -> pd.DataFrame:
+    """Dense reference rows moved to the sparse length whose visible area they match (same heads,
+    within AREA_MATCH), so a figure compares them where the sparse kernels run; `dense_seqlen` keeps
+    their own length. Rows that match no sparse cell are left out."""
+    keys = sparse[["heads", "seqlen", "mask_area_mean"]].dropna().drop_duplicates()
+    rows = []
+    for _, d in dense.iterrows():
+        m = keys[(keys["heads"] == d["heads"])
+                 & ((keys["mask_area_mean"] - d["mask_area_mean"]).abs() <= AREA_MATCH * keys["mask_area_mean"])]
+        rows += [{**d.to_dict(), "seqlen": s, "dense_seqlen": d["seqlen"]} for s in sorted(set(m["seqlen"]))]
+    return pd.DataFrame(rows, columns=[*dense.columns, "dense_seqlen"])
+
+
 def tables(df: pd.DataFrame, out_dir) -> list[Path]:
     out = Path(out_dir)
     sparse, dense = split(df)
@@ -125,9 +138,10 @@ def tables(df: pd.DataFrame, out_dir) -> list[Path]:
 
 
 def _panels(sparse: pd.DataFrame):
-    blocks = _block_order(sparse["blocks"])
+    """(blocks, heads, direction) of every panel that has sparse cells, blocks in order."""
+    present = set(zip(sparse["blocks"], sparse["heads"], sparse["direction"]))
     combos = list(dict.fromkeys(zip(sparse["heads"], sparse["direction"])))
-    return [(b, h, d) for b in blocks for h, d in combos]
+    return [(b, h, d) for b in _block_order(sparse["blocks"]) for h, d in combos if (b, h, d) in present]
 
 
 def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFrame | None = None):
@@ -153,7 +167,7 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
             ok = dense[(dense["impl"] == impl) & (dense["status"] == "ok") & dense[value].notna()].sort_values(x)
             if len(ok):
                 ax.plot(ok[x], ok[value], "--", color=colour(impl), marker=marker(impl), ms=3, lw=1,
-                        label=f"{impl} (dense, full mask)")
+                        label=f"{impl} (dense, full mask of equal area)")
                 drawn["dense_points"] += len(ok)
     return missing
 
@@ -211,7 +225,8 @@ def figures(df: pd.DataFrame, out_dir, style) -> list[Path]:
     rho = main_density(sparse)
     at_rho = sparse[sparse["density"] == rho] if rho is not None else sparse
     paths = []
-    fig, _ = _figure(at_rho, dense, "seqlen", "tflops", "TFLOP/s",
+    ref = at_equal_area(dense, at_rho)
+    fig, _ = _figure(at_rho, ref, "seqlen", "tflops", "TFLOP/s",
                      f"Block-sparse throughput vs sequence length, density {rho} | {head}")
     paths += _save(fig, out, "sparse_tflops_vs_seqlen", style)
     s_max = sparse.groupby("blocks")["seqlen"].transform("max") if len(sparse) else sparse["seqlen"]
@@ -222,7 +237,7 @@ def figures(df: pd.DataFrame, out_dir, style) -> list[Path]:
     paths += _save(fig, out, "sparse_tflops_vs_density", style)
     src = set(df["mem_source"].dropna())
     mem_label = "peak memory (GiB)" + (" [process RSS]" if src == {"process_rss"} else "")
-    fig, _ = _figure(at_rho, dense, "seqlen", "mem_gib", mem_label,
+    fig, _ = _figure(at_rho, ref, "seqlen", "mem_gib", mem_label,
                      f"Block-sparse peak memory vs sequence length, density {rho} | {head}")
     paths += _save(fig, out, "sparse_memory", style)
     return paths
