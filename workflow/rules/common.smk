@@ -18,6 +18,21 @@ try:
 except ConfigError as e:
     raise WorkflowError(str(e))
 
+# Inside a Slurm batch (a group job) Snakemake runs without --keep-going and reads no profile, so
+# one crashed cell would leave the batch's later cells unstarted and the rerun would resubmit them
+# too (snakemake#2508). Its settings do not exist yet while this file is read, so the batch's
+# scheduler is told to keep going once made (tests/slurm/test_smoke_grid.py checks that it does).
+if workflow.remote_exec:
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    _scheduler_init = JobScheduler.__init__
+
+    def _keep_going(self, *args, **kwargs):
+        _scheduler_init(self, *args, **kwargs)
+        self.keepgoing = True
+
+    JobScheduler.__init__ = _keep_going
+
 OUT = CFG["output_dir"].rstrip("/")
 RUN = CFG["run"]
 GRIDS = {g: CFG["grids"][g] for g in RUN}
