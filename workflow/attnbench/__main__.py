@@ -20,6 +20,10 @@ def claim_gpu_after_start(device):
         claim_from_environment()
 
 
+def say_outcome(record, out):
+    print(f"{record['status']}: {out}" + (f" ({record['status_reason']})" if record.get("status_reason") else ""))
+
+
 def cmd_cell(a):
     from .cell import run_cell, write_record
 
@@ -32,7 +36,7 @@ def cmd_cell(a):
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cell(spec, peak)
     write_record(record, a.out)
-    print(f"{record['status']}: {a.out}" + (f" ({record['status_reason']})" if record.get("status_reason") else ""))
+    say_outcome(record, a.out)
 
 
 def cmd_cp_cell(a):
@@ -44,7 +48,7 @@ def cmd_cp_cell(a):
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cp_cell(spec, a.out, peak)
     if int(os.environ.get("RANK", 0)) == 0:
-        print(f"{record['status']}: {a.out}" + (f" ({record['status_reason']})" if record.get("status_reason") else ""))
+        say_outcome(record, a.out)
 
 
 def cmd_peak(a):

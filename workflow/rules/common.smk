@@ -48,8 +48,9 @@ wildcard_constraints:
     point=r"[A-Za-z0-9_.\-]+",
 
 
-def cell_of(wc):
-    path = f"{OUT}/cells/{wc.grid}/{wc.family}/{wc.impl}/{wc.mask}/{wc.point}.json"
+def cell_of(wc, family=None):
+    """The cell behind a record's path (family: the rule's own when its path names it)."""
+    path = f"{OUT}/cells/{wc.grid}/{family or wc.family}/{wc.impl}/{wc.mask}/{wc.point}.json"
     try:
         return CELLS[path]
     except KeyError:

@@ -4,11 +4,7 @@
 
 
 def cp_cell_of(wc):
-    path = f"{OUT}/cells/{wc.grid}/cp/{wc.impl}/{wc.mask}/{wc.point}.json"
-    try:
-        return CELLS[path]
-    except KeyError:
-        raise WorkflowError(f"{path} is not a cell of the grids {', '.join(RUN)} in this config") from None
+    return cell_of(wc, "cp")
 
 
 def cp_library(kernel):

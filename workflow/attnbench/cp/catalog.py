@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..kernels.catalog import first_missing, first_version
 from ..masks import CP_MASKS
 
 PLACEMENTS = ("contiguous", "strided")
@@ -98,8 +99,6 @@ def local_kernel(name: str) -> LocalKernelInfo:
 
 def library_version(kernel_name: str) -> str:
     """The local kernel's library and version (first distribution found), or 'missing'. No import."""
-    from ..kernels.catalog import first_version
-
     return first_version(local_kernel(kernel_name).dists)
 
 
@@ -186,12 +185,6 @@ def kv_replication(ulysses: int, heads_kv: int) -> int:
     return ulysses // heads_kv if ulysses > heads_kv else 1
 
 
-def missing_module(modules) -> str | None:
-    from ..kernels.catalog import first_missing
-
-    return first_missing(modules)
-
-
 def unavailable_reason(method_name: str, kernel_name: str, device: str) -> str | None:
     """Why the method or its local kernel cannot run on this machine at all (device, library)."""
     m, k = method(method_name), local_kernel(kernel_name)
@@ -200,7 +193,7 @@ def unavailable_reason(method_name: str, kernel_name: str, device: str) -> str |
     if m.name != "torch_cp":
         if device not in k.devices:
             return f"local kernel {k.name} runs only on {', '.join(k.devices)}, not on {device}"
-        missing = missing_module(k.modules)
+        missing = first_missing(k.modules)
         if missing:
             return f"local kernel {k.name} needs the Python module {missing!r}, which is not installed"
     return None

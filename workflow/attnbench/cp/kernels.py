@@ -22,6 +22,7 @@ import math
 
 import torch
 
+from ..kernels.base import bhsd_view, from_thd, to_thd
 from ..masks.ranges import Slice
 from ..status import Unsupported
 from .catalog import LocalKernelInfo
@@ -119,9 +120,6 @@ class CpuFlash(LocalKernel):
     logsumexp; the chunk goes in as an additive mask (0 / -inf). The kernel reports lse 0 (not
     -inf) for a row with every key masked, so such rows are set to -inf from the chunk."""
 
-    def _bhsd(self, x):
-        return x.transpose(0, 1).unsqueeze(0)
-
     def _mask(self, chunk, dtype, device):
         cache = chunk.__dict__.setdefault("_cpu_flash_mask", {})
         if dtype not in cache:
@@ -131,16 +129,16 @@ class CpuFlash(LocalKernel):
 
     def _forward(self, q, k, v, chunk):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            self._bhsd(q), self._bhsd(k), self._bhsd(v), attn_mask=self._mask(chunk, q.dtype, q.device), scale=self.scale)
+            bhsd_view(q), bhsd_view(k), bhsd_view(v), attn_mask=self._mask(chunk, q.dtype, q.device), scale=self.scale)
         lse = lse[0].to(self.acc).masked_fill(~chunk.rows_with_keys(q.device), float("-inf"))
-        return out[0].transpose(0, 1), lse
+        return to_thd(out, "bhsd"), lse
 
     def _backward(self, dout, q, k, v, out, lse, chunk):
         lse_k = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32).unsqueeze(0)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            self._bhsd(dout), self._bhsd(q), self._bhsd(k), self._bhsd(v), self._bhsd(out), lse_k, 0.0, False,
+            bhsd_view(dout), bhsd_view(q), bhsd_view(k), bhsd_view(v), bhsd_view(out), lse_k, 0.0, False,
             attn_mask=self._mask(chunk, q.dtype, q.device), scale=self.scale)
-        return dq[0].transpose(0, 1), dk[0].transpose(0, 1), dv[0].transpose(0, 1)
+        return to_thd(dq, "bhsd"), to_thd(dk, "bhsd"), to_thd(dv, "bhsd")
 
 
 # ---------------------------------------------------------------- GPU kernels (varlen)
@@ -310,14 +308,14 @@ class SdpaCudnn(RectangleKernel):
     def _bhsd(self, x, heads=None):
         if heads is not None and x.shape[1] != heads:
             x = x.repeat_interleave(heads // x.shape[1], dim=1)
-        return x.transpose(0, 1).unsqueeze(0).contiguous()
+        return from_thd(x, "bhsd")
 
     def rect_forward(self, q, k, v, causal):
         hq = q.shape[1]
         res = torch.ops.aten._scaled_dot_product_cudnn_attention(
             self._bhsd(q), self._bhsd(k, hq), self._bhsd(v, hq), None, True, 0.0, causal, False, scale=self.scale)
         out, lse = res[0], res[1]
-        return out[0].transpose(0, 1), lse.reshape(hq, q.shape[0]).to(self.acc)
+        return to_thd(out, "bhsd"), lse.reshape(hq, q.shape[0]).to(self.acc)
 
     def _backward(self, dout, q, k, v, out, lse, chunk):
         # Seen on an H200 (torch 2.11): aten._scaled_dot_product_cudnn_attention_backward takes a
@@ -404,11 +402,10 @@ class Flex(RecomputeBackward, LocalKernel):
         from torch.nn.attention.flex_attention import flex_attention
 
         fn = _compiled_flex() if q.device.type == "cuda" else flex_attention
-        bhsd = lambda x: x.transpose(0, 1).unsqueeze(0)  # noqa: E731
-        out, lse = fn(bhsd(q), bhsd(k), bhsd(v), block_mask=self._block_mask(chunk, q.device),
+        out, lse = fn(bhsd_view(q), bhsd_view(k), bhsd_view(v), block_mask=self._block_mask(chunk, q.device),
                       scale=self.scale, enable_gqa=q.shape[1] != k.shape[1], return_lse=True)
         lse = lse[0].to(self.acc).masked_fill(~chunk.rows_with_keys(q.device), float("-inf"))
-        return out[0].transpose(0, 1), lse
+        return to_thd(out, "bhsd"), lse
 
     def _forward(self, q, k, v, chunk):
         with torch.no_grad():

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from .. import status as S
 from ..cell import tolerance
+from ..kernels.base import bhsd_view, to_thd
 from ..reference import reference_attention, rel_err
 from . import catalog
 from .base import RankContext, load
@@ -158,16 +159,14 @@ def naive_in_dtype(q, k, v, dout, visible):
     """Plain PyTorch attention in the inputs' dtype: out, lse and grads (the tolerance yardstick)."""
     from ..kernels.naive import naive_attention
 
-    bhsd = lambda x: x.transpose(0, 1).unsqueeze(0)  # noqa: E731
-    leaves = [bhsd(x).detach().requires_grad_(dout is not None) for x in (q, k, v)]
+    leaves = [bhsd_view(x).detach().requires_grad_(dout is not None) for x in (q, k, v)]
     with torch.enable_grad():
         out = naive_attention(*leaves, visible)
-        grads = torch.autograd.grad(out, leaves, bhsd(dout)) if dout is not None else None
+        grads = torch.autograd.grad(out, leaves, bhsd_view(dout)) if dout is not None else None
     g = q.shape[1] // k.shape[1]
     s = (leaves[0] @ leaves[1].repeat_interleave(g, dim=1).transpose(-1, -2)) * q.shape[-1] ** -0.5
     lse = torch.logsumexp(s.detach().masked_fill(~visible, float("-inf")), dim=-1)[0]
-    unb = lambda x: x[0].transpose(0, 1)  # noqa: E731
-    return unb(out.detach()), lse, tuple(unb(x) for x in grads) if grads is not None else None
+    return to_thd(out.detach(), "bhsd"), lse, tuple(to_thd(x, "bhsd") for x in grads) if grads is not None else None
 
 
 def compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device="cpu") -> dict:

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..kernels.base import bhsd_view, from_thd, to_thd
 from ..status import Unavailable, Unsupported
 from .base import CPMethod
 
@@ -71,20 +72,19 @@ class TorchCP(CPMethod):
         self._mesh()
 
     def forward(self, q, k, v):
-        bhsd = lambda x: x.transpose(0, 1).unsqueeze(0).contiguous()  # noqa: E731
         with self._context(), sdpa_kernel(self.backend):
-            leaves = [bhsd(x).requires_grad_(True) for x in (q, k, v)]
+            leaves = [from_thd(x, "bhsd").requires_grad_(True) for x in (q, k, v)]
             with torch.enable_grad():
                 out = F.scaled_dot_product_attention(*leaves, is_causal=self.causal,
                                                      enable_gqa=self.hq != self.hkv)
         self.saved = (leaves, out)
-        return out.detach()[0].transpose(0, 1), None
+        return to_thd(out.detach(), "bhsd"), None
 
     def backward(self, dout):
         leaves, out = self.saved
         with self._context(), sdpa_kernel(self.backend):
-            grads = torch.autograd.grad(out, leaves, dout.transpose(0, 1).unsqueeze(0), retain_graph=True)
-        return tuple(g[0].transpose(0, 1) for g in grads)
+            grads = torch.autograd.grad(out, leaves, bhsd_view(dout), retain_graph=True)
+        return tuple(to_thd(g, "bhsd") for g in grads)
 
     def volume(self, direction: str) -> dict:
         return {"sent": None, "received": None, "by_kind": {}, "note": "torch's own transfers are not counted"}

@@ -16,6 +16,11 @@ from .catalog import KernelInfo
 LAYOUTS = ("thd", "bshd", "bhsd")
 
 
+def bhsd_view(x):
+    """[S, H, D] -> [1, H, S, D], a view (no copy)."""
+    return x.transpose(0, 1).unsqueeze(0)
+
+
 def from_thd(x, layout: str):
     """[S, H, D] -> the kernel's layout, contiguous."""
     if layout == "thd":
@@ -23,7 +28,7 @@ def from_thd(x, layout: str):
     if layout == "bshd":
         return x.unsqueeze(0).contiguous()
     if layout == "bhsd":
-        return x.transpose(0, 1).unsqueeze(0).contiguous()
+        return bhsd_view(x).contiguous()
     raise ValueError(f"unknown layout {layout!r}; valid: {', '.join(LAYOUTS)}")
 
 
