@@ -6,7 +6,7 @@
 #   STEPS="verify cp sparse kernels dobench" benchmarks/gpu_session.sh [OUTPUT_DIR]
 # Steps (budgets in seconds, from the environment):
 #   verify   CP correctness matrix with NCCL on 2 GPUs: SDPA local kernels (T_VERIFY), then
-#            FlexAttention on two masks (T_VERIFY_FLEX; it compiles per mask), into OUTPUT_DIR/cp_verify
+#            FlexAttention on every CP mask (T_VERIFY_FLEX; it compiles per mask), into OUTPUT_DIR/cp_verify
 #   cp       the h200_cp grid (T_CP)          sparse   the h200_sparse grid (T_SPARSE)
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 set -u
@@ -46,9 +46,9 @@ if has verify && [ "$gpus" -ge 2 ]; then
     log "cp verify $name exit $?: $(grep -E '^world' "$outdir/cp_verify/$name.log")"
   }
   verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
-  verify flex "${T_VERIFY_FLEX:-120}" --kernels flex --masks causal causal_document_long
+  verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
 fi
-has cp && [ "$gpus" -ge 2 ] && grid h200_cp "${T_CP:-150}"
+has cp && [ "$gpus" -ge 2 ] && grid h200_cp "${T_CP:-300}"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU
 has sparse && grid h200_sparse "${T_SPARSE:-150}" --resources gpu=$((3 * gpus))
 has kernels && grid h200 "${T_KERNELS:-240}" --resources gpu=$((3 * gpus))

@@ -1,9 +1,11 @@
 """Tables and figures of `family: cp` grids, from the tidy table alone (figures.py / tables.py call these).
 
-Tables: per-GPU TFLOP/s of every method per (mask, direction, GPUs) (cp_tflops), and the
+Tables: per-GPU TFLOP/s of every method per (mask, direction, tokens per GPU, GPUs) (cp_tflops), its
+share of the grid's 1-GPU cell at the same tokens per GPU (cp_vs_single_gpu), and the
 communication/computation breakdown with bytes, load balance, degrees and memory (cp_breakdown).
-Figures: per-GPU TFLOP/s vs number of GPUs, one panel per mask and direction (cp_tflops_vs_gpus),
-and the compute-only / communication-only / measured times per method and GPU count (cp_breakdown).
+Figures: per-GPU TFLOP/s vs number of GPUs, one panel per mask and direction (and tokens per GPU
+where the grid has several) (cp_tflops_vs_gpus), and the compute-only / communication-only /
+measured times per method and GPU count (cp_breakdown).
 """
 
 from __future__ import annotations
@@ -25,8 +27,23 @@ def _method(df):
     return df["impl"]
 
 
+def _tokens(df) -> list[int]:
+    return sorted(set(df["tokens_per_gpu"].dropna().astype(int))) if "tokens_per_gpu" in df else []
+
+
 def _panels(df):
-    return list(dict.fromkeys(zip(df["mask"], df["direction"])))
+    """(mask, direction, tokens per GPU) of each panel; the length is None where the grid has one."""
+    tpg = df["tokens_per_gpu"] if len(_tokens(df)) > 1 else [None] * len(df)
+    return list(dict.fromkeys(zip(df["mask"], df["direction"], tpg)))
+
+
+def _panel_rows(df, mask, direction, tpg):
+    d = df[(df["mask"] == mask) & (df["direction"] == direction)]
+    return d if tpg is None else d[d["tokens_per_gpu"] == tpg]
+
+
+def _panel_title(mask, direction, tpg) -> str:
+    return f"{mask} | {direction}" + ("" if tpg is None else f" | {int(tpg)} tokens/GPU")
 
 
 def _degrees(r) -> str:
@@ -50,8 +67,36 @@ def _tflops_text(r) -> str:
 def tflops_table(df: pd.DataFrame) -> pd.DataFrame:
     d = df.copy()
     d["text"] = [_tflops_text(r) for _, r in d.iterrows()]
-    t = d.pivot_table(index=["mask", "direction", "gpus"], columns="impl", values="text", aggfunc="first")
+    t = d.pivot_table(index=["mask", "direction", "tokens_per_gpu", "gpus"], columns="impl", values="text",
+                      aggfunc="first")
     return t.reindex(columns=order(t.columns)).fillna("")
+
+
+def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per-GPU TFLOP/s of every multi-GPU cell against the 1-GPU cells of the same mask, direction
+    and tokens per GPU (the local kernel over the whole sequence; the best 1-GPU method if several
+    ran): the scaling efficiency. Blank where the grid has no such 1-GPU cell."""
+    ran = df[df["status"].isin(RAN) & df["tflops"].notna()]
+    key = ["mask", "direction", "tokens_per_gpu"]
+    single = ran[ran["gpus"] == 1]
+    best = {k: g.loc[g["tflops"].idxmax()] for k, g in single.groupby(key)}
+    rows = []
+    for _, r in df[df["gpus"] > 1].iterrows():
+        ref = best.get(tuple(r[k] for k in key))
+        ok = r["status"] in RAN and pd.notna(r["tflops"])
+        rows.append({
+            "method": r["impl"], "mask": r["mask"], "direction": r["direction"],
+            "tokens_per_gpu": int(r["tokens_per_gpu"]), "gpus": int(r["gpus"]),
+            "TFLOP/s per GPU": _tflops_text(r),
+            "1 GPU (TFLOP/s)": "" if ref is None else f"{ref['tflops']:.3g} ({ref['impl']})",
+            "share of 1 GPU": f"{r['tflops'] / ref['tflops']:.0%}" if ok and ref is not None else "",
+        })
+    t = pd.DataFrame(rows)
+    if t.empty:
+        return t
+    t["_o"] = [order(t["method"]).index(m) for m in t["method"]]
+    index = ["mask", "direction", "tokens_per_gpu", "gpus", "method"]
+    return t.sort_values(index[:-1] + ["_o"]).drop(columns="_o").set_index(index)
 
 
 def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -61,8 +106,8 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
         num = lambda key, scale=1.0, digits=3: (f"{r[key] / scale:.{digits}g}"  # noqa: E731
                                                 if ran and key in r and pd.notna(r[key]) else "")
         rows.append({
-            "method": r["impl"], "mask": r["mask"], "direction": r["direction"], "gpus": r["gpus"],
-            "degrees": _degrees(r), "status": STATUS_LABEL.get(r["status"], r["status"]),
+            "method": r["impl"], "mask": r["mask"], "direction": r["direction"],
+            "tokens_per_gpu": int(r["tokens_per_gpu"]), "gpus": r["gpus"], "degrees": _degrees(r), "status": STATUS_LABEL.get(r["status"], r["status"]),
             "time (ms)": num("time_ms_median"), "compute-only (ms)": num("compute_only_ms"),
             "comm-only (ms)": num("comm_only_ms"), "overlap": num("overlap_ratio", digits=2),
             "load max/mean": num("load_balance", digits=3), "sent/rank (MiB)": num("bytes_sent_max", MIB),
@@ -74,13 +119,19 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
     if t.empty:
         return t
     t["_o"] = [order(t["method"]).index(m) for m in t["method"]]
-    return t.sort_values(["mask", "direction", "_o", "gpus"]).drop(columns="_o").set_index(["method", "mask", "direction", "gpus"])
+    index = ["method", "mask", "direction", "tokens_per_gpu", "gpus"]
+    return t.sort_values(["mask", "direction", "tokens_per_gpu", "_o", "gpus"]).drop(columns="_o").set_index(index)
 
 
 def tables(df: pd.DataFrame, out: Path) -> list[Path]:
     paths = _write(tflops_table(df), out / "cp_tflops",
                    f"context parallelism: TFLOP/s per GPU (median; global FLOPs / (slowest rank's time x GPUs)), "
                    f"{_describe(df)}")
+    paths += _write(vs_single_gpu_table(df), out / "cp_vs_single_gpu",
+                    "context parallelism against one GPU: per-GPU TFLOP/s of each multi-GPU cell and its share of the "
+                    "1-GPU cell of the same mask, direction and tokens per GPU (the local kernel over the whole "
+                    "sequence; blank: the grid has no such cell, add `gpus: [1]` for one method); "
+                    f"{_describe(df)}")
     paths += _write(breakdown_table(df), out / "cp_breakdown",
                     "context parallelism: measured time, compute-only and communication-only variants of the same "
                     "schedule (slowest rank, median), overlap = (compute + comm - measured) / min(compute, comm), "
@@ -97,8 +148,8 @@ def tflops_vs_gpus(df: pd.DataFrame):
     panels = _panels(df)
     fig, axes = _grid_axes(len(panels), ncols=min(4, max(1, len(panels))))
     drawn = {"lines": 0, "points": 0, "oom_markers": 0, "not_run": {}}
-    for ax, (mask, direction) in zip(axes, panels):
-        d = df[(df["mask"] == mask) & (df["direction"] == direction)]
+    for ax, (mask, direction, tpg) in zip(axes, panels):
+        d = _panel_rows(df, mask, direction, tpg)
         not_run = []
         for m in order(d["impl"]):
             g = d[d["impl"] == m]
@@ -117,19 +168,18 @@ def tflops_vs_gpus(df: pd.DataFrame):
                 gpus = sorted(g[g["status"] == st]["gpus"])
                 if gpus:
                     not_run.append(f"{m} {STATUS_LABEL[st]} at {','.join(map(str, gpus))}")
-        drawn["not_run"][(mask, direction)] = not_run
+        drawn["not_run"][(mask, direction) if tpg is None else (mask, direction, tpg)] = not_run
         xs = sorted(set(d["gpus"]))
         ax.set_xticks(xs, [str(x) for x in xs])
         ax.set_ylim(bottom=0)
-        ax.set_title(f"{mask} | {direction}", fontsize="medium")
+        ax.set_title(_panel_title(mask, direction, tpg), fontsize="medium")
         ax.set_xlabel("GPUs (ranks)")
         ax.set_ylabel("TFLOP/s per GPU")
         ax.grid(alpha=0.3)
         if not_run:
             ax.text(0.02, 0.97, "\n".join(not_run), transform=ax.transAxes, fontsize="x-small", va="top", color="0.35")
     _legend(fig, axes)
-    tpg = sorted(set(df["tokens_per_gpu"].dropna().astype(int))) if "tokens_per_gpu" in df else []
-    fig.suptitle(f"Context parallelism: throughput vs GPUs ({', '.join(map(str, tpg))} tokens per GPU) | "
+    fig.suptitle(f"Context parallelism: throughput vs GPUs ({', '.join(map(str, _tokens(df)))} tokens per GPU) | "
                  f"{describe(df)}", y=1.0)
     fig.text(0.5, -0.12, "per-GPU TFLOP/s = global FLOPs of the exact mask area / (slowest rank's time x GPUs); "
              "X on the axis: out of memory; red ring: disagrees with the float64 reference",
@@ -145,8 +195,9 @@ def breakdown(df: pd.DataFrame):
     panels = _panels(df)
     fig, axes = _grid_axes(len(panels), ncols=min(3, max(1, len(panels))), w=4.6, h=3.0)
     drawn = {"bars": 0}
-    for ax, (mask, direction) in zip(axes, panels):
-        d = df[(df["mask"] == mask) & (df["direction"] == direction) & df["status"].isin(RAN)]
+    for ax, (mask, direction, tpg) in zip(axes, panels):
+        d = _panel_rows(df, mask, direction, tpg)
+        d = d[d["status"].isin(RAN)]
         methods = order(d["impl"])
         gpus = sorted(set(d["gpus"]))
         width = 0.8 / max(1, len(methods))
@@ -167,7 +218,7 @@ def breakdown(df: pd.DataFrame):
         ax.set_xticks(range(len(gpus)), [str(n) for n in gpus])
         ax.set_xlabel("GPUs (ranks)")
         ax.set_ylabel("time per call (ms, slowest rank)")
-        ax.set_title(f"{mask} | {direction}", fontsize="medium")
+        ax.set_title(_panel_title(mask, direction, tpg), fontsize="medium")
         ax.grid(alpha=0.3, axis="y")
     from matplotlib.patches import Patch
 

@@ -25,7 +25,8 @@ def grid_directions(grid: dict) -> list[str]:
 
 def table_names(grid: dict) -> list[str]:
     if grid["family"] == "cp":
-        return ["cp_tflops.md", "cp_tflops.tex", "cp_breakdown.md", "cp_breakdown.tex"]
+        return ["cp_tflops.md", "cp_tflops.tex", "cp_vs_single_gpu.md", "cp_vs_single_gpu.tex", "cp_breakdown.md",
+                "cp_breakdown.tex"]
     if grid["family"] == "sparse":
         return ["sparse_tflops.md", "sparse_tflops.tex", "sparse_memory.md", "sparse_memory.tex",
                 "sparse_vs_dense.md", "sparse_vs_dense.tex"]
