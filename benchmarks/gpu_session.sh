@@ -6,7 +6,8 @@
 #   STEPS="verify cp sparse kernels dobench" benchmarks/gpu_session.sh [OUTPUT_DIR]
 # Steps (budgets in seconds, from the environment):
 #   verify   CP correctness matrix with NCCL on 2 GPUs: SDPA local kernels (T_VERIFY), then
-#            FlexAttention on every CP mask (T_VERIFY_FLEX; it compiles per mask), into OUTPUT_DIR/cp_verify
+#            FlexAttention on every CP mask (T_VERIFY_FLEX; it compiles per mask), into OUTPUT_DIR/cp_verify;
+#            VERIFY="sdpa" (or "flex") runs only that half
 #   cp       the h200_cp grid (T_CP)          sparse   the h200_sparse grid (T_SPARSE)
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 set -u
@@ -45,8 +46,9 @@ if has verify && [ "$gpus" -ge 2 ]; then
       --out "$outdir/cp_verify/$name.jsonl" "$@" > "$outdir/cp_verify/$name.log" 2>&1
     log "cp verify $name exit $?: $(grep -E '^world' "$outdir/cp_verify/$name.log")"
   }
-  verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
-  verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
+  in_verify() { case " ${VERIFY:-sdpa flex} " in *" $1 "*) return 0;; esac; return 1; }
+  in_verify sdpa && verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
+  in_verify flex && verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
 fi
 has cp && [ "$gpus" -ge 2 ] && grid h200_cp "${T_CP:-300}"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU

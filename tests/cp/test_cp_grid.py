@@ -133,3 +133,6 @@ def test_torch_cp_needs_an_sdpa_local_kernel():
     assert catalog.unsupported_reason("torch_cp", "sdpa_flash", "causal", "fwd", "cuda", deg, 8, 2) is None
     why = catalog.unsupported_reason("torch_cp", "flex", "causal", "fwd", "cuda", deg, 8, 2)
     assert "local kernel 'flex'" in why and "valid: sdpa_flash, sdpa_cudnn" in why
+    # SDPA's is_causal is all it can be told: documents are refused (cp.verify once ran them unmasked)
+    why = catalog.unsupported_reason("torch_cp", "sdpa_flash", "causal_document", "bwd", "cuda", deg, 8, 2)
+    assert why == "torch_cp cannot express the causal_document mask (it runs: full, causal)"

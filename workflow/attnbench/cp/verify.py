@@ -98,10 +98,12 @@ def main(argv=None):
                 row = {"world": world, "method": method, "degrees": deg.to_json(), "local_kernel": kname,
                        "mask": mask.name, "seqlen": length, "heads": [hq, hkv], "dtype": str(dtype).split(".")[-1],
                        "backward": backward, "doc_lengths": mask.params.get("doc_lengths")}
+                unsupported = catalog.unsupported_reason(method, kname, mask.name, "bwd" if backward else "fwd",
+                                                         a.device, deg, hq, hkv)
                 if unavailable:
                     row.update(status="unavailable", reason=unavailable)
-                elif not torch_cp and mask.name not in catalog.local_kernel(kname).masks:
-                    row.update(status="unsupported", reason=f"{kname} cannot express {mask.name}")
+                elif unsupported:
+                    row.update(status="unsupported", reason=unsupported)
                 else:
                     v = run.check_method(session, method, kname, deg, mask, a.seed,
                                          hq, hkv, a.head_dim, dtype, backward, a.factor)
