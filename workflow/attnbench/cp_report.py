@@ -34,7 +34,9 @@ def _tokens(df) -> list[int]:
 def _panels(df):
     """(mask, direction, tokens per GPU) of each panel; the length is None where the grid has one."""
     tpg = df["tokens_per_gpu"] if len(_tokens(df)) > 1 else [None] * len(df)
-    return list(dict.fromkeys(zip(df["mask"], df["direction"], tpg)))
+    panels = list(dict.fromkeys(zip(df["mask"], df["direction"], tpg)))
+    masks, dirs = list(dict.fromkeys(df["mask"])), ["fwd", "bwd", "fwdbwd"]
+    return sorted(panels, key=lambda p: (masks.index(p[0]), dirs.index(p[1]) if p[1] in dirs else 9, p[2] or 0))
 
 
 def _panel_rows(df, mask, direction, tpg):
@@ -67,6 +69,7 @@ def _tflops_text(r) -> str:
 def tflops_table(df: pd.DataFrame) -> pd.DataFrame:
     d = df.copy()
     d["text"] = [_tflops_text(r) for _, r in d.iterrows()]
+    d["tokens_per_gpu"] = d["tokens_per_gpu"].astype(int)
     t = d.pivot_table(index=["mask", "direction", "tokens_per_gpu", "gpus"], columns="impl", values="text",
                       aggfunc="first")
     return t.reindex(columns=order(t.columns)).fillna("")
@@ -99,6 +102,23 @@ def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
     return t.sort_values(index[:-1] + ["_o"]).drop(columns="_o").set_index(index)
 
 
+# Below this share of the compute-only time, communication is too small for the overlap ratio to
+# mean anything: timing noise of the compute alone would swing it far outside [0, 1].
+MIN_COMM_SHARE = 0.05
+
+
+def _overlap_text(r) -> str:
+    comp, comm, ratio = r.get("compute_only_ms"), r.get("comm_only_ms"), r.get("overlap_ratio")
+    if pd.isna(comp) or pd.isna(comm) or pd.isna(ratio):
+        return ""
+    return f"{ratio:.2g}" if comm >= MIN_COMM_SHARE * comp else f"(comm {comm / comp:.1%})"
+
+
+def _ratio_text(r) -> str:
+    comp = r.get("compute_only_ms")
+    return f"{r['time_ms_median'] / comp:.3f}" if pd.notna(comp) and comp > 0 else ""
+
+
 def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in df.iterrows():
@@ -109,7 +129,8 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
             "method": r["impl"], "mask": r["mask"], "direction": r["direction"],
             "tokens_per_gpu": int(r["tokens_per_gpu"]), "gpus": r["gpus"], "degrees": _degrees(r), "status": STATUS_LABEL.get(r["status"], r["status"]),
             "time (ms)": num("time_ms_median"), "compute-only (ms)": num("compute_only_ms"),
-            "comm-only (ms)": num("comm_only_ms"), "overlap": num("overlap_ratio", digits=2),
+            "comm-only (ms)": num("comm_only_ms"), "overlap": _overlap_text(r) if ran else "",
+            "measured / compute-only": _ratio_text(r) if ran else "",
             "load max/mean": num("load_balance", digits=3), "sent/rank (MiB)": num("bytes_sent_max", MIB),
             "= analytic": ("yes" if r.get("bytes_match_analytic") in (True, "True") else
                            "no" if r.get("bytes_match_analytic") in (False, "False") else "") if ran else "",
@@ -135,6 +156,8 @@ def tables(df: pd.DataFrame, out: Path) -> list[Path]:
     paths += _write(breakdown_table(df), out / "cp_breakdown",
                     "context parallelism: measured time, compute-only and communication-only variants of the same "
                     "schedule (slowest rank, median), overlap = (compute + comm - measured) / min(compute, comm), "
+                    f"shown only where communication is at least {MIN_COMM_SHARE:.0%} of compute (else the share, "
+                    "in brackets), measured / compute-only (above 1: what transfers cost the real schedule), "
                     f"bytes sent per rank (max) and whether they equal the schedule's formula; {_describe(df)}")
     return paths
 

@@ -109,7 +109,10 @@ def _latex(table: pd.DataFrame, caption: str, label: str) -> str:
 
 def _write(table: pd.DataFrame, stem: Path, caption: str) -> list[Path]:
     md, tex = stem.with_suffix(".md"), stem.with_suffix(".tex")
-    md.write_text(f"{caption}\n\n{table.to_markdown()}\n")
+    flat = isinstance(table.index, pd.MultiIndex)
+    if flat:  # one column per level, not a column of tuples
+        table = table.reset_index()
+    md.write_text(f"{caption}\n\n{table.to_markdown(index=not flat)}\n")
     tex.write_text(_latex(table, caption, f"tab:{stem.parent.name}-{stem.name}"))
     return [md, tex]
 
