@@ -21,7 +21,8 @@ timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cac
 mkdir -p /tmp/bin && rm -f /tmp/bin/python && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
 export PATH=/tmp/bin:/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD/workflow
 log() { echo "[$(date +%T)] $*" | tee -a "$out/session.txt"; }
-has() { case " $steps " in *" $1 "*) return 0;; esac; return 1; }
+listed() { case " $2 " in *" $1 "*) return 0;; esac; return 1; }  # listed WORD "LIST"
+has() { listed "$1" "$steps"; }
 {
   nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total,clocks.max.sm,power.limit --format=csv
   timeout 120 python -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'nccl', torch.cuda.nccl.version(), 'triton', triton.__version__, 'gpus', torch.cuda.device_count())"
@@ -46,9 +47,8 @@ if has verify && [ "$gpus" -ge 2 ]; then
       --out "$outdir/cp_verify/$name.jsonl" "$@" > "$outdir/cp_verify/$name.log" 2>&1
     log "cp verify $name exit $?: $(grep -E '^world' "$outdir/cp_verify/$name.log")"
   }
-  in_verify() { case " ${VERIFY:-sdpa flex} " in *" $1 "*) return 0;; esac; return 1; }
-  in_verify sdpa && verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
-  in_verify flex && verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
+  listed sdpa "${VERIFY:-sdpa flex}" && verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
+  listed flex "${VERIFY:-sdpa flex}" && verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
 fi
 has cp && [ "$gpus" -ge 2 ] && grid h200_cp "${T_CP:-300}"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU

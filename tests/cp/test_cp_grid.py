@@ -136,3 +136,10 @@ def test_torch_cp_needs_an_sdpa_local_kernel():
     # SDPA's is_causal is all it can be told: documents are refused (cp.verify once ran them unmasked)
     why = catalog.unsupported_reason("torch_cp", "sdpa_flash", "causal_document", "bwd", "cuda", deg, 8, 2)
     assert why == "torch_cp cannot express the causal_document mask (it runs: full, causal)"
+    # and building the method refuses it too, before anything else (whoever calls: cell or verify)
+    from attnbench.cp.base import load
+    from attnbench.masks import Mask
+    from attnbench.status import Unsupported
+
+    with pytest.raises(Unsupported, match="torch_cp cannot express the causal_document mask"):
+        load(catalog.method("torch_cp"), None, Mask("causal_document", 64, {"doc_lengths": [30, 34]}), 8, 2, 16, None)

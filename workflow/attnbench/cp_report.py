@@ -66,6 +66,14 @@ def _tflops_text(r) -> str:
     return STATUS_LABEL.get(r["status"], r["status"])
 
 
+def _sorted(t: pd.DataFrame, keys: list[str], index: list[str]) -> pd.DataFrame:
+    """Rows sorted by `keys`, methods in the report's order rather than by name; indexed by `index`."""
+    if t.empty:
+        return t
+    t = t.assign(_o=[order(t["method"]).index(m) for m in t["method"]])
+    return t.sort_values(["_o" if k == "method" else k for k in keys]).drop(columns="_o").set_index(index)
+
+
 def tflops_table(df: pd.DataFrame) -> pd.DataFrame:
     d = df.copy()
     d["text"] = [_tflops_text(r) for _, r in d.iterrows()]
@@ -94,12 +102,8 @@ def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
             "1 GPU (TFLOP/s)": "" if ref is None else f"{ref['tflops']:.3g} ({ref['impl']})",
             "share of 1 GPU": f"{r['tflops'] / ref['tflops']:.0%}" if ok and ref is not None else "",
         })
-    t = pd.DataFrame(rows)
-    if t.empty:
-        return t
-    t["_o"] = [order(t["method"]).index(m) for m in t["method"]]
     index = ["mask", "direction", "tokens_per_gpu", "gpus", "method"]
-    return t.sort_values(index[:-1] + ["_o"]).drop(columns="_o").set_index(index)
+    return _sorted(pd.DataFrame(rows), index, index)
 
 
 # Below this share of the compute-only time, communication is too small for the overlap ratio to
@@ -127,7 +131,8 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
                                                 if ran and key in r and pd.notna(r[key]) else "")
         rows.append({
             "method": r["impl"], "mask": r["mask"], "direction": r["direction"],
-            "tokens_per_gpu": int(r["tokens_per_gpu"]), "gpus": r["gpus"], "degrees": _degrees(r), "status": STATUS_LABEL.get(r["status"], r["status"]),
+            "tokens_per_gpu": int(r["tokens_per_gpu"]), "gpus": r["gpus"], "degrees": _degrees(r),
+            "status": STATUS_LABEL.get(r["status"], r["status"]),
             "time (ms)": num("time_ms_median"), "compute-only (ms)": num("compute_only_ms"),
             "comm-only (ms)": num("comm_only_ms"), "overlap": _overlap_text(r) if ran else "",
             "measured / compute-only": _ratio_text(r) if ran else "",
@@ -136,12 +141,8 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
                            "no" if r.get("bytes_match_analytic") in (False, "False") else "") if ran else "",
             "peak mem (GiB)": num("peak_mem_bytes", GIB),
         })
-    t = pd.DataFrame(rows)
-    if t.empty:
-        return t
-    t["_o"] = [order(t["method"]).index(m) for m in t["method"]]
-    index = ["method", "mask", "direction", "tokens_per_gpu", "gpus"]
-    return t.sort_values(["mask", "direction", "tokens_per_gpu", "_o", "gpus"]).drop(columns="_o").set_index(index)
+    return _sorted(pd.DataFrame(rows), ["mask", "direction", "tokens_per_gpu", "method", "gpus"],
+                   ["method", "mask", "direction", "tokens_per_gpu", "gpus"])
 
 
 def tables(df: pd.DataFrame, out: Path) -> list[Path]:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .catalog import Degrees, MethodInfo
+from ..status import Unsupported
+from .catalog import Degrees, MethodInfo, mask_reason
 from .comm import Comm, Groups, Guard
 from .merge import accumulator_dtype
 
@@ -87,6 +88,10 @@ class CPMethod:
 
 
 def load(info: MethodInfo, rc: RankContext, mask, heads_q, heads_kv, head_dim, dtype) -> CPMethod:
+    """The method built for this mask; `Unsupported` for a mask it cannot express, whoever calls."""
+    why = mask_reason(info, mask.name)
+    if why:
+        raise Unsupported(why)
     module, cls = info.impl.split(":")
     return getattr(importlib.import_module(f"{__package__}.{module}"), cls)(info, rc, mask, heads_q, heads_kv,
                                                                            head_dim, dtype)

@@ -199,12 +199,17 @@ def unavailable_reason(method_name: str, kernel_name: str, device: str) -> str |
     return None
 
 
+def mask_reason(m: MethodInfo, mask: str) -> str | None:
+    """Why the method cannot express the mask, or None."""
+    return None if mask in m.masks else f"{m.name} cannot express the {mask} mask (it runs: {', '.join(m.masks)})"
+
+
 def unsupported_reason(method_name: str, kernel_name: str, mask: str, direction: str, device: str,
                        deg: Degrees, heads_q: int, heads_kv: int) -> str | None:
     """Why the method cannot run this configuration natively, or None. Static facts only."""
     m = method(method_name)
-    if mask not in m.masks:
-        return f"{m.name} cannot express the {mask} mask (it runs: {', '.join(m.masks)})"
+    if why := mask_reason(m, mask):
+        return why
     if m.name == "torch_cp" and kernel_name not in TORCH_CP_BACKENDS:
         return (f"torch_cp runs SDPA under one pinned backend; local kernel {kernel_name!r} is none "
                 f"(valid: {', '.join(TORCH_CP_BACKENDS)})")
