@@ -9,14 +9,20 @@ import sys
 from pathlib import Path
 
 
-def claim_gpu_after_start(device):
-    """With `launch --claim-after-import`: torch is imported (the slow part of a start) before the
-    cell waits for a GPU of its own; nothing has touched CUDA yet."""
+def claim_gpu_after_start(device, kernel=None):
+    """With `launch --claim-after-import`: torch, and the kernel's adapter and libraries, are
+    imported (the slow part of a start) before the cell waits for a GPU of its own; nothing has
+    touched CUDA yet."""
     if device == "cuda":
         import torch  # noqa: F401
 
         from .launch import claim_from_environment
 
+        if kernel:
+            from .kernels import catalog
+            from .kernels.base import preload
+
+            preload(catalog.get(kernel))
         claim_from_environment()
 
 
@@ -32,7 +38,7 @@ def cmd_cell(a):
 
         torch.set_num_threads(a.threads)
     spec = json.loads(a.spec)
-    claim_gpu_after_start(spec["device"])
+    claim_gpu_after_start(spec["device"], spec["impl"])
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cell(spec, peak)
     write_record(record, a.out)
