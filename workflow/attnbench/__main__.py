@@ -223,6 +223,23 @@ def cmd_check_config(a):
     print(f"config ok: {len(cells)} cells in grids {', '.join(cfg['run'])}")
 
 
+def cmd_records(a):
+    """Record paths of the grids' cells still missing, as Snakemake targets: a session with little
+    device time runs the short lengths first (benchmarks/gpu_session.sh), so whatever it does not
+    reach is the longest cells."""
+    from .config import ConfigError, cell_path, expand_cells, load_config
+
+    try:
+        cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
+    except ConfigError as e:
+        sys.exit(f"{e}")
+    out = Path(cfg["output_dir"])
+    for cell in expand_cells(cfg, a.grids):
+        path = out / cell_path(cell)
+        if (a.seqlen is None or cell.get("seqlen") in a.seqlen) and (a.all or not path.exists()):
+            print(path)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="attnbench", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -273,6 +290,13 @@ def main(argv=None):
                    "(default path: <output_dir>/report.html)")
     c.add_argument("--snakefile", default="Snakefile", help="for --report")
     c.set_defaults(fn=cmd_regenerate)
+    c = sub.add_parser("records", help="record paths of the grids' cells not on disk (Snakemake targets)")
+    c.add_argument("--config", default="config.yaml")
+    c.add_argument("--grids", nargs="*", help="default: the config's run list")
+    c.add_argument("--overrides", help="JSON merged over the config file")
+    c.add_argument("--seqlen", nargs="*", type=int, help="only kernel cells of these lengths")
+    c.add_argument("--all", action="store_true", help="also the records already on disk")
+    c.set_defaults(fn=cmd_records)
     a = p.parse_args(argv)
     a.fn(a)
 
