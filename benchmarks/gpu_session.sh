@@ -56,13 +56,15 @@ if has verify && [ "$gpus" -ge 2 ]; then
 fi
 if has gputests; then
   log "GPU tests (${T_GPUTESTS:-240} s)"
-  timeout "${T_GPUTESTS:-240}" python -m pytest -q -p no:cacheprovider tests/gpu tests/cp/test_cp_kernels.py \
+  timeout "${T_GPUTESTS:-240}" python -m pytest -q -p no:cacheprovider ${GPUTESTS:-tests/gpu tests/cp/test_cp_kernels.py} \
     > "$outdir/pytest_gpu.txt" 2>&1
   log "GPU tests exit $?: $(tail -1 "$outdir/pytest_gpu.txt")"
 fi
 if has sweep; then  # four cells per GPU at once: three start up (imports) while one measures
   t0=$(date +%s) since=$(date -u +%Y-%m-%dT%H:%M:%S+00:00) budget=${T_SWEEP:-480}
-  for lengths in ${SWEEP_STAGES:-"1024 2048 4096 8192" 16384 32768 65536}; do
+  # one Snakemake run (kernel cells run shortest first: their rule's priority); SWEEP_STAGES="a b"
+  # runs the lengths in separate Snakemake runs instead
+  for lengths in ${SWEEP_STAGES:-"1024 2048 4096 8192 16384 32768 65536"}; do
     left=$((budget - ($(date +%s) - t0)))
     [ "$left" -gt 30 ] || break
     targets=$(python -m attnbench records --grids h200_sweep --seqlen $lengths --overrides "{\"output_dir\": \"$outdir\"}")
@@ -70,7 +72,7 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
     log "h200_sweep S in {$lengths}: $(echo "$targets" | wc -l) cells, ${left} s left"
     # the targets before --config, which would take them for more config entries
     timeout -s INT "$left" snakemake $targets --profile profiles/local --cores "$(nproc)" \
-      --resources gpu=$((4 * gpus)) --config "run=[h200_sweep]" "output_dir=$outdir" >> "$out/snakemake_h200_sweep.log" 2>&1
+      --resources gpu=$((4 * gpus)) --scheduler greedy --config "run=[h200_sweep]" "output_dir=$outdir" >> "$out/snakemake_h200_sweep.log" 2>&1
     log "h200_sweep S in {$lengths}: exit $?"
   done
   mkdir -p "$outdir/throughput"
