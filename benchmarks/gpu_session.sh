@@ -64,12 +64,15 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
   t0=$(date +%s) since=$(date -u +%Y-%m-%dT%H:%M:%S+00:00) budget=${T_SWEEP:-480}
   # one Snakemake run (kernel cells run shortest first: their rule's priority); SWEEP_STAGES="a b"
   # runs the lengths in separate Snakemake runs instead
-  for lengths in ${SWEEP_STAGES:-"1024 2048 4096 8192 16384 32768 65536"}; do
+  all_lengths="1024 2048 4096 8192 16384 32768 65536"
+  for lengths in ${SWEEP_FIRST:+"${SWEEP_FIRST_LENGTHS:-$all_lengths}"} ${SWEEP_STAGES:-"$all_lengths"}; do
     left=$((budget - ($(date +%s) - t0)))
     [ "$left" -gt 30 ] || break
-    targets=$(python -m attnbench records --grids h200_sweep --seqlen $lengths --overrides "{\"output_dir\": \"$outdir\"}")
+    # SWEEP_FIRST: `attnbench records` options naming cells to run before all others (--kernels, --masks)
+    targets=$(python -m attnbench records --grids h200_sweep --seqlen $lengths ${SWEEP_FIRST:-} --overrides "{\"output_dir\": \"$outdir\"}")
+    first=${SWEEP_FIRST:-}; SWEEP_FIRST=''
     [ -n "$targets" ] || continue
-    log "h200_sweep S in {$lengths}: $(echo "$targets" | wc -l) cells, ${left} s left"
+    log "h200_sweep S in {$lengths} $first: $(echo "$targets" | wc -l) cells, ${left} s left"
     # the targets before --config, which would take them for more config entries
     timeout -s INT "$left" snakemake $targets --profile profiles/local --cores "$(nproc)" \
       --resources gpu=$((4 * gpus)) --scheduler greedy --config "run=[h200_sweep]" "output_dir=$outdir" >> "$out/snakemake_h200_sweep.log" 2>&1

@@ -236,7 +236,9 @@ def cmd_records(a):
     out = Path(cfg["output_dir"])
     for cell in expand_cells(cfg, a.grids):
         path = out / cell_path(cell)
-        if (a.seqlen is None or cell.get("seqlen") in a.seqlen) and (a.all or not path.exists()):
+        wanted = all(getattr(a, axis) is None or cell.get(key) in getattr(a, axis)
+                     for axis, key in (("seqlen", "seqlen"), ("kernels", "impl"), ("masks", "mask")))
+        if wanted and (a.all or not path.exists()):
             print(path)
 
 
@@ -295,6 +297,8 @@ def main(argv=None):
     c.add_argument("--grids", nargs="*", help="default: the config's run list")
     c.add_argument("--overrides", help="JSON merged over the config file")
     c.add_argument("--seqlen", nargs="*", type=int, help="only kernel cells of these lengths")
+    c.add_argument("--kernels", nargs="*", help="only these kernels (or CP methods)")
+    c.add_argument("--masks", nargs="*", help="only these masks")
     c.add_argument("--all", action="store_true", help="also the records already on disk")
     c.set_defaults(fn=cmd_records)
     a = p.parse_args(argv)
