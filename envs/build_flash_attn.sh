@@ -83,7 +83,7 @@ done
 # Splits a comma/semicolon separated list into the array named $1, sorted and unique, after
 # checking each item against the valid choices (the remaining arguments).
 parse_choices() {
-  local -n parsed="$1"
+  local -n parsed="$1"  # a nameref: the caller's array is filled
   local what="$2" given="$3"; shift 3
   local valid=" $* " item items=()
   IFS=',;' read -r -a items <<<"$given"
@@ -93,9 +93,12 @@ parse_choices() {
     [[ -n "$item" && "$valid" == *" $item "* ]] \
       || die "$what '$item' is not one this build supports; choose from: $*"
   done
+  # shellcheck disable=SC2034  # the nameref above
   mapfile -t parsed < <(printf '%s\n' "${items[@]// /}" | sort -n -u)
 }
 
+arch_list=()
+head_dim_list=()
 parse_choices arch_list "CUDA arch" "$archs" "${VALID_ARCHS[@]}"
 parse_choices head_dim_list "head dim" "$head_dims" "${VALID_HEAD_DIMS[@]}"
 
@@ -109,16 +112,11 @@ if [[ -n "$sdist" ]]; then
   [[ -f "$sdist" ]] || die "--sdist '$sdist' is not a file"
   sdist=$(cd "$(dirname "$sdist")" && pwd)/$(basename "$sdist")
 fi
-command -v "$python" >/dev/null || die "Python '$python' not found (set --python or PYTHON)"
-
-made_work_dir=0
-if [[ -z "$work_dir" ]]; then
-  work_dir=$(mktemp -d "${TMPDIR:-/tmp}/flash_attn_build.XXXXXX")
-  made_work_dir=1
-else
-  mkdir -p "$work_dir"
-fi
-work_dir=$(cd "$work_dir" && pwd)
+python=$(command -v "$python") || die "Python '$python' not found (set --python or PYTHON)"
+# Absolute, since the build runs from inside the source tree.
+[[ "$python" == /* ]] || python="$PWD/$python"
+# Tools installed beside that Python (ninja in a virtual environment) are found as if it were activated.
+PATH="$(dirname "$(command -v "$python")"):$PATH"
 
 download_sdist() {
   local dest="$work_dir/sdist"
@@ -341,6 +339,28 @@ print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), nvcc {'.'.join(ma
 PY
 }
 
+# A temporary work folder goes when the script fails before compiling; a failed build keeps it
+# for its log.
+made_work_dir=0
+keep_work_dir_on_failure=0
+remove_work_dir_on_failure() {
+  local status=$?
+  if [[ $status -ne 0 && $made_work_dir -eq 1 && $keep_work_dir_on_failure -eq 0 ]]; then
+    rm -rf "$work_dir"
+  fi
+  return $status
+}
+trap remove_work_dir_on_failure EXIT
+
+[[ $patch_only -eq 1 ]] || check_build_tools
+if [[ -z "$work_dir" ]]; then
+  work_dir=$(mktemp -d "${TMPDIR:-/tmp}/flash_attn_build.XXXXXX")
+  made_work_dir=1
+else
+  mkdir -p "$work_dir"
+fi
+work_dir=$(cd "$work_dir" && pwd)
+
 if [[ -z "$sdist" ]]; then
   sdist=$(download_sdist)
 fi
@@ -356,15 +376,13 @@ version="$found_version"
 kept=$(patch_sources "$src") || die "patching the flash-attn $version sources failed (message above)"
 mapfile -t kept_sources <<<"$kept"
 echo "Patched flash-attn $version in $src: bf16, head dims ${head_dim_list[*]}, archs ${arch_list[*]}"
-echo "Sources compiled (${#kept_sources[@]}):"
+echo "Sources to compile (${#kept_sources[@]}):"
 printf '  %s\n' "${kept_sources[@]}"
 
 if [[ $patch_only -eq 1 ]]; then
   echo "Stopped before compiling (--patch-only). Patched source tree: $src"
   exit 0
 fi
-
-check_build_tools
 
 if [[ "$local_version" == auto ]]; then
   local_version="$(printf 'sm%s.' "${arch_list[@]}")bf16$(printf '.hd%s' "${head_dim_list[@]}")"
@@ -377,7 +395,8 @@ mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
 log="$work_dir/build.log"
 arch_env=$(IFS=';'; echo "${arch_list[*]}")
-echo "Compiling with $jobs jobs (log: $log)"
+echo "Compiling with $jobs jobs; follow it with: tail -f $log"
+keep_work_dir_on_failure=1
 start=$SECONDS
 # Run in a subshell so the build's environment stays with the build.
 if ! (
@@ -391,6 +410,8 @@ if ! (
 fi
 wheels=("$out_dir"/flash_attn-"$version"*.whl)
 [[ -f "${wheels[0]}" ]] || die "the build wrote no flash_attn-$version*.whl to $out_dir; log: $log"
+# The newest, should the folder hold an earlier build; wheel names have no odd characters.
+# shellcheck disable=SC2012
 wheel=$(ls -t "${wheels[@]}" | head -n 1)
 if [[ $made_work_dir -eq 1 && $keep_work_dir -eq 0 ]]; then
   rm -rf "$work_dir"
