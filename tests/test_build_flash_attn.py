@@ -172,20 +172,26 @@ def test_choices_outside_flash_attn_are_rejected(option, value, choices):
     assert f"'{bad}'" in result.stderr and choices in result.stderr
 
 
-def fake_sdist(real: Path, folder: Path, edit_file: str, old: str, new: str) -> Path:
-    """An sdist holding the real files the script reads, with one edit."""
+@pytest.fixture(scope="module")
+def script_inputs(sdist) -> dict[str, bytes]:
+    """The files of the real sdist that the script reads, by their path in the archive."""
     top = f"flash_attn-{VERSION}"
-    keep = {f"{top}/{name}" for name in ["PKG-INFO", "setup.py", f"{KERNEL_DIR}/static_switch.h"] + SUBSET_SOURCES}
+    wanted = {f"{top}/{name}" for name in ["PKG-INFO", "setup.py", f"{KERNEL_DIR}/static_switch.h"] + SUBSET_SOURCES}
+    with tarfile.open(sdist) as source:
+        return {member.name: source.extractfile(member).read() for member in source if member.name in wanted}
+
+
+def fake_sdist(files: dict[str, bytes], folder: Path, edit_file: str, old: str, new: str) -> Path:
+    """An sdist holding only the given files, with one edit."""
     fake = folder / "fake.tar.gz"
-    with tarfile.open(real) as source, tarfile.open(fake, "w:gz") as target:
-        for member in source:
-            if member.name in keep:
-                data = source.extractfile(member).read()
-                if member.name.endswith(edit_file):
-                    assert old in data.decode(), f"{old!r} not in the real {edit_file}"
-                    data = data.decode().replace(old, new, 1).encode()
-                member.size = len(data)
-                target.addfile(member, io.BytesIO(data))
+    with tarfile.open(fake, "w:gz") as target:
+        for name, data in files.items():
+            if name.endswith(edit_file):
+                assert old in data.decode(), f"{old!r} not in the real {edit_file}"
+                data = data.decode().replace(old, new, 1).encode()
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            target.addfile(member, io.BytesIO(data))
     return fake
 
 
@@ -196,16 +202,16 @@ def fake_sdist(real: Path, folder: Path, edit_file: str, old: str, new: str) -> 
      "missing ['csrc/flash_attn/src/flash_bwd_hdim96_bf16_sm80.cu']"),
     ("setup.py", '"cxx": compiler_c17_flag,', '"cxx": compiler_c17_flag + ["-g"],', "compiler_c17_flag"),
 ])
-def test_sources_of_another_layout_fail_loudly(sdist, tmp_path, edit_file, old, new, message):
-    fake = fake_sdist(sdist, tmp_path, edit_file, old, new)
+def test_sources_of_another_layout_fail_loudly(script_inputs, tmp_path, edit_file, old, new, message):
+    fake = fake_sdist(script_inputs, tmp_path, edit_file, old, new)
     result = run_script("--patch-only", "--sdist", str(fake), "--work-dir", str(tmp_path / "work"), timeout=30)
     assert result.returncode != 0
     assert f"{edit_file} does not look as expected" in result.stderr
     assert message in result.stderr
 
 
-def test_an_sdist_of_another_version_than_asked_is_rejected(sdist, tmp_path):
-    fake = fake_sdist(sdist, tmp_path, "PKG-INFO", f"Version: {VERSION}", "Version: 2.9.0")
+def test_an_sdist_of_another_version_than_asked_is_rejected(script_inputs, tmp_path):
+    fake = fake_sdist(script_inputs, tmp_path, "PKG-INFO", f"Version: {VERSION}", "Version: 2.9.0")
     result = run_script("--patch-only", "--sdist", str(fake), "--version", VERSION,
                         "--work-dir", str(tmp_path / "work"), timeout=30)
     assert result.returncode != 0
