@@ -127,9 +127,9 @@ download_sdist() {
   FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE "$python" -m pip download --quiet --no-deps \
     --no-binary :all: --no-build-isolation -d "$dest" "flash-attn==$version" >&2 \
     || die "could not download flash-attn==$version from PyPI (offline? pass a local sdist with --sdist)"
-  local found=("$dest"/flash_attn-*.tar.gz)
-  [[ -f "${found[0]}" ]] || die "pip saved no flash_attn-*.tar.gz in $dest"
-  echo "${found[0]}"
+  local saved="$dest/flash_attn-$version.tar.gz"
+  [[ -f "$saved" ]] || die "pip saved no $(basename "$saved") in $dest"
+  echo "$saved"
 }
 
 # Unpacks the sdist into a fresh folder and prints the source tree's path.
