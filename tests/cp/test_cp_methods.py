@@ -14,6 +14,7 @@ from attnbench.masks import CP_MASKS
 from bounded import run_bounded
 
 HQ, HKV = 8, 2  # GQA; Ulysses at 4 ranks replicates the 2 KV heads
+D = 16  # attnbench.cp.verify's default head dim
 
 
 def verify(world, tmp_path, *extra):
@@ -78,6 +79,30 @@ def test_counted_bytes_equal_the_analytic_volume(matrix):
             assert all(b["sent"] == 0 for b in r["bytes"])
         elif r["method"] in ("ring_p2p", "ring_allgather") or r["degrees"]["ulysses"] > 1:
             assert all(b["sent"] > 0 for b in r["bytes"])
+
+
+def padded_tokens(doc_lengths, seqlen, ring):
+    """spec/context_parallel.md: every document is padded to a multiple of 2R before the zigzag split."""
+    return sum(-(-n // (2 * ring)) * 2 * ring for n in (doc_lengths or [seqlen]))
+
+
+def test_ring_bytes_are_the_papers_volume(matrix):
+    """Per rank, in bytes (float32 data and accumulators here, K and V each Hkv x D per token):
+    Ring P2P sends (R-1) KV shards forward and (R-1) KV + (R-1) dKV shards backward, whatever the mask;
+    Ring AllGather's ring all-gather sends (R-1) shards of K and V per gather (forward, and again
+    backward) and its reduce-scatter (R-1) shards of dK, dV. Written from the spec, not from the code."""
+    world, rows = matrix
+    checked = set()
+    for r in rows:
+        if r["status"] != "ok" or r["method"] not in ("ring_p2p", "ring_allgather") or r["degrees"]["ulysses"] != 1:
+            continue
+        ring = r["degrees"]["ring"]
+        assert r["dtype"] == "float32" and r["backward"]
+        kv_shard = 2 * padded_tokens(r["doc_lengths"], r["seqlen"], ring) // ring * HKV * D * 4
+        expected = (ring - 1) * kv_shard * 3  # fwd KV, bwd KV, bwd dKV (both methods, fp32 dKV)
+        assert all(b["sent"] == b["received"] == expected for b in r["bytes"]), (r["method"], r["mask"], r["bytes"])
+        checked.add(r["method"])
+    assert checked == {"ring_p2p", "ring_allgather"}
 
 
 def test_ranks_compute_exactly_the_mask(matrix):

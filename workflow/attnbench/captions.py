@@ -93,11 +93,24 @@ def software(df: pd.DataFrame) -> str:
     return ", ".join(versions) + (f"; kernel libraries as recorded per cell: {libs}" if libs else "")
 
 
+def code_hashes(df: pd.DataFrame) -> str:
+    """The code trees the cells ran (sha256 of the code files, first 12 hex digits), each with its
+    cell count where they differ; cells from before the hash was recorded are counted apart."""
+    hashes = df["code_sha256"] if "code_sha256" in df else pd.Series(index=df.index, dtype=object)
+    known = hashes.dropna().astype(str).str[:12]
+    counts = known.value_counts()
+    parts = list(counts.index) if len(counts) == 1 else [f"{h} ({n} cells)" for h, n in counts.items()]
+    if len(known) < len(df):
+        parts.append(f"not recorded ({len(df) - len(known)} cells)" if parts else "not recorded")
+    return ", ".join(parts)
+
+
 def code(df: pd.DataFrame) -> str:
     commits = _values(df, "git_commit")
     text = "attnbench commit " + _join([c[:10] for c in commits], "unknown")
     if "git_dirty" in df and df["git_dirty"].astype(str).str.lower().eq("true").any():
         text += " (uncommitted changes present)"
+    text += f"; code sha256 {code_hashes(df)}"
     starts, ends = _values(df, "started_at"), _values(df, "finished_at")
     if starts and ends:
         text += f"; measured {starts[0][:16].replace('T', ' ')} to {ends[-1][:16].replace('T', ' ')} (UTC)"

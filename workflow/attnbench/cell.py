@@ -52,6 +52,7 @@ def base_record(spec, implementation: dict | None = None) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "cell_id": stable_hash(spec),
+        "config_sha256": stable_hash(spec, 64),  # the cell's whole effective config (cell_id is its short form)
         "cell": spec,
         "kernel": implementation,
         "data_seed": data_seed(spec),

@@ -17,6 +17,7 @@ COLUMNS = [
     "cell_id", "record",
     # provenance for report captions (spec/measurement.md: the environment fingerprint)
     "warmup", "reps", "host", "python", "triton", "cuda", "cudnn", "driver", "git_dirty", "started_at", "finished_at",
+    "code_sha256", "config_sha256",  # the code tree and the cell config that made the record
 ]
 
 
@@ -60,6 +61,8 @@ def row(record: dict, path: str) -> dict:
         "triton": (env.get("libraries") or {}).get("triton"),
         "started_at": record.get("started_at"),
         "finished_at": record.get("finished_at"),
+        "code_sha256": env.get("code_sha256"),
+        "config_sha256": record.get("config_sha256"),
     }
     r.update(record.get("table_extra", {}))  # family-specific columns (e.g. context parallelism)
     return r
@@ -77,7 +80,7 @@ def collect(paths=(), root=None) -> pd.DataFrame:
 
 # Versions and names stay text ("12.10" is not 12.1, "570.00" not 570.0).
 TEXT_COLUMNS = ("device_name", "library_version", "torch", "git_commit", "host", "python", "triton", "cuda", "cudnn",
-                "driver", "started_at", "finished_at")
+                "driver", "started_at", "finished_at", "code_sha256", "config_sha256")
 
 
 def read_cells(path) -> pd.DataFrame:

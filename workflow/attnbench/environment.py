@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import platform
 import socket
@@ -45,6 +47,38 @@ def git_state() -> dict:
             "git_dirty": None if env_dirty is None else env_dirty == "1"}
 
 
+# The files whose content decides what a cell computes: the package, the rules, the schemas and the
+# pinned environments. Results, tests and config.yaml are not code (the cell's config is hashed apart).
+CODE_FILES = ("Snakefile", "pyproject.toml", "envs/*", "workflow/attnbench/**/*.py", "workflow/**/*.smk",
+              "workflow/schemas/*", "workflow/scripts/**/*")
+
+
+def code_files(root: Path) -> list[Path]:
+    found = {p for pattern in CODE_FILES for p in root.glob(pattern)
+             if p.is_file() and "__pycache__" not in p.parts}
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def tree_sha256(root: Path) -> dict:
+    """sha256 over the sorted relative paths and bytes of the code files under `root`, read from
+    the files themselves: it names the code that ran even where git's history is behind the tree
+    (a GPU machine receives a copied working tree with an older .git). Each path and content is
+    length-prefixed, so no two different trees give the same byte stream."""
+    digest = hashlib.sha256()
+    files = code_files(root)
+    for path in files:
+        for part in (path.relative_to(root).as_posix().encode(), path.read_bytes()):
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+    return {"code_sha256": digest.hexdigest(), "code_files": len(files)}
+
+
+@functools.cache
+def code_hash() -> dict:
+    """This checkout's code hash, computed once per process (a few ms)."""
+    return tree_sha256(REPO)
+
+
 def fingerprint(device: str) -> dict:
     """Facts about this machine and checkout. Imports torch only if the cell already did."""
     libs = all_library_versions()
@@ -59,6 +93,7 @@ def fingerprint(device: str) -> dict:
         # The devices Slurm (or the user) gave this process; None when nothing restricted them.
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         **git_state(),
+        **code_hash(),
     }
     torch = sys.modules.get("torch")
     if torch is not None:

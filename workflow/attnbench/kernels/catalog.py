@@ -77,8 +77,9 @@ KERNELS = {
         _k("sdpa_cudnn", "dense", "SDPA, cuDNN backend", "sdpa:SDPACudnn", DENSE_MASKS, GPU_ALL),
         _k("flex", "dense", "FlexAttention, compiled, BlockMask", "flex:Flex", DENSE_MASKS,
            {"cpu": ("fwd",), "cuda": ALL_DIRECTIONS},
-           notes={"block_sparse": "BlockMask from the kept block indices; on CUDA 64-token blocks run as exactly "
-                                  "masked 128-token tiles (torch's default Hopper backward tiles do not divide 64)",
+           notes={"block_sparse": "BlockMask from the kept block indices; blocks under 128 tokens run as exactly "
+                                  "masked 128-token tiles (CUDA: torch's default Hopper backward tiles do not "
+                                  "divide 64; CPU: inductor's AVX2 flex kernel is wrong at small block sizes)",
                   "variable_block_sparse": "128-token tiles counted from the block boundaries; cut tiles masked"}),
         _k("varlen", "dense", "torch.nn.attention.varlen.varlen_attn", "varlen:Varlen", REGULAR_MASKS, GPU_ALL,
            modules=("torch.nn.attention.varlen",)),

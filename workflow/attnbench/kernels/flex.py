@@ -82,10 +82,14 @@ class Flex(Kernel):
 
     def build_block_mask(self, mask) -> BlockMask:
         if mask.name == "block_sparse":
-            # torch's default Hopper flex tiles are 128 x 64 (fwd) and 64/128 (bwd); without
-            # max-autotune no backward config divides a 64-token sparse block, so on CUDA smaller
-            # blocks run as 128-token tiles, masked exactly (the kernel's notes in every record).
-            if torch.device(self.device).type == "cpu" or mask.params["block_size"] % TILE == 0:
+            # Blocks smaller than 128 tokens run as 128-token tiles, masked exactly (the kernel's
+            # notes in every record). CUDA: torch's default Hopper flex tiles are 128 x 64 (fwd) and
+            # 64/128 (bwd); without max-autotune no backward config divides a 64-token block.
+            # CPU: inductor's C++ flex kernel (torch 2.13) walks the BlockMask in BLOCK_SIZE steps
+            # and is wrong when compiled for AVX2 at some small block sizes (8 and 24 with head dim
+            # <= 16: NaN or relative error ~1-3 on every row; AVX-512 is right), so it only ever gets
+            # 128-token tiles (tests/test_flex_isa.py).
+            if mask.params["block_size"] % TILE == 0:
                 return block_mask_from_layout(mask, self.device)
             return block_mask_from_layout_tiles(mask, TILE, self.device)
         if mask.name == "variable_block_sparse":

@@ -1,0 +1,98 @@
+"""Provenance: every record names the code tree (a content hash, not git) and the config that made it;
+the tidy table and the captions repeat it."""
+
+import json
+import shutil
+
+import pytest
+
+from attnbench import captions
+from attnbench import cell as C
+from attnbench.collect import collect
+from attnbench.config import expand_cells, load_config
+from attnbench.environment import code_files, code_hash, tree_sha256
+from synthetic_cells import kernel_table
+
+
+@pytest.fixture
+def tree(repo, tmp_path):
+    """A copy of this checkout's code files, beside a results folder and a test file."""
+    for path in code_files(repo):
+        dst = tmp_path / path.relative_to(repo)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dst)
+    (tmp_path / "results" / "cells").mkdir(parents=True)
+    (tmp_path / "results" / "cells" / "a.json").write_text("{}")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("")
+    return tmp_path
+
+
+def test_the_copy_hashes_like_the_checkout(repo, tree):
+    assert tree_sha256(tree) == tree_sha256(repo) == code_hash()
+    assert code_hash()["code_files"] > 50  # the package, the rules, the schema, the pins
+
+
+def test_results_tests_and_bytecode_do_not_change_the_hash(tree):
+    before = tree_sha256(tree)
+    (tree / "results" / "cells" / "a.json").write_text('{"status": "ok"}')
+    (tree / "results" / "cells" / "b.json").write_text("{}")
+    (tree / "tests" / "test_x.py").write_text("assert True\n")
+    cache = tree / "workflow" / "attnbench" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    (cache / "flops.cpython-311.pyc").write_bytes(b"\0")
+    assert tree_sha256(tree) == before
+
+
+@pytest.mark.parametrize("change", ["edit package", "add module", "rename module", "edit rule", "edit pins",
+                                    "edit schema"])
+def test_every_code_change_changes_the_hash(tree, change):
+    before = tree_sha256(tree)["code_sha256"]
+    pkg = tree / "workflow" / "attnbench"
+    if change == "edit package":
+        (pkg / "flops.py").write_text((pkg / "flops.py").read_text() + "\n")
+    elif change == "add module":
+        (pkg / "kernels" / "extra.py").write_text("")
+    elif change == "rename module":
+        (pkg / "flops.py").rename(pkg / "flops2.py")
+    elif change == "edit rule":
+        (tree / "workflow" / "rules" / "kernels.smk").write_text("# changed\n")
+    elif change == "edit pins":
+        (tree / "envs" / "requirements-cpu.txt").write_text("torch==0.0\n")
+    else:
+        (tree / "workflow" / "schemas" / "config.schema.yaml").write_text("{}\n")
+    assert tree_sha256(tree)["code_sha256"] != before
+
+
+@pytest.fixture(scope="module")
+def cells(repo):
+    return expand_cells(load_config(repo / "config.yaml"), ["smoke"])
+
+
+def test_a_record_and_its_row_carry_the_code_and_config_hashes(cells, tmp_path):
+    """An unavailable cell is still a record, and it names its code and config like any other."""
+    spec = next(c for c in cells if c["impl"] == "fa3")
+    other = {**spec, "reps": spec["reps"] + 1}
+    record, record2 = C.run_cell(spec), C.run_cell(other)
+    assert record["environment"]["code_sha256"] == code_hash()["code_sha256"]
+    assert len(record["config_sha256"]) == 64 and record["config_sha256"] != record2["config_sha256"]
+    assert C.run_cell(dict(spec))["config_sha256"] == record["config_sha256"]
+    path = tmp_path / "r.json"
+    C.write_record(record, path)
+    row = collect([path]).iloc[0]
+    assert (row["code_sha256"], row["config_sha256"]) == (code_hash()["code_sha256"], record["config_sha256"])
+
+
+def test_captions_name_the_commit_and_the_code_hash():
+    df = kernel_table()
+    df["code_sha256"] = "ab" * 32
+    text = captions.code(df)
+    assert "commit 0123456789" in text and "code sha256 abababababab" in text and "cells)" not in text
+    df.loc[df.index[:2], "code_sha256"] = "cd" * 32
+    df.loc[df.index[2], "code_sha256"] = None
+    text = captions.code(df)
+    assert f"abababababab ({len(df) - 3} cells), cdcdcdcdcdcd (2 cells), not recorded (1 cells)" in text
+
+
+def test_captions_of_records_without_a_code_hash_say_so():
+    assert "code sha256 not recorded" in captions.code(kernel_table())
