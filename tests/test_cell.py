@@ -52,7 +52,8 @@ def test_ok_record_has_everything(cells):
     chk = r["samples"][0]["check"]
     assert chk["passed"] and set(chk["errors"]) == {"out", "dq", "dk", "dv"}
     assert chk["criterion"] == {"tensors": "row_max_rel"} and set(chk["frobenius_errors"]) == set(chk["errors"])
-    assert all(chk["errors"][n] <= chk["tolerance"][n] == 5 * max(chk["naive_errors"][n], 2.0**-24) for n in chk["errors"])
+    floor = 2.0**-24 * (32 + 256)  # float32 accumulation over D + n
+    assert all(chk["errors"][n] <= chk["tolerance"][n] == 5 * max(chk["naive_errors"][n], floor) for n in chk["errors"])
     assert r["time_ms_p20"] <= r["time_ms_median"] <= r["time_ms_p80"]
     assert r["tflops_p20"] <= r["tflops"] <= r["tflops_p80"]
     assert r["fraction_of_peak"] == pytest.approx(r["tflops"])

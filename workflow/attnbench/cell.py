@@ -131,7 +131,7 @@ def check_correctness(kernel, fn, mask, q, k, v, dout, direction, factor) -> dic
     for who, kern, f in (("kernel", kernel, fn), ("naive", naive, naive.prepare(mask))):
         out, grads = run_kernel(kern, f, q, k, v, dout, direction)
         results[who] = dict(zip(names, (out, *(grads or ()))))
-    return {"seqlen": mask.seqlen, **judge(results["kernel"], results["naive"], ref, q.dtype, factor)}
+    return {"seqlen": mask.seqlen, **judge(results["kernel"], results["naive"], ref, q.dtype, factor, k.shape[0])}
 
 
 def check_seqlen(spec, cap: int | None = None) -> int:

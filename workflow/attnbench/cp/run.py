@@ -205,7 +205,7 @@ def compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device="c
         keep = pos >= 0
         p = pos[keep]
         mine = {n: (res[n].transpose(0, 1) if n == "lse" else res[n])[keep] for n in names}
-        verdict = judge(mine, {n: nv[n][p] for n in names}, {n: ref[n][p] for n in names}, dtype, factor,
+        verdict = judge(mine, {n: nv[n][p] for n in names}, {n: ref[n][p] for n in names}, dtype, factor, S_,
                         lse_tolerance=lse_tol)
         passed &= verdict["passed"]
         per_rank.append({"rank": r, "rows": int(keep.sum()), **{k_: verdict[k_] for k_ in (
