@@ -51,6 +51,9 @@ def test_ok_record_has_everything(cells):
         assert s["time_ms_p20"] <= s["time_ms_median"] <= s["time_ms_p80"]
     chk = r["samples"][0]["check"]
     assert chk["passed"] and set(chk["errors"]) == {"out", "dq", "dk", "dv"}
+    assert chk["criterion"] == {"tensors": "row_max_rel"} and set(chk["frobenius_errors"]) == set(chk["errors"])
+    floor = 2.0**-24 * (32 + 256)  # float32 accumulation over D + n
+    assert all(chk["errors"][n] <= chk["tolerance"][n] == 5 * max(chk["naive_errors"][n], floor) for n in chk["errors"])
     assert r["time_ms_p20"] <= r["time_ms_median"] <= r["time_ms_p80"]
     assert r["tflops_p20"] <= r["tflops"] <= r["tflops_p80"]
     assert r["fraction_of_peak"] == pytest.approx(r["tflops"])
@@ -110,6 +113,36 @@ def test_real_out_of_memory_is_a_record_and_the_job_succeeds(cells, tmp_path):
     r = json.loads(out.read_text())
     assert r["status"] == "oom" and "can't allocate memory" in r["status_reason"]
     assert "tflops" not in r
+
+
+def test_reference_out_of_memory_retries_shorter_and_keeps_the_timings(cells, tmp_path):
+    """SDPA at S = 16K fits in 3 GiB; the float64 reference there (4 GiB of scores per KV group)
+    does not, nor at 8K: the check runs at 4K, the cell is `ok`, its timings are kept."""
+    spec = pick(cells, "sdpa", "full")
+    spec.update(seqlen=16384, warmup=0, reps=1, check={**spec["check"], "max_seqlen": 16384, "samples": 1})
+    out = tmp_path / "check_oom.json"
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    p = subprocess.run([sys.executable, "-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out)],
+                       preexec_fn=limit, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(out.read_text())
+    chk = r["samples"][0]["check"]
+    assert r["status"] == "ok" and r["tflops"] > 0
+    assert chk["out_of_memory_at_seqlen"][0] == 16384 and chk["seqlen"] == chk["out_of_memory_at_seqlen"][-1] // 2
+    assert chk["passed"] and sum(1 for _ in chk["errors"]) == 1
+
+
+def test_document_masks_check_three_samples(cells):
+    spec = pick(cells, "sdpa", "causal_document", 128, "fwd", samples={"document": 4, "single": 1}, warmup=0, reps=1)
+    r = C.run_cell(spec)
+    assert spec["check"]["samples"] == 1 and [("check" in s) for s in r["samples"]] == [True, True, True, False]
+    r = C.run_cell({**spec, "samples": {"document": 2, "single": 1}})
+    assert all("check" in s for s in r["samples"])  # fewer than 3: all of them
+    r = C.run_cell(pick(cells, "sdpa", "causal", 128, "fwd", samples={"document": 4, "single": 2}, warmup=0, reps=1))
+    assert [("check" in s) for s in r["samples"]] == [True, False]  # a single-sequence mask: check.samples
 
 
 def test_a_crash_writes_no_record(cells, tmp_path, monkeypatch):

@@ -50,6 +50,12 @@ def test_seqlen_not_divisible_by_block(base):
     assert "block_causal_document at seqlen 100" in msg and "not a multiple of mask_params.block=64" in msg
 
 
+def test_a_grid_that_checks_nothing_is_refused(base):
+    msg = bad(base, lambda c: c["grids"]["smoke"]["check"].__setitem__("samples", 0))
+    assert "grids.smoke.check.samples: 0 is less than the minimum of 1" in msg
+    assert "a grid that checks nothing could call no cell correct" in msg
+
+
 def test_unknown_key_lists_valid_keys(base):
     msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("seqlens", [128]))
     assert "grids.smoke: Additional properties are not allowed ('seqlens' was unexpected)" in msg

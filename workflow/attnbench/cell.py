@@ -117,45 +117,63 @@ def run_kernel(kernel, fn, q, k, v, dout, direction):
 
 
 def check_correctness(kernel, fn, mask, q, k, v, dout, direction, factor) -> dict:
-    """Errors of the kernel and of naive attention in the same dtype against float64."""
+    """The gate (gate.judge): the kernel's and naive attention's errors in the same dtype
+    against float64, the tolerance, the criterion and the verdict."""
+    from .gate import judge
     from .kernels.naive import Naive
-    from .reference import rel_err, reference_attention
+    from .reference import reference_attention
 
     needs_grad = direction != "fwd"
     ref_out, _, ref_grads = reference_attention(q, k, v, mask, dout if needs_grad else None)
     naive = Naive(catalog.get("naive"), kernel.device, kernel.dtype, kernel.heads_q, kernel.heads_kv, kernel.head_dim)
+    names = ("out", "dq", "dk", "dv") if needs_grad else ("out",)
+    ref = dict(zip(names, (ref_out, *(ref_grads or ()))))
     results = {}
     for who, kern, f in (("kernel", kernel, fn), ("naive", naive, naive.prepare(mask))):
         out, grads = run_kernel(kern, f, q, k, v, dout, direction)
-        errs = {"out": rel_err(out, ref_out)}
-        if needs_grad:
-            errs.update({n: rel_err(g, r) for n, g, r in zip(("dq", "dk", "dv"), grads, ref_grads)})
-        results[who] = errs
-    tol = tolerance(results["naive"], q.dtype, factor)
-    passed = all(results["kernel"][n] <= tol[n] for n in tol)  # NaN/inf never passes
-    return {"seqlen": mask.seqlen, "errors": results["kernel"], "naive_errors": results["naive"],
-            "tolerance": tol, "tolerance_factor": factor, "passed": bool(passed)}
+        results[who] = dict(zip(names, (out, *(grads or ()))))
+    return {"seqlen": mask.seqlen, **judge(results["kernel"], results["naive"], ref, q.dtype, factor, k.shape[0])}
 
 
-def tolerance(naive_errors: dict, dtype, factor: float) -> dict:
-    """The acceptance rule: error <= factor x max(error of naive attention in the same dtype,
-    the dtype's unit roundoff)."""
-    from .reference import unit_roundoff
-
-    floor = unit_roundoff(dtype)
-    return {n: factor * max(e, floor) for n, e in naive_errors.items()}
-
-
-def check_seqlen(spec) -> int:
+def check_seqlen(spec, cap: int | None = None) -> int:
     """The length correctness is checked at: the cell's own, or the largest affordable multiple
-    of the mask's granule at or below check.max_seqlen."""
-    s, cap = spec["seqlen"], spec["check"]["max_seqlen"]
+    of the mask's granule at or below `cap` (default check.max_seqlen)."""
+    s = spec["seqlen"]
+    cap = spec["check"]["max_seqlen"] if cap is None else cap
     if s <= cap:
         return s
-    p = spec.get("mask_params", {})
-    granule = {"block_causal_document": p.get("block"), "block_sparse": p.get("block_size"),
-               "variable_block_sparse": p.get("avg_block")}.get(spec["mask"]) or 1
+    granule = mask_granule(spec)
     return max(granule, cap // granule * granule)
+
+
+def mask_granule(spec) -> int:
+    """Check lengths are multiples of this: the block of block masks, else 1."""
+    p = spec.get("mask_params", {})
+    return {"block_causal_document": p.get("block"), "block_sparse": p.get("block_size"),
+            "variable_block_sparse": p.get("avg_block")}.get(spec["mask"]) or 1
+
+
+def shorter_check_seqlen(spec, s: int) -> int | None:
+    """The next length to try when the check at `s` ran out of memory: half, on the granule;
+    None when `s` is already the granule."""
+    shorter = check_seqlen(spec, s // 2)
+    return shorter if shorter < s else None
+
+
+def checked_samples(spec) -> int:
+    """How many samples a cell checks: check.samples, and for masks drawn afresh per sample
+    (documents: sample_class other than 'single') at least 3, or all of them if fewer."""
+    from .masks import pattern
+
+    n, asked = n_samples(spec), spec["check"]["samples"]
+    if spec["mask"] and pattern(spec["mask"]).sample_class != "single":
+        return max(asked, min(3, n))
+    return asked
+
+
+class CheckOutOfMemory(RuntimeError):
+    """The float64 check ran out of memory even at the shortest length: the check could not be
+    made. Not the kernel's `oom` (its timings ran fine): the job fails instead of lying."""
 
 
 # ---------------------------------------------------------------- the cell
@@ -205,22 +223,57 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
         "tflops_median": flops / (tq["median"] * 1e-3) / 1e12,
         **mem,
     }
-    if index < spec["check"]["samples"]:
+    if index < checked_samples(spec):
         s_check = check_seqlen(spec)
         if s_check != spec["seqlen"]:
             del fn, leaves, dout_l, call, q, k, v, dout
             if direction == "bwd":
                 del out
-            crng = np.random.default_rng([spec["_data_seed"], index, s_check])
-            mask = sample_mask(spec["mask"], s_check, spec.get("mask_params", {}), crng, histograms, hq, hkv)
-            q, k, v, dout = make_inputs(spec["_data_seed"] + index + 7919, s_check, hq, hkv, d, dtype, device)
-            fn = kernel.prepare(mask)
+        timed = (mask, q, k, v, dout, fn) if s_check == spec["seqlen"] else None
         with clock.section():
-            sample["check"] = check_correctness(kernel, fn, mask, q, k, v, dout, direction,
-                                                spec["check"]["tolerance_factor"])
-        sample["check"]["mask_params"] = mask.params if s_check != spec["seqlen"] else "same as the timed sample"
+            sample["check"] = check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms)
     sample["device_busy_ms"] = clock.ms
     return sample
+
+
+def check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms) -> dict:
+    """The gate at `s_check` (on the timed sample's mask and inputs when `timed` holds them);
+    when the check itself runs out of memory, again at a shorter length (never the kernel's oom)."""
+    from .masks import sample_mask
+
+    hq, hkv, d = spec["heads_q"], spec["heads_kv"], spec["head_dim"]
+    too_long = []
+    while True:
+        try:
+            if s_check == spec["seqlen"]:
+                mask, q, k, v, dout, fn = timed
+            else:
+                crng = np.random.default_rng([spec["_data_seed"], index, s_check])
+                mask = sample_mask(spec["mask"], s_check, spec.get("mask_params", {}), crng, histograms, hq, hkv)
+                q, k, v, dout = make_inputs(spec["_data_seed"] + index + 7919, s_check, hq, hkv, d, dtype, device)
+                fn = kernel.prepare(mask)
+            chk = check_correctness(kernel, fn, mask, q, k, v, dout, spec["direction"],
+                                    spec["check"]["tolerance_factor"])
+            chk["mask_params"] = mask.params if s_check != spec["seqlen"] else "same as the timed sample"
+            if too_long:
+                chk["out_of_memory_at_seqlen"] = too_long
+            return chk
+        except Exception as e:  # noqa: BLE001 - an OOM of the check retries shorter; the rest propagates
+            if not S.is_oom(e):
+                raise
+            reason = str(e).splitlines()[0][:300]
+        # outside the except block, so the traceback (and the tensors its frames hold) is freed
+        mask = q = k = v = dout = fn = None
+        if device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+        shorter = shorter_check_seqlen(spec, s_check)
+        if shorter is None:
+            raise CheckOutOfMemory(f"the correctness check ran out of memory at every length down to {s_check}: "
+                                   f"{reason}")
+        too_long.append(s_check)
+        s_check = shorter
 
 
 def summarise(record, peak, gpus: int = 1):
@@ -245,7 +298,7 @@ def summarise(record, peak, gpus: int = 1):
     ceiling = (peak or {}).get("matmul_peak_tflops")
     record["fraction_of_peak"] = record["tflops"] / ceiling if ceiling else None
     checks = [s["check"] for s in samples if "check" in s]
-    errs = [e for c in checks for e in c["errors"].values()]
+    errs = [e for c in checks for n, e in c["errors"].items() if n != "lse"]  # the LSE's is absolute
     record["max_rel_err"] = max(errs) if errs else None
     record["check_passed"] = all(c["passed"] for c in checks) if checks else None
 
@@ -324,7 +377,7 @@ def _measure(record, info, spec, peak):
     except S.CellOutcome as e:
         return e.status, e.reason
     except Exception as e:  # noqa: BLE001 - anything else that is an OOM is a record, the rest a crash
-        if S.is_oom(e):
+        if S.is_oom(e) and not isinstance(e, CheckOutOfMemory):
             if device == "cuda":
                 torch.cuda.empty_cache()
             return S.OOM, f"out of memory at sample {len(record['samples'])}: {str(e).splitlines()[0][:300]}"

@@ -59,6 +59,8 @@ def _schema_problems(cfg) -> list[str]:
         msg = err.message
         if err.validator == "additionalProperties" and isinstance(err.schema.get("properties"), dict):
             msg += f"; valid keys: {', '.join(err.schema['properties'])}"
+        elif err.validator == "minimum" and err.schema.get("description"):
+            msg += f" ({err.schema['description']})"
         problems.append(f"{_path(err.absolute_path)}: {msg}")
     return problems
 

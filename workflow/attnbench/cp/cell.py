@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 
 from .. import status as S
-from ..cell import base_record, crash_if_asked, n_samples, now, summarise, torch_dtype, write_record
+from ..cell import (CheckOutOfMemory, base_record, checked_samples, crash_if_asked, n_samples, now, summarise,
+                    torch_dtype, write_record)
 from ..flops import attention_flops
 from ..masks import sample_mask
 from ..measure import peak_memory, quantiles, synchronize, time_ms
@@ -208,17 +209,27 @@ def _bytes_summary(ranks) -> dict:
 
 
 def check_sample(session, spec, index, histograms) -> dict:
-    """Correctness at an affordable length: every rank's out, lse, dq, dk, dv vs float64."""
+    """Correctness at an affordable length: every rank's out, lse, dq, dk, dv vs float64. When
+    the float64 check runs out of memory, again at half the length (never the method's oom)."""
     c = spec["check"]
-    s = min(spec["seqlen"], c["max_seqlen"])
-    if spec["impl"] == "torch_cp":
-        s -= s % (2 * spec["gpus"])
-    mask = _check_mask(spec, index, s, histograms)
-    verdict = run.check_method(session, spec["impl"], spec["cp"]["local_kernel"], degrees_of(spec), mask,
-                               spec["_data_seed"] + index + (0 if s == spec["seqlen"] else 7919), spec["heads_q"],
-                               spec["heads_kv"], spec["head_dim"], torch_dtype(spec["dtype"]), spec["direction"] != "fwd",
-                               c["tolerance_factor"])
+    s, too_long = min(spec["seqlen"], c["max_seqlen"]), []
+    while True:
+        if spec["impl"] == "torch_cp":
+            s -= s % (2 * spec["gpus"])
+        if s < 1:
+            raise CheckOutOfMemory(f"the float64 check ran out of memory at every length down to {too_long[-1]}")
+        mask = _check_mask(spec, index, s, histograms)
+        verdict = run.check_method(session, spec["impl"], spec["cp"]["local_kernel"], degrees_of(spec), mask,
+                                   spec["_data_seed"] + index + (0 if s == spec["seqlen"] else 7919), spec["heads_q"],
+                                   spec["heads_kv"], spec["head_dim"], torch_dtype(spec["dtype"]),
+                                   spec["direction"] != "fwd", c["tolerance_factor"])
+        if verdict["status"] != run.CHECK_OOM:
+            break
+        too_long.append(s)
+        s //= 2
     verdict["mask_params"] = mask.params if s != spec["seqlen"] else "same as the timed sample"
+    if too_long:
+        verdict["out_of_memory_at_seqlen"] = too_long
     return verdict
 
 
@@ -245,7 +256,7 @@ def measure(record, session, spec, peak):
             mask = sample_mask(spec["mask"], spec["seqlen"], spec.get("mask_params", {}), rng, hist, spec["heads_q"],
                                spec["heads_kv"])
             sample = measure_sample(session, rc, spec, i, mask)
-            if i < spec["check"]["samples"]:
+            if i < checked_samples(spec):
                 verdict = check_sample(session, spec, i, hist)
                 if verdict["status"] not in (S.OK, S.INCORRECT):
                     raise Failed(verdict["status"], verdict["reason"])

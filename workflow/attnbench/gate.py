@@ -1,0 +1,106 @@
+"""The correctness gate: one function that decides whether a result agrees with float64.
+
+Used by kernel cells (cell.check_correctness) and by context-parallel cells and verify
+(cp.run.compare). workflow/docs/correctness.md explains the criterion and its bounds.
+
+Tensors out, dq, dk, dv: [S, H, D]. The statistic is the largest per-row relative error,
+over every (position, head) row: a mask wrong by one token makes a few rows (or every row by
+a little, with heavy-tailed spikes) systematically wrong, which a Frobenius norm averages away.
+It must stay within `factor` x the same statistic of plain attention in the same dtype on the
+same rows (the yardstick), never below the dtype's unit roundoff or float32 accumulation's error.
+
+LSE: [S, H], natural log, compared by its largest absolute error against a bound derived from
+float32 arithmetic (LSE is a log quantity: an absolute error is a relative error of the sum).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .reference import rel_err, unit_roundoff
+
+CRITERION = "row_max_rel"
+LSE_CRITERION = "max_abs_fp32"
+# A row whose reference norm is below this share of the tensor's RMS row norm is measured
+# against that floor instead of its own norm: rows whose true value is (nearly) zero by
+# cancellation (dq of a row that sees one key) hold only rounding noise, relative to nothing.
+ROW_FLOOR = 0.5
+FP32_U = 2.0**-24
+
+
+def row_rel_errors(x, ref):
+    """Per (position, head) row: ||x - ref|| / max(||ref||, ROW_FLOOR x RMS row norm of ref).
+    A row with a NaN or Inf gives inf. x, ref: [S, H, D]."""
+    x64, r64 = x.detach().to(torch.float64).cpu(), ref.detach().to(torch.float64).cpu()
+    diff = (x64 - r64).norm(dim=-1)
+    norms = r64.norm(dim=-1)
+    rms = norms.square().mean().sqrt() if norms.numel() else torch.tensor(0.0, dtype=torch.float64)
+    denom = norms.clamp_min(ROW_FLOOR * rms)
+    errs = torch.where(denom > 0, diff / torch.where(denom > 0, denom, 1.0), diff)
+    bad = ~torch.isfinite(x64).all(dim=-1)
+    return errs.masked_fill(bad, float("inf"))
+
+
+def row_max_rel_err(x, ref) -> float:
+    errs = row_rel_errors(x, ref)
+    return float(errs.max()) if errs.numel() else 0.0
+
+
+def lse_abs_err(x, ref) -> float:
+    """Largest |x - ref| over rows; rows that see no key (ref -inf) must be -inf too."""
+    x64, r64 = x.detach().to(torch.float64).cpu(), ref.detach().to(torch.float64).cpu()
+    empty = torch.isinf(r64) & (r64 < 0)
+    if not torch.equal(empty, torch.isinf(x64) & (x64 < 0)) or torch.isnan(x64).any() or torch.isposinf(x64).any():
+        return float("inf")
+    d = (x64 - r64).masked_fill(empty, 0.0).abs()
+    return float(d.max()) if d.numel() else 0.0
+
+
+def lse_bound(ref_lse, q, k, scale) -> float:
+    """What float32 arithmetic can get wrong in a correct LSE (workflow/docs/correctness.md):
+    u32 x (max |lse| + D x scale x max||q_i|| x max||k_j|| + n), n the number of keys: the
+    final rounding, a float32 dot product's error over D products (the LSE moves by at most
+    the largest score error), and a float32 sum of n exponentials (worst case, any order)."""
+    r = ref_lse.detach().to(torch.float64)
+    finite = r[torch.isfinite(r)]
+    top = float(finite.abs().max()) if finite.numel() else 0.0
+    norm = lambda x: float(x.detach().to(torch.float64).norm(dim=-1).max()) if x.numel() else 0.0  # noqa: E731
+    return FP32_U * (top + q.shape[-1] * scale * norm(q) * norm(k) + k.shape[0])
+
+
+def errors_of(results: dict, ref: dict) -> dict:
+    """The gate's statistic of each named result against the reference."""
+    return {n: (lse_abs_err if n == "lse" else row_max_rel_err)(results[n], ref[n]) for n in results}
+
+
+def frobenius_errors(results: dict, ref: dict) -> dict:
+    """Relative Frobenius errors, recorded for reading (not what decides)."""
+    return {n: rel_err(results[n], ref[n]) for n in results if n != "lse"}
+
+
+def error_floor(dtype, head_dim: int, n_keys: int) -> float:
+    """The least tolerance before the factor: the dtype's unit roundoff, or what float32
+    accumulation over D products and n keys can reach (u32 x (D + n)), whichever is larger.
+    Naive attention can be exact where a flash kernel is not (dq of a one-key row)."""
+    return max(unit_roundoff(dtype), FP32_U * (head_dim + n_keys))
+
+
+def judge(results: dict, yardstick: dict, ref: dict, dtype, factor: float, n_keys: int,
+          lse_tolerance: float | None = None) -> dict:
+    """Compare `results` (out, dq, dk, dv, lse: whichever are present) with the float64 `ref`.
+
+    Tolerance of a tensor: factor x max(yardstick's row_max_rel error, error_floor);
+    of the LSE: factor x lse_tolerance (lse_bound). NaN/inf never passes. Returns what the
+    record keeps: errors, the yardstick's errors, tolerance, criterion, passed."""
+    errs = errors_of(results, ref)
+    ystick = errors_of({n: yardstick[n] for n in results if n != "lse"}, ref)
+    floor = error_floor(dtype, ref["out"].shape[-1], n_keys)
+    tol = {n: factor * max(e, floor) for n, e in ystick.items()}
+    if "lse" in results:
+        if lse_tolerance is None:
+            raise ValueError("an LSE is compared only with its float32 bound (lse_tolerance)")
+        tol["lse"] = factor * lse_tolerance
+    passed = all(errs[n] <= tol[n] for n in errs)  # NaN/inf never passes
+    return {"criterion": {"tensors": CRITERION, **({"lse": LSE_CRITERION} if "lse" in results else {})},
+            "errors": errs, "naive_errors": ystick, "tolerance": tol, "tolerance_factor": factor,
+            "frobenius_errors": frobenius_errors(results, ref), "passed": bool(passed)}
