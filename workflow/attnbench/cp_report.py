@@ -19,7 +19,7 @@ import pandas as pd
 from .cp.catalog import BARE_KERNEL, method_label
 from .figures import _grid_axes, _save, describe
 from .style import STATUS_LABEL, colour, marker, order
-from .tables import (GIB, MEDIAN_SPREAD, WITHIN_NOTE, _describe, _write, fastest_text, fmt_number, ratio_text,
+from .tables import (GIB, MEDIAN_SPREAD, WITHIN_NOTE, _describe, _write, fastest_text, fmt_compared, ratio_text,
                      spread_text)
 
 MIB = 2**20
@@ -72,7 +72,7 @@ def _name(m: str) -> str:
 def _tflops_text(r) -> str:
     """Median [p20-p80], flagged when incorrect; else the status word."""
     if r["status"] in RAN and pd.notna(r["tflops"]):
-        return (fmt_number(r["tflops"]) + spread_text(r, "tflops")
+        return (fmt_compared(r["tflops"]) + spread_text(r, "tflops", fmt_compared)
                 + (" (wrong)" if r["status"] == "incorrect" else ""))
     return STATUS_LABEL.get(r["status"], r["status"])
 
@@ -173,7 +173,8 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
             "method": r["impl"], "mask": r["mask"], "direction": r["direction"],
             "tokens_per_gpu": int(r["tokens_per_gpu"]), "gpus": r["gpus"], "degrees": _degrees(r),
             "status": STATUS_LABEL.get(r["status"], r["status"]),
-            "time (ms)": num("time_ms_median") + (spread_text(r, "time_ms_median", lambda x: f"{x:.3g}") if ran else ""),
+            "time (ms)": num("time_ms_median") + (spread_text(r, "time_ms_median", lambda x: f"{x:.3g}")
+                                                  if ran else ""),
             "compute-only (ms)": num("compute_only_ms"),
             "comm-only (ms)": num("comm_only_ms"), "overlap": _overlap_text(r) if ran else "",
             "measured / compute-only": _ratio_text(r) if ran else "",
@@ -201,7 +202,8 @@ def tables(df: pd.DataFrame, out: Path) -> list[Path]:
                     f"{_describe(df)}")
     paths += _write(breakdown_table(df), out / "cp_breakdown",
                     "context parallelism: measured time, compute-only and communication-only variants of the same "
-                    "schedule (slowest rank, median; the measured time with its p20-p80), overlap = (compute + comm - measured) / min(compute, comm), "
+                    "schedule (slowest rank, median; the measured time with its p20-p80), "
+                    "overlap = (compute + comm - measured) / min(compute, comm), "
                     f"shown only where communication is at least {MIN_COMM_SHARE:.0%} of compute (else the share, "
                     "in brackets), measured / compute-only (above 1: what transfers cost the real schedule), "
                     f"bytes sent per rank (max) and whether they equal the schedule's formula; {_describe(df)}")

@@ -17,7 +17,7 @@ import pandas as pd
 from .figures import GIB, _grid_axes, _save, describe, seqlen_label
 from .masks import SPARSE_MASKS
 from .style import colour, marker, order
-from .tables import (MEDIAN_SPREAD, WITHIN_NOTE, _describe, _fmt_cell, _write, fastest, fmt_number, ratio_text,
+from .tables import (MEDIAN_SPREAD, WITHIN_NOTE, _describe, _fmt_cell, _write, fastest, fmt_compared, ratio_text,
                      spread_text)
 
 MAIN_DENSITY = 0.5
@@ -88,7 +88,7 @@ def _equal_area(rows: pd.DataFrame, area: float) -> pd.DataFrame:
 
 
 def _median(r) -> str:
-    return fmt_number(r["tflops"]) + spread_text(r, "tflops")
+    return fmt_compared(r["tflops"]) + spread_text(r, "tflops", fmt_compared)
 
 
 def dense_ratio(sparse: pd.DataFrame, dense: pd.DataFrame) -> pd.DataFrame:

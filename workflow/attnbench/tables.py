@@ -40,6 +40,12 @@ MEDIAN_SPREAD = "median [p20-p80 over all timed repetitions]"
 WITHIN_NOTE = "'~ ... (within spread)': the two p20-p80 intervals overlap, so the difference is not resolved"
 
 
+def fmt_compared(v: float) -> str:
+    """Four significant digits: where two numbers are compared, three would hide differences of
+    0.1-0.5% that the p20-p80 intervals still resolve (321 vs 321 [321-321])."""
+    return f"{v:.4g}"
+
+
 def spread(r, value: str) -> tuple[float, float] | None:
     """(p20, p80) of a median value where the row records both, else None."""
     cols = SPREAD.get(value)
@@ -77,7 +83,8 @@ def fastest(rows: pd.DataFrame, name: str = "impl", value: str = "tflops") -> tu
 
 
 def fastest_text(rows: pd.DataFrame, name: str = "impl", value: str = "tflops") -> str:
-    if rows.empty:
+    """The fastest row's name and its ties; '' where fewer than two rows compete."""
+    if len(rows) < 2:
         return ""
     best, ties = fastest(rows, name, value)
     return best[name] + (f" ~ {', '.join(ties)} (within spread)" if ties else "")
@@ -217,8 +224,8 @@ def kernel_table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
     whats = {
         "tflops": ("TFLOP/s (median over all timed repetitions of all sampled masks, in brackets their p20-p80: "
                    "kernels whose intervals overlap are not told apart by this measurement) per sequence length "
-                   "(rows) and kernel (columns), one table per mask, heads setting and direction; a status word replaces "
-                   f"the number where there is none ({STATUS_NOTE}). Markdown and LaTeX."),
+                   "(rows) and kernel (columns), one table per mask, heads setting and direction; a status word "
+                   f"replaces the number where there is none ({STATUS_NOTE}). Markdown and LaTeX."),
         "memory": ("Peak memory (GiB) of the timed call per sequence length (rows) and kernel (columns), one table per "
                    f"mask, heads setting and direction ({STATUS_NOTE}). Memory source: {sources} (cuda_allocator: "
                    "peak bytes PyTorch allocated on the GPU; process_rss: the CPU process's peak resident set). "
