@@ -19,8 +19,8 @@ import pandas as pd
 from .cp.catalog import BARE_KERNEL, method_label
 from .figures import _grid_axes, _save, describe
 from .style import STATUS_LABEL, colour, marker, order
-from .tables import (GIB, MEDIAN_SPREAD, WITHIN_NOTE, _describe, _write, fastest_text, fmt_compared, ratio_text,
-                     spread_text)
+from .tables import (GIB, MEDIAN_SPREAD, WITHIN_NOTE, _describe, _write, fastest_text, fmt_compared, fmt_number,
+                     ratio_text, spread_text)
 
 MIB = 2**20
 RAN = ("ok", "incorrect")
@@ -173,8 +173,8 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
             "method": r["impl"], "mask": r["mask"], "direction": r["direction"],
             "tokens_per_gpu": int(r["tokens_per_gpu"]), "gpus": r["gpus"], "degrees": _degrees(r),
             "status": STATUS_LABEL.get(r["status"], r["status"]),
-            "time (ms)": num("time_ms_median") + (spread_text(r, "time_ms_median", lambda x: f"{x:.3g}")
-                                                  if ran else ""),
+            "time (ms)": (fmt_number(r["time_ms_median"]) + spread_text(r, "time_ms_median")
+                          if ran and pd.notna(r.get("time_ms_median")) else ""),
             "compute-only (ms)": num("compute_only_ms"),
             "comm-only (ms)": num("comm_only_ms"), "overlap": _overlap_text(r) if ran else "",
             "measured / compute-only": _ratio_text(r) if ran else "",
