@@ -25,7 +25,7 @@ def tidy(rows: list[dict], grid: str = "synthetic", family: str = "kernel") -> p
         timed = row["status"] in ("ok", "incorrect")
         row.setdefault("tflops", None)
         if not timed:
-            row["tflops"] = None
+            row["tflops"] = row["tflops_p20"] = row["tflops_p80"] = None
         if timed or row["status"] == "oom":
             row.setdefault("peak_mem_bytes", None)
             row["mem_source"] = row.get("mem_source") or "cuda_allocator"
@@ -67,10 +67,10 @@ def kernel_table(lengths=LENGTHS) -> pd.DataFrame:
                 for h in HEADS:
                     for d in ("fwd", "bwd"):
                         st = kernel_status(impl, mask, s, h, d)
+                        tflops = 10.0 * (i + 1) + s / 1024  # arbitrary distinct numbers
                         rows.append({"impl": impl, "mask": mask, "seqlen": s, "heads_q": h[0], "heads_kv": h[1],
-                                     "direction": d, "status": st,
-                                     # arbitrary distinct numbers; only their presence matters here
-                                     "tflops": 10.0 * (i + 1) + s / 1024,
+                                     "direction": d, "status": st, "tflops": tflops,
+                                     "tflops_p20": tflops - 0.5, "tflops_p80": tflops + 0.5,
                                      "peak_mem_bytes": float(s * h[1] * (i + 1) * 2**12)})
     return tidy(rows)
 

@@ -201,8 +201,10 @@ def test_kernel_tables_have_rows_per_length_and_a_column_per_kernel(cells_csv, t
     assert title == "full, MHA 64:64, forward"
     assert list(t.index) == ["1K", "4K", "8K", "16K"] and list(t.columns) == ["naive", "sdpa_flash", "flex", "fa2"]
     assert t.loc["8K", "naive"] == "OOM" and t.loc["16K", "sdpa_flash"] == "n/a"
+    # the median with its p20-p80 (naive is kernel 1: 10 + 1 TFLOP/s at 1K, the spread +-0.5)
+    assert t.loc["1K", "naive"] == "11.0 [10.5-11.5]"
     md = (tmp_path / "tflops.md").read_text()
-    assert "### causal, GQA 64:8, forward" in md and "(wrong)" in md
+    assert "### causal, GQA 64:8, forward" in md and "(wrong)" in md and "p20-p80" in md.split("\n", 1)[0]
     tex = (tmp_path / "support.tex").read_text()
     assert r"$\checkmark$" in tex and r"$\times$" in tex and r"share\_question" in tex
     assert (tmp_path / "tflops.tex").read_text().count(r"\begin{table}") == 12
@@ -260,3 +262,18 @@ def test_a_grid_varying_another_axis_is_refused_not_averaged(df, tmp_path):
     with pytest.raises(ValueError, match="differ in dtype"):
         tables.kernel_tables(two.assign(peak_mem_gib=1.0), tmp_path)
 
+
+
+def test_a_difference_inside_the_spread_is_not_called_one():
+    def r(impl, med, lo, hi):
+        return {"impl": impl, "tflops": med, "tflops_p20": lo, "tflops_p80": hi}
+
+    a, b, c = r("a", 100.0, 98.0, 102.0), r("b", 97.0, 95.0, 98.0), r("c", 90.0, 88.0, 94.0)
+    assert tables.within_spread(a, b) and not tables.within_spread(a, c)  # touching at 98 counts as overlap
+    assert tables.ratio_text(b, a, lambda x: f"{x:.2f}") == "~ 0.97 (within spread)"
+    assert tables.ratio_text(c, a, lambda x: f"{x:.2f}") == "0.90"
+    # no spread recorded: compared by medians alone, never declared a tie
+    assert not tables.within_spread(a, r("d", 99.0, None, None))
+    rows = pd.DataFrame([c, b, a])
+    assert tables.fastest_text(rows) == "a ~ b (within spread)"
+    assert tables.fastest_text(rows[rows["impl"] != "b"]) == "a"

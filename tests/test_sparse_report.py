@@ -12,6 +12,13 @@ from attnbench.figures import DEFAULT_STYLE
 GRID = {"family": "sparse", "direction": ["fwd", "bwd"]}
 
 
+def spread_of(tflops, rel) -> dict:
+    """p20 and p80 of TFLOP/s at +-rel around the median (None where there is no number)."""
+    if tflops is None:
+        return {"tflops_p20": None, "tflops_p80": None}
+    return {"tflops_p20": tflops * (1 - rel), "tflops_p80": tflops * (1 + rel)}
+
+
 def tidy_table() -> pd.DataFrame:
     """Rows shaped like collect.py's (the statuses and numbers are test data, not measurements)."""
     rows = []
@@ -29,18 +36,28 @@ def tidy_table() -> pd.DataFrame:
                 status, tflops = "unsupported", None
             if impl == "flashinfer" and direction == "fwd" and s == 65536 and rho == 0.8:
                 status, tflops = "oom", None
+            at = (mask, b, hq, hkv, direction, s, rho)
+            if impl == "flex" and at == ("block_sparse", 64, 64, 8, "fwd", 32768, 0.5):
+                status = "incorrect"  # timed, but disagrees with the float64 reference
+            if impl == "triton_block_sparse" and at == ("block_sparse", 128, 64, 8, "fwd", 65536, 0.5):
+                tflops = 402.0  # inside the dense reference's spread
             rows.append(dict(grid="g", family="sparse", impl=impl, mask=mask, seqlen=s, heads_q=hq, heads_kv=hkv,
                              head_dim=128, dtype="bfloat16", direction=direction, device="cuda",
                              device_name="NVIDIA H200", status=status, tflops=tflops,
-                             peak_mem_bytes=None if tflops is None else 2**30 * s / 16384,
+                             **spread_of(tflops, 0.01), peak_mem_bytes=None if tflops is None else 2**30 * s / 16384,
                              mem_source="cuda_allocator", block_size=b, avg_block=a, density=rho,
                              realised_density=rho, mask_area_mean=area))
-    for s, direction in itertools.product([23170, 46341], ["fwd", "bwd"]):  # full mask, area ~ 0.5 S'^2
-        rows.append(dict(grid="g", family="sparse", impl="sdpa_flash", mask="full", seqlen=s, heads_q=64, heads_kv=8,
+    # dense kernels on the full mask at the lengths of area ~ 0.5 S^2 (S' = 23170, 46341): sdpa_flash
+    # everywhere; at 23170 forward also fa3 (slower, inside sdpa_flash's spread) and flashmask (faster,
+    # but incorrect: never the reference)
+    dense = [("sdpa_flash", s, d, "ok", 400.0) for s in (23170, 46341) for d in ("fwd", "bwd")]
+    dense += [("fa3", 23170, "fwd", "ok", 398.0), ("flashmask", 23170, "fwd", "incorrect", 900.0)]
+    for impl, s, direction, status, tflops in dense:
+        rows.append(dict(grid="g", family="sparse", impl=impl, mask="full", seqlen=s, heads_q=64, heads_kv=8,
                          head_dim=128, dtype="bfloat16", direction=direction, device="cuda", device_name="NVIDIA H200",
-                         status="ok", tflops=400.0, peak_mem_bytes=2**30, mem_source="cuda_allocator",
-                         block_size=None, avg_block=None, density=None, realised_density=None,
-                         mask_area_mean=float(s * s)))
+                         status=status, tflops=tflops, **spread_of(tflops, 0.01), peak_mem_bytes=2**30 * s / 16384,
+                         mem_source="cuda_allocator", block_size=None, avg_block=None, density=None,
+                         realised_density=None, mask_area_mean=float(s * s)))
     df = pd.DataFrame(rows)
     df["peak_mem_gib"] = df["peak_mem_bytes"] / 2**30
     return df
@@ -64,8 +81,37 @@ def test_dense_ratio_pairs_equal_area_only():
     sparse, dense = sparse_report.split(tidy_table())
     r = sparse_report.dense_ratio(sparse, dense)
     assert set(r["density"]) == {0.5} and set(r["seqlen"]) == {32768, 65536} and set(r["heads"]) == {"64:8"}
-    row = r[(r["kernel"] == "flex") & (r["seqlen"] == 32768) & (r["direction"] == "fwd")].iloc[0]
-    assert row["fraction of dense"] == pytest.approx(row["tflops"] / 400.0, abs=1e-3)
+    row = r[(r["kernel"] == "flex") & (r["seqlen"] == 65536) & (r["direction"] == "fwd")
+            & (r["blocks"] == "B=64")].iloc[0]
+    # flex at 64K, density 0.5: 100 + 64 x 0.5 = 132 TFLOP/s against sdpa_flash's 400
+    assert row["tflops"] == "132 [130.7-133.3]" and row["dense tflops"] == "400 [396-404]"
+    assert row["fraction of dense"] == "0.330" and row["dense kernel"] == "sdpa_flash (full, S=46341)"
+
+
+def test_dense_ratio_uses_only_correct_cells_and_says_what_is_within_spread():
+    sparse, dense = sparse_report.split(tidy_table())
+    r = sparse_report.dense_ratio(sparse, dense).set_index(["kernel", "blocks", "seqlen", "direction"])
+    # the fastest dense cell at 23170 forward is flashmask's 900, but it is incorrect: sdpa_flash is the
+    # reference, and fa3's interval [394-402] overlaps sdpa_flash's [396-404]: not told apart
+    fwd32 = r.loc[("triton_block_sparse", "B=64", 32768, "fwd")]
+    assert fwd32["dense kernel"] == "sdpa_flash (full, S=23170) ~ fa3 (S=23170) (within spread)"
+    assert "flashmask" not in " ".join(r["dense kernel"])
+    # an incorrect sparse cell is listed, marked, and gets no ratio
+    wrong = r.loc[("flex", "B=64", 32768, "fwd")]
+    assert wrong["tflops"].endswith("(wrong)") and wrong["fraction of dense"] == "none (wrong)"
+    # 402 [398-406] against 400 [396-404]: the ratio is not called a difference
+    assert r.loc[("triton_block_sparse", "B=128", 65536, "fwd"), "fraction of dense"] == "~ 1.005 (within spread)"
+    assert not r["fraction of dense"].str.startswith("~").drop(("triton_block_sparse", "B=128", 65536, "fwd")).any()
+
+
+def test_dense_references_are_drawn_at_their_own_length():
+    sparse, dense = sparse_report.split(tidy_table())
+    at_half = sparse[sparse["density"] == 0.5]
+    ref = sparse_report.equal_area_references(dense, at_half)
+    assert set(ref["seqlen"]) == {23170, 46341}  # their own lengths, not the sparse ones
+    assert dict(zip(ref["seqlen"], ref["equal_area_seqlen"])) == {23170: 32768, 46341: 65536}
+    _, drawn = sparse_report._figure(at_half, ref, "seqlen", "tflops", "TFLOP/s", "t")
+    assert set(drawn["dense_x"]) == {23170, 46341}
 
 
 def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):
@@ -76,12 +122,15 @@ def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):
     sparse, dense = sparse_report.split(df)
     sparse["mem_gib"] = sparse["peak_mem_bytes"] / 2**30
     at_half = sparse[sparse["density"] == 0.5]
-    _, drawn = sparse_report._figure(at_half, dense, "seqlen", "tflops", "TFLOP/s", "t")
+    ref = sparse_report.equal_area_references(dense, at_half)
+    _, drawn = sparse_report._figure(at_half, ref, "seqlen", "tflops", "TFLOP/s", "t")
     assert drawn["panels"] == 3 * 2 * 2  # (B=64, B=128, var A=256) x (GQA, MHA) x (fwd, bwd)
     missing = drawn["missing"][("var A=256", "64:8", "fwd")]
     assert missing == {"unsupported": ["triton_block_sparse"], "unavailable": ["vsa"]}
     assert drawn["missing"][("B=64", "64:8", "bwd")]["unsupported"] == ["flashinfer"]
-    assert drawn["dense_points"] == 2 * 2 * 3  # 2 lengths x 2 directions, in each GQA panel (3 settings)
+    # sdpa_flash: 2 lengths x 2 directions, and fa3 once (fwd), in each GQA panel (3 settings); never the
+    # incorrect flashmask cell
+    assert drawn["dense_points"] == (2 * 2 + 1) * 3
     at_dense = sparse[(sparse["seqlen"] == 65536)]
     _, drawn = sparse_report._figure(at_dense.assign(x=at_dense["density"]), None, "x", "tflops", "TFLOP/s", "t",
                                      xlog=False)

@@ -103,3 +103,33 @@ def test_out_of_memory_on_one_rank_is_oom_on_every_rank_and_nobody_hangs(base, t
     # the same cell without the limit runs
     p, _ = launch(cell, tmp_path / "ok.json")
     assert json.loads((tmp_path / "ok.json").read_text())["status"] == "ok"
+
+
+@pytest.mark.parametrize("kernel,mask", [("cpu_flash", "causal_document_long"), ("math", "full")])
+def test_bare_kernel_cell_runs_one_rank_and_passes_the_float64_check(base, tmp_path, kernel, mask):
+    """`local`: the local kernel alone on one rank (the cp_vs_single_gpu baseline), timed and checked
+    like every cell, with nothing sent and no CP schedule around it."""
+    cell = spec(base, methods=["local"], gpus=[1], masks=[mask], cp={"local_kernel": kernel, "timeout_s": 60})
+    out = tmp_path / "local.json"
+    p, _ = launch(cell, out)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["status"] == "ok" and r["kernel"]["name"] == "local" and r["kernel"]["local_kernel"] == kernel
+    assert r["cp"]["degrees"] == {"ulysses": 1, "ring": 1, "windows": 1, "placement": "contiguous"}
+    for s in r["samples"]:
+        (rank,) = s["ranks"]
+        assert rank["bytes"]["sent"] == rank["bytes_analytic"]["sent"] == 0
+        assert rank["work_pairs"] == s["mask_area"] * 4  # every visible pair of the 4 query heads, once
+        assert "compute_only_ms" not in s  # no schedule to split
+        assert s["flops"] == 4 * s["mask_area"] * 4 * 16 * 3.5
+    chk = r["samples"][0]["check"]
+    assert chk["passed"] and chk["every_row_once"] and set(chk["errors"]) == {"out", "lse", "dq", "dk", "dv"}
+    assert r["max_rel_err"] < 1e-5
+
+
+def test_bare_kernel_is_refused_beyond_one_gpu(base):
+    cfg = copy.deepcopy(base)
+    cfg["run"] = ["t"]
+    cfg["grids"] = {"t": {**copy.deepcopy(GRID), "methods": ["local"], "gpus": [1, 2]}}
+    with pytest.raises(Exception, match=r"local \(1 GPU, bare kernel\) runs on at most 1 GPU, not 2"):
+        validate(cfg)

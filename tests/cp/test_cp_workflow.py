@@ -17,7 +17,7 @@ TINY = {"family": "cp", "device": "cpu", "methods": ["ring_p2p", "ulysses", "tor
         "direction": ["bwd"], "samples": {"document": 1, "single": 1}, "warmup": 0, "reps": 2,
         "check": {"max_seqlen": 256, "tolerance_factor": 5, "samples": 1}, "runtime_min": 5, "mem_mb": 2000,
         "cp": {"local_kernel": "cpu_flash", "timeout_s": 60},
-        "also": [{"methods": ["ring_p2p"], "gpus": [1]}]}  # the 1-GPU point that cp_vs_single_gpu compares with
+        "also": [{"methods": ["local"], "gpus": [1]}]}  # the bare kernel on 1 GPU: cp_vs_single_gpu's baseline
 
 
 @pytest.mark.slow
@@ -36,11 +36,12 @@ def test_snakemake_runs_a_cp_grid(tmp_path):
     res = tmp_path / "results"
     records = sorted((res / "cells/tinycp/cp").rglob("*.json"))
     assert [r.relative_to(res / "cells/tinycp/cp").as_posix() for r in records] == [
-        "ring_p2p/causal/s24-h3x1-d8-float32-bwd-g1.json", "ring_p2p/causal/s48-h3x1-d8-float32-bwd-g2.json", "torch_cp/causal/s48-h3x1-d8-float32-bwd-g2.json",
+        "local/causal/s24-h3x1-d8-float32-bwd-g1.json", "ring_p2p/causal/s48-h3x1-d8-float32-bwd-g2.json",
+        "torch_cp/causal/s48-h3x1-d8-float32-bwd-g2.json",
         "ulysses/causal/s48-h3x1-d8-float32-bwd-g2.json"]
     df = pd.read_csv(res / "tables/cells.csv")
     one = df[df["gpus"] == 1]
-    assert list(one["impl"]) == ["ring_p2p"] and list(one["status"]) == ["ok"]
+    assert list(one["impl"]) == ["local"] and list(one["status"]) == ["ok"] and one["check_passed"].all()
     df = df[df["gpus"] == 2]
     assert dict(zip(df["impl"], df["status"])) == {"ring_p2p": "ok", "ulysses": "unsupported", "torch_cp": "unavailable"}
     ring = df[df["impl"] == "ring_p2p"].iloc[0]
@@ -52,4 +53,5 @@ def test_snakemake_runs_a_cp_grid(tmp_path):
     assert "unsup." in md and "n/a" in md and "dtype: float32" in md
     share = (res / "tables/tinycp/cp_vs_single_gpu.md").read_text()
     ring2 = df[df["impl"] == "ring_p2p"].iloc[0]
-    assert f"{ring2['tflops'] / one['tflops'].iloc[0]:.0%}" in share and "(ring_p2p)" in share
+    assert f"{ring2['tflops'] / one['tflops'].iloc[0]:.0%}" in share and "1 GPU, bare kernel (TFLOP/s)" in share
+    assert "none (no local cell)" not in share.split("\n\n", 1)[1]  # the table, not its caption

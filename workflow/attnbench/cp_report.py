@@ -1,7 +1,8 @@
 """Tables and figures of `family: cp` grids, from the tidy table alone (figures.py / tables.py call these).
 
-Tables: per-GPU TFLOP/s of every method per (mask, direction, tokens per GPU, GPUs) (cp_tflops), its
-share of the grid's 1-GPU cell at the same tokens per GPU (cp_vs_single_gpu), and the
+Tables: per-GPU TFLOP/s (median [p20-p80]) of every method per (mask, direction, tokens per GPU,
+GPUs) and the fastest correct method, ties within the spread named (cp_tflops), its share of the
+bare local kernel on one GPU (`local`) at the same tokens per GPU (cp_vs_single_gpu), and the
 communication/computation breakdown with bytes, load balance, degrees and memory (cp_breakdown).
 Figures: per-GPU TFLOP/s vs number of GPUs, one panel per mask and direction (and tokens per GPU
 where the grid has several) (cp_tflops_vs_gpus), and the compute-only / communication-only /
@@ -15,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .cp.catalog import BARE_KERNEL, method_label
 from .figures import _grid_axes, _save, describe
 from .style import STATUS_LABEL, colour, marker, order
-from .tables import GIB, _describe, _write
+from .tables import (GIB, MEDIAN_SPREAD, WITHIN_NOTE, _describe, _write, fastest_text, fmt_compared, fmt_number,
+                     ratio_text, spread_text)
 
 MIB = 2**20
 RAN = ("ok", "incorrect")
@@ -60,9 +63,17 @@ def _degrees(r) -> str:
 # ---------------------------------------------------------------- tables
 
 
+def _name(m: str) -> str:
+    """A method's name in tables and legends, with its label where it has one."""
+    label = method_label(m)
+    return m if label == m else f"{m} ({label})"
+
+
 def _tflops_text(r) -> str:
+    """Median [p20-p80], flagged when incorrect; else the status word."""
     if r["status"] in RAN and pd.notna(r["tflops"]):
-        return f"{r['tflops']:.3g}" + (" (wrong)" if r["status"] == "incorrect" else "")
+        return (fmt_compared(r["tflops"]) + spread_text(r, "tflops", fmt_compared)
+                + (" (wrong)" if r["status"] == "incorrect" else ""))
     return STATUS_LABEL.get(r["status"], r["status"])
 
 
@@ -74,35 +85,64 @@ def _sorted(t: pd.DataFrame, keys: list[str], index: list[str]) -> pd.DataFrame:
     return t.sort_values(["_o" if k == "method" else k for k in keys]).drop(columns="_o").set_index(index)
 
 
+POINT = ["mask", "direction", "tokens_per_gpu", "gpus"]
+
+
 def tflops_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per-GPU TFLOP/s, median [p20-p80], one column per method, and the fastest correct CP method
+    of each row (the bare kernel is the baseline, not a contender), naming every method whose
+    interval overlaps the fastest one's."""
     d = df.copy()
     d["text"] = [_tflops_text(r) for _, r in d.iterrows()]
     d["tokens_per_gpu"] = d["tokens_per_gpu"].astype(int)
-    t = d.pivot_table(index=["mask", "direction", "tokens_per_gpu", "gpus"], columns="impl", values="text",
-                      aggfunc="first")
-    return t.reindex(columns=order(t.columns)).fillna("")
+    t = d.pivot_table(index=POINT, columns="impl", values="text", aggfunc="first")
+    t = t.reindex(columns=order(t.columns)).fillna("")
+    correct = d[(d["status"] == "ok") & d["tflops"].notna() & (d["impl"] != BARE_KERNEL)]
+    best = {k: fastest_text(g) for k, g in correct.groupby(POINT)}
+    t["fastest (ok cells)"] = [best.get(k, "") for k in t.index]
+    return t.rename(columns=_name)
+
+
+# A CP cell and its baseline share all of these.
+BASELINE_KEY = ["mask", "direction", "tokens_per_gpu", "heads_q", "heads_kv", "head_dim", "dtype"]
+
+
+def _baselines(df: pd.DataFrame) -> dict:
+    """The `local` cell (bare kernel, 1 GPU) of each BASELINE_KEY, whatever its status."""
+    bare = df[(df["impl"] == BARE_KERNEL) & (df["gpus"] == 1)]
+    return {tuple(r.get(k) for k in BASELINE_KEY): r for _, r in bare.iterrows()}
+
+
+def _share(r, ref) -> str:
+    """The cell's per-GPU TFLOP/s over the bare kernel's, or why there is none."""
+    if ref is None:
+        return "none (no local cell)"
+    if r["status"] not in RAN or pd.isna(r["tflops"]):
+        return ""
+    if "incorrect" in (r["status"], ref["status"]):
+        return "none (wrong)"
+    if ref["status"] != "ok" or pd.isna(ref["tflops"]):
+        return f"none (baseline {STATUS_LABEL.get(ref['status'], ref['status'])})"
+    return ratio_text(r, ref, lambda x: f"{x:.0%}")
 
 
 def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per-GPU TFLOP/s of every multi-GPU cell against the 1-GPU cells of the same mask, direction
-    and tokens per GPU (the local kernel over the whole sequence; the best 1-GPU method if several
-    ran): the scaling efficiency. Blank where the grid has no such 1-GPU cell."""
-    ran = df[df["status"].isin(RAN) & df["tflops"].notna()]
-    key = ["mask", "direction", "tokens_per_gpu"]
-    single = ran[ran["gpus"] == 1]
-    best = {k: g.loc[g["tflops"].idxmax()] for k, g in single.groupby(key)}
+    """Per-GPU TFLOP/s of every CP cell against the bare local kernel on one GPU (`local`) at the
+    same mask, direction, tokens per GPU, heads, head dim and dtype: what context parallelism costs.
+    Only a `local` cell that is ok is a baseline; without one the share says so (a CP method at
+    1 GPU, e.g. Ulysses, is NOT used instead: it runs the CP framework around the kernel)."""
+    refs = _baselines(df)
     rows = []
-    for _, r in df[df["gpus"] > 1].iterrows():
-        ref = best.get(tuple(r[k] for k in key))
-        ok = r["status"] in RAN and pd.notna(r["tflops"])
+    for _, r in df[df["impl"] != BARE_KERNEL].iterrows():
+        ref = refs.get(tuple(r.get(k) for k in BASELINE_KEY))
         rows.append({
             "method": r["impl"], "mask": r["mask"], "direction": r["direction"],
             "tokens_per_gpu": int(r["tokens_per_gpu"]), "gpus": int(r["gpus"]),
             "TFLOP/s per GPU": _tflops_text(r),
-            "1 GPU (TFLOP/s)": "" if ref is None else f"{ref['tflops']:.3g} ({ref['impl']})",
-            "share of 1 GPU": f"{r['tflops'] / ref['tflops']:.0%}" if ok and ref is not None else "",
+            f"{method_label(BARE_KERNEL)} (TFLOP/s)": "" if ref is None else _tflops_text(ref),
+            "share of 1 GPU": _share(r, ref),
         })
-    index = ["mask", "direction", "tokens_per_gpu", "gpus", "method"]
+    index = POINT + ["method"]
     return _sorted(pd.DataFrame(rows), index, index)
 
 
@@ -133,7 +173,9 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
             "method": r["impl"], "mask": r["mask"], "direction": r["direction"],
             "tokens_per_gpu": int(r["tokens_per_gpu"]), "gpus": r["gpus"], "degrees": _degrees(r),
             "status": STATUS_LABEL.get(r["status"], r["status"]),
-            "time (ms)": num("time_ms_median"), "compute-only (ms)": num("compute_only_ms"),
+            "time (ms)": (fmt_number(r["time_ms_median"]) + spread_text(r, "time_ms_median")
+                          if ran and pd.notna(r.get("time_ms_median")) else ""),
+            "compute-only (ms)": num("compute_only_ms"),
             "comm-only (ms)": num("comm_only_ms"), "overlap": _overlap_text(r) if ran else "",
             "measured / compute-only": _ratio_text(r) if ran else "",
             "load max/mean": num("load_balance", digits=3), "sent/rank (MiB)": num("bytes_sent_max", MIB),
@@ -147,16 +189,21 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def tables(df: pd.DataFrame, out: Path) -> list[Path]:
     paths = _write(tflops_table(df), out / "cp_tflops",
-                   f"context parallelism: TFLOP/s per GPU (median; global FLOPs / (slowest rank's time x GPUs)), "
-                   f"{_describe(df)}")
+                   f"context parallelism: TFLOP/s per GPU ({MEDIAN_SPREAD}; global FLOPs / (slowest rank's time x "
+                   f"GPUs)); fastest: the CP method of highest median among the cells that agree with the float64 "
+                   f"reference, with every method whose p20-p80 overlaps it ({WITHIN_NOTE}); {_describe(df)}")
     paths += _write(vs_single_gpu_table(df), out / "cp_vs_single_gpu",
-                    "context parallelism against one GPU: per-GPU TFLOP/s of each multi-GPU cell and its share of the "
-                    "1-GPU cell of the same mask, direction and tokens per GPU (the local kernel over the whole "
-                    "sequence; blank: the grid has no such cell, add `gpus: [1]` for one method); "
+                    f"context parallelism against one GPU: per-GPU TFLOP/s ({MEDIAN_SPREAD}) of each CP cell and "
+                    f"its share of the bare local kernel on one GPU (`{BARE_KERNEL}`: the same kernel call over the "
+                    "whole sequence, no CP framework) at the same mask, direction and tokens per GPU; the share is "
+                    f"the ratio of the medians, {WITHIN_NOTE}; 'none (no local cell)': the grid lacks that baseline "
+                    f"(add `methods: [{BARE_KERNEL}]` with `gpus: [1]`; a CP method at 1 GPU is never used instead); "
+                    "'none (wrong)': either cell disagrees with the float64 reference, no share is computed; "
                     f"{_describe(df)}")
     paths += _write(breakdown_table(df), out / "cp_breakdown",
                     "context parallelism: measured time, compute-only and communication-only variants of the same "
-                    "schedule (slowest rank, median), overlap = (compute + comm - measured) / min(compute, comm), "
+                    "schedule (slowest rank, median; the measured time with its p20-p80), "
+                    "overlap = (compute + comm - measured) / min(compute, comm), "
                     f"shown only where communication is at least {MIN_COMM_SHARE:.0%} of compute (else the share, "
                     "in brackets), measured / compute-only (above 1: what transfers cost the real schedule), "
                     f"bytes sent per rank (max) and whether they equal the schedule's formula; {_describe(df)}")
@@ -179,7 +226,7 @@ def tflops_vs_gpus(df: pd.DataFrame):
             g = d[d["impl"] == m]
             ok = g[g["status"].isin(RAN) & g["tflops"].notna()].sort_values("gpus")
             if len(ok):
-                ax.plot(ok["gpus"], ok["tflops"], "-", color=colour(m), marker=marker(m), ms=5, lw=1.4, label=m)
+                ax.plot(ok["gpus"], ok["tflops"], "-", color=colour(m), marker=marker(m), ms=5, lw=1.4, label=_name(m))
                 bad = ok[ok["status"] == "incorrect"]
                 ax.plot(bad["gpus"], bad["tflops"], "o", mfc="none", mec="red", ms=10, lw=0)
                 drawn["lines"] += 1
@@ -234,7 +281,7 @@ def breakdown(df: pd.DataFrame):
                 x = gi + (mi - (len(methods) - 1) / 2) * width
                 comp, comm = r.get("compute_only_ms"), r.get("comm_only_ms")
                 if pd.notna(comp) and pd.notna(comm):
-                    ax.bar(x, comp, width * 0.9, color=colour(m), label=m)
+                    ax.bar(x, comp, width * 0.9, color=colour(m), label=_name(m))
                     ax.bar(x, comm, width * 0.9, bottom=comp, color=colour(m), alpha=0.35, hatch="//",
                            edgecolor=colour(m))
                     drawn["bars"] += 2

@@ -8,7 +8,8 @@ from .kernels.catalog import KERNELS
 
 GIB = 2**30  # bytes in records, GiB in tables and figures
 
-CP_METHODS_ORDER = ("ulysses", "ring_p2p", "ring_allgather", "usp", "loongtrain", "torch_cp")
+# `local` (the bare kernel on one GPU) first: the baseline the methods are read against.
+CP_METHODS_ORDER = ("local", "ulysses", "ring_p2p", "ring_allgather", "usp", "loongtrain", "torch_cp")
 SPARSE_ORDER = ("triton_block_sparse", "vsa", "flashinfer", "fa2_sparse")
 # Every kernel and method once, in the order of legends, table columns and colours.
 NAMES = tuple(dict.fromkeys(tuple(KERNELS) + SPARSE_ORDER + CP_METHODS_ORDER))

@@ -2,7 +2,8 @@
 
 Rows of block-sparse masks are grouped by their block setting ("B=64", "var A=512"); rows of
 other masks in a sparse grid (the dense kernels on the full mask) are dense references:
-drawn as dashed lines and used for the sparse/dense throughput ratio at equal visible area.
+drawn as dashed lines at their own length and used for the sparse/dense throughput ratio at
+equal visible area.
 Files: exactly outputs.table_names / figure_stems for family sparse.
 """
 
@@ -16,7 +17,8 @@ import pandas as pd
 from .figures import GIB, _grid_axes, _save, describe, seqlen_label
 from .masks import SPARSE_MASKS
 from .style import colour, marker, order
-from .tables import _describe, _fmt_cell, _write
+from .tables import (MEDIAN_SPREAD, WITHIN_NOTE, _describe, _fmt_cell, _write, fastest, fmt_compared, ratio_text,
+                     spread_text)
 
 MAIN_DENSITY = 0.5
 AREA_MATCH = 0.02  # a dense reference counts when its area is within 2% of the sparse cell's
@@ -57,7 +59,7 @@ def main_density(sparse: pd.DataFrame) -> float | None:
 # ----------------------------------------------------------------------------- tables
 
 
-def _pivot(sparse: pd.DataFrame, value: str, digits: int) -> pd.DataFrame:
+def _pivot(sparse: pd.DataFrame, value: str, digits: int | None) -> pd.DataFrame:
     """Rows (block setting, heads, S, density), one column per kernel and direction: the value or
     the status that replaced it; the realised density (the same mask for every kernel) beside it."""
     d = sparse.copy()
@@ -81,38 +83,55 @@ def _flat(t: pd.DataFrame) -> pd.DataFrame:
     return t.reset_index().set_index("blocks")
 
 
+def _equal_area(rows: pd.DataFrame, area: float) -> pd.DataFrame:
+    return rows[(rows["mask_area_mean"] - area).abs() <= AREA_MATCH * area]
+
+
+def _median(r) -> str:
+    return fmt_compared(r["tflops"]) + spread_text(r, "tflops", fmt_compared)
+
+
 def dense_ratio(sparse: pd.DataFrame, dense: pd.DataFrame) -> pd.DataFrame:
-    """Each measured sparse cell next to the best dense kernel on the full mask at (about) the same
-    visible area, same heads and direction: TFLOP/s of both and their ratio."""
+    """Each measured sparse cell next to the fastest CORRECT dense kernel on the full mask at (about)
+    the same visible area, same heads, direction and dtype: TFLOP/s of both (median [p20-p80]) and the
+    ratio of their medians. The ratio is '~ ... (within spread)' where the intervals overlap; a sparse
+    cell that disagrees with the float64 reference is listed but gets no ratio; where another dense
+    kernel's interval overlaps the fastest one's, the dense kernel column says so."""
     rows = []
-    ran = dense[dense["status"].isin(["ok"]) & dense["tflops"].notna()]
+    ok = dense[(dense["status"] == "ok") & dense["tflops"].notna()]
     for _, r in sparse[sparse["status"].isin(["ok", "incorrect"]) & sparse["tflops"].notna()].iterrows():
-        ref = ran[(ran["heads_q"] == r["heads_q"]) & (ran["heads_kv"] == r["heads_kv"])
-                  & (ran["direction"] == r["direction"]) & (ran["dtype"] == r["dtype"])]
-        ref = ref[(ref["mask_area_mean"] - r["mask_area_mean"]).abs() <= AREA_MATCH * r["mask_area_mean"]]
+        ref = ok[(ok["heads_q"] == r["heads_q"]) & (ok["heads_kv"] == r["heads_kv"])
+                 & (ok["direction"] == r["direction"]) & (ok["dtype"] == r["dtype"])]
+        ref = _equal_area(ref, r["mask_area_mean"])
         if ref.empty:
             continue
-        best = ref.loc[ref["tflops"].idxmax()]
+        best, ties = fastest(ref.assign(name=[f"{d['impl']} (S={int(d['seqlen'])})" for _, d in ref.iterrows()]),
+                             "name")
+        wrong = r["status"] == "incorrect"
         rows.append({"kernel": r["impl"], "direction": r["direction"], "blocks": r["blocks"], "heads": r["heads"],
-                     "seqlen": r["seqlen"], "density": r["density"], "tflops": round(r["tflops"], 3),
-                     "dense kernel": f"{best['impl']} (full, S={int(best['seqlen'])})",
-                     "dense tflops": round(best["tflops"], 3), "fraction of dense": round(r["tflops"] / best["tflops"], 3)})
+                     "seqlen": r["seqlen"], "density": r["density"],
+                     "tflops": _median(r) + (" (wrong)" if wrong else ""),
+                     "dense kernel": f"{best['impl']} (full, S={int(best['seqlen'])})"
+                                     + (f" ~ {', '.join(ties)} (within spread)" if ties else ""),
+                     "dense tflops": _median(best),
+                     "fraction of dense": "none (wrong)" if wrong else ratio_text(r, best, lambda x: f"{x:.3f}")})
     cols = ["kernel", "direction", "blocks", "heads", "seqlen", "density", "tflops", "dense kernel", "dense tflops",
             "fraction of dense"]
     return pd.DataFrame(rows, columns=cols)
 
 
-def at_equal_area(dense: pd.DataFrame, sparse: pd.DataFrame) -> pd.DataFrame:
-    """Dense reference rows moved to the sparse length whose visible area they match (same heads,
-    within AREA_MATCH), so a figure compares them where the sparse kernels run; `dense_seqlen` keeps
-    their own length. Rows that match no sparse cell are left out."""
+def equal_area_references(dense: pd.DataFrame, sparse: pd.DataFrame) -> pd.DataFrame:
+    """Dense reference rows whose visible area matches some sparse cell's (same heads, within
+    AREA_MATCH), at their OWN length; `equal_area_seqlen` names the sparse length they match (for
+    the figure's note). Rows that match no sparse cell are left out."""
     keys = sparse[["heads", "seqlen", "mask_area_mean"]].dropna().drop_duplicates()
     rows = []
     for _, d in dense.iterrows():
-        m = keys[(keys["heads"] == d["heads"])
-                 & ((keys["mask_area_mean"] - d["mask_area_mean"]).abs() <= AREA_MATCH * keys["mask_area_mean"])]
-        rows += [{**d.to_dict(), "seqlen": s, "dense_seqlen": d["seqlen"]} for s in sorted(set(m["seqlen"]))]
-    return pd.DataFrame(rows, columns=[*dense.columns, "dense_seqlen"])
+        m = keys[(keys["heads"] == d["heads"])]
+        m = m[(m["mask_area_mean"] - d["mask_area_mean"]).abs() <= AREA_MATCH * m["mask_area_mean"]]
+        if len(m):
+            rows.append({**d.to_dict(), "equal_area_seqlen": int(min(m["seqlen"]))})
+    return pd.DataFrame(rows, columns=[*dense.columns, "equal_area_seqlen"])
 
 
 def tables(df: pd.DataFrame, out_dir) -> list[Path]:
@@ -121,13 +140,16 @@ def tables(df: pd.DataFrame, out_dir) -> list[Path]:
     if "peak_mem_gib" not in sparse:
         sparse["peak_mem_gib"] = sparse["peak_mem_bytes"] / GIB
     about = _describe(df)
-    paths = _write(_flat(_pivot(sparse, "tflops", 3)), out / "sparse_tflops",
-                   f"TFLOP/s (median; FLOPs from the kept blocks) per (block setting, heads, S, density); {about}")
+    paths = _write(_flat(_pivot(sparse, "tflops", None)), out / "sparse_tflops",
+                   f"TFLOP/s ({MEDIAN_SPREAD}; FLOPs from the kept blocks) per (block setting, heads, S, density); "
+                   f"{about}")
     paths += _write(_flat(_pivot(sparse, "peak_mem_gib", 3)), out / "sparse_memory",
                     f"peak memory (GiB) per (block setting, heads, S, density); {about}")
     ratio = dense_ratio(sparse, dense)
-    caption = (f"block-sparse TFLOP/s as a fraction of the best dense kernel on the full mask at the same visible "
-               f"area (within {AREA_MATCH:.0%}); {about}")
+    caption = (f"block-sparse TFLOP/s as a fraction of the fastest correct dense kernel (status ok; named per row) "
+               f"on the full mask at the same visible area (within {AREA_MATCH:.0%}), same heads and direction; "
+               f"TFLOP/s {MEDIAN_SPREAD}, fraction = ratio of the medians; {WITHIN_NOTE}; sparse cells that disagree "
+               f"with the float64 reference are listed, marked (wrong), with no fraction; {about}")
     if ratio.empty:
         caption += "; no dense reference cell of equal area in this grid"
     paths += _write(ratio.set_index("kernel"), out / "sparse_vs_dense", caption)
@@ -162,13 +184,18 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
         for st in missing:
             if len(g) and (g["status"] == st).all():
                 missing[st].append(impl)
-    if dense is not None:
+    if dense is not None:  # at their own length, each point labelled with the sparse length it matches
         for impl in order(dense["impl"]):
             ok = dense[(dense["impl"] == impl) & (dense["status"] == "ok") & dense[value].notna()].sort_values(x)
             if len(ok):
                 ax.plot(ok[x], ok[value], "--", color=colour(impl), marker=marker(impl), ms=3, lw=1,
-                        label=f"{impl} (dense, full mask of equal area)")
+                        label=f"{impl} (dense, full mask, at its own S)")
+                for _, p in ok.iterrows() if "equal_area_seqlen" in ok else ():
+                    ax.annotate(f"area of {seqlen_label(int(p['equal_area_seqlen']))}", (p[x], p[value]),
+                                textcoords="offset points", xytext=(0, -10), ha="center", fontsize="xx-small",
+                                color=colour(impl))
                 drawn["dense_points"] += len(ok)
+                drawn["dense_x"] += list(ok[x])
     return missing
 
 
@@ -176,7 +203,7 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
     panels = _panels(sparse)
     combos = len(set((h, d) for _, h, d in panels))
     fig, axes = _grid_axes(len(panels), ncols=combos if combos > 1 else min(4, len(panels)))
-    drawn = {"panels": len(panels), "points": 0, "oom_markers": 0, "dense_points": 0, "missing": {}}
+    drawn = {"panels": len(panels), "points": 0, "oom_markers": 0, "dense_points": 0, "dense_x": [], "missing": {}}
     for ax, (blocks, heads, direction) in zip(axes, panels):
         d = sparse[(sparse["blocks"] == blocks) & (sparse["heads"] == heads) & (sparse["direction"] == direction)]
         ref = None
@@ -210,8 +237,12 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(6, max(1, len(handles))),
                bbox_to_anchor=(0.5, -0.02), frameon=False, fontsize="small")
     fig.suptitle(title, y=1.0)
-    fig.text(0.5, -0.06, "X on the axis: out of memory; red ring: disagrees with the float64 reference; "
-             "panel text: kernels unsupported / not installed there", ha="center", fontsize="small", color="0.3")
+    note = ("X on the axis: out of memory; red ring: disagrees with the float64 reference; "
+            "panel text: kernels unsupported / not installed there")
+    if drawn["dense_points"]:
+        note += ("\ndashed: a dense kernel on the full mask at its own length S', whose visible area S'^2 equals "
+                 "the sparse masks' at the length named beside each point")
+    fig.text(0.5, -0.06, note, ha="center", fontsize="small", color="0.3")
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     return fig, drawn
 
@@ -225,7 +256,7 @@ def figures(df: pd.DataFrame, out_dir, style) -> list[Path]:
     rho = main_density(sparse)
     at_rho = sparse[sparse["density"] == rho] if rho is not None else sparse
     paths = []
-    ref = at_equal_area(dense, at_rho)
+    ref = equal_area_references(dense, at_rho)
     fig, _ = _figure(at_rho, ref, "seqlen", "tflops", "TFLOP/s",
                      f"Block-sparse throughput vs sequence length, density {rho} | {head}")
     paths += _save(fig, out, "sparse_tflops_vs_seqlen", style)

@@ -32,7 +32,8 @@ KERNEL_STYLE = {
     "vsa": ("#e7298a", "D"),
     "flashinfer": ("#e6ab02", "v"),
     "fa2_sparse": ("#a6761d", "H"),
-    # context-parallel methods
+    # context-parallel methods (and `local`, the bare kernel on one GPU, their baseline)
+    "local": ("#000000", "*"),
     "ulysses": ("#377eb8", "o"),
     "ring_p2p": ("#e41a1c", "s"),
     "ring_allgather": ("#ff7f00", "^"),

@@ -34,10 +34,68 @@ def fmt_number(v: float) -> str:
     return f"{v:.3g}"
 
 
+# The p20 and p80 columns of a value that is a median over timed repetitions.
+SPREAD = {"tflops": ("tflops_p20", "tflops_p80"), "time_ms_median": ("time_ms_p20", "time_ms_p80")}
+MEDIAN_SPREAD = "median [p20-p80 over all timed repetitions]"
+WITHIN_NOTE = "'~ ... (within spread)': the two p20-p80 intervals overlap, so the difference is not resolved"
+
+
+def fmt_compared(v: float) -> str:
+    """Four significant digits: where two numbers are compared, three would hide differences of
+    0.1-0.5% that the p20-p80 intervals still resolve (321 vs 321 [321-321])."""
+    return f"{v:.4g}"
+
+
+def spread(r, value: str) -> tuple[float, float] | None:
+    """(p20, p80) of a median value where the row records both, else None."""
+    cols = SPREAD.get(value)
+    if cols is None:
+        return None
+    lo, hi = (r.get(c) for c in cols)
+    return (float(lo), float(hi)) if pd.notna(lo) and pd.notna(hi) else None
+
+
+def spread_text(r, value: str, fmt=fmt_number) -> str:
+    """' [p20-p80]' of a median value, '' where the row has no spread."""
+    s = spread(r, value)
+    return "" if s is None else f" [{fmt(s[0])}-{fmt(s[1])}]"
+
+
+def within_spread(a, b, value: str = "tflops") -> bool:
+    """Whether two rows' p20-p80 intervals overlap: their difference is inside the measurement's own
+    spread. Rows without a spread are compared by their medians alone (never 'within')."""
+    sa, sb = spread(a, value), spread(b, value)
+    return sa is not None and sb is not None and sa[0] <= sb[1] and sb[0] <= sa[1]
+
+
+def ratio_text(a, b, fmt, value: str = "tflops") -> str:
+    """a's median over b's, formatted; '~ ratio (within spread)' where their intervals overlap."""
+    text = fmt(a[value] / b[value])
+    return f"~ {text} (within spread)" if within_spread(a, b, value) else text
+
+
+def fastest(rows: pd.DataFrame, name: str = "impl", value: str = "tflops") -> tuple[pd.Series, list[str]]:
+    """The row with the highest median, and the names of the others whose p20-p80 interval overlaps
+    its own (not resolved from it: a ranking must not separate them)."""
+    best = rows.loc[rows[value].idxmax()]
+    ties = [r[name] for i, r in rows.iterrows() if i != best.name and within_spread(best, r, value)]
+    return best, ties
+
+
+def fastest_text(rows: pd.DataFrame, name: str = "impl", value: str = "tflops") -> str:
+    """The fastest row's name and its ties; '' where fewer than two rows compete."""
+    if len(rows) < 2:
+        return ""
+    best, ties = fastest(rows, name, value)
+    return best[name] + (f" ~ {', '.join(ties)} (within spread)" if ties else "")
+
+
 def _fmt_cell(r, value, digits=None):
-    """The value where the cell has one (flagged when incorrect), else its status word."""
+    """The value where the cell has one, with its p20-p80 where it is a median (flagged when
+    incorrect), else its status word."""
     if r["status"] in TIMED and pd.notna(r[value]):
-        v = fmt_number(r[value]) if digits is None else f"{r[value]:.{digits}f}"
+        fmt = fmt_number if digits is None else (lambda x: f"{x:.{digits}f}")
+        v = fmt(r[value]) + spread_text(r, value, fmt)
         return v + " (wrong)" if r["status"] == "incorrect" else v
     return STATUS_LABEL.get(r["status"], r["status"])
 
@@ -147,7 +205,8 @@ def kernel_tables(df: pd.DataFrame, out: Path) -> list[Path]:
     one_row_per_point(df, "kernel tables")
     about = _describe(df)
     paths = _write_sections(length_tables(df, "tflops"), out / "tflops",
-                            f"TFLOP/s (median) per sequence length and kernel; {STATUS_NOTE}; {about}")
+                            f"TFLOP/s ({MEDIAN_SPREAD}) per sequence length and kernel; {STATUS_NOTE}; "
+                            f"{about}")
     paths += _write_sections(length_tables(df, "peak_mem_gib"), out / "memory",
                              f"Peak memory (GiB{memory_source(df)}) per sequence length and kernel; {STATUS_NOTE}; "
                              f"{about}")
@@ -163,9 +222,10 @@ def kernel_table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
 
     sources = ", ".join(sorted(set(df["mem_source"].dropna()))) or "none recorded"
     whats = {
-        "tflops": ("TFLOP/s (median over all timed repetitions of all sampled masks) per sequence length (rows) "
-                   "and kernel (columns), one table per mask, heads setting and direction; a status word replaces "
-                   f"the number where there is none ({STATUS_NOTE}). Markdown and LaTeX."),
+        "tflops": ("TFLOP/s (median over all timed repetitions of all sampled masks, in brackets their p20-p80: "
+                   "kernels whose intervals overlap are not told apart by this measurement) per sequence length "
+                   "(rows) and kernel (columns), one table per mask, heads setting and direction; a status word "
+                   f"replaces the number where there is none ({STATUS_NOTE}). Markdown and LaTeX."),
         "memory": ("Peak memory (GiB) of the timed call per sequence length (rows) and kernel (columns), one table per "
                    f"mask, heads setting and direction ({STATUS_NOTE}). Memory source: {sources} (cuda_allocator: "
                    "peak bytes PyTorch allocated on the GPU; process_rss: the CPU process's peak resident set). "

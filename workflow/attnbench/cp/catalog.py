@@ -23,7 +23,12 @@ class MethodInfo:
     impl: str  # "module:Class" under attnbench.cp
     devices: tuple
     masks: tuple = CP_MASKS
+    label: str = ""  # how tables and legends name it, where not by `name`
+    max_gpus: int | None = None  # None: any number of ranks
 
+
+# The 1-GPU baseline of `cp_vs_single_gpu`: the local kernel alone, not a CP method.
+BARE_KERNEL = "local"
 
 METHODS = {
     m.name: m
@@ -39,6 +44,9 @@ METHODS = {
                    "loongtrain:LoongTrain", ("cpu", "cuda")),
         MethodInfo("torch_cp", "torch.distributed.tensor.experimental.context_parallel (SDPA)",
                    "torch_cp:TorchCP", ("cuda",), masks=("full", "causal")),
+        MethodInfo(BARE_KERNEL, "the local kernel alone over the whole sequence on one device, no CP framework "
+                   "(the baseline of cp_vs_single_gpu)", "local:BareKernel", ("cpu", "cuda"),
+                   label="1 GPU, bare kernel", max_gpus=1),
     )
 }
 
@@ -87,6 +95,11 @@ def method(name: str) -> MethodInfo:
         return METHODS[name]
     except KeyError:
         raise ValueError(f"unknown context-parallel method {name!r}; valid methods: {', '.join(METHODS)}") from None
+
+
+def method_label(name: str) -> str:
+    """How tables and legends name a method: its label, or its name (also for names not listed here)."""
+    return (METHODS[name].label or name) if name in METHODS else name
 
 
 def local_kernel(name: str) -> LocalKernelInfo:
@@ -149,12 +162,15 @@ def default_windows(ring: int) -> int:
 def degrees(name: str, gpus: int, ulysses_degree="auto", windows="auto", placement="contiguous",
             gpus_per_node: int = 8) -> Degrees:
     """The degrees a method runs with on `gpus` ranks; ValueError names an impossible setting."""
-    method(name)
+    info = method(name)
+    if info.max_gpus is not None and gpus > info.max_gpus:
+        raise ValueError(f"{name} ({info.label}) runs on at most {info.max_gpus} GPU, not {gpus}; "
+                         f"put it in an `also:` entry with gpus: [{info.max_gpus}]")
     if placement not in PLACEMENTS:
         raise ValueError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
     if name == "ulysses":
         return Degrees(gpus, 1, 1, placement)
-    if name in ("ring_p2p", "ring_allgather", "torch_cp"):
+    if name in ("ring_p2p", "ring_allgather", "torch_cp", BARE_KERNEL):
         return Degrees(1, gpus, 1, placement)
     u = min(gpus, gpus_per_node) if ulysses_degree == "auto" else int(ulysses_degree)
     if u < 1 or gpus % u:
