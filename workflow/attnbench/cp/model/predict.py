@@ -142,7 +142,7 @@ def predict(method: str, gpus: int, mask, s: Setting, direction: str, kt: Kernel
         c, _ = phase_seconds(per_rank, p, kt, net, p, with_comm=False)
         time, compute = time + t, compute + c
         exposed = {k: exposed[k] + ex[k] for k in exposed}
-    flops = attention_flops(float(sum(mask.area_per_head)) * s.heads_q, s.head_dim, direction)
+    flops = attention_flops(float(sum(mask.area_per_head)), s.head_dim, direction)  # all query heads
     return Prediction(method, gpus, direction, time, compute, flops / time / gpus / 1e12,
                       bottleneck(time, compute, exposed, load_balance(per_rank, phases[0])), deg.to_json(),
                       len(per_rank))
