@@ -15,7 +15,15 @@ def _line(pred, method, mask, direction):
 
 
 def paper_checks(pred: pd.DataFrame, net) -> list[dict]:
-    """Each: {name, passed, detail}, per direction, from 8 GPUs (one node) up."""
+    """Each: {name, passed, detail}, per tokens per GPU and direction, from one node up."""
+    checks = []
+    for tpg, t in pred.groupby("tokens_per_gpu"):
+        for c in _checks(t, net):
+            checks.append({**c, "name": f"{c['name']} [{tpg} tokens/GPU]"})
+    return checks
+
+
+def _checks(pred: pd.DataFrame, net) -> list[dict]:
     checks = []
     p = pred[pred["gpus"] >= net.gpus_per_node]
     for d in sorted(set(p["direction"])):
