@@ -7,7 +7,8 @@ rectangles (cp/chunks.py); each rectangle of area A costs A x heads x c(S_eq), S
 the square mask of the same kind and area (sqrt(A) full, sqrt(2A) causal), c interpolated
 linearly in log S between measured lengths and held at the end values outside them (so very
 small rectangles are charged the per-pair cost of the shortest measured length: optimistic for
-them). Where only forward+backward was measured, a phase gets its FLOPs share of it. The fit's error is the leave-one-out error at interior lengths (`loo_errors`).
+them). Where one rectangle kind was measured, its per-pair cost serves both;
+where only forward+backward was measured, a phase gets its FLOPs share of it. The fit's error is the leave-one-out error at interior lengths (`loo_errors`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class KernelTime:
         return model
 
     def per_pair(self, direction: str, kind: str, s_eq):
+        kinds = {k for _, k in self.points}
+        if kind not in kinds and len(kinds) == 1:
+            kind = next(iter(kinds))  # one mask kind measured (the CPU smoke cells): its per-pair cost serves both
         if (direction, kind) not in self.points and ("fwdbwd", kind) in self.points and direction in ("fwd", "bwd"):
             # only forward+backward measured (the CPU smoke cells): split it as the FLOPs split (1 : 2.5)
             return self.per_pair("fwdbwd", kind, s_eq) * DIRECTION_FACTOR[direction] / DIRECTION_FACTOR["fwdbwd"]

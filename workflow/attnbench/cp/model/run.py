@@ -132,7 +132,9 @@ def run_predict(cfg: dict, grid: str, out_dir: Path, tables_dir: Path, figures_d
     mc = {"mask_samples": 2, "max_ring_ranks": 64, "seed": 0, **model_config(cfg, grid)}
     s, directions = setting_of(mc["grid"])
     recs = read_records(out_dir, [grid, *mc["kernel_grids"]])
-    kt = KernelTime.from_table(recs, mc["local_kernel"], s.heads_q, s.heads_kv, s.head_dim, s.dtype)
+    kernel = mc["grid"].get("cp", {}).get("local_kernel", "auto")
+    kernel = mc["local_kernel"] if kernel == "auto" else kernel  # the grid's own local kernel first
+    kt = KernelTime.from_table(recs, kernel, s.heads_q, s.heads_kv, s.head_dim, s.dtype)
     measured = measured_cells(recs, grid)
     pred = attach_measured(prediction_rows(cfg, mc, s, directions, kt, progress), measured)
     val = validation_rows(measured, s, kt, mc["network"], mc)
