@@ -44,7 +44,7 @@ def test_schedule_bytes_by_counter_are_what_real_runs_count(world, methods, tmp_
     assert {r["method"] for r in ok} == set(methods)
     for r in ok:
         for b in r["bytes"]:
-            assert b["by_kind"] == b["analytic"]["by_kind"], (r["method"], r["degrees"], b)
+            assert b["by_kind"] == b["analytic_by_kind"], (r["method"], r["degrees"], b)
         assert r["work_pairs_total"] == r["mask_area_all_heads"] * 8
     if world == 4:
         assert any(r["degrees"]["windows"] == 2 for r in ok)  # LoongTrain's outer ring is exercised
