@@ -95,6 +95,7 @@ def main(argv=None):
     p.add_argument("--impls", nargs="*", default=["sdpa_cudnn", "sdpa_flash", "flex"])
     p.add_argument("--mask", default="causal")
     p.add_argument("--seqlen", type=int, default=16384)
+    p.add_argument("--grid", help="only this grid's cells")
     p.add_argument("--pause-s", type=float, default=2.0, help="idle seconds before each timing")
     p.add_argument("--variants", action="store_true", help="also time variations of the protocol (protocol_variants)")
     p.add_argument("--out", help="also write the comparison as CSV here")
@@ -103,7 +104,8 @@ def main(argv=None):
 
     df = pd.read_csv(a.cells)
     sel = df[df["impl"].isin(a.impls) & (df["mask"] == a.mask) & (df["seqlen"] == a.seqlen)
-             & (df["status"] == "ok") & (df["device"] == "cuda")]
+             & (df["status"] == "ok") & (df["device"] == "cuda") & (df["heads_q"] != df["heads_kv"])
+             & ((df["grid"] == a.grid) if a.grid else True)]
     rows = []
     for _, r in sel.sort_values(["impl", "direction"]).iterrows():
         record = json.loads(Path(r["record"]).read_text())

@@ -10,6 +10,10 @@
 #            VERIFY="sdpa" (or "flex") runs only that half
 #   cp       the h200_cp grid (T_CP)          sparse   the h200_sparse grid (T_SPARSE)
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
+#   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
+#            GPU-minute (benchmarks/harness_throughput.py) into OUTPUT_DIR/throughput/
+#   gputests the GPU tests (T_GPUTESTS) into OUTPUT_DIR/pytest_gpu.txt
+#   regen    tables and figures of the H200 grids (else only the tidy table, for dobench)
 set -u
 outdir=${1:-results/h200}
 steps=${STEPS:-verify cp sparse kernels dobench}
@@ -50,16 +54,50 @@ if has verify && [ "$gpus" -ge 2 ]; then
   listed sdpa "${VERIFY:-sdpa flex}" && verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
   listed flex "${VERIFY:-sdpa flex}" && verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
 fi
+if has gputests; then
+  log "GPU tests (${T_GPUTESTS:-240} s)"
+  timeout "${T_GPUTESTS:-240}" python -m pytest -q -p no:cacheprovider ${GPUTESTS:-tests/gpu tests/cp/test_cp_kernels.py} \
+    > "$outdir/pytest_gpu.txt" 2>&1
+  log "GPU tests exit $?: $(tail -1 "$outdir/pytest_gpu.txt")"
+fi
+if has sweep; then  # four cells per GPU at once: three start up (imports) while one measures
+  t0=$(date +%s) since=$(date -u +%Y-%m-%dT%H:%M:%S+00:00) budget=${T_SWEEP:-480}
+  # one Snakemake run (kernel cells run shortest first: their rule's priority); SWEEP_STAGES="a b"
+  # runs the lengths in separate Snakemake runs instead
+  all_lengths="1024 2048 4096 8192 16384 32768 65536"
+  for lengths in ${SWEEP_FIRST:+"${SWEEP_FIRST_LENGTHS:-$all_lengths}"} ${SWEEP_STAGES:-"$all_lengths"}; do
+    left=$((budget - ($(date +%s) - t0)))
+    [ "$left" -gt 30 ] || break
+    # SWEEP_FIRST: `attnbench records` options naming cells to run before all others (--kernels, --masks)
+    targets=$(python -m attnbench records --grids h200_sweep --seqlen $lengths ${SWEEP_FIRST:-} --overrides "{\"output_dir\": \"$outdir\"}")
+    first=${SWEEP_FIRST:-}; SWEEP_FIRST=''
+    [ -n "$targets" ] || continue
+    log "h200_sweep S in {$lengths} $first: $(echo "$targets" | wc -l) cells, ${left} s left"
+    # the targets before --config, which would take them for more config entries
+    timeout -s INT "$left" snakemake $targets --profile profiles/local --cores "$(nproc)" \
+      --resources gpu=$((4 * gpus)) --scheduler greedy --config "run=[h200_sweep]" "output_dir=$outdir" >> "$out/snakemake_h200_sweep.log" 2>&1
+    log "h200_sweep S in {$lengths}: exit $?"
+  done
+  mkdir -p "$outdir/throughput"
+  python benchmarks/harness_throughput.py "$outdir/cells/h200_sweep" --gpus "$gpus" --wall-s $(($(date +%s) - t0)) \
+    --since "$since" --json "$outdir/throughput/h200_sweep_$(date -u +%H%M).json" 2>&1 | tee -a "$out/session.txt"
+fi
 has cp && [ "$gpus" -ge 2 ] && grid h200_cp "${T_CP:-300}"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU
 has sparse && grid h200_sparse "${T_SPARSE:-150}" --resources gpu=$((3 * gpus))
 has kernels && grid h200 "${T_KERNELS:-240}" --resources gpu=$((3 * gpus))
 
-timeout 90 python -m attnbench regenerate --grids h200 h200_sparse h200_cp --overrides "{\"output_dir\": \"$outdir\"}" 2>&1 | tail -5 | tee -a "$out/session.txt"
+# tables and figures are drawn afterwards from the records (make figures), not in device time
+if has regen; then
+  timeout 120 python -m attnbench regenerate --grids h200 h200_sparse h200_cp h200_sweep --overrides "{\"output_dir\": \"$outdir\"}" 2>&1 | tail -5 | tee -a "$out/session.txt"
+elif has dobench; then
+  python -m attnbench collect --root "$outdir/cells" --out "$outdir/tables/cells.csv" | tail -1
+fi
 if has dobench && [ -f "$outdir/tables/cells.csv" ]; then
   log "do_bench"
   timeout "${T_DOBENCH:-120}" python benchmarks/do_bench_compare.py --cells "$outdir/tables/cells.csv" \
-    --out "$outdir/tables/do_bench_compare.csv" 2>&1 | tee -a "$out/session.txt"
+    --impls fa3 fa2 sdpa_cudnn sdpa_flash flex --seqlen 8192 --grid h200_sweep \
+    --out "$outdir/tables/do_bench_compare_sweep.csv" 2>&1 | tee -a "$out/session.txt"
 fi
 log "pack"
 tar czf "$out/results.tgz" --exclude="$outdir/logs" "$outdir" 2>/dev/null

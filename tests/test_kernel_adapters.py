@@ -110,7 +110,7 @@ def test_gpu_kernels_are_unavailable_here(impl, repo):
     assert on_cuda["status"] == "unavailable"
     missing = catalog.missing_module(catalog.get(impl))
     if missing:
-        assert f"needs the Python module {missing!r}" in on_cuda["status_reason"]
+        assert f"needs the Python module {missing.split('|')[0]!r}" in on_cuda["status_reason"]
     elif not torch.cuda.is_available():
         assert on_cuda["status_reason"] == "no CUDA device is visible"
 
@@ -121,3 +121,39 @@ def test_every_kernel_declares_its_support():
     for info in catalog.KERNELS.values():
         assert info.masks and info.directions and info.summary
         assert all(set(d) <= set(catalog.ALL_DIRECTIONS) for d in info.directions.values())
+
+
+def _install_fa3_fwd(tmp_path, monkeypatch, flags):
+    """A stand-in for PyPI fa3-fwd's two pure-Python files, as its wheel lays them out: the
+    interface module and fa3_fwd_config.CONFIG['build_flags'] (the build's own record)."""
+    (tmp_path / "fa3_fwd_interface.py").write_text("")
+    (tmp_path / "fa3_fwd_config.py").write_text(f"CONFIG = {{'build_flags': {flags!r}}}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "fa3_fwd_config", raising=False)
+
+
+def test_fa3_forward_only_build_limits_come_from_its_build_flags(tmp_path, monkeypatch):
+    info = catalog.get("fa3")
+    assert catalog.missing_module(info) == "flash_attn_interface|fa3_fwd_interface"
+    _install_fa3_fwd(tmp_path, monkeypatch, {"FLASHATTENTION_DISABLE_BACKWARD": True,
+                                             "FLASHATTENTION_DISABLE_LOCAL": True})
+    assert catalog.missing_module(info) is None
+    why = lambda mask, d: catalog.unsupported_reason(info, mask, d, "cuda", 64, 8)  # noqa: E731
+    assert "FLASHATTENTION_DISABLE_BACKWARD" in why("causal", "bwd")
+    assert "FLASHATTENTION_DISABLE_BACKWARD" in why("full_document", "fwdbwd")
+    assert "FLASHATTENTION_DISABLE_LOCAL" in why("sliding_window_causal", "fwd")
+    for mask in ("full", "causal", "full_document", "causal_document"):
+        assert why(mask, "fwd") is None
+    assert "share_question" in why("share_question", "fwd")  # not a FlashAttention mask at all
+
+
+def test_fa3_build_with_backward_and_windows_has_no_limits(tmp_path, monkeypatch):
+    _install_fa3_fwd(tmp_path, monkeypatch, {"FLASHATTENTION_DISABLE_BACKWARD": False,
+                                             "FLASHATTENTION_DISABLE_LOCAL": False})
+    info = catalog.get("fa3")
+    assert catalog.unsupported_reason(info, "sliding_window_causal", "bwd", "cuda", 64, 8) is None
+
+
+def test_a_missing_alternative_is_named_in_the_record():
+    spec = {"impl": "fa3", "device": "cuda"}
+    assert "'flash_attn_interface' or 'fa3_fwd_interface'" in C.availability_reason(catalog.get("fa3"), spec)

@@ -9,14 +9,20 @@ import sys
 from pathlib import Path
 
 
-def claim_gpu_after_start(device):
-    """With `launch --claim-after-import`: torch is imported (the slow part of a start) before the
-    cell waits for a GPU of its own; nothing has touched CUDA yet."""
+def claim_gpu_after_start(device, kernel=None):
+    """With `launch --claim-after-import`: torch, and the kernel's adapter and libraries, are
+    imported (the slow part of a start) before the cell waits for a GPU of its own; nothing has
+    touched CUDA yet."""
     if device == "cuda":
         import torch  # noqa: F401
 
         from .launch import claim_from_environment
 
+        if kernel:
+            from .kernels import catalog
+            from .kernels.base import preload
+
+            preload(catalog.get(kernel))
         claim_from_environment()
 
 
@@ -64,7 +70,7 @@ def cmd_cell(a):
 
         torch.set_num_threads(a.threads)
     spec = json.loads(a.spec)
-    claim_gpu_after_start(spec["device"])
+    claim_gpu_after_start(spec["device"], spec["impl"])
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cell(spec, peak)
     write_record(record, a.out)
@@ -257,6 +263,25 @@ def cmd_check_config(a):
     print(f"config ok: {len(cells)} cells in grids {', '.join(cfg['run'])}")
 
 
+def cmd_records(a):
+    """Record paths of the grids' cells still missing, as Snakemake targets: a session with little
+    device time runs the short lengths first (benchmarks/gpu_session.sh), so whatever it does not
+    reach is the longest cells."""
+    from .config import ConfigError, cell_path, expand_cells, load_config
+
+    try:
+        cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
+    except ConfigError as e:
+        sys.exit(f"{e}")
+    out = Path(cfg["output_dir"])
+    for cell in expand_cells(cfg, a.grids):
+        path = out / cell_path(cell)
+        wanted = all(getattr(a, axis) is None or cell.get(key) in getattr(a, axis)
+                     for axis, key in (("seqlen", "seqlen"), ("kernels", "impl"), ("masks", "mask")))
+        if wanted and (a.all or not path.exists()):
+            print(path)
+
+
 TIMED_OUT_HELP = ("only write the cell's `timeout` record: attnbench.launch --time-limit-s stopped it after "
                   "SECONDS (run nothing)")
 
@@ -313,6 +338,15 @@ def main(argv=None):
                    "(default path: <output_dir>/report.html)")
     c.add_argument("--snakefile", default="Snakefile", help="for --report")
     c.set_defaults(fn=cmd_regenerate)
+    c = sub.add_parser("records", help="record paths of the grids' cells not on disk (Snakemake targets)")
+    c.add_argument("--config", default="config.yaml")
+    c.add_argument("--grids", nargs="*", help="default: the config's run list")
+    c.add_argument("--overrides", help="JSON merged over the config file")
+    c.add_argument("--seqlen", nargs="*", type=int, help="only kernel cells of these lengths")
+    c.add_argument("--kernels", nargs="*", help="only these kernels (or CP methods)")
+    c.add_argument("--masks", nargs="*", help="only these masks")
+    c.add_argument("--all", action="store_true", help="also the records already on disk")
+    c.set_defaults(fn=cmd_records)
     a = p.parse_args(argv)
     a.fn(a)
 

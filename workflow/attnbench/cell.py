@@ -67,7 +67,7 @@ def availability_reason(info, spec) -> str | None:
         return f"{info.name} runs only on {', '.join(info.devices)}, not on {device}"
     missing = catalog.missing_module(info)
     if missing:
-        return f"{info.name} needs the Python module {missing!r}, which is not installed"
+        return f"{info.name} needs the Python module {' or '.join(map(repr, missing.split('|')))}, which is not installed"
     if device == "cuda":
         import torch
 
@@ -165,7 +165,7 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
 
     from .kernels.base import from_thd
     from .masks import sample_mask
-    from .measure import peak_memory, quantiles, time_ms
+    from .measure import DeviceClock, peak_memory, quantiles, time_ms
 
     hq, hkv, d, direction = spec["heads_q"], spec["heads_kv"], spec["head_dim"], spec["direction"]
     mask = sample_mask(spec["mask"], spec["seqlen"], spec.get("mask_params", {}), rng, histograms, hq, hkv)
@@ -187,8 +187,11 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
         def call():
             return torch.autograd.grad(fn(*leaves), leaves, dout_l)
 
-    times = time_ms(call, spec["warmup"], spec["reps"], device)
-    mem = peak_memory(call, device)
+    clock = DeviceClock(device)
+    with clock.section():
+        times = time_ms(call, spec["warmup"], spec["reps"], device)
+    with clock.section():
+        mem = peak_memory(call, device)
     flops = attention_flops(sum(mask.area_per_head), d, direction)
     tq = quantiles(times)
     sample = {
@@ -211,9 +214,11 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
             mask = sample_mask(spec["mask"], s_check, spec.get("mask_params", {}), crng, histograms, hq, hkv)
             q, k, v, dout = make_inputs(spec["_data_seed"] + index + 7919, s_check, hq, hkv, d, dtype, device)
             fn = kernel.prepare(mask)
-        sample["check"] = check_correctness(kernel, fn, mask, q, k, v, dout, direction,
-                                            spec["check"]["tolerance_factor"])
+        with clock.section():
+            sample["check"] = check_correctness(kernel, fn, mask, q, k, v, dout, direction,
+                                                spec["check"]["tolerance_factor"])
         sample["check"]["mask_params"] = mask.params if s_check != spec["seqlen"] else "same as the timed sample"
+    sample["device_busy_ms"] = clock.ms
     return sample
 
 
@@ -234,6 +239,8 @@ def summarise(record, peak, gpus: int = 1):
     record["peak_mem_bytes"] = max(mems) if mems else None
     record["peak_mem_increment_bytes"] = max(incs) if incs else None
     record["mem_source"] = samples[0].get("mem_source")
+    busy = [s["device_busy_ms"] for s in samples if "device_busy_ms" in s]
+    record["device_busy_ms"] = sum(busy) if busy else None
     ceiling = (peak or {}).get("matmul_peak_tflops")
     record["fraction_of_peak"] = record["tflops"] / ceiling if ceiling else None
     checks = [s["check"] for s in samples if "check" in s]
@@ -303,7 +310,15 @@ def run_cell(spec: dict, peak: dict | None = None) -> dict:
     record["environment"] = _environment(spec["device"])
     record["finished_at"] = now()
     record["wall_s"] = time.perf_counter() - t0
+    record.update(process_timing())
     return record
+
+
+def process_timing() -> dict:
+    """Where this process' time went: since it started (imports included), and waiting for a GPU."""
+    from . import STARTED, launch
+
+    return {"process_s": time.time() - STARTED, "gpu_wait_s": launch.CLAIM_WAIT_S}
 
 
 def _environment(device):

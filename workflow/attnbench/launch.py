@@ -199,6 +199,7 @@ def claim_gpus(n: int, lock_dir: Path, wait_s: float = 600.0) -> tuple[list[str]
 
 
 CLAIM_ENV = "ATTNBENCH_CLAIM_GPUS"
+CLAIM_WAIT_S = None  # seconds this process waited for its GPUs (claim_from_environment)
 
 
 def lock_dir() -> Path:
@@ -209,10 +210,13 @@ def claim_from_environment() -> list[str]:
     """For a command started with --claim-after-import: claim the GPUs now (call it after the slow
     imports and before anything touches CUDA), so that cells waiting for a GPU have already spent
     their start-up; the locks are held until this process exits."""
+    global CLAIM_WAIT_S
     n = int(os.environ.pop(CLAIM_ENV, "0") or 0)
     if not n:
         return []
+    t0 = time.monotonic()
     gpus, _locks = claim_gpus(n, lock_dir())
+    CLAIM_WAIT_S = time.monotonic() - t0
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     print(f"claimed GPU {','.join(gpus)} after start-up", flush=True)
     return gpus

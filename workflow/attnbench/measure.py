@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -65,6 +66,25 @@ def time_ms(fn, warmup: int, reps: int, device, flush: bool = True, before=None)
             fn()
             out.append((time.perf_counter() - t0) * 1e3)
     return out
+
+
+class DeviceClock:
+    """Milliseconds spent in the sections of a cell that run on its device (warm-up and timed
+    repetitions, the memory call, the correctness check), the device synchronised at both ends of
+    each: the numerator of the harness's busy share (benchmarks/harness_throughput.py)."""
+
+    def __init__(self, device):
+        self.device, self.ms = device, 0.0
+
+    @contextmanager
+    def section(self):
+        synchronize(self.device)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            synchronize(self.device)
+            self.ms += (time.perf_counter() - t0) * 1e3
 
 
 def _proc_status_bytes(field: str):

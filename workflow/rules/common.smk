@@ -57,6 +57,11 @@ def cell_of(wc, family=None):
         raise WorkflowError(f"{path} is not a cell of the grids {', '.join(RUN)} in this config") from None
 
 
+def run_priority(cell):
+    """Higher runs first: the shorter the sequence, the sooner."""
+    return 2**20 / cell["seqlen"]
+
+
 def peak_file(cell):
     return f"{OUT}/device/{cell['device']}-{cell['dtype']}.json"
 

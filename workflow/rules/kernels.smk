@@ -31,6 +31,9 @@ rule kernel_cell:
         # params trigger reruns exactly that kernel's (unavailable) cells.
         library=lambda wc: catalog.library_version(catalog.get(wc.impl)),
     threads: 1
+    # shortest cells first: a run cut short (a session's device time, a wall-clock limit) is
+    # missing only its longest lengths
+    priority: lambda wc: run_priority(cell_of(wc))
     resources:
         # a GPU only for cells that will run on one (unavailable/unsupported ones end before)
         gpu=lambda wc: int(catalog.needs_device(catalog.get(wc.impl), cell_of(wc))),

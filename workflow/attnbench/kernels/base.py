@@ -11,7 +11,7 @@ import importlib
 import importlib.util
 
 from ..status import Unavailable, Unsupported
-from .catalog import KernelInfo
+from .catalog import KernelInfo, findable
 
 LAYOUTS = ("thd", "bshd", "bhsd")
 
@@ -53,6 +53,10 @@ class Kernel:
     def gqa(self) -> bool:
         return self.heads_q != self.heads_kv
 
+    @classmethod
+    def preload(cls):
+        """Imports a kernel needs at its first call (a compiler, say): done before the GPU is claimed."""
+
     def version(self) -> str:
         import torch
 
@@ -85,9 +89,26 @@ class Kernel:
             raise Unavailable(f"{self.info.name}: importing {name} failed: {str(e).splitlines()[0][:300]}") from e
 
 
-def load(info: KernelInfo, **kwargs) -> Kernel:
+def kernel_class(info: KernelInfo) -> type[Kernel]:
     """The implementation: "module:Class" of attnbench.kernels, or of any importable module."""
     module, cls = info.impl.split(":")
     local = importlib.util.find_spec(f"{__package__}.{module}") if "." not in module else None
     mod = importlib.import_module(f"{__package__}.{module}" if local else module)
-    return getattr(mod, cls)(info, **kwargs)
+    return getattr(mod, cls)
+
+
+def load(info: KernelInfo, **kwargs) -> Kernel:
+    return kernel_class(info)(info, **kwargs)
+
+
+def preload(info: KernelInfo) -> None:
+    """Import the kernel's adapter and libraries before the cell waits for its GPU, so that a cell
+    holding a GPU does not spend it importing. Touches no device; a library that fails to import
+    is left for the cell to record (`unavailable`)."""
+    try:
+        cls = kernel_class(info)
+        for entry in info.modules:
+            importlib.import_module(findable(entry))
+        cls.preload()
+    except Exception:  # noqa: BLE001 - the cell itself reports what is wrong
+        pass

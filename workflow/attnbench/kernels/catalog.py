@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..masks import CP_MASKS, SPARSE_MASKS, STATIC_MASKS
@@ -32,6 +33,9 @@ class KernelInfo:
     min_capability: tuple = ()  # CUDA compute capability, e.g. (9, 0)
     block_sizes: tuple = ()  # block-sparse block sizes it accepts (empty: any)
     notes: dict = field(default_factory=dict)
+    # What the installed build cannot do (a forward-only wheel, say): (mask, direction) -> reason or
+    # None. Torch-free, like the rest of this module.
+    build_limits: Callable[[str, str], str | None] | None = None
 
     @property
     def devices(self) -> tuple:
@@ -40,6 +44,24 @@ class KernelInfo:
 
 def _k(name, family, summary, impl, masks, directions, **kw) -> KernelInfo:
     return KernelInfo(name, family, summary, impl, tuple(masks), directions, **kw)
+
+
+WINDOW_MASKS = ("sliding_window", "sliding_window_causal")
+FA3_FULL, FA3_FORWARD_ONLY = "flash_attn_interface", "fa3_fwd_interface"
+
+
+def fa3_build_limits(mask: str, direction: str) -> str | None:
+    """The full FlashAttention-3 (flash_attn_interface) runs everything; PyPI's fa3-fwd
+    (fa3_fwd_interface) is compiled without some features, which its fa3_fwd_config lists."""
+    if first_missing((FA3_FULL,)) is None or first_missing(("fa3_fwd_config",)) is not None:
+        return None
+    flags = importlib.import_module("fa3_fwd_config").CONFIG.get("build_flags", {})
+    built = f"{FA3_FORWARD_ONLY} ({first_version(('fa3-fwd',))}) is built with"
+    if direction != "fwd" and flags.get("FLASHATTENTION_DISABLE_BACKWARD"):
+        return f"{built} FLASHATTENTION_DISABLE_BACKWARD: forward only (the full FA3 has a backward)"
+    if mask in WINDOW_MASKS and flags.get("FLASHATTENTION_DISABLE_LOCAL"):
+        return f"{built} FLASHATTENTION_DISABLE_LOCAL: no sliding windows"
+    return None
 
 
 GPU_ALL = {"cuda": ALL_DIRECTIONS}
@@ -62,8 +84,11 @@ KERNELS = {
            modules=("torch.nn.attention.varlen",)),
         _k("fa2", "dense", "FlashAttention-2 (flash_attn)", "flash_attn:FA2", REGULAR_MASKS, GPU_ALL,
            modules=("flash_attn",), dists=("flash-attn", "flash_attn")),
-        _k("fa3", "dense", "FlashAttention-3 (flash_attn_interface, Hopper)", "flash_attn:FA3", REGULAR_MASKS, GPU_ALL,
-           modules=("flash_attn_interface",), dists=("flash-attn-3", "flash_attn_3"), min_capability=(9, 0)),
+        _k("fa3", "dense", "FlashAttention-3 (flash_attn_interface; else PyPI fa3-fwd's forward-only build, Hopper)",
+           "flash_attn:FA3", REGULAR_MASKS, GPU_ALL, modules=(f"{FA3_FULL}|{FA3_FORWARD_ONLY}",),
+           dists=("flash-attn-3", "flash_attn_3", "fa3-fwd"), min_capability=(9, 0), build_limits=fa3_build_limits,
+           notes={"build": "the record's library_version names the build that ran: flash-attn-3 (full) or "
+                           "fa3-fwd (forward only, no windows)"}),
         _k("fa4", "dense", "FlashAttention-4 (flash_attn.cute)", "flash_attn:FA4", REGULAR_MASKS, GPU_ALL,
            modules=("flash_attn.cute",), dists=("flash-attn-4", "nvidia-cutlass-dsl"), min_capability=(9, 0)),
         _k("cudnn_te", "dense", "cuDNN fused attention via TransformerEngine", "transformer_engine:CudnnTE",
@@ -128,15 +153,21 @@ def all_library_versions() -> dict:
     return out
 
 
-def first_missing(modules) -> str | None:
-    """The first of `modules` that cannot be imported here, or None (found, not imported)."""
-    for mod in modules:
+def findable(entry: str) -> str | None:
+    """The module an entry of KernelInfo.modules names ('a', or 'a|b': a, else b) that is installed
+    here (found, not imported), or None."""
+    for module in entry.split("|"):
         try:
-            if importlib.util.find_spec(mod) is None:
-                return mod
+            if importlib.util.find_spec(module) is not None:
+                return module
         except (ImportError, ValueError):
-            return mod
+            continue
     return None
+
+
+def first_missing(modules) -> str | None:
+    """The first entry of `modules` that cannot be imported here, or None."""
+    return next((entry for entry in modules if findable(entry) is None), None)
 
 
 def missing_module(info: KernelInfo) -> str | None:
@@ -152,6 +183,8 @@ def unsupported_reason(info: KernelInfo, mask: str, direction: str, device: str,
     dirs = info.directions.get(device, ())
     if direction not in dirs:
         return f"{info.name} has no {direction} on {device} (it runs: {', '.join(dirs) or 'nothing'})"
+    if info.build_limits and (why := info.build_limits(mask, direction)):
+        return f"{info.name}: {why}"
     if info.mha_only and heads_q != heads_kv:
         return f"{info.name} needs as many KV heads as query heads (MHA), got {heads_q}:{heads_kv}"
     b = (mask_params or {}).get("block_size")

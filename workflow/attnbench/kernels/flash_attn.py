@@ -49,22 +49,23 @@ class FlashFamily(Kernel):
 
 class FA2(FlashFamily):
     def functions(self):
-        from flash_attn import flash_attn_func, flash_attn_varlen_func
-
-        return flash_attn_func, flash_attn_varlen_func
+        lib = self.import_library("flash_attn")
+        return lib.flash_attn_func, lib.flash_attn_varlen_func
 
 
 class FA3(FlashFamily):
     def functions(self):
-        from flash_attn_interface import flash_attn_func, flash_attn_varlen_func
+        """The full FA3 where installed, else fa3-fwd's forward-only build (same call signatures;
+        the catalog's build limits have already refused what that build lacks)."""
+        from .catalog import FA3_FORWARD_ONLY, FA3_FULL, findable
 
-        return flash_attn_func, flash_attn_varlen_func
+        lib = self.import_library(findable(f"{FA3_FULL}|{FA3_FORWARD_ONLY}") or FA3_FULL)
+        return lib.flash_attn_func, lib.flash_attn_varlen_func
 
 
 class FA4(FlashFamily):
     unbounded = None
 
     def functions(self):
-        from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
-
-        return flash_attn_func, flash_attn_varlen_func
+        lib = self.import_library("flash_attn.cute")
+        return lib.flash_attn_func, lib.flash_attn_varlen_func

@@ -76,6 +76,10 @@ def block_mask_from_layout(mask, device) -> BlockMask:
 class Flex(Kernel):
     layout = "bhsd"
 
+    @classmethod
+    def preload(cls):
+        import torch._inductor.compile_fx  # noqa: F401 - torch.compile's backend, imported at the first call
+
     def build_block_mask(self, mask) -> BlockMask:
         if mask.name == "block_sparse":
             # torch's default Hopper flex tiles are 128 x 64 (fwd) and 64/128 (bwd); without
