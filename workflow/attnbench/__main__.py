@@ -30,9 +30,41 @@ def say_outcome(record, out):
     print(f"{record['status']}: {out}" + (f" ({record['status_reason']})" if record.get("status_reason") else ""))
 
 
+def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None) -> None:
+    """The record of a cell that attnbench.launch stopped at its time budget: no timings. A record
+    the stopped run had already written (it was stopped while exiting) is kept."""
+    from . import status as S
+    from .cell import base_record, now, write_record
+    from .environment import fingerprint
+
+    if spec["device"] == "cuda":
+        import torch  # noqa: F401  (the fingerprint then names the device)
+    if Path(out).exists():
+        print(f"{out} was written before the cell was stopped; kept")
+        return
+    implementation = None
+    if spec["family"] == "cp":
+        from .cp.cell import implementation as cp_implementation
+
+        implementation = cp_implementation(spec)
+    record = base_record(spec, implementation)
+    record.update(status=S.TIMEOUT, started_at=None, time_budget_s=budget_s,
+                  status_reason=f"still running after {budget_s:g} s, the grid's time budget (cell_timeout_s); stopped")
+    if spec["family"] == "cp":
+        from .cp.cell import cp_summary
+
+        cp_summary(record, spec)  # the CP tables' columns (method, tokens per GPU, ...)
+    record.update(matmul_peak=json.loads(Path(peak_path).read_text()) if peak_path else None,
+                  environment=fingerprint(spec["device"]), finished_at=now())
+    write_record(record, out)
+    say_outcome(record, out)
+
+
 def cmd_cell(a):
     from .cell import run_cell, write_record
 
+    if a.timed_out_after is not None:
+        return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
     if a.threads:
         import torch
 
@@ -47,6 +79,8 @@ def cmd_cell(a):
 
 def cmd_cp_cell(a):
     """One rank of a distributed cell (start it with python -m attnbench.launch)."""
+    if a.timed_out_after is not None:
+        return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
     from .cp.cell import run_cp_cell
 
     spec = json.loads(a.spec)
@@ -77,9 +111,12 @@ def cmd_peak(a):
 
 
 def cmd_collect(a):
-    from .collect import collect
+    from .collect import RecordError, collect
 
-    df = collect(a.records, a.root)
+    try:
+        df = collect(a.records, a.root)
+    except RecordError as e:
+        sys.exit(f"collect: {e}")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(a.out, index=False)
     print(f"{len(df)} cells -> {a.out}")
@@ -140,7 +177,7 @@ def cmd_regenerate(a):
     import time
     from concurrent.futures import ProcessPoolExecutor
 
-    from .collect import collect
+    from .collect import RecordError, collect
     from .config import ConfigError, cell_path, expand_cells, load_config
 
     t0 = time.perf_counter()
@@ -157,7 +194,10 @@ def cmd_regenerate(a):
         sys.exit(f"none of the {len(expected)} records of grids {', '.join(grids)} is under {out}/cells")
     if len(records) < len(expected):
         print(f"{len(expected) - len(records)} of {len(expected)} cells have no record yet; they are left out")
-    df = collect(records)
+    try:
+        df = collect(records)
+    except RecordError as e:
+        sys.exit(f"regenerate: {e}")
     (out / "tables").mkdir(parents=True, exist_ok=True)
     table = out / "tables" / "cells.csv"
     if table.exists():  # the tidy table keeps the rows of the grids not regenerated now
@@ -242,6 +282,10 @@ def cmd_records(a):
             print(path)
 
 
+TIMED_OUT_HELP = ("only write the cell's `timeout` record: attnbench.launch --time-limit-s stopped it after "
+                  "SECONDS (run nothing)")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="attnbench", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -250,11 +294,13 @@ def main(argv=None):
     c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
     c.add_argument("--out", required=True)
     c.add_argument("--threads", type=int, help="CPU threads for torch (Snakemake's threads)")
+    c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
     c.set_defaults(fn=cmd_cell)
     c = sub.add_parser("cp-cell", help="one rank of a context-parallel cell (under attnbench.launch / torchrun)")
     c.add_argument("--spec", required=True, help="the cell's parameters as JSON")
     c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
     c.add_argument("--out", required=True, help="the record (written by rank 0)")
+    c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
     c.set_defaults(fn=cmd_cp_cell)
     c = sub.add_parser("peak", help="measure the device's dense matmul ceiling")
     c.add_argument("--device", required=True)

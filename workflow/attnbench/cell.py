@@ -320,9 +320,32 @@ def crash_if_asked(spec):
         raise RuntimeError(f"crash injected by {CRASH_ENV}={pattern!r} into {name}")
 
 
+HANG_ENV = "ATTNBENCH_HANG_CELLS"
+
+
+def hang_if_asked(spec, keep_alive=None):
+    """Fault injection for tests of the time budget: a cell whose '{impl}/{mask}/{point}' matches
+    the regex in $ATTNBENCH_HANG_CELLS never ends (calling keep_alive, e.g. a barrier, meanwhile)."""
+    import os
+    import re
+
+    from .config import point_id
+
+    pattern = os.environ.get(HANG_ENV)
+    name = f"{spec['impl']}/{spec['mask']}/{point_id(spec)}"
+    if not (pattern and re.search(pattern, name)):
+        return
+    print(f"hanging: {HANG_ENV}={pattern!r} matches {name}", flush=True)
+    while True:
+        if keep_alive:
+            keep_alive()
+        time.sleep(0.2)
+
+
 def run_cell(spec: dict, peak: dict | None = None) -> dict:
     """Measure one cell; return its record. Raises only on a crash (no record then)."""
     crash_if_asked(spec)
+    hang_if_asked(spec)
     record = base_record(spec)
     info = catalog.get(spec["impl"])
     t0 = time.perf_counter()

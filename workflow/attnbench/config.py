@@ -82,10 +82,26 @@ def _semantic_problems(cfg) -> list[str]:
     for gname, grid in grids.items():
         where = f"grids.{gname}"
         fam = grid.get("family", "kernel")
+        problems += _budget_problems(grid, where)
         for j, prod in enumerate(_grid_products(grid)):
             at = where if j == 0 else f"{where}.also[{j - 1}]"
             problems += _product_problems(cfg, grid, prod, fam, at)
     return problems
+
+
+def cell_timeout_s(grid: dict) -> int:
+    """The grid's time budget per cell in seconds (`auto`: 90% of runtime_min, leaving the rest of
+    the Slurm time limit for start-up and for writing the timeout record)."""
+    budget = grid.get("cell_timeout_s", "auto")
+    return int(grid.get("runtime_min", 30) * 60 * 0.9) if budget == "auto" else int(budget)
+
+
+def _budget_problems(grid, where) -> list[str]:
+    budget, runtime_s = grid.get("cell_timeout_s", "auto"), grid.get("runtime_min", 30) * 60
+    if budget != "auto" and budget >= runtime_s:
+        return [f"{where}.cell_timeout_s: {budget} s is not below runtime_min ({runtime_s} s): Slurm would end the "
+                f"job before the cell could record its timeout; choose less than {runtime_s}, or auto"]
+    return []
 
 
 def _product_problems(cfg, grid, prod, fam, at) -> list[str]:

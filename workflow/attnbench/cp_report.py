@@ -235,7 +235,7 @@ def tflops_vs_gpus(df: pd.DataFrame):
             if len(oom):
                 ax.plot(oom["gpus"], np.zeros(len(oom)), "X", color=colour(m), ms=8, clip_on=False, label=f"{m} OOM")
                 drawn["oom_markers"] += len(oom)
-            for st in ("unsupported", "unavailable"):
+            for st in ("unsupported", "unavailable", "timeout"):
                 gpus = sorted(g[g["status"] == st]["gpus"])
                 if gpus:
                     not_run.append(f"{m} {STATUS_LABEL[st]} at {','.join(map(str, gpus))}")

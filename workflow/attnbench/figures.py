@@ -119,7 +119,7 @@ def bars_at_length(df: pd.DataFrame, title: str, expected_impls=(), subtitle: st
     if drawn["incorrect_bars"]:
         keys["disagrees with float64 reference"] = Patch(facecolor="white", edgecolor="red", hatch=INCORRECT_HATCH)
     notes = [f"In place of a bar: {BAR_MARK['unsupported']} unsupported, OOM out of memory, "
-             "n/a unavailable (not measured on this machine)."]
+             f"{BAR_MARK['timeout']} stopped at the time budget, n/a unavailable (not measured on this machine)."]
     if never:
         notes.append("Not measured on this machine (unavailable in every cell): " + ", ".join(never) + ".")
     if drawn["absent"]:
@@ -155,7 +155,8 @@ def family_lines(df: pd.DataFrame, masks: list, value: str, ylabel: str, title: 
     outer_labels(axes, len(settings))
     fig.tight_layout()
     title_above(fig, title, subtitle)
-    keys = status_handles(oom=counts["oom_markers"] > 0, incorrect=counts["incorrect_markers"] > 0)
+    keys = status_handles(oom=counts["oom_markers"] > 0, incorrect=counts["incorrect_markers"] > 0,
+                          timeout=counts["timeout_markers"] > 0)
     legend_and_notes(fig, collect_handles(axes), notrun.lines(), keys)
     counts["not_run"] = notrun
     return fig, counts
@@ -185,7 +186,8 @@ def memory_lines(df: pd.DataFrame, value: str, ylabel: str, title: str, subtitle
     fig.tight_layout()
     title_above(fig, title, subtitle)
     keys = heads_handles(styles)
-    keys.update(status_handles(oom=counts["oom_markers"] > 0, incorrect=counts["incorrect_markers"] > 0))
+    keys.update(status_handles(oom=counts["oom_markers"] > 0, incorrect=counts["incorrect_markers"] > 0,
+                          timeout=counts["timeout_markers"] > 0))
     legend_and_notes(fig, collect_handles(axes), notrun.lines(), keys)
     counts["not_run"] = notrun
     return fig, counts
@@ -238,19 +240,20 @@ def kernel_captions(df: pd.DataFrame, style) -> dict:
             f"{direction_label(d).capitalize()} throughput of every kernel on every mask at S = {seqlen_label(s_bar)} "
             f"({why}); grouped bars, one group per mask, one panel per heads setting (the paper's "
             f"{'Fig. 3' if d == 'fwd' else 'Fig. 7' if d == 'bwd' else 'Figs. 3 and 7'}). {tflops}. In place of a bar: "
-            f"{BAR_MARK['unsupported']} unsupported, OOM out of memory, n/a unavailable; hatched bars disagree with "
+            f"{BAR_MARK['unsupported']} unsupported, OOM out of memory, {BAR_MARK['timeout']} stopped at the time "
+            "budget, n/a unavailable; hatched bars disagree with "
             "the float64 reference.")
         src = ", ".join(sorted(set(df["mem_source"].dropna()))) or "none recorded"
         out[f"memory_vs_seqlen_{d}"] = (
             f"Peak memory during the timed {direction_label(d)} call vs sequence length, one panel per mask, one "
             f"line per kernel, line style per heads setting (the paper's Figs. 16-17). Memory source: {src} "
             "(cuda_allocator: peak bytes allocated by PyTorch on the GPU; process_rss: the CPU process's peak "
-            "resident set). X on the axis floor: out of memory.")
+            "resident set). X on the axis floor: out of memory; T: stopped at the time budget.")
     for fam, masks in mask_families(df["mask"]).items():
         out[f"tflops_vs_seqlen_{fam}"] = (
             f"Throughput vs total sequence length for the {', '.join(masks)} mask{'s' * (len(masks) > 1)}: one row "
             "per mask, one column per heads setting and direction, one line per kernel (the paper's Figs. 8-14). "
-            f"{tflops}. X on the axis floor: out of memory; red ring: disagrees with the float64 reference; kernels "
+            f"{tflops}. X on the axis floor: out of memory; T: stopped at the time budget; red ring: disagrees with the float64 reference; kernels "
             "that are unsupported or unavailable are listed under the figure.")
     return out
 

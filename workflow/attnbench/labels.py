@@ -14,13 +14,15 @@ SPARSE_ORDER = ("triton_block_sparse", "vsa", "flashinfer", "fa2_sparse")
 # Every kernel and method once, in the order of legends, table columns and colours.
 NAMES = tuple(dict.fromkeys(tuple(KERNELS) + SPARSE_ORDER + CP_METHODS_ORDER))
 
-STATUS_LABEL = {"oom": "OOM", "unsupported": "unsup.", "unavailable": "n/a", "incorrect": "wrong"}
+STATUS_LABEL = {"oom": "OOM", "unsupported": "unsup.", "unavailable": "n/a", "incorrect": "wrong",
+                "timeout": "timeout"}
 STATUS_MEANING = {
     "ok": "measured, agrees with the float64 reference",
     "oom": "out of memory at this size",
     "unsupported": "the kernel cannot express this mask or shape",
     "unavailable": "library not installed or device lacks what it needs; not measured here",
     "incorrect": "ran, but disagrees with the float64 reference (time kept, flagged)",
+    "timeout": "still running at the grid's time budget (cell_timeout_s); stopped, no time",
 }
 # Statuses whose rows carry a time (and so a TFLOP/s value).
 TIMED = ("ok", "incorrect")

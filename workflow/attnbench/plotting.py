@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from .labels import GIB, TIMED, heads_label, order, seqlen_label  # noqa: E402, F401  (GIB re-exported)
-from .style import HEADS_STYLES, INCORRECT_RING, OOM_MARKER, colour, marker, marker_size  # noqa: E402
+from .style import HEADS_STYLES, INCORRECT_RING, OOM_MARKER, TIMEOUT_MARKER, colour, marker, marker_size  # noqa: E402
 
 DEFAULT_STYLE = {"dpi": 150, "context": "paper", "font_scale": 1.0, "formats": ["png", "pdf"], "bar_seqlen": 8192}
 
@@ -77,11 +77,13 @@ def title_above(fig, title: str, subtitle: str = ""):
     fig.suptitle(f"{title}\n{subtitle}" if subtitle else title, y=1.0, va="bottom", fontsize="large")
 
 
-def status_handles(oom=True, incorrect=True) -> dict:
+def status_handles(oom=True, incorrect=True, timeout=False) -> dict:
     """Legend entries explaining the status marks of line figures."""
     h = {}
     if oom:
         h["out of memory (on the axis floor)"] = Line2D([], [], lw=0, color="0.6", **OOM_MARKER)
+    if timeout:
+        h["stopped at the time budget (on the axis floor)"] = Line2D([], [], lw=0, color="0.6", **TIMEOUT_MARKER)
     if incorrect:
         h["disagrees with float64 reference"] = Line2D([], [], lw=0, **INCORRECT_RING)
     return h
@@ -189,13 +191,13 @@ STATUS_NOTE = {"unsupported": "unsupported", "unavailable": "unavailable (not me
 
 
 def new_counts() -> dict:
-    return {"lines": 0, "points": 0, "oom_markers": 0, "incorrect_markers": 0}
+    return {"lines": 0, "points": 0, "oom_markers": 0, "incorrect_markers": 0, "timeout_markers": 0}
 
 
 def draw_lines(ax, d: pd.DataFrame, value: str, x_of, counts: dict, notrun: NotRun, where: str, direction: str,
                heads_styles: dict | None = None):
-    """One line per (kernel, heads) at x = `x_of(rows)` (an array per frame of rows); OOM as X on
-    the floor, rings on incorrect points; kernels without a number recorded in `notrun`.
+    """One line per (kernel, heads) at x = `x_of(rows)` (an array per frame of rows); OOM as X and
+    timeout as T on the floor, rings on incorrect points; kernels without a number recorded in `notrun`.
 
     `d` holds one panel's rows (one direction); `heads_styles` maps (hq, hkv) to a line style
     when several heads settings share the panel (None: every line solid).
@@ -221,13 +223,14 @@ def draw_lines(ax, d: pd.DataFrame, value: str, x_of, counts: dict, notrun: NotR
                     ax.plot(bad["_x"].to_numpy(), bad[value].to_numpy(), lw=0, gid=f"incorrect|{tag}",
                             **INCORRECT_RING)
                     counts["incorrect_markers"] += len(bad)
-            oom = g[g["status"] == "oom"]
-            if len(oom):
-                # spread coincident OOM marks of different kernels a little sideways
-                shift = (k - (len(impls) - 1) / 2) * min(0.06, 0.5 / max(1, len(impls)))
-                ax.plot(oom["_x"].to_numpy() + shift, np.zeros(len(oom)), lw=0, color=colour(impl), clip_on=False,
-                        zorder=5, gid=f"oom|{tag}", **OOM_MARKER)
-                counts["oom_markers"] += len(oom)
+            # spread coincident floor marks of different kernels a little sideways
+            shift = (k - (len(impls) - 1) / 2) * min(0.06, 0.5 / max(1, len(impls)))
+            for status, style in (("oom", OOM_MARKER), ("timeout", TIMEOUT_MARKER)):
+                floor = g[g["status"] == status]
+                if len(floor):
+                    ax.plot(floor["_x"].to_numpy() + shift, np.zeros(len(floor)), lw=0, color=colour(impl),
+                            clip_on=False, zorder=5, gid=f"{status}|{tag}", **style)
+                    counts[f"{status}_markers"] += len(floor)
             for status in ("unsupported", "unavailable"):
                 if (g["status"] == status).any():
                     notrun.add(status, impl, where, (hk, direction))

@@ -168,7 +168,7 @@ def _panels(sparse: pd.DataFrame):
 
 def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFrame | None = None):
     """One line per kernel; OOM as X on the axis floor; returns the kernels that never ran here."""
-    missing = {"unsupported": [], "unavailable": []}
+    missing = {"unsupported": [], "unavailable": [], "timeout": []}
     for impl in order(d["impl"]):
         g = d[d["impl"] == impl]
         ok = g[g["status"].isin(["ok", "incorrect"]) & g[value].notna()].sort_values(x)

@@ -47,11 +47,12 @@ _FALLBACK_MARKERS = ["o", "s", "^", "D", "v", "P", "*", "h"]
 # Line style per heads setting, in order of appearance (GQA first in the paper's grids).
 HEADS_STYLES = ["-", "--", ":", "-."]
 
-# How a cell that did not give a number is marked. Bars carry a text mark; lines an X on the
-# axis floor (out of memory) or a red ring (incorrect); unsupported / unavailable lines are absent
-# and listed under the figure.
-BAR_MARK = {"oom": "OOM", "unsupported": "\u00d7", "unavailable": "n/a"}
+# How a cell that did not give a number is marked. Bars carry a text mark; lines an X (out of
+# memory) or a T (stopped at the time budget) on the axis floor, or a red ring (incorrect);
+# unsupported / unavailable lines are absent and listed under the figure.
+BAR_MARK = {"oom": "OOM", "unsupported": "\u00d7", "unavailable": "n/a", "timeout": "T/O"}
 OOM_MARKER = {"marker": "X", "ms": 8, "mec": "black", "mew": 0.5}
+TIMEOUT_MARKER = {"marker": "$T$", "ms": 8, "mec": "black", "mew": 0.3}
 INCORRECT_RING = {"marker": "o", "mfc": "none", "mec": "red", "ms": 10, "mew": 1.2}
 INCORRECT_HATCH = "////"
 

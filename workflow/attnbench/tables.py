@@ -131,15 +131,15 @@ def length_tables(df: pd.DataFrame, value: str) -> list[tuple[str, pd.DataFrame]
 def support_table(df: pd.DataFrame) -> pd.DataFrame:
     """Kernel x mask (the paper's Table 1), from the recorded statuses, not typed in.
 
-    A kernel supports a mask in a direction when a cell of it ran there (ok, incorrect or out of
-    memory). Cell: the check mark when it ran in every direction of the grid, else the directions
+    A kernel supports a mask in a direction when a cell of it ran there (ok, incorrect, out of
+    memory, or stopped at the time budget). Cell: the check mark when it ran in every direction of the grid, else the directions
     it ran; the cross when it ran in none and some cell says unsupported; n/a when every cell was
     unavailable (not measured on this machine); '(wrong)' when a cell disagreed with the reference.
     """
     directions = [d for d in DIRECTION_LABEL if d in set(df["direction"])]
     cells = {}
     for (impl, mask), g in df.groupby(["impl", "mask"]):
-        ran = [d for d in directions if g[g["direction"] == d]["status"].isin([*TIMED, "oom"]).any()]
+        ran = [d for d in directions if g[g["direction"] == d]["status"].isin([*TIMED, "oom", "timeout"]).any()]
         if ran:
             text = SUPPORTED if ran == directions else "+".join(ran)
         elif (g["status"] == "unsupported").any():
@@ -193,7 +193,7 @@ def _describe(df) -> str:
 
 
 STATUS_NOTE = ("OOM: out of memory; unsup.: unsupported; n/a: unavailable (not measured on this machine); "
-               "(wrong): disagrees with the float64 reference")
+               "timeout: stopped at the time budget; (wrong): disagrees with the float64 reference")
 
 
 def memory_source(df: pd.DataFrame) -> str:
@@ -231,7 +231,7 @@ def kernel_table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
                    "peak bytes PyTorch allocated on the GPU; process_rss: the CPU process's peak resident set). "
                    "Markdown and LaTeX."),
         "support": ("Kernel support per mask (the paper's Table 1), derived from the recorded statuses: "
-                    f"{SUPPORTED} a cell ran (ok, incorrect or out of memory) in every direction, a direction list "
+                    f"{SUPPORTED} a cell ran (ok, incorrect, out of memory or timeout) in every direction, a direction list "
                     f"when only those ran, {UNSUPPORTED} unsupported, n/a unavailable ("
                     f"{STATUS_MEANING['unavailable']}), blank: the grid has no cell there."),
     }

@@ -8,7 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from attnbench import launch, outputs
-from attnbench.config import ConfigError, cell_path, expand_cells, read_yaml, validate
+from attnbench.config import ConfigError, cell_path, cell_timeout_s, expand_cells, read_yaml, validate
 from attnbench.kernels import catalog
 
 try:

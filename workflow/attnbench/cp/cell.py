@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 from .. import status as S
-from ..cell import (CheckOutOfMemory, base_record, checked_samples, crash_if_asked, n_samples, now, summarise,
-                    torch_dtype, write_record)
+from ..cell import (CheckOutOfMemory, base_record, checked_samples, crash_if_asked, hang_if_asked, n_samples, now,
+                    summarise, torch_dtype, write_record)
 from ..flops import attention_flops
 from ..masks import sample_mask
 from ..measure import peak_memory, quantiles, synchronize, time_ms
@@ -307,6 +307,7 @@ def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
     if status is None:
         device = run.init(spec["device"], spec["cp"]["timeout_s"])
         session = run.Session(device)
+        hang_if_asked(spec, keep_alive=dist.barrier)  # a hang inside the process group, collectives running
         status, reason = measure(record, session, spec, peak)
     record["status"], record["status_reason"] = status, reason
     if status in S.TIMED:
