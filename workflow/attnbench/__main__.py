@@ -18,6 +18,9 @@ def claim_gpu_after_start(device, kernel=None):
 
         from .launch import claim_from_environment
 
+        from .environment import prefetch
+
+        prefetch()
         if kernel:
             from .kernels import catalog
             from .kernels.base import preload

@@ -187,9 +187,13 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
     from .measure import DeviceClock, peak_memory, quantiles, time_ms
 
     hq, hkv, d, direction = spec["heads_q"], spec["heads_kv"], spec["head_dim"], spec["direction"]
-    mask = sample_mask(spec["mask"], spec["seqlen"], spec.get("mask_params", {}), rng, histograms, hq, hkv)
-    q, k, v, dout = make_inputs(spec["_data_seed"] + index, spec["seqlen"], hq, hkv, d, dtype, device)
-    fn = kernel.prepare(mask)
+    clock = DeviceClock(device)
+    with clock.phase("mask"):
+        mask = sample_mask(spec["mask"], spec["seqlen"], spec.get("mask_params", {}), rng, histograms, hq, hkv)
+    with clock.phase("inputs"):
+        q, k, v, dout = make_inputs(spec["_data_seed"] + index, spec["seqlen"], hq, hkv, d, dtype, device)
+    with clock.phase("prepare"):
+        fn = kernel.prepare(mask)
     lay = kernel.layout
     leaves = [from_thd(x, lay).requires_grad_(direction != "fwd") for x in (q, k, v)]
     dout_l = from_thd(dout, lay)
@@ -198,7 +202,8 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
             with torch.no_grad():
                 return fn(*leaves)
     elif direction == "bwd":
-        out = fn(*leaves)  # forward once, outside the timed region
+        with clock.phase("first_call"):
+            out = fn(*leaves)  # forward once, outside the timed region
 
         def call():
             return torch.autograd.grad(out, leaves, dout_l, retain_graph=True)
@@ -206,10 +211,11 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
         def call():
             return torch.autograd.grad(fn(*leaves), leaves, dout_l)
 
-    clock = DeviceClock(device)
-    with clock.section():
+    with clock.phase("first_call"):  # compilation and lazy loading: one more warm-up, not busy time
+        call()
+    with clock.phase("timed", busy=True):
         times = time_ms(call, spec["warmup"], spec["reps"], device)
-    with clock.section():
+    with clock.phase("memory", busy=True):
         mem = peak_memory(call, device)
     flops = attention_flops(sum(mask.area_per_head), d, direction)
     tq = quantiles(times)
@@ -230,9 +236,9 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
             if direction == "bwd":
                 del out
         timed = (mask, q, k, v, dout, fn) if s_check == spec["seqlen"] else None
-        with clock.section():
+        with clock.phase("check", busy=True):
             sample["check"] = check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms)
-    sample["device_busy_ms"] = clock.ms
+    sample["device_busy_ms"], sample["phases_s"] = clock.ms, clock.phases
     return sample
 
 

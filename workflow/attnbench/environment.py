@@ -35,6 +35,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+@functools.cache
 def git_state() -> dict:
     """The checkout's commit; where the tree was copied without .git (a remote GPU machine),
     ATTNBENCH_GIT_COMMIT / ATTNBENCH_GIT_DIRTY say what it was copied from."""
@@ -79,9 +80,25 @@ def code_hash() -> dict:
     return tree_sha256(REPO)
 
 
+@functools.cache
+def library_versions() -> dict:
+    return all_library_versions()
+
+
+@functools.cache
+def nvidia_driver() -> str | None:
+    return _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+
+
+def prefetch() -> None:
+    """The slow facts (git, nvidia-smi, package metadata, the code hash), gathered before a cell
+    waits for its GPU so that it does not spend GPU time on them."""
+    git_state(), library_versions(), nvidia_driver(), code_hash()
+
+
 def fingerprint(device: str) -> dict:
     """Facts about this machine and checkout. Imports torch only if the cell already did."""
-    libs = all_library_versions()
+    libs = library_versions()
     env = {
         "host": socket.gethostname(),
         "platform": platform.platform(),
@@ -108,7 +125,7 @@ def fingerprint(device: str) -> dict:
             cuda=torch.version.cuda,
             cudnn=torch.backends.cudnn.version(),
             nccl=".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else None,
-            driver=_run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+            driver=nvidia_driver(),
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         )
     else:

@@ -69,22 +69,27 @@ def time_ms(fn, warmup: int, reps: int, device, flush: bool = True, before=None)
 
 
 class DeviceClock:
-    """Milliseconds spent in the sections of a cell that run on its device (warm-up and timed
-    repetitions, the memory call, the correctness check), the device synchronised at both ends of
-    each: the numerator of the harness's busy share (benchmarks/harness_throughput.py)."""
+    """Where a cell's time goes, phase by phase (seconds, the device synchronised at both ends of
+    each), and the part of it the device was kept busy: the warm-up and timed repetitions, the memory
+    call and the correctness check (`busy=True` phases), the numerator of the harness's busy share
+    (benchmarks/harness_throughput.py). A kernel's first call (compilation, lazy loading) is a phase
+    of its own and not counted as busy."""
 
     def __init__(self, device):
-        self.device, self.ms = device, 0.0
+        self.device, self.ms, self.phases = device, 0.0, {}
 
     @contextmanager
-    def section(self):
+    def phase(self, name: str, busy: bool = False):
         synchronize(self.device)
         t0 = time.perf_counter()
         try:
             yield
         finally:
             synchronize(self.device)
-            self.ms += (time.perf_counter() - t0) * 1e3
+            dt = time.perf_counter() - t0
+            self.phases[name] = self.phases.get(name, 0.0) + dt
+            if busy:
+                self.ms += dt * 1e3
 
 
 def _proc_status_bytes(field: str):
