@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnbench import cell as C
-from attnbench.config import expand_cells, load_config
+from attnbench.families.kernel import cell as C
+from attnbench.harness import faults as F
+from attnbench.record import record as R
+from attnbench.families import expand_cells, load_config
 from attnbench.kernels import catalog
 from attnbench.kernels.naive import Naive
 
@@ -61,7 +63,7 @@ def test_ok_record_has_everything(cells):
     assert r["max_rel_err"] < 1e-5
     env = r["environment"]
     assert env["torch"] == torch.__version__ and "git_commit" in env and env["libraries"]["torch"] != "missing"
-    json.dumps(C.json_safe(r), allow_nan=False)
+    json.dumps(R.json_safe(r), allow_nan=False)
 
 
 def test_record_says_where_its_time_went(cells, tmp_path):
@@ -74,7 +76,7 @@ def test_record_says_where_its_time_went(cells, tmp_path):
     busy = sum(p["timed"] + p["memory"] + p["check"] for p in phases)
     assert r["device_busy_ms"] == pytest.approx(busy * 1e3)
     assert r["device_busy_ms"] >= sum(t for s in r["samples"] for t in s["time_ms"])
-    (tmp_path / "r.json").write_text(json.dumps(C.json_safe(r)))
+    (tmp_path / "r.json").write_text(json.dumps(R.json_safe(r)))
     bench = Path(__file__).parents[1] / "benchmarks" / "harness_throughput.py"
     out = subprocess.run([sys.executable, str(bench), str(tmp_path), "--gpus", "2", "--wall-s", "60",
                           "--json", str(tmp_path / "t.json")], capture_output=True, text=True, check=True)
@@ -166,7 +168,7 @@ def test_document_masks_check_three_samples(cells):
 
 
 def test_a_crash_writes_no_record(cells, tmp_path, monkeypatch):
-    monkeypatch.setenv(C.CRASH_ENV, "naive/causal/s128")
+    monkeypatch.setenv(F.CRASH_ENV, "naive/causal/s128")
     spec = pick(cells, "naive", "causal")
     out = tmp_path / "r.json"
     p = subprocess.run([sys.executable, "-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out)],

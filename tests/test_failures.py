@@ -20,9 +20,14 @@ import pytest
 import yaml
 
 from attnbench import launch
-from attnbench.cell import HANG_ENV, run_cell, write_record
-from attnbench.collect import read_cells, record_problems
-from attnbench.config import ConfigError, cell_path, cell_timeout_s, expand_cells, validate
+from attnbench.families.kernel.cell import run_cell
+from attnbench.harness.faults import HANG_ENV
+from attnbench.record.record import write_record
+from attnbench.record.validate import record_problems
+from attnbench.report.collect import read_cells
+from attnbench.families import expand_cells, validate
+from attnbench.grid.config import ConfigError, cell_timeout_s
+from attnbench.grid.expand import cell_path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests/cp"))
@@ -155,8 +160,8 @@ def test_a_hung_cell_is_stopped_at_its_budget_recorded_as_timeout_and_the_run_go
 
 @pytest.mark.slow
 def test_timeout_is_drawn_in_tables_and_figures(hung_run):
-    from attnbench.figures import bars_at_length, family_lines
-    from attnbench.tables import support_table
+    from attnbench.families.kernel.figures import bars_at_length, family_lines
+    from attnbench.families.kernel.tables import support_table
 
     workdir, p, _ = hung_run
     assert p.returncode == 0

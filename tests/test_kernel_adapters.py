@@ -6,14 +6,14 @@ import pytest
 import torch
 
 import attnbench.masks as M
-from attnbench import cell as C
-from attnbench.config import expand_cells, load_config
+from attnbench.families.kernel import cell as C
+from attnbench.families import expand_cells, load_config
 from attnbench.kernels import catalog
 from attnbench.kernels.flash_attn import flash_call_args
 from attnbench.kernels.flashmask import decode_encoding, flashmask_encoding
 from attnbench.kernels.transformer_engine import te_arguments
 from attnbench.kernels.varlen import varlen_kwargs
-from attnbench.status import Unsupported
+from attnbench.record.status import Unsupported
 
 CFG = dict(window=9, block=8)
 REGULAR = catalog.REGULAR_MASKS

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 import attnbench.masks as M
-from attnbench import cell as C
+from attnbench.families.kernel import cell as C
 from attnbench.kernels import catalog
 from attnbench.kernels.base import load
 from attnbench.kernels.fa2_sparse import FA2_SPARSE_BLOCK, call_arguments
 from attnbench.kernels.flashinfer_sparse import plan_arguments
 from attnbench.kernels.vsa_sparse import VSA_BLOCK, vsa_arguments
-from attnbench.status import Unsupported
+from attnbench.record.status import Unsupported
 
 LIBRARIES = {"vsa": "vsa", "flashinfer": "flashinfer", "fa2_sparse": "block_sparse_attn"}
 
@@ -44,7 +44,7 @@ def expand_blocks(block_map, row_sizes, col_sizes):
 def test_absent_library_gives_an_unavailable_record(impl, repo):
     if catalog.missing_module(catalog.get(impl)) is None:
         pytest.skip(f"{LIBRARIES[impl]} is installed here")
-    from attnbench.config import expand_grid, load_config
+    from attnbench.families import expand_grid, load_config
 
     cfg = load_config(repo / "config.yaml")
     spec = next(c for c in expand_grid(cfg, "h200_sparse") if c["impl"] == impl and c["direction"] == "fwd")
@@ -133,7 +133,7 @@ def test_fa2_sparse_arguments_encode_the_mask(granularity):
 
 def test_a_library_that_fails_to_import_makes_the_cell_unavailable(tmp_path, monkeypatch):
     """The real `vsa` queries the GPU at import and raises without one: unavailable, not a crash."""
-    from attnbench.status import Unavailable
+    from attnbench.record.status import Unavailable
 
     pkg = tmp_path / "vsa"
     pkg.mkdir()

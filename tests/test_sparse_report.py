@@ -1,13 +1,14 @@
 """Sparse tables and figures on a paper-shaped tidy table: every panel, OOM marked, unsupported and
-unavailable kernels listed, dense references at equal area, exactly the files outputs.py names."""
+unavailable kernels listed, dense references at equal area, exactly the files the family names."""
 
 import itertools
 
 import pandas as pd
 import pytest
 
-from attnbench import outputs, sparse_report
-from attnbench.figures import DEFAULT_STYLE
+from attnbench import families as outputs
+from attnbench.families.sparse import report as sparse_report
+from attnbench.report.plotting import DEFAULT_STYLE
 
 GRID = {"family": "sparse", "direction": ["fwd", "bwd"]}
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import attnbench.masks as M
-from attnbench import cell as C
+from attnbench.families.kernel import cell as C
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load, to_thd
-from attnbench.reference import reference_attention, rel_err
+from attnbench.harness.reference import reference_attention, rel_err
 
 triton = pytest.importorskip("triton")
 CUDA = torch.cuda.is_available()
@@ -117,7 +117,7 @@ def test_half_precision_within_the_acceptance_rule(bsa, dtype):
 
 def test_kernel_adapter_refuses_other_masks_and_bad_inputs(bsa):
     mod, device = bsa
-    from attnbench.status import Unsupported
+    from attnbench.record.status import Unsupported
 
     kernel = load(catalog.get("triton_block_sparse"), device=device, dtype=torch.float32, heads_q=2, heads_kv=1,
                   head_dim=16)

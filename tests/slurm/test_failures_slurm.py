@@ -20,9 +20,10 @@ import time
 import pytest
 import yaml
 
-from attnbench.cell import HANG_ENV
-from attnbench.collect import record_problems
-from attnbench.config import cell_path, expand_cells, validate
+from attnbench.harness.faults import HANG_ENV
+from attnbench.record.validate import record_problems
+from attnbench.families import expand_cells, validate
+from attnbench.grid.expand import cell_path
 
 from slurmtools import REPO, Snakemake, planned, slurm_cluster, slurm_states, snakemake, submitted_jobs
 

@@ -18,7 +18,7 @@ def claim_gpu_after_start(device, kernel=None):
 
         from .launch import claim_from_environment
 
-        from .environment import prefetch
+        from .harness.environment import prefetch
 
         prefetch()
         if kernel:
@@ -36,9 +36,9 @@ def say_outcome(record, out):
 def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None) -> None:
     """The record of a cell that attnbench.launch stopped at its time budget: no timings. A record
     the stopped run had already written (it was stopped while exiting) is kept."""
-    from . import status as S
-    from .cell import base_record, now, write_record
-    from .environment import fingerprint
+    from .harness.environment import fingerprint
+    from .record import status as S
+    from .record.record import base_record, now, write_record
 
     if spec["device"] == "cuda":
         import torch  # noqa: F401  (the fingerprint then names the device)
@@ -64,7 +64,8 @@ def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None)
 
 
 def cmd_cell(a):
-    from .cell import run_cell, write_record
+    from .families.kernel.cell import run_cell
+    from .record.record import write_record
 
     if a.timed_out_after is not None:
         return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
@@ -97,9 +98,10 @@ def cmd_cp_cell(a):
 def cmd_peak(a):
     import torch
 
-    from .cell import torch_dtype, write_record
-    from .environment import fingerprint
-    from .measure import matmul_peak_tflops
+    from .harness.environment import fingerprint
+    from .harness.inputs import torch_dtype
+    from .harness.measure import matmul_peak_tflops
+    from .record.record import write_record
 
     device = a.device
     claim_gpu_after_start(device)
@@ -114,7 +116,7 @@ def cmd_peak(a):
 
 
 def cmd_collect(a):
-    from .collect import RecordError, collect
+    from .report.collect import RecordError, collect
 
     try:
         df = collect(a.records, a.root)
@@ -126,7 +128,7 @@ def cmd_collect(a):
 
 
 def cmd_tables(a):
-    from .tables import write_tables
+    from .families import write_tables
 
     grid_cfg = json.loads(a.grid_config) if a.grid_config else None
     for p in write_tables(a.cells, a.out_dir, grid=a.grid, grid_cfg=grid_cfg):
@@ -134,7 +136,7 @@ def cmd_tables(a):
 
 
 def cmd_figures(a):
-    from .figures import write_figures
+    from .families import write_figures
 
     style = json.loads(a.style) if a.style else {}
     grid_cfg = json.loads(a.grid_config) if a.grid_config else None
@@ -146,11 +148,11 @@ def _regenerate_part(task):
     """One piece of regeneration (a grid's tables, or some of its figures), run in a worker."""
     kind, cells, out_dir, cfg, grid, only, complete = task
     if kind == "tables":
-        from .tables import write_tables
+        from .families import write_tables
 
         write_tables(cells, out_dir, grid=grid, grid_cfg=cfg["grids"][grid])
     else:
-        from .figures import write_figures
+        from .families import write_figures
 
         write_figures(cells, out_dir, cfg["figures"], grid=grid, grid_cfg=cfg["grids"][grid], only=only,
                       strict=complete)
@@ -161,13 +163,13 @@ def regeneration_tasks(cfg, grids, out: Path, complete: bool = True) -> list:
     """Tables and figures of each grid as independent tasks, the costliest first (memory figures,
     then the mask-family figures); a kernel grid's figures one task each. `complete`: every record
     of the grids is there (then every promised figure must be drawn)."""
-    from . import outputs
+    from .families import figure_stems
 
     cells = out / "tables" / "cells.csv"
     tasks = []
     for g in grids:
         grid = cfg["grids"][g]
-        stems = outputs.figure_stems(grid) if grid["family"] == "kernel" else [None]
+        stems = figure_stems(grid) if grid["family"] == "kernel" else [None]
         stems.sort(key=lambda s: (not str(s).startswith("memory"), not str(s).startswith("tflops_vs")))
         tasks += [("figures", cells, out / "figures" / g, cfg, g, None if s is None else {s}, complete)
                   for s in stems]
@@ -180,8 +182,10 @@ def cmd_regenerate(a):
     import time
     from concurrent.futures import ProcessPoolExecutor
 
-    from .collect import RecordError, collect
-    from .config import ConfigError, cell_path, expand_cells, load_config
+    from .report.collect import RecordError, collect
+    from .families import expand_cells, load_config
+    from .grid.config import ConfigError
+    from .grid.expand import cell_path
 
     t0 = time.perf_counter()
     try:
@@ -206,7 +210,7 @@ def cmd_regenerate(a):
     if table.exists():  # the tidy table keeps the rows of the grids not regenerated now
         import pandas as pd
 
-        from .collect import read_cells
+        from .report.collect import read_cells
 
         kept = read_cells(table)
         kept = kept[~kept["grid"].isin(grids)]
@@ -253,14 +257,15 @@ def write_report(cfg: dict, grids: list, report: Path, snakefile: str):
 
 
 def cmd_check_config(a):
-    from .config import ConfigError, load_config
+    from .families import load_config
+    from .grid.config import ConfigError
 
     try:
         cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
     except ConfigError as e:
         print(e, file=sys.stderr)
         sys.exit(2)
-    from .config import expand_cells
+    from .families import expand_cells
 
     cells = expand_cells(cfg)
     print(f"config ok: {len(cells)} cells in grids {', '.join(cfg['run'])}")
@@ -270,7 +275,9 @@ def cmd_records(a):
     """Record paths of the grids' cells still missing, as Snakemake targets: a session with little
     device time runs the short lengths first (benchmarks/gpu_session.sh), so whatever it does not
     reach is the longest cells."""
-    from .config import ConfigError, cell_path, expand_cells, load_config
+    from .families import expand_cells, load_config
+    from .grid.config import ConfigError
+    from .grid.expand import cell_path
 
     try:
         cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)

@@ -14,11 +14,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .figures import GIB, _grid_axes, _save, describe, seqlen_label
-from .masks import SPARSE_MASKS
-from .style import colour, marker, order
-from .tables import (MEDIAN_SPREAD, WITHIN_NOTE, _describe, _fmt_cell, _write, fastest, fmt_compared, ratio_text,
-                     spread_text)
+from ...masks import SPARSE_MASKS
+from ...report.labels import order, seqlen_label
+from ...report.plotting import GIB, describe, grid_axes, save
+from ...report.style import colour, marker
+from ...report.tables import (
+    MEDIAN_SPREAD,
+    WITHIN_NOTE,
+    describe_setup,
+    fastest,
+    fmt_cell,
+    fmt_compared,
+    ratio_text,
+    spread_text,
+    write_table,
+)
 
 MAIN_DENSITY = 0.5
 AREA_MATCH = 0.02  # a dense reference counts when its area is within 2% of the sparse cell's
@@ -63,7 +73,7 @@ def _pivot(sparse: pd.DataFrame, value: str, digits: int | None) -> pd.DataFrame
     """Rows (block setting, heads, S, density), one column per kernel and direction: the value or
     the status that replaced it; the realised density (the same mask for every kernel) beside it."""
     d = sparse.copy()
-    d["text"] = [_fmt_cell(r, value, digits) for _, r in d.iterrows()]
+    d["text"] = [fmt_cell(r, value, digits) for _, r in d.iterrows()]
     d["kernel"] = d["impl"] + " " + d["direction"]
     keys = ["blocks", "heads", "seqlen", "density"]
     t = d.pivot_table(index=keys, columns="kernel", values="text", aggfunc="first")
@@ -139,11 +149,11 @@ def tables(df: pd.DataFrame, out_dir) -> list[Path]:
     sparse, dense = split(df)
     if "peak_mem_gib" not in sparse:
         sparse["peak_mem_gib"] = sparse["peak_mem_bytes"] / GIB
-    about = _describe(df)
-    paths = _write(_flat(_pivot(sparse, "tflops", None)), out / "sparse_tflops",
+    about = describe_setup(df)
+    paths = write_table(_flat(_pivot(sparse, "tflops", None)), out / "sparse_tflops",
                    f"TFLOP/s ({MEDIAN_SPREAD}; FLOPs from the kept blocks) per (block setting, heads, S, density); "
                    f"{about}")
-    paths += _write(_flat(_pivot(sparse, "peak_mem_gib", 3)), out / "sparse_memory",
+    paths += write_table(_flat(_pivot(sparse, "peak_mem_gib", 3)), out / "sparse_memory",
                     f"peak memory (GiB) per (block setting, heads, S, density); {about}")
     ratio = dense_ratio(sparse, dense)
     caption = (f"block-sparse TFLOP/s as a fraction of the fastest correct dense kernel (status ok; named per row) "
@@ -152,7 +162,7 @@ def tables(df: pd.DataFrame, out_dir) -> list[Path]:
                f"with the float64 reference are listed, marked (wrong), with no fraction; {about}")
     if ratio.empty:
         caption += "; no dense reference cell of equal area in this grid"
-    paths += _write(ratio.set_index("kernel"), out / "sparse_vs_dense", caption)
+    paths += write_table(ratio.set_index("kernel"), out / "sparse_vs_dense", caption)
     return paths
 
 
@@ -202,7 +212,7 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
 def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
     panels = _panels(sparse)
     combos = len(set((h, d) for _, h, d in panels))
-    fig, axes = _grid_axes(len(panels), ncols=combos if combos > 1 else min(4, len(panels)))
+    fig, axes = grid_axes(len(panels), ncols=combos if combos > 1 else min(4, len(panels)))
     drawn = {"panels": len(panels), "points": 0, "oom_markers": 0, "dense_points": 0, "dense_x": [], "missing": {}}
     for ax, (blocks, heads, direction) in zip(axes, panels):
         d = sparse[(sparse["blocks"] == blocks) & (sparse["heads"] == heads) & (sparse["direction"] == direction)]
@@ -247,7 +257,8 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
     return fig, drawn
 
 
-def figures(df: pd.DataFrame, out_dir, style) -> list[Path]:
+def figures(df: pd.DataFrame, out_dir, style, only=None) -> list[Path]:
+    """All three figures at once (`only` is not used: they are drawn together)."""
     out = Path(out_dir)
     sparse, dense = split(df)
     sparse["mem_gib"] = sparse["peak_mem_bytes"] / GIB
@@ -259,16 +270,26 @@ def figures(df: pd.DataFrame, out_dir, style) -> list[Path]:
     ref = equal_area_references(dense, at_rho)
     fig, _ = _figure(at_rho, ref, "seqlen", "tflops", "TFLOP/s",
                      f"Block-sparse throughput vs sequence length, density {rho} | {head}")
-    paths += _save(fig, out, "sparse_tflops_vs_seqlen", style)
+    paths += save(fig, out, "sparse_tflops_vs_seqlen", style)
     s_max = sparse.groupby("blocks")["seqlen"].transform("max") if len(sparse) else sparse["seqlen"]
     longest = sparse[sparse["seqlen"] == s_max]
     fig, _ = _figure(longest.assign(x=longest["density"]), None, "x", "tflops", "TFLOP/s",
                      f"Block-sparse throughput vs density at each setting's longest S | {head}", xlog=False,
                      subtitle=lambda d: f"S={seqlen_label(int(d['seqlen'].max()))}")
-    paths += _save(fig, out, "sparse_tflops_vs_density", style)
+    paths += save(fig, out, "sparse_tflops_vs_density", style)
     src = set(df["mem_source"].dropna())
     mem_label = "peak memory (GiB)" + (" [process RSS]" if src == {"process_rss"} else "")
     fig, _ = _figure(at_rho, ref, "seqlen", "mem_gib", mem_label,
                      f"Block-sparse peak memory vs sequence length, density {rho} | {head}")
-    paths += _save(fig, out, "sparse_memory", style)
+    paths += save(fig, out, "sparse_memory", style)
     return paths
+
+
+def table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
+    """Each table is described by its Markdown caption (the first line of its file)."""
+    return {}, {}
+
+
+def figure_captions(df: pd.DataFrame, style) -> dict:
+    """The report's captions of these figures give machine, data and software only."""
+    return {}

@@ -1,4 +1,4 @@
-"""Tables and figures of `family: cp` grids, from the tidy table alone (figures.py / tables.py call these).
+"""Tables and figures of `family: cp` grids, from the tidy table alone (attnbench.families calls these).
 
 Tables: per-GPU TFLOP/s (median [p20-p80]) of every method per (mask, direction, tokens per GPU,
 GPUs) and the fastest correct method, ties within the spread named (cp_tflops), its share of the
@@ -16,14 +16,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .cp.catalog import BARE_KERNEL, method_label
-from .figures import _grid_axes, _save, describe
-from .style import STATUS_LABEL, colour, marker, order
-from .tables import (GIB, MEDIAN_SPREAD, WITHIN_NOTE, _describe, _write, fastest_text, fmt_compared, fmt_number,
-                     ratio_text, spread_text)
+from ...cp.catalog import BARE_KERNEL, method_label
+from ...record.status import TIMED
+from ...report.labels import GIB, STATUS_LABEL, order
+from ...report.plotting import describe, grid_axes, save
+from ...report.style import colour, marker
+from ...report.tables import (
+    MEDIAN_SPREAD,
+    WITHIN_NOTE,
+    describe_setup,
+    fastest_text,
+    fmt_compared,
+    fmt_number,
+    ratio_text,
+    spread_text,
+    write_table,
+)
 
 MIB = 2**20
-RAN = ("ok", "incorrect")
 
 
 def _method(df):
@@ -71,7 +81,7 @@ def _name(m: str) -> str:
 
 def _tflops_text(r) -> str:
     """Median [p20-p80], flagged when incorrect; else the status word."""
-    if r["status"] in RAN and pd.notna(r["tflops"]):
+    if r["status"] in TIMED and pd.notna(r["tflops"]):
         return (fmt_compared(r["tflops"]) + spread_text(r, "tflops", fmt_compared)
                 + (" (wrong)" if r["status"] == "incorrect" else ""))
     return STATUS_LABEL.get(r["status"], r["status"])
@@ -117,7 +127,7 @@ def _share(r, ref) -> str:
     """The cell's per-GPU TFLOP/s over the bare kernel's, or why there is none."""
     if ref is None:
         return "none (no local cell)"
-    if r["status"] not in RAN or pd.isna(r["tflops"]):
+    if r["status"] not in TIMED or pd.isna(r["tflops"]):
         return ""
     if "incorrect" in (r["status"], ref["status"]):
         return "none (wrong)"
@@ -166,7 +176,7 @@ def _ratio_text(r) -> str:
 def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in df.iterrows():
-        ran = r["status"] in RAN
+        ran = r["status"] in TIMED
         num = lambda key, scale=1.0, digits=3: (f"{r[key] / scale:.{digits}g}"  # noqa: E731
                                                 if ran and key in r and pd.notna(r[key]) else "")
         rows.append({
@@ -188,25 +198,25 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def tables(df: pd.DataFrame, out: Path) -> list[Path]:
-    paths = _write(tflops_table(df), out / "cp_tflops",
+    paths = write_table(tflops_table(df), out / "cp_tflops",
                    f"context parallelism: TFLOP/s per GPU ({MEDIAN_SPREAD}; global FLOPs / (slowest rank's time x "
                    f"GPUs)); fastest: the CP method of highest median among the cells that agree with the float64 "
-                   f"reference, with every method whose p20-p80 overlaps it ({WITHIN_NOTE}); {_describe(df)}")
-    paths += _write(vs_single_gpu_table(df), out / "cp_vs_single_gpu",
+                   f"reference, with every method whose p20-p80 overlaps it ({WITHIN_NOTE}); {describe_setup(df)}")
+    paths += write_table(vs_single_gpu_table(df), out / "cp_vs_single_gpu",
                     f"context parallelism against one GPU: per-GPU TFLOP/s ({MEDIAN_SPREAD}) of each CP cell and "
                     f"its share of the bare local kernel on one GPU (`{BARE_KERNEL}`: the same kernel call over the "
                     "whole sequence, no CP framework) at the same mask, direction and tokens per GPU; the share is "
                     f"the ratio of the medians, {WITHIN_NOTE}; 'none (no local cell)': the grid lacks that baseline "
                     f"(add `methods: [{BARE_KERNEL}]` with `gpus: [1]`; a CP method at 1 GPU is never used instead); "
                     "'none (wrong)': either cell disagrees with the float64 reference, no share is computed; "
-                    f"{_describe(df)}")
-    paths += _write(breakdown_table(df), out / "cp_breakdown",
+                    f"{describe_setup(df)}")
+    paths += write_table(breakdown_table(df), out / "cp_breakdown",
                     "context parallelism: measured time, compute-only and communication-only variants of the same "
                     "schedule (slowest rank, median; the measured time with its p20-p80), "
                     "overlap = (compute + comm - measured) / min(compute, comm), "
                     f"shown only where communication is at least {MIN_COMM_SHARE:.0%} of compute (else the share, "
                     "in brackets), measured / compute-only (above 1: what transfers cost the real schedule), "
-                    f"bytes sent per rank (max) and whether they equal the schedule's formula; {_describe(df)}")
+                    f"bytes sent per rank (max) and whether they equal the schedule's formula; {describe_setup(df)}")
     return paths
 
 
@@ -217,14 +227,14 @@ def tflops_vs_gpus(df: pd.DataFrame):
     """One panel per (mask, direction); a line per method; OOM as X on the floor. Returns the
     figure and what was drawn (for tests)."""
     panels = _panels(df)
-    fig, axes = _grid_axes(len(panels), ncols=min(4, max(1, len(panels))))
+    fig, axes = grid_axes(len(panels), ncols=min(4, max(1, len(panels))))
     drawn = {"lines": 0, "points": 0, "oom_markers": 0, "not_run": {}}
     for ax, (mask, direction, tpg) in zip(axes, panels):
         d = _panel_rows(df, mask, direction, tpg)
         not_run = []
         for m in order(d["impl"]):
             g = d[d["impl"] == m]
-            ok = g[g["status"].isin(RAN) & g["tflops"].notna()].sort_values("gpus")
+            ok = g[g["status"].isin(TIMED) & g["tflops"].notna()].sort_values("gpus")
             if len(ok):
                 ax.plot(ok["gpus"], ok["tflops"], "-", color=colour(m), marker=marker(m), ms=5, lw=1.4, label=_name(m))
                 bad = ok[ok["status"] == "incorrect"]
@@ -264,11 +274,11 @@ def breakdown(df: pd.DataFrame):
     compute-only time and, above it, communication-only time; a black dot marks the measured
     time (below the bar's top: the schedule overlapped the two)."""
     panels = _panels(df)
-    fig, axes = _grid_axes(len(panels), ncols=min(3, max(1, len(panels))), w=4.6, h=3.0)
+    fig, axes = grid_axes(len(panels), ncols=min(3, max(1, len(panels))), w=4.6, h=3.0)
     drawn = {"bars": 0}
     for ax, (mask, direction, tpg) in zip(axes, panels):
         d = _panel_rows(df, mask, direction, tpg)
-        d = d[d["status"].isin(RAN)]
+        d = d[d["status"].isin(TIMED)]
         methods = order(d["impl"])
         gpus = sorted(set(d["gpus"]))
         width = 0.8 / max(1, len(methods))
@@ -316,8 +326,19 @@ def _legend(fig, axes, ncol=6, extra=()):
                    bbox_to_anchor=(0.5, 0.0), frameon=False, fontsize="small")
 
 
-def figures(df: pd.DataFrame, out: Path, style) -> list[Path]:
+def figures(df: pd.DataFrame, out: Path, style, only=None) -> list[Path]:
+    """Both figures at once (`only` is not used: they share no costly part worth splitting)."""
     fig, _ = tflops_vs_gpus(df)
-    paths = _save(fig, out, "cp_tflops_vs_gpus", style)
+    paths = save(fig, out, "cp_tflops_vs_gpus", style)
     fig, _ = breakdown(df)
-    return paths + _save(fig, out, "cp_breakdown", style)
+    return paths + save(fig, out, "cp_breakdown", style)
+
+
+def table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
+    """Each table is described by its Markdown caption (the first line of its file)."""
+    return {}, {}
+
+
+def figure_captions(df: pd.DataFrame, style) -> dict:
+    """The report's captions of these figures give machine, data and software only."""
+    return {}

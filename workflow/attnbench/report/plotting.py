@@ -20,7 +20,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from .labels import GIB, TIMED, heads_label, order, seqlen_label  # noqa: E402, F401  (GIB re-exported)
+from ..record.status import TIMED  # noqa: E402
+from .labels import GIB, heads_label, order, seqlen_label  # noqa: E402, F401  (GIB re-exported)
 from .style import HEADS_STYLES, INCORRECT_RING, OOM_MARKER, TIMEOUT_MARKER, colour, marker, marker_size  # noqa: E402
 
 DEFAULT_STYLE = {"dpi": 150, "context": "paper", "font_scale": 1.0, "formats": ["png", "pdf"], "bar_seqlen": 8192}
@@ -179,12 +180,12 @@ class NotRun:
                     f"{w}{self._qualify(s, self.seen[w])}" for w, s in where.items())
                 groups.setdefault(text, []).append(impl)
             if groups:
-                out.append(f"Not drawn, {STATUS_NOTE[status]}: "
+                out.append(f"Not drawn, {NOT_DRAWN[status]}: "
                            + "; ".join(f"{', '.join(impls)}: {text}" for text, impls in groups.items()) + ".")
         return out
 
 
-STATUS_NOTE = {"unsupported": "unsupported", "unavailable": "unavailable (not measured on this machine)"}
+NOT_DRAWN = {"unsupported": "unsupported", "unavailable": "unavailable (not measured on this machine)"}
 
 
 # ----------------------------------------------------------------------------- lines vs x

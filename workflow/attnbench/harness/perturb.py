@@ -7,7 +7,7 @@ diagonal. Used by tests/test_gate_sensitivity.py and benchmarks/gate_sensitivity
 
 from __future__ import annotations
 
-from . import masks as M
+from .. import masks as M
 
 
 class PerturbedMask(M.Mask):

@@ -1,31 +1,29 @@
-"""Figures from the tidy table alone (never a record, never a GPU): PNG/PDF per grid, and a caption
-per figure for the Snakemake report.
-
-Family `kernel` is drawn here (the paper's Figs. 3, 7, 8-14, 16-17); family X is drawn by
-`attnbench.X_report.figures(df, out_dir, style)`, which returns the paths it wrote and may offer
-`captions(df) -> {stem: what is plotted}`. Every figure states the device and dtype; each kernel
-keeps its colour and marker (attnbench.style).
-"""
+"""The kernel family's figures (the paper's Figs. 3, 7, 8-14, 16-17), from the tidy table alone:
+bars at one length, TFLOP/s vs length per mask family, memory vs length. Every figure states the
+device and dtype; each kernel keeps its colour and marker (its registry entry)."""
 
 from __future__ import annotations
 
 from functools import partial
-from importlib import import_module
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.patches import Patch
 
-from . import captions, outputs
-from .collect import one_row_per_point, read_cells
-from .labels import (DIRECTION_LABEL, MASK_FAMILIES, TIMED, direction_label, family_title, heads_label,
-                     mask_families, order)
-from .labels import seqlen_label  # noqa: F401  (re-exported for the family report modules)
-from .plotting import (  # noqa: F401  (GIB, DEFAULT_STYLE, describe re-exported for the family modules)
-    DEFAULT_STYLE,
+from ...record.status import TIMED
+from ...report.collect import one_row_per_point
+from ...report.labels import (
+    DIRECTION_LABEL,
+    direction_label,
+    family_title,
+    heads_label,
+    mask_families,
+    order,
+    seqlen_label,
+)
+from ...report.plotting import (
     GIB,
     NotRun,
-    apply_theme,
     categorical_lengths,
     collect_handles,
     describe,
@@ -42,11 +40,7 @@ from .plotting import (  # noqa: F401  (GIB, DEFAULT_STYLE, describe re-exported
     status_handles,
     title_above,
 )
-from .style import BAR_MARK, HEADS_STYLES, INCORRECT_HATCH, colour  # noqa: F401
-
-# Names the family report modules import from here.
-_save = save
-_grid_axes = grid_axes
+from ...report.style import BAR_MARK, INCORRECT_HATCH, colour
 
 
 def bar_length(df: pd.DataFrame, preferred: int | None) -> int:
@@ -196,7 +190,7 @@ def memory_lines(df: pd.DataFrame, value: str, ylabel: str, title: str, subtitle
 # ----------------------------------------------------------------------------- the kernel family
 
 
-def kernel_figure_makers(df: pd.DataFrame, style) -> dict:
+def figure_makers(df: pd.DataFrame, style) -> dict:
     """{stem: function drawing that figure}, so a caller can draw any subset (in parallel)."""
     one_row_per_point(df, "kernel figures")
     head = describe(df)
@@ -217,16 +211,16 @@ def kernel_figure_makers(df: pd.DataFrame, style) -> dict:
     return makers
 
 
-def kernel_figures(df: pd.DataFrame, out: Path, style, grid_cfg=None, only=None) -> list[Path]:
+def figures(df: pd.DataFrame, out: Path, style, only=None) -> list[Path]:
     paths = []
-    for stem, draw in kernel_figure_makers(df, style).items():
+    for stem, draw in figure_makers(df, style).items():
         if only is None or stem in only:
             fig, _ = draw()
             paths += save(fig, out, stem, style)
     return paths
 
 
-def kernel_captions(df: pd.DataFrame, style) -> dict:
+def figure_captions(df: pd.DataFrame, style) -> dict:
     """What each kernel-family figure shows (the report adds machine, data and software)."""
     s_bar = bar_length(df, style.get("bar_seqlen"))
     want = style.get("bar_seqlen")
@@ -256,41 +250,3 @@ def kernel_captions(df: pd.DataFrame, style) -> dict:
             f"{tflops}. X on the axis floor: out of memory; T: stopped at the time budget; red ring: disagrees with the float64 reference; kernels "
             "that are unsupported or unavailable are listed under the figure.")
     return out
-
-
-# ----------------------------------------------------------------------------- entry point
-
-
-def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_cfg: dict | None = None,
-                  only=None, strict: bool = True):
-    """Draw the grid's figures and their captions; `only`: just these stems (family kernel), so
-    regeneration can share the figures among processes. `strict`: fail unless every file the grid
-    promises (outputs.py) was written; off when regenerating from an incomplete set of records."""
-    style = apply_theme(style)
-    df = read_cells(cells_csv)
-    if grid:
-        df = df[df["grid"] == grid]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    family = (grid_cfg or {}).get("family") or (df["family"].iloc[0] if len(df) else "kernel")
-    if family == "kernel":
-        paths = kernel_figures(df, out, style, grid_cfg, only)
-        whats = kernel_captions(df, style)
-    else:
-        only = None
-        mod = import_module(f".{family}_report", __package__)
-        paths = mod.figures(df, out, style)
-        whats = mod.captions(df) if hasattr(mod, "captions") else {}
-    if strict and grid_cfg is not None:  # make sure the files Snakemake expects are the ones written
-        stems = [s for s in outputs.figure_stems(grid_cfg) if only is None or s in only]
-        expected = {out / f"{s}.{fmt}" for s in stems for fmt in style["formats"]}
-        missing = expected - set(paths)
-        if missing:
-            raise RuntimeError(f"figures not produced: {sorted(map(str, missing))}")
-    stems = list(dict.fromkeys(Path(p).stem for p in paths))
-    paths += captions.write_captions(out, stems, whats, df, kind="figure", grid=grid, grid_cfg=grid_cfg)
-    return paths
-
-
-__all__ = ["write_figures", "kernel_figures", "bars_at_length", "family_lines", "memory_lines", "bar_length",
-           "describe", "seqlen_label", "GIB", "MASK_FAMILIES", "HEADS_STYLES"]

@@ -1,18 +1,17 @@
-"""Names as they appear in tables, figures and file names: orders, status words, length and heads
-labels, and the mask families the paper draws one figure each for. No plotting here, so the table
-rules do not depend on the plotting style."""
+"""Names as they appear in tables, figures and file names: orders (the registries'), status words,
+length and heads labels, and the mask families the paper draws one figure each for. No plotting
+here, so the table rules do not depend on the plotting style."""
 
 from __future__ import annotations
 
-from .kernels.catalog import KERNELS
+from ..cp.catalog import METHODS
+from ..kernels.catalog import KERNELS
 
 GIB = 2**30  # bytes in records, GiB in tables and figures
 
-# `local` (the bare kernel on one GPU) first: the baseline the methods are read against.
-CP_METHODS_ORDER = ("local", "ulysses", "ring_p2p", "ring_allgather", "usp", "loongtrain", "torch_cp")
-SPARSE_ORDER = ("triton_block_sparse", "vsa", "flashinfer", "fa2_sparse")
-# Every kernel and method once, in the order of legends, table columns and colours.
-NAMES = tuple(dict.fromkeys(tuple(KERNELS) + SPARSE_ORDER + CP_METHODS_ORDER))
+# Every kernel and CP method once, in the order of legends, table columns and colours: the order
+# of their registries.
+NAMES = tuple(dict.fromkeys(tuple(KERNELS) + tuple(METHODS)))
 
 STATUS_LABEL = {"oom": "OOM", "unsupported": "unsup.", "unavailable": "n/a", "incorrect": "wrong",
                 "timeout": "timeout"}
@@ -24,8 +23,9 @@ STATUS_MEANING = {
     "incorrect": "ran, but disagrees with the float64 reference (time kept, flagged)",
     "timeout": "still running at the grid's time budget (cell_timeout_s); stopped, no time",
 }
-# Statuses whose rows carry a time (and so a TFLOP/s value).
-TIMED = ("ok", "incorrect")
+# What the status words in tables stand for.
+STATUS_NOTE = ("OOM: out of memory; unsup.: unsupported; n/a: unavailable (not measured on this machine); "
+               "timeout: stopped at the time budget; (wrong): disagrees with the float64 reference")
 
 # The paper draws TFLOP/s vs length one figure per family of related masks (Figs. 8-14).
 MASK_FAMILIES = {

@@ -10,11 +10,27 @@ from __future__ import annotations
 
 import itertools
 
-from . import catalog
+from ... import masks as M
+from ...cp import catalog
+from ...grid.expand import (
+    cell_path,
+    common_fields,
+    grid_products,
+    histograms_for,
+    mask_param_points,
+    mask_problems,
+    shape_problems,
+)
 
 
 def _cp(grid) -> dict:
     return grid.get("cp", {})
+
+
+def problems(cfg, grid, prod, at) -> list[str]:
+    """Everything wrong with one product of a CP grid."""
+    return (mask_problems(prod, "cp", M.CP_MASKS, at) + grid_problems(grid, prod, at)
+            + shape_problems(cfg, grid, prod, at))
 
 
 def grid_problems(grid, prod, at) -> list[str]:
@@ -65,15 +81,13 @@ def _degrees(method, gpus, c) -> catalog.Degrees:
                            c.get("placement", "contiguous"), c.get("gpus_per_node", 8))
 
 
-def expand_cp_grid(cfg, gname) -> list[dict]:
-    from ..config import _grid_products, _histograms_for, _mask_param_points, cell_path
-
+def expand(cfg, gname) -> list[dict]:
     grid = cfg["grids"][gname]
     c, device = _cp(grid), grid["device"]
-    common = {k: grid[k] for k in ("device", "samples", "warmup", "reps", "seed", "check")}
+    common = common_fields(grid)
     kernel = catalog.resolve_local_kernel(c["local_kernel"], device)
     cells = {}
-    for prod in _grid_products(grid):
+    for prod in grid_products(grid):
         for method, mask, tpg, gpus, (hq, hkv), d, dtype, direction in itertools.product(
             prod["methods"], prod["masks"], prod["tokens_per_gpu"], prod["gpus"], prod["heads"], prod["head_dim"],
             prod["dtype"], prod["direction"],
@@ -81,11 +95,11 @@ def expand_cp_grid(cfg, gname) -> list[dict]:
             deg = _degrees(method, gpus, c)
             nodes = -(-gpus // c["gpus_per_node"]) if device == "cuda" else 1
             seqlen = tpg * gpus
-            for mp in _mask_param_points(mask, grid, prod):
+            for mp in mask_param_points(mask, grid, prod):
                 cell = {"grid": gname, "family": "cp", "impl": method, "mask": mask, "mask_params": mp,
                         "seqlen": seqlen, "tokens_per_gpu": tpg, "heads_q": hq, "heads_kv": hkv, "head_dim": d,
                         "dtype": dtype, "direction": direction, "gpus": gpus, **common,
-                        "histograms": _histograms_for(cfg, mask, seqlen),
+                        "histograms": histograms_for(cfg, mask, seqlen),
                         "cp": {"local_kernel": kernel, **deg.to_json(), "gpus_per_node": c["gpus_per_node"],
                                "nodes": nodes, "nproc_per_node": gpus // nodes, "breakdown": c["breakdown"],
                                "timeout_s": c["timeout_s"]}}

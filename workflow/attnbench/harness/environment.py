@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .kernels.catalog import all_library_versions
+from ..kernels.catalog import all_library_versions
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _run(cmd) -> str | None:
