@@ -36,27 +36,19 @@ def say_outcome(record, out):
 def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None) -> None:
     """The record of a cell that attnbench.launch stopped at its time budget: no timings. A record
     the stopped run had already written (it was stopped while exiting) is kept."""
+    from .families import family
     from .harness.environment import fingerprint
     from .record import status as S
-    from .record.record import base_record, now, write_record
+    from .record.record import now, write_record
 
     if spec["device"] == "cuda":
         import torch  # noqa: F401  (the fingerprint then names the device)
     if Path(out).exists():
         print(f"{out} was written before the cell was stopped; kept")
         return
-    implementation = None
-    if spec["family"] == "cp":
-        from .cp.cell import implementation as cp_implementation
-
-        implementation = cp_implementation(spec)
-    record = base_record(spec, implementation)
+    record = family(spec["family"]).record_skeleton(spec)  # CP's: also its tables' columns
     record.update(status=S.TIMEOUT, started_at=None, time_budget_s=budget_s,
                   status_reason=f"still running after {budget_s:g} s, the grid's time budget (cell_timeout_s); stopped")
-    if spec["family"] == "cp":
-        from .cp.cell import cp_summary
-
-        cp_summary(record, spec)  # the CP tables' columns (method, tokens per GPU, ...)
     record.update(matmul_peak=json.loads(Path(peak_path).read_text()) if peak_path else None,
                   environment=fingerprint(spec["device"]), finished_at=now())
     write_record(record, out)

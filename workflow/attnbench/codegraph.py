@@ -12,7 +12,7 @@ seen: the entry modules name those parts themselves.
 from __future__ import annotations
 
 import ast
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 
 PACKAGE = __name__.split(".")[0]

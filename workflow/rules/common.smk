@@ -45,7 +45,7 @@ PKG = str(Path(workflow.basedir) / "workflow" / "attnbench")
 
 wildcard_constraints:
     grid=r"[A-Za-z0-9_\-]+",
-    family=r"kernel|sparse",
+    family="|".join(families.running_with("cell")),
     impl=r"[A-Za-z0-9_]+",
     mask=r"[A-Za-z0-9_]+",
     point=r"[A-Za-z0-9_.\-]+",

@@ -3,7 +3,9 @@
     NAME                     the family's name in config.yaml (`family:`)
     problems(cfg, grid, product, where) -> [str]     what is wrong with one product of a grid
     expand(cfg, grid_name) -> [cell]                 the grid's cells
-    CELL_COMMAND             the `python -m attnbench` subcommand that runs one cell
+    CELL_COMMAND             the `python -m attnbench` subcommand that runs one cell (`cell`: the
+                             kernel rule runs it, kernels.smk; `cp-cell`: context_parallel.smk)
+    record_skeleton(spec)    the record a cell starts with (as is for a cell stopped at its budget)
     table_names(grid), figure_stems(grid)            the files its tables and figures write
     TABLES, FIGURES          its modules (in the folder) holding
                              tables(df, out) -> paths, table_captions(df) -> ({stem: text}, {stem: rst}),
@@ -33,6 +35,11 @@ def family(name: str):
     if name not in FAMILIES:
         raise ValueError(f"unknown family {name!r}; valid families: {', '.join(FAMILIES)}")
     return import_module(f"{__name__}.{FAMILIES[name]}")
+
+
+def running_with(command: str) -> list[str]:
+    """The families whose cells the given subcommand runs (the wildcard of their cell rule)."""
+    return [name for name in FAMILIES if family(name).CELL_COMMAND == command]
 
 
 def of_grid(grid: dict):

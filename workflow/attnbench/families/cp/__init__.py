@@ -11,6 +11,16 @@ TABLES = "report"
 FIGURES = "report"
 
 
+def record_skeleton(spec: dict) -> dict:
+    """The record with what ran (method and local kernel) and the CP tables' columns."""
+    from ...cp.cell import cp_summary, implementation
+    from ...record.record import base_record
+
+    record = base_record(spec, implementation(spec))
+    cp_summary(record, spec)
+    return record
+
+
 def table_names(grid: dict) -> list[str]:
     return ["cp_tflops.md", "cp_tflops.tex", "cp_vs_single_gpu.md", "cp_vs_single_gpu.tex", "cp_breakdown.md",
             "cp_breakdown.tex"]

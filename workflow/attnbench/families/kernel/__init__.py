@@ -13,6 +13,12 @@ TABLES = "tables"
 FIGURES = "figures"
 
 
+def record_skeleton(spec: dict) -> dict:
+    from ...record.record import base_record
+
+    return base_record(spec)
+
+
 def table_names(grid: dict) -> list[str]:
     return ["tflops.md", "tflops.tex", "memory.md", "memory.tex", "support.md", "support.tex"]
 
