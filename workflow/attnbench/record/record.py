@@ -12,7 +12,6 @@ import numpy as np
 
 from ..grid.expand import stable_hash
 from ..harness.inputs import data_seed
-from ..kernels import catalog
 
 SCHEMA_VERSION = 1
 
@@ -21,13 +20,8 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def base_record(spec, implementation: dict | None = None) -> dict:
-    """The fields every record starts with; `implementation` describes what ran (default: the
-    kernel of the catalog named by spec['impl'])."""
-    if implementation is None:
-        info = catalog.get(spec["impl"])
-        implementation = {"name": info.name, "family": info.family, "summary": info.summary,
-                          "library_version": catalog.library_version(info), "notes": dict(info.notes)}
+def base_record(spec, implementation: dict) -> dict:
+    """The fields every record starts with; `implementation` describes what ran (the family says)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "cell_id": stable_hash(spec),

@@ -15,8 +15,9 @@ FIGURES = "figures"
 
 def record_skeleton(spec: dict) -> dict:
     from ...record.record import base_record
+    from .cell import implementation
 
-    return base_record(spec)
+    return base_record(spec, implementation(spec))
 
 
 def table_names(grid: dict) -> list[str]:

@@ -17,6 +17,13 @@ from ...record import status as S
 from ...record.record import base_record, environment, now, summarise
 
 
+def implementation(spec) -> dict:
+    """What a kernel cell runs: the kernel of the catalog named by spec['impl']."""
+    info = catalog.get(spec["impl"])
+    return {"name": info.name, "family": info.family, "summary": info.summary,
+            "library_version": catalog.library_version(info), "notes": dict(info.notes)}
+
+
 def availability_reason(info, spec) -> str | None:
     """Why the kernel cannot run on this machine at all (library or device), or None."""
     device = spec["device"]
@@ -183,7 +190,7 @@ def run_cell(spec: dict, peak: dict | None = None) -> dict:
     """Measure one cell; return its record. Raises only on a crash (no record then)."""
     crash_if_asked(spec)
     hang_if_asked(spec)
-    record = base_record(spec)
+    record = base_record(spec, implementation(spec))
     info = catalog.get(spec["impl"])
     t0 = time.perf_counter()
     outcome = availability_reason(info, spec)
