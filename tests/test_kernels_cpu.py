@@ -8,7 +8,7 @@ import attnbench.masks as M
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load, to_thd
 from attnbench.harness.reference import reference_attention, rel_err
-from attnbench.record.status import Unsupported
+from attnbench.status import Unsupported
 
 CFG = dict(window=9, block=8, block_size=8, density=0.4, avg_block=16, min_block=8, long_doc_range=[20, 40])
 S, HQ, HKV, D = 96, 4, 2, 16

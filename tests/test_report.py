@@ -22,7 +22,7 @@ from attnbench.report import tables
 from attnbench.kernels.catalog import KERNELS as CATALOG
 from attnbench.cp.catalog import METHODS as CP_METHODS
 from attnbench.kernels.catalog import SPARSE_KERNELS
-from attnbench.record.status import TIMED
+from attnbench.status import TIMED
 from attnbench.report.labels import mask_families
 
 GRID_CFG = kernel_grid_config()

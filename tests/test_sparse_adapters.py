@@ -15,7 +15,7 @@ from attnbench.kernels.base import load
 from attnbench.kernels.fa2_sparse import FA2_SPARSE_BLOCK, call_arguments
 from attnbench.kernels.flashinfer_sparse import plan_arguments
 from attnbench.kernels.vsa_sparse import vsa_arguments
-from attnbench.record.status import Unsupported
+from attnbench.status import Unsupported
 
 LIBRARIES = {"vsa": "vsa", "flashinfer": "flashinfer", "fa2_sparse": "block_sparse_attn"}
 
@@ -143,7 +143,7 @@ def test_fa2_sparse_arguments_encode_the_mask(granularity):
 
 def test_a_library_that_fails_to_import_makes_the_cell_unavailable(tmp_path, monkeypatch):
     """The real `vsa` queries the GPU at import and raises without one: unavailable, not a crash."""
-    from attnbench.record.status import Unavailable
+    from attnbench.status import Unavailable
 
     pkg = tmp_path / "vsa"
     pkg.mkdir()

@@ -117,7 +117,7 @@ def test_half_precision_within_the_acceptance_rule(bsa, dtype):
 
 def test_kernel_adapter_refuses_other_masks_and_bad_inputs(bsa):
     mod, device = bsa
-    from attnbench.record.status import Unsupported
+    from attnbench.status import Unsupported
 
     kernel = load(catalog.get("triton_block_sparse"), device=device, dtype=torch.float32, heads_q=2, heads_kv=1,
                   head_dim=16)

@@ -38,7 +38,7 @@ def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None)
     the stopped run had already written (it was stopped while exiting) is kept."""
     from .families import family
     from .harness.environment import fingerprint
-    from .record import status as S
+    from . import status as S
     from .record.record import now, write_record
 
     if spec["device"] == "cuda":

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..record.status import Unsupported
+from ..status import Unsupported
 from .catalog import Degrees, MethodInfo, mask_reason
 from .comm import Comm, Groups, Guard
 from .merge import accumulator_dtype

@@ -28,7 +28,7 @@ from ..harness.inputs import check_mask_rng, input_seed, local_inputs, mask_rng,
 from ..harness.measure import peak_memory, quantiles, synchronize, time_ms
 from ..harness.samples import CheckOutOfMemory, checked_samples, n_samples
 from ..masks import sample_mask
-from ..record import status as S
+from .. import status as S
 from ..record.record import base_record, environment, now, summarise, write_record
 from . import catalog, run
 from .base import load

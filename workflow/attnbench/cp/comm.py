@@ -19,7 +19,7 @@ from collections import defaultdict
 import torch
 import torch.distributed as dist
 
-from ..record.status import CellOutcome, is_oom
+from ..status import CellOutcome, is_oom
 from .catalog import Degrees
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..record.status import Unsupported
+from ..status import Unsupported
 from .base import CPMethod
 from .catalog import head_split_reason, kv_replication
 from .chunks import document_lengths, is_causal, ring_step_chunk

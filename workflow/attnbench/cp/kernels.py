@@ -24,7 +24,7 @@ import torch
 
 from ..kernels.base import bhsd_view, from_thd, to_thd
 from ..masks.ranges import Slice
-from ..record.status import Unsupported
+from ..status import Unsupported
 from .catalog import LocalKernelInfo
 from .chunks import Chunk
 from .merge import accumulator_dtype, merge_into

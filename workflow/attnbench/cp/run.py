@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..record import status as S
+from .. import status as S
 from ..harness.gate import judge, lse_bound
 from ..harness.inputs import local_inputs
 from ..kernels.base import bhsd_view, to_thd

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..kernels.base import bhsd_view, from_thd, to_thd
-from ..record.status import Unavailable, Unsupported
+from ..status import Unavailable, Unsupported
 from .base import CPMethod
 
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ..record.status import Unavailable, Unsupported, is_oom
+from ..status import Unavailable, Unsupported, is_oom
 from .base import Kernel
 
 WORKSPACE_BYTES = 128 * 2**20  # the size FlashInfer's documentation recommends

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..record.status import Unsupported
+from ..status import Unsupported
 from .base import Kernel
 
 

@@ -1,2 +1,2 @@
-"""Stage 4: a cell's record: the status vocabulary, the skeleton every family fills, and its
+"""Stage 4: a cell's record: the skeleton every family fills (statuses: attnbench.status), and its
 validation (which fields exist for which status)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .status import STATUSES, TIMED
+from ..status import STATUSES, TIMED
 
 
 class RecordError(ValueError):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..record.status import TIMED
+from ..status import TIMED
 from . import captions
 from .collect import grid_rows
 from .labels import GIB, STATUS_LABEL, order

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ...cp.catalog import BARE_KERNEL, method_label
-from ...record.status import TIMED
+from ...status import TIMED
 from ...report.labels import GIB, STATUS_LABEL, order
 from ...report.plotting import describe, grid_axes, save
 from ...report.style import colour, marker

@@ -13,7 +13,7 @@ from ...harness.flops import attention_flops
 from ...harness.inputs import check_mask_rng, input_seed, make_inputs, mask_rng, torch_dtype
 from ...harness.samples import CheckOutOfMemory, check_seqlen, checked_samples, n_samples, shorter_check_seqlen
 from ...kernels import catalog
-from ...record import status as S
+from ... import status as S
 from ...record.record import base_record, environment, now, summarise
 
 

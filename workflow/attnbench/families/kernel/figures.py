@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.patches import Patch
 
-from ...record.status import TIMED
+from ...status import TIMED
 from ...report.collect import one_row_per_point
 from ...report.labels import (
     DIRECTION_LABEL,
