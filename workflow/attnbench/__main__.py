@@ -25,7 +25,7 @@ def claim_gpu_after_start(device, kernel=None):
             from .kernels import catalog
             from .kernels.base import preload
 
-            preload(catalog.get(kernel))
+            preload(catalog.resolve(kernel))
         claim_from_environment()
 
 
@@ -66,7 +66,7 @@ def cmd_cell(a):
 
         torch.set_num_threads(a.threads)
     spec = json.loads(a.spec)
-    claim_gpu_after_start(spec["device"], spec["impl"])
+    claim_gpu_after_start(spec["device"], spec.get("kernel_class", spec["impl"]))
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cell(spec, peak)
     write_record(record, a.out)

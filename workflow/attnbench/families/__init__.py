@@ -132,11 +132,24 @@ def table_caption_names(grid: dict) -> list[str]:
 # ---------------------------------------------------------------- drivers of `tables` and `figures`
 
 
+def register_own_kernels(grid_cfg: dict | None) -> None:
+    """Kernels a grid names as 'module:Class' are drawn with their own registry entry (colour,
+    marker, place) once imported; the tables and figures commands import them here."""
+    from ..grid.expand import grid_products
+    from ..kernels import catalog
+
+    for prod in grid_products(grid_cfg) if grid_cfg else ():
+        for entry in prod.get("kernels", ()):
+            if ":" in entry:
+                catalog.resolve(entry)
+
+
 def write_tables(cells_csv, out_dir, grid: str | None = None, family: str | None = None,
                  grid_cfg: dict | None = None) -> list[Path]:
     """The grid's tables, written by its family, and a report caption per table."""
     from ..report.tables import write_tables as write_with
 
+    register_own_kernels(grid_cfg)
     return write_with(cells_csv, out_dir, lambda name: part(name, "TABLES"), grid=grid, family=family,
                       grid_cfg=grid_cfg)
 
@@ -145,6 +158,8 @@ def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_
                   only=None, strict: bool = True) -> list[Path]:
     """The grid's figures, drawn by its family, and their captions (report.figures.write_figures)."""
     from ..report.figures import write_figures as write_with
+
+    register_own_kernels(grid_cfg)
 
     promised = figure_stems(grid_cfg) if grid_cfg is not None else None
     return write_with(cells_csv, out_dir, lambda name: part(name, "FIGURES"), style, promised, grid=grid,

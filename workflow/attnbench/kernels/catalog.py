@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ class KernelInfo:
     name: str
     family: str  # "dense" or "sparse"
     summary: str
-    impl: str  # "module:Class" under attnbench.kernels
+    impl: str  # "module:Class" under attnbench.kernels, or of any importable module
     masks: tuple
     directions: dict  # device -> directions it runs there; the devices it exists on
     modules: tuple = ()  # importable modules it needs beyond torch
@@ -123,6 +124,34 @@ KERNELS = {
     )
 }
 SPARSE_KERNELS = tuple(k for k, info in KERNELS.items() if info.family == "sparse")
+
+
+def resolve(entry: str) -> KernelInfo:
+    """A kernel as a grid names it: a registry name, or 'module:Class' of a kernel class in any
+    importable module (your own kernel: README, "Your own kernel"). Such a class carries `info`, a
+    KernelInfo whose `impl` is that same 'module:Class'; it is registered under `info.name` for
+    this process, so cells, records and figures call it by that name. Importing the module is the
+    one place the catalog may import torch."""
+    if ":" not in entry:
+        return get(entry)
+    module, cls = entry.split(":", 1)
+    try:
+        obj = getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"kernel {entry!r} cannot be imported: {e}") from None
+    info = getattr(obj, "info", None)
+    if not isinstance(info, KernelInfo):
+        raise ValueError(f"kernel {entry!r} has no `info` attribute holding a KernelInfo (what it supports); "
+                         "see README, 'Your own kernel'")
+    if info.impl != entry:
+        raise ValueError(f"kernel {entry!r}: its info.impl is {info.impl!r}; they must be the same 'module:Class'")
+    if not re.fullmatch(r"[A-Za-z0-9_]+", info.name):
+        raise ValueError(f"kernel {entry!r}: its name {info.name!r} must be letters, digits and _ (it names files)")
+    known = KERNELS.get(info.name)
+    if known is not None and known.impl != entry:
+        raise ValueError(f"kernel {entry!r}: the name {info.name!r} is taken by {known.impl}; give it another name")
+    KERNELS[info.name] = info
+    return info
 
 
 def get(name: str) -> KernelInfo:

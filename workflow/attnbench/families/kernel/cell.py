@@ -19,9 +19,14 @@ from ...record.record import base_record, environment, now, summarise
 
 def implementation(spec) -> dict:
     """What a kernel cell runs: the kernel of the catalog named by spec['impl']."""
-    info = catalog.get(spec["impl"])
+    info = kernel_info(spec)
     return {"name": info.name, "family": info.family, "summary": info.summary,
             "library_version": catalog.library_version(info), "notes": dict(info.notes)}
+
+
+def kernel_info(spec) -> "catalog.KernelInfo":
+    """The cell's kernel: a built-in one, or your own (imported from spec['kernel_class'])."""
+    return catalog.resolve(spec.get("kernel_class", spec["impl"]))
 
 
 def availability_reason(info, spec) -> str | None:
@@ -191,7 +196,7 @@ def run_cell(spec: dict, peak: dict | None = None) -> dict:
     crash_if_asked(spec)
     hang_if_asked(spec)
     record = base_record(spec, implementation(spec))
-    info = catalog.get(spec["impl"])
+    info = kernel_info(spec)
     t0 = time.perf_counter()
     outcome = availability_reason(info, spec)
     status, reason = (S.UNAVAILABLE, outcome) if outcome else (None, None)

@@ -27,8 +27,14 @@ def problems(cfg, grid, prod, at, family="kernel") -> list[str]:
     if "kernels" not in prod:
         out.append(f"{at}: family {family} needs 'kernels' (valid kernels: {', '.join(catalog.KERNELS)})")
     for i, k in enumerate(prod.get("kernels", [])):
-        if k not in catalog.KERNELS:
-            out.append(f"{at}.kernels[{i}]: unknown kernel {k!r}; valid kernels: {', '.join(catalog.KERNELS)}")
+        if ":" in str(k):  # your own kernel, 'module:Class'
+            try:
+                catalog.resolve(k)
+            except ValueError as e:
+                out.append(f"{at}.kernels[{i}]: {e}")
+        elif k not in catalog.KERNELS:
+            out.append(f"{at}.kernels[{i}]: unknown kernel {k!r}; valid kernels: {', '.join(catalog.KERNELS)} "
+                       "(or your own, as 'module:Class')")
     if "seqlen" not in prod:
         out.append(f"{at}: family {family} needs 'seqlen'")
     return out + shape_problems(cfg, grid, prod, at)
@@ -44,8 +50,12 @@ def expand(cfg, gname) -> list[dict]:
             prod["kernels"], prod["masks"], prod["seqlen"], prod["heads"], prod["head_dim"], prod["dtype"],
             prod["direction"],
         ):
+            # your own kernel: cells use its registered name, and carry its import path for the
+            # processes that run and draw them
+            own = {"kernel_class": impl} if ":" in impl else {}
+            name = catalog.resolve(impl).name
             for mp in mask_param_points(mask, grid, prod):
-                cell = {"grid": gname, "family": fam, "impl": impl, "mask": mask, "mask_params": mp,
+                cell = {"grid": gname, "family": fam, "impl": name, **own, "mask": mask, "mask_params": mp,
                         "seqlen": seqlen, "heads_q": hq, "heads_kv": hkv, "head_dim": d, "dtype": dtype,
                         "direction": direction, "gpus": 1, **common,
                         "histograms": histograms_for(cfg, mask, seqlen)}
