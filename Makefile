@@ -1,6 +1,9 @@
 # Two commands on a fresh Debian machine with Python >= 3.11:
 #   make run    create .venv if missing, install the pinned dependencies, run the default grid
 #   make test   the same environment, every test
+# Then `. .venv/bin/activate` puts snakemake on PATH. In this folder plain `snakemake` runs with
+# profiles/local (through profiles/default), and `snakemake --profile slurm` (or `local`) finds
+# profiles/slurm through the link ./slurm: Snakemake looks a profile name up in the current folder.
 PYTHON ?= python3
 VENV ?= .venv
 CORES ?= 2

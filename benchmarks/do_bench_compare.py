@@ -24,21 +24,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from attnbench import cell as C
+from attnbench.harness import inputs as I
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load
 from attnbench.masks import Mask
-from attnbench.measure import time_ms
+from attnbench.harness.measure import time_ms
 
 
 def rebuild_call(record):
     """The timed call of a record's first sample, exactly as the cell built it."""
     spec, sample = record["cell"], record["samples"][0]
-    dtype = C.torch_dtype(spec["dtype"])
+    dtype = I.torch_dtype(spec["dtype"])
     kernel = load(catalog.get(spec["impl"]), device="cuda", dtype=dtype, heads_q=spec["heads_q"],
                   heads_kv=spec["heads_kv"], head_dim=spec["head_dim"])
     mask = Mask(spec["mask"], spec["seqlen"], sample["mask_params"], heads_q=spec["heads_q"])
-    q, k, v, dout = C.make_inputs(record["data_seed"], spec["seqlen"], spec["heads_q"], spec["heads_kv"],
+    q, k, v, dout = I.make_inputs(I.input_seed(record["data_seed"], 0, spec["seqlen"]), spec["seqlen"], spec["heads_q"], spec["heads_kv"],
                                   spec["head_dim"], dtype, "cuda")
     fn = kernel.prepare(mask)
     backward = spec["direction"] != "fwd"
@@ -63,7 +63,7 @@ def protocol_variants(call, warmup: int, reps: int) -> dict:
     """Median ms of the same call under variations of the pipeline's protocol, to locate a gap
     with do_bench: no host synchronisation between repetitions (do_bench enqueues them all and
     waits once), and do_bench's 256 MB cache flush instead of 2 x L2."""
-    from attnbench.measure import L2Flush
+    from attnbench.harness.measure import L2Flush
 
     def timed(sync_each: bool, flush_bytes: int | None):
         flush = L2Flush("cuda")

@@ -2,8 +2,8 @@
 
     PYTHONPATH=workflow python benchmarks/gate_sensitivity.py --seqlen 4096 --window 1024
 
-A real kernel (SDPA by default) runs on a mask wrong by one token (attnbench.perturb) and the
-gate (attnbench.gate, via cell.check_correctness) judges it against the true mask, forward and
+A real kernel (SDPA by default) runs on a mask wrong by one token (attnbench.harness.perturb) and the
+gate (attnbench.harness.gate, via cell.check_correctness) judges it against the true mask, forward and
 backward. Each line: the gate's verdict, the largest per-row error / tolerance of out, dq, dk,
 dv, and the relative Frobenius error of out (what the old gate looked at). The unperturbed
 kernel's line comes first for each mask: it must pass.
@@ -24,10 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
 import attnbench.masks as M  # noqa: E402
-from attnbench.cell import check_correctness, make_inputs  # noqa: E402
+from attnbench.families.kernel.cell import check_correctness
+from attnbench.harness.inputs import make_inputs# noqa: E402
 from attnbench.kernels import catalog  # noqa: E402
 from attnbench.kernels.base import load  # noqa: E402
-from attnbench.perturb import perturbations  # noqa: E402
+from attnbench.harness.perturb import perturbations  # noqa: E402
 
 CP_ONLY = tuple(m for m in M.CP_MASKS if m not in M.STATIC_MASKS)
 

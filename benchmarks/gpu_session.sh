@@ -61,7 +61,11 @@ if has gputests; then
   log "GPU tests exit $?: $(tail -1 "$outdir/pytest_gpu.txt")"
 fi
 if has sweep; then  # four cells per GPU at once: three start up (imports) while one measures
-  t0=$(date +%s) since=$(date -u +%Y-%m-%dT%H:%M:%S+00:00) budget=${T_SWEEP:-480}
+  t0=$(date +%s) since=$(date -u +%Y-%m-%dT%H:%M:%S+00:00) budget=${T_SWEEP:-480} stamp=$(date -u +%H%M)
+  mkdir -p "$outdir/throughput"
+  # the driver's own busy samples, beside the records' account (harness_throughput.py --nvml)
+  nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits -lms 500 \
+    > "$outdir/throughput/nvml_$stamp.csv" 2>/dev/null & nvml=$!
   # one Snakemake run (kernel cells run shortest first: their rule's priority); SWEEP_STAGES="a b"
   # runs the lengths in separate Snakemake runs instead
   all_lengths="1024 2048 4096 8192 16384 32768 65536"
@@ -78,9 +82,10 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
       --resources gpu=$((4 * gpus)) --scheduler greedy --config "run=[h200_sweep]" "output_dir=$outdir" >> "$out/snakemake_h200_sweep.log" 2>&1
     log "h200_sweep S in {$lengths}: exit $?"
   done
-  mkdir -p "$outdir/throughput"
+  kill "$nvml" 2>/dev/null
   python benchmarks/harness_throughput.py "$outdir/cells/h200_sweep" --gpus "$gpus" --wall-s $(($(date +%s) - t0)) \
-    --since "$since" --json "$outdir/throughput/h200_sweep_$(date -u +%H%M).json" 2>&1 | tee -a "$out/session.txt"
+    --since "$since" --nvml "$outdir/throughput/nvml_$stamp.csv" --json "$outdir/throughput/h200_sweep_$stamp.json" \
+    2>&1 | tee -a "$out/session.txt"
 fi
 has cp && [ "$gpus" -ge 2 ] && grid h200_cp "${T_CP:-300}"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU

@@ -9,6 +9,9 @@ wall   the run's wall time (--wall-s, e.g. from gpu_session.sh); without it, the
        record's start to the last one's end (a lower bound: process starts before the first are missing)
 share  busy / (wall x GPUs); cells per GPU-minute: records / (wall in minutes x GPUs), all records and
        the timed ones (ok or incorrect)
+nvml   with --nvml (nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits -lms 500,
+       sampled during the run): the driver's own share of time a kernel was running, averaged over
+       the samples and GPUs; independent of the records, and blind to how busy each kernel keeps the SMs
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-TIMED = ("ok", "incorrect")
+from attnbench.status import TIMED
 
 
 def summarise(records: list[dict], gpus: int, wall_s: float | None) -> dict:
@@ -48,12 +51,22 @@ def summarise(records: list[dict], gpus: int, wall_s: float | None) -> dict:
     }
 
 
+def nvml_share(path) -> float:
+    """Mean utilization.gpu (percent of time a kernel ran) of `index, utilization` lines, as a share."""
+    values = [float(line.split(",")[1]) for line in Path(path).read_text().splitlines()
+              if line.count(",") == 1 and line.split(",")[1].strip().replace(".", "", 1).isdigit()]
+    if not values:
+        sys.exit(f"no utilization samples in {path}")
+    return sum(values) / len(values) / 100
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("records", help="a folder of records (searched recursively)")
     p.add_argument("--gpus", type=int, required=True)
     p.add_argument("--wall-s", type=float, help="the run's wall time in seconds")
     p.add_argument("--since", help="only records started at or after this ISO time (one call of a session)")
+    p.add_argument("--nvml", help="nvidia-smi utilization samples taken during the run (see above)")
     p.add_argument("--json", help="also write the summary here")
     a = p.parse_args(argv)
     records = [json.loads(f.read_text()) for f in sorted(Path(a.records).rglob("*.json"))]
@@ -64,6 +77,8 @@ def main(argv=None):
         sys.exit(f"no records under {a.records}" + (f" started since {a.since}" if a.since else ""))
     out = summarise(records, a.gpus, a.wall_s)
     out["records_dir"] = a.records
+    if a.nvml:
+        out["nvml_busy_share"] = nvml_share(a.nvml)
     for k, v in out.items():
         print(f"{k:28s} {v:.3f}" if isinstance(v, float) else f"{k:28s} {v}")
     if a.json:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnbench.collect import COLUMNS
+from attnbench.report.collect import COLUMNS
 
 ENV = {"device": "cuda", "device_name": "Test GPU 80GB", "dtype": "bfloat16", "head_dim": 128, "gpus": 1,
        "torch": "2.11.0+test", "triton": "3.5.0", "python": "3.11.7", "cuda": "12.8", "cudnn": "91002",

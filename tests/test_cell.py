@@ -4,12 +4,15 @@ import json
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from attnbench import cell as C
-from attnbench.config import expand_cells, load_config
+from attnbench.families.kernel import cell as C
+from attnbench.harness import faults as F
+from attnbench.record import record as R
+from attnbench.families import expand_cells, load_config
 from attnbench.kernels import catalog
 from attnbench.kernels.naive import Naive
 
@@ -60,7 +63,26 @@ def test_ok_record_has_everything(cells):
     assert r["max_rel_err"] < 1e-5
     env = r["environment"]
     assert env["torch"] == torch.__version__ and "git_commit" in env and env["libraries"]["torch"] != "missing"
-    json.dumps(C.json_safe(r), allow_nan=False)
+    json.dumps(R.json_safe(r), allow_nan=False)
+
+
+def test_record_says_where_its_time_went(cells, tmp_path):
+    """Phases add up to no more than the cell's wall time; the busy part is the timed, memory and
+    check phases, which the throughput benchmark turns into a busy share."""
+    r = C.run_cell(pick(cells, "naive", "causal", 256, "bwd"))
+    phases = [s["phases_s"] for s in r["samples"]]
+    assert all(set(p) == {"mask", "inputs", "prepare", "first_call", "timed", "memory", "check"} for p in phases)
+    assert sum(sum(p.values()) for p in phases) <= r["wall_s"] <= r["process_s"]
+    busy = sum(p["timed"] + p["memory"] + p["check"] for p in phases)
+    assert r["device_busy_ms"] == pytest.approx(busy * 1e3)
+    assert r["device_busy_ms"] >= sum(t for s in r["samples"] for t in s["time_ms"])
+    (tmp_path / "r.json").write_text(json.dumps(R.json_safe(r)))
+    bench = Path(__file__).parents[1] / "benchmarks" / "harness_throughput.py"
+    out = subprocess.run([sys.executable, str(bench), str(tmp_path), "--gpus", "2", "--wall-s", "60",
+                          "--json", str(tmp_path / "t.json")], capture_output=True, text=True, check=True)
+    t = json.loads((tmp_path / "t.json").read_text())
+    assert t["timed"] == 1 and t["busy_share"] == pytest.approx(r["device_busy_ms"] / 1e3 / 120)
+    assert t["cells_per_gpu_minute"] == pytest.approx(0.5) and "busy_share" in out.stdout
 
 
 def test_unsupported_and_unavailable_are_records(cells):
@@ -146,7 +168,7 @@ def test_document_masks_check_three_samples(cells):
 
 
 def test_a_crash_writes_no_record(cells, tmp_path, monkeypatch):
-    monkeypatch.setenv(C.CRASH_ENV, "naive/causal/s128")
+    monkeypatch.setenv(F.CRASH_ENV, "naive/causal/s128")
     spec = pick(cells, "naive", "causal")
     out = tmp_path / "r.json"
     p = subprocess.run([sys.executable, "-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out)],

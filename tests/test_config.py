@@ -5,7 +5,9 @@ import copy
 import pytest
 import yaml
 
-from attnbench.config import ConfigError, expand_cells, load_config, point_id, validate
+from attnbench.families import expand_cells, load_config, validate
+from attnbench.grid.config import ConfigError
+from attnbench.grid.expand import point_id
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +35,11 @@ def test_repo_config_is_valid(repo):
 def test_unknown_kernel(base):
     msg = bad(base, lambda c: c["grids"]["smoke"]["kernels"].append("flashy"))
     assert "grids.smoke.kernels[3]: unknown kernel 'flashy'" in msg and "valid kernels: naive, sdpa" in msg
+
+
+def test_unknown_family_names_the_registered_ones(base):
+    msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("family", "kernal"))
+    assert "grids.smoke.family: unknown family 'kernal'; valid families: kernel, sparse, cp" in msg
 
 
 def test_unknown_mask(base):

@@ -22,11 +22,11 @@ SCRIPT = r"""
 import json, sys
 import numpy as np, torch
 import attnbench.masks as M
-from attnbench import cell as C
-from attnbench.config import expand_cells, load_config
+from attnbench.families.kernel import cell as C
+from attnbench.families import expand_cells, load_config
 from attnbench.kernels import catalog, flex
 from attnbench.kernels.base import from_thd, load, to_thd
-from attnbench.reference import reference_attention, rel_err
+from attnbench.harness.reference import reference_attention, rel_err
 
 S, HQ, HKV, D, BLOCK = 96, 4, 2, 16, int(sys.argv[1])
 cfg = {"block_size": BLOCK, "density": 0.4, "granularity": "kv_head"}

@@ -7,7 +7,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import attnbench.masks as M
-from attnbench.flops import attention_flops
+from attnbench.harness.flops import attention_flops
 
 
 def test_a_small_causal_case_worked_by_hand():

@@ -1,7 +1,7 @@
 """The correctness gate catches a mask wrong by one token, and passes every real kernel.
 
 A "perturbed kernel" is a real kernel (SDPA, naive) run on a mask wrong by one token
-(attnbench.perturb: window, document / prefix / block boundary, global tokens moved by one, a
+(attnbench.harness.perturb: window, document / prefix / block boundary, global tokens moved by one, a
 missing diagonal); the gate (cell.check_correctness, the same gate.judge that cp.run.compare
 uses) judges it against the true mask. benchmarks/gate_sensitivity.py shows the same matrix
 at the issue's size (S 4096, window 1024, bf16).
@@ -14,13 +14,14 @@ import pytest
 import torch
 
 import attnbench.masks as M
-from attnbench import gate
-from attnbench.cell import check_correctness, make_inputs
+from attnbench.harness import gate
+from attnbench.families.kernel.cell import check_correctness
+from attnbench.harness.inputs import make_inputs
 from attnbench.cp.run import compare, local_inputs
 from attnbench.kernels import catalog
 from attnbench.kernels.base import load
-from attnbench.perturb import perturbations
-from attnbench.reference import reference_attention
+from attnbench.harness.perturb import perturbations
+from attnbench.harness.reference import reference_attention
 
 S, HQ, HKV, D = 128, 4, 2, 32
 CFG = dict(window=16, block=16, block_size=16, density=0.4, avg_block=16, min_block=8, long_doc_range=[32, 64])

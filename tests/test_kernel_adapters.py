@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import attnbench.masks as M
-from attnbench import cell as C
-from attnbench.config import expand_cells, load_config
+from attnbench.families.kernel import cell as C
+from attnbench.families import expand_cells, load_config
 from attnbench.kernels import catalog
 from attnbench.kernels.flash_attn import flash_call_args
 from attnbench.kernels.flashmask import decode_encoding, flashmask_encoding

@@ -7,7 +7,7 @@ import torch
 import attnbench.masks as M
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load, to_thd
-from attnbench.reference import reference_attention, rel_err
+from attnbench.harness.reference import reference_attention, rel_err
 from attnbench.status import Unsupported
 
 CFG = dict(window=9, block=8, block_size=8, density=0.4, avg_block=16, min_block=8, long_doc_range=[20, 40])
@@ -100,7 +100,7 @@ def test_flash_backend_refuses_document_masks_instead_of_computing_another_mask(
 def test_block_mask_at_48k_never_materialises_s_by_s(histograms):
     """The BlockMask comes from the predicate one row of tiles at a time: O(tile x S), not S x S."""
     from attnbench.kernels.flex import block_mask_from_counts
-    from attnbench.measure import peak_memory
+    from attnbench.harness.measure import peak_memory
 
     s = 49152
     m = M.sample_mask("causal_document", s, CFG, np.random.default_rng(0), histograms)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from attnbench import lengths as L
+from attnbench.masks import lengths as L
 
 
 @pytest.mark.parametrize("total", [1, 2, 7, 100, 4096, 12288, 70000])

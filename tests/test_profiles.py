@@ -3,6 +3,8 @@ status command), and the sbatch/srun options snakemake-executor-plugin-slurm bui
 resources. The real submissions are tested against a real cluster in tests/slurm."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -65,6 +67,56 @@ def test_local_profile_limits_gpu_cells_to_the_gpus_present(monkeypatch, env, gp
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert read_profile("local")["resources"] == [f"gpu={gpus}"]
+
+
+@pytest.mark.parametrize("argv, env, named", [
+    (["-n"], {}, False),
+    (["--profile", "slurm", "-n"], {}, True),
+    (["--profile=profiles/slurm"], {}, True),
+    (["--prof", "local"], {}, True),  # argparse takes an abbreviation
+    (["--printshellcmds"], {}, False),
+    (["-n"], {"SNAKEMAKE_PROFILE": "slurm"}, True),
+])
+def test_default_profile_is_the_local_one_unless_a_profile_is_named(monkeypatch, argv, env, named):
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("SNAKEMAKE_PROFILE", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(sys, "argv", ["snakemake", *argv])
+    assert read_profile("default") == ({} if named else read_profile("local"))
+
+
+def snakemake_in_repo_root(*args: str) -> str:
+    """`snakemake ARGS` as a user types it in the repository root, with the venv's bin on PATH."""
+    env = {k: v for k, v in os.environ.items() if k != "SNAKEMAKE_PROFILE"}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    # -F: every job in the dry run, also where `make run` has written the results already.
+    cmd = ["snakemake", *args, "-n", "-F"]
+    p = subprocess.run(
+        cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p.stdout + p.stderr
+
+
+# Snakemake says this when the executor is `local` (the local profile's), not in a plain dry run.
+LOCAL_EXECUTOR = "Assuming unrestricted shared filesystem usage."
+
+
+def test_profiles_are_found_by_name_from_the_repository_root():
+    out = snakemake_in_repo_root("--profile", "slurm")
+    assert "Using profiles slurm and workflow specific profile profiles/default" in out
+    # The slurm profile's batching and executor hold: the default profile added nothing.
+    assert "Group job cells" in out and LOCAL_EXECUTOR not in out
+    out = snakemake_in_repo_root("--profile", "local")
+    assert "Using profiles local and workflow specific profile profiles/default" in out
+    assert LOCAL_EXECUTOR in out and "Group job cells" not in out
+
+
+def test_plain_snakemake_uses_the_local_profile():
+    out = snakemake_in_repo_root()
+    assert "Using workflow specific profile profiles/default" in out
+    assert LOCAL_EXECUTOR in out and "Group job cells" not in out
 
 
 class FakeJob:

@@ -6,11 +6,12 @@ import shutil
 
 import pytest
 
-from attnbench import captions
-from attnbench import cell as C
-from attnbench.collect import collect
-from attnbench.config import expand_cells, load_config
-from attnbench.environment import code_files, code_hash, tree_sha256
+from attnbench.report import captions
+from attnbench.families.kernel import cell as C
+from attnbench.record import record as R
+from attnbench.report.collect import collect
+from attnbench.families import expand_cells, load_config
+from attnbench.harness.environment import code_files, code_hash, tree_sha256
 from synthetic_cells import kernel_table
 
 
@@ -50,11 +51,11 @@ def test_every_code_change_changes_the_hash(tree, change):
     before = tree_sha256(tree)["code_sha256"]
     pkg = tree / "workflow" / "attnbench"
     if change == "edit package":
-        (pkg / "flops.py").write_text((pkg / "flops.py").read_text() + "\n")
+        (pkg / "harness" / "flops.py").write_text((pkg / "harness" / "flops.py").read_text() + "\n")
     elif change == "add module":
         (pkg / "kernels" / "extra.py").write_text("")
     elif change == "rename module":
-        (pkg / "flops.py").rename(pkg / "flops2.py")
+        (pkg / "harness" / "flops.py").rename(pkg / "harness" / "flops2.py")
     elif change == "edit rule":
         (tree / "workflow" / "rules" / "kernels.smk").write_text("# changed\n")
     elif change == "edit pins":
@@ -78,7 +79,7 @@ def test_a_record_and_its_row_carry_the_code_and_config_hashes(cells, tmp_path):
     assert len(record["config_sha256"]) == 64 and record["config_sha256"] != record2["config_sha256"]
     assert C.run_cell(dict(spec))["config_sha256"] == record["config_sha256"]
     path = tmp_path / "r.json"
-    C.write_record(record, path)
+    R.write_record(record, path)
     row = collect([path]).iloc[0]
     assert (row["code_sha256"], row["config_sha256"]) == (code_hash()["code_sha256"], record["config_sha256"])
 

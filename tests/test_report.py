@@ -12,9 +12,18 @@ import pandas as pd
 import pytest
 from synthetic_cells import KERNELS, LENGTHS, kernel_grid_config, kernel_table, tidy
 
-from attnbench import captions, figures, outputs, plotting, style, tables
+from attnbench.report import captions
+from attnbench import families
+from attnbench.families.kernel import figures
+from attnbench.families.kernel import tables as kernel_tables
+from attnbench.report import plotting
+from attnbench.report import style
+from attnbench.report import tables
 from attnbench.kernels.catalog import KERNELS as CATALOG
-from attnbench.labels import CP_METHODS_ORDER, SPARSE_ORDER, TIMED, mask_families
+from attnbench.cp.catalog import METHODS as CP_METHODS
+from attnbench.kernels.catalog import SPARSE_KERNELS
+from attnbench.status import TIMED
+from attnbench.report.labels import mask_families
 
 GRID_CFG = kernel_grid_config()
 
@@ -140,12 +149,12 @@ def test_memory_lines_match_the_data(df, direction):
 
 def test_write_figures_writes_the_promised_files_and_captions(cells_csv, tmp_path, df):
     style_cfg = {"formats": ["png", "pdf"], "dpi": 60, "bar_seqlen": 8192}
-    paths = figures.write_figures(cells_csv, tmp_path, style_cfg, grid="synthetic", grid_cfg=GRID_CFG)
-    promised = outputs.figure_names(GRID_CFG, style_cfg["formats"]) + outputs.figure_caption_names(GRID_CFG)
+    paths = families.write_figures(cells_csv, tmp_path, style_cfg, grid="synthetic", grid_cfg=GRID_CFG)
+    promised = families.figure_names(GRID_CFG, style_cfg["formats"]) + families.figure_caption_names(GRID_CFG)
     assert sorted(p.name for p in paths) == sorted(promised)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(promised)
     assert all((tmp_path / n).stat().st_size > 0 for n in promised)
-    assert set(outputs.figure_stems(GRID_CFG)) == {"tflops_bars_fwd", "tflops_bars_bwd", "memory_vs_seqlen_fwd",
+    assert set(families.figure_stems(GRID_CFG)) == {"tflops_bars_fwd", "tflops_bars_bwd", "memory_vs_seqlen_fwd",
                                                    "memory_vs_seqlen_bwd", "tflops_vs_seqlen_full_causal",
                                                    "tflops_vs_seqlen_share_question"}
     cap = (tmp_path / "tflops_bars_fwd.caption.rst").read_text()
@@ -155,7 +164,7 @@ def test_write_figures_writes_the_promised_files_and_captions(cells_csv, tmp_pat
 
 
 def test_bar_caption_says_when_the_configured_length_is_absent(df):
-    whats = figures.kernel_captions(df[df["seqlen"] < 8192], {"bar_seqlen": 8192})
+    whats = figures.figure_captions(df[df["seqlen"] < 8192], {"bar_seqlen": 8192})
     assert "S = 4K (the longest length in the grid, which lacks the configured 8K)" in whats["tflops_bars_bwd"]
 
 
@@ -180,7 +189,7 @@ def test_captions_show_mixed_versions_with_their_counts(df):
 
 
 def test_support_table_is_derived_from_statuses(df):
-    t = tables.support_table(df)
+    t = kernel_tables.support_table(df)
     assert list(t.index) == ["naive", "sdpa_flash", "flex", "fa2"]
     assert list(t.columns) == ["full", "causal", "share_question"]
     ok, no = tables.SUPPORTED, tables.UNSUPPORTED
@@ -192,10 +201,10 @@ def test_support_table_is_derived_from_statuses(df):
 
 
 def test_kernel_tables_have_rows_per_length_and_a_column_per_kernel(cells_csv, tmp_path):
-    paths = tables.write_tables(cells_csv, tmp_path, grid="synthetic", grid_cfg=GRID_CFG)
-    promised = outputs.table_names(GRID_CFG) + outputs.table_caption_names(GRID_CFG)
+    paths = families.write_tables(cells_csv, tmp_path, grid="synthetic", grid_cfg=GRID_CFG)
+    promised = families.table_names(GRID_CFG) + families.table_caption_names(GRID_CFG)
     assert sorted(p.name for p in paths) == sorted(promised)
-    sections = tables.length_tables(kernel_table().assign(peak_mem_gib=1.0), "tflops")
+    sections = kernel_tables.length_tables(kernel_table().assign(peak_mem_gib=1.0), "tflops")
     assert len(sections) == 3 * 2 * 2  # masks x heads x directions
     title, t = sections[2]
     assert title == "full, MHA 64:64, forward"
@@ -214,32 +223,40 @@ def test_kernel_tables_have_rows_per_length_and_a_column_per_kernel(cells_csv, t
 
 def test_a_family_without_captions_gets_generic_ones(cells_csv, tmp_path, monkeypatch):
     """The report machinery is family-agnostic: a family module that only draws still gets captions."""
-    def draw(df, out, st):
+    def draw(df, out, st, only=None):
         fig, ax = plt.subplots()
         ax.plot([1, 2], [1, 2])
         return plotting.save(fig, out, "fam_figure", st)
 
-    mod = types.SimpleNamespace(figures=draw)
-    monkeypatch.setitem(sys.modules, "attnbench.testfam_report", mod)
+    # a family registered like the built-in ones (one registry line), whose figures say nothing
+    monkeypatch.setitem(families.FAMILIES, "testfam", "testfam")
+    monkeypatch.setitem(sys.modules, "attnbench.families.testfam", types.SimpleNamespace(
+        __name__="attnbench.families.testfam", FIGURES="figures"))
+    monkeypatch.setitem(sys.modules, "attnbench.families.testfam.figures", types.SimpleNamespace(
+        figures=draw, figure_captions=lambda df, st: {}))
     df = pd.read_csv(cells_csv).assign(family="testfam")
     csv = tmp_path / "cells.csv"
     df.to_csv(csv, index=False)
-    paths = figures.write_figures(csv, tmp_path / "f", {"formats": ["png"], "dpi": 50})
+    paths = families.write_figures(csv, tmp_path / "f", {"formats": ["png"], "dpi": 50})
     assert sorted(p.name for p in paths) == ["fam_figure.caption.rst", "fam_figure.png"]
     cap = (tmp_path / "f" / "fam_figure.caption.rst").read_text()
     assert "Figure fam\\_figure of grid (all grids)" in cap and "Test GPU 80GB" in cap
 
 
 def test_every_kernel_and_method_keeps_one_distinct_style():
-    dense_sparse = list(CATALOG) + list(SPARSE_ORDER)
+    dense_sparse = list(CATALOG) + list(SPARSE_KERNELS)
     pairs = [(style.colour(n), style.marker(n)) for n in dict.fromkeys(dense_sparse)]
     assert len(set(pairs)) == len(pairs)
     assert len({style.colour(n) for n in dict.fromkeys(dense_sparse)}) == len(pairs)  # colours alone differ too
-    cp = [(style.colour(n), style.marker(n)) for n in CP_METHODS_ORDER]
+    cp = [(style.colour(n), style.marker(n)) for n in CP_METHODS]
     assert len(set(cp)) == len(cp)
     # the status marks stay unambiguous: no kernel is drawn with the out-of-memory X
-    assert all(style.marker(n) not in ("X", "x") for n in dense_sparse + list(CP_METHODS_ORDER))
+    assert all(style.marker(n) not in ("X", "x") for n in dense_sparse + list(CP_METHODS))
     assert style.colour("some_new_kernel") == style.colour("some_new_kernel")  # deterministic fallback
+    # the looks come from the registries: every entry carries its own (none falls back)
+    for info in [*CATALOG.values(), *CP_METHODS.values()]:
+        assert info.colour.startswith("#") and info.marker, info.name
+        assert (style.colour(info.name), style.marker(info.name)) == (info.colour, info.marker)
 
 
 def test_synthetic_lengths_drive_the_axis(df):
@@ -258,9 +275,9 @@ def test_tidy_helper_blanks_numbers_of_untimed_rows():
 def test_a_grid_varying_another_axis_is_refused_not_averaged(df, tmp_path):
     two = pd.concat([df, df.assign(dtype="float16")])
     with pytest.raises(ValueError, match="differ in dtype"):
-        figures.kernel_figure_makers(two, {"bar_seqlen": 8192})
+        figures.figure_makers(two, {"bar_seqlen": 8192})
     with pytest.raises(ValueError, match="differ in dtype"):
-        tables.kernel_tables(two.assign(peak_mem_gib=1.0), tmp_path)
+        kernel_tables.tables(two.assign(peak_mem_gib=1.0), tmp_path)
 
 
 

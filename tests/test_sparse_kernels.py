@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import attnbench.masks as M
-from attnbench import cell as C
-from attnbench.config import expand_grid, load_config
+from attnbench.families.kernel import cell as C
+from attnbench.families import expand_grid, load_config
 from attnbench.kernels import base, catalog
 from attnbench.kernels.naive import Naive
-from attnbench.reference import reference_attention, rel_err
+from attnbench.harness.reference import reference_attention, rel_err
 
 
 class Recorder(Naive):

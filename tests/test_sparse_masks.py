@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import attnbench.masks as M
-from attnbench import cell as C
-from attnbench.flops import attention_flops
+from attnbench.families.kernel import cell as C
+from attnbench.harness.flops import attention_flops
 
 HQ, HKV = 4, 2
 CFGS = {
@@ -55,7 +55,7 @@ def test_flops_are_from_kept_blocks_not_nominal_density():
 
 
 def test_cell_record_flops_and_realised_density(repo):
-    from attnbench.config import expand_grid, load_config
+    from attnbench.families import expand_grid, load_config
 
     cells = expand_grid(load_config(repo / "config.yaml"), "smoke_sparse")
     spec = next(c for c in cells if c["impl"] == "naive" and c["mask"] == "variable_block_sparse")

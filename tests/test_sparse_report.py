@@ -1,13 +1,14 @@
 """Sparse tables and figures on a paper-shaped tidy table: every panel, OOM marked, unsupported and
-unavailable kernels listed, dense references at equal area, exactly the files outputs.py names."""
+unavailable kernels listed, dense references at equal area, exactly the files the family names."""
 
 import itertools
 
 import pandas as pd
 import pytest
 
-from attnbench import outputs, sparse_report
-from attnbench.figures import DEFAULT_STYLE
+from attnbench import families as outputs
+from attnbench.families.sparse import report as sparse_report
+from attnbench.report.plotting import DEFAULT_STYLE
 
 GRID = {"family": "sparse", "direction": ["fwd", "bwd"]}
 
@@ -126,7 +127,7 @@ def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):
     _, drawn = sparse_report._figure(at_half, ref, "seqlen", "tflops", "TFLOP/s", "t")
     assert drawn["panels"] == 3 * 2 * 2  # (B=64, B=128, var A=256) x (GQA, MHA) x (fwd, bwd)
     missing = drawn["missing"][("var A=256", "64:8", "fwd")]
-    assert missing == {"unsupported": ["triton_block_sparse"], "unavailable": ["vsa"]}
+    assert missing == {"unsupported": ["triton_block_sparse"], "unavailable": ["vsa"], "timeout": []}
     assert drawn["missing"][("B=64", "64:8", "bwd")]["unsupported"] == ["flashinfer"]
     # sdpa_flash: 2 lengths x 2 directions, and fa3 once (fwd), in each GQA panel (3 settings); never the
     # incorrect flashmask cell

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import attnbench.masks as M
-from attnbench import cell as C
+from attnbench.families.kernel import cell as C
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load, to_thd
-from attnbench.reference import reference_attention, rel_err
+from attnbench.harness.reference import reference_attention, rel_err
 
 triton = pytest.importorskip("triton")
 CUDA = torch.cuda.is_available()

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from attnbench import outputs
+from attnbench import families as outputs
 from test_workflow import planned_jobs, snakemake
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def test_kernels_of_a_grid_point_got_the_same_masks(run):
 
 @pytest.mark.slow
 def test_editing_the_sparse_report_reruns_only_its_tables_and_figures(run):
-    code = run / "code/workflow/attnbench/sparse_report.py"
+    code = run / "code/workflow/attnbench/families/sparse/report.py"
     original = code.read_text()
     code.write_text(original + "\n# an edit\n")
     try:

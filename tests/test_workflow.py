@@ -105,13 +105,19 @@ def plan_after_edit(workdir, module):
 def test_plotting_code_or_style_reruns_only_figures(workdir):
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the previous test")
-    # The figure rule's code files are inputs: edited plotting code reruns only the figures.
-    for module in ("figures.py", "plotting.py", "style.py", "outputs.py"):
+    # The figure rule's code files (what its command imports) are inputs: edited plotting code
+    # reruns only the figures.
+    for module in ("families/kernel/figures.py", "report/figures.py", "report/plotting.py", "report/style.py"):
         assert set(plan_after_edit(workdir, module)) == {"figures_tiny", "all"}, module
     # ... and edited table code only the tables; the shared names and captions both, never a cell.
-    assert set(plan_after_edit(workdir, "tables.py")) == {"tables_tiny", "all"}
-    for module in ("labels.py", "captions.py"):
+    for module in ("families/kernel/tables.py", "report/tables.py"):
+        assert set(plan_after_edit(workdir, module)) == {"tables_tiny", "all"}, module
+    for module in ("report/labels.py", "report/captions.py", "report/outputs.py", "kernels/catalog.py"):
         assert set(plan_after_edit(workdir, module)) == {"figures_tiny", "tables_tiny", "all"}, module
+    # the tidy table's code reruns it and everything read from it
+    assert set(plan_after_edit(workdir, "report/collect.py")) == {"collect", "figures_tiny", "tables_tiny", "all"}
+    # another family's code is no input here (a kernel grid)
+    assert plan_after_edit(workdir, "families/cp/report.py") == {}
     # A style setting is a parameter of the figure rule only.
     for style in ("figures: {dpi: 80}", "figures: {bar_seqlen: 64}"):
         (workdir / "style.yaml").write_text(style + "\n")

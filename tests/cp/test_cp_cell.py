@@ -10,8 +10,8 @@ import time
 import pytest
 import yaml
 
-from attnbench import cell as C
-from attnbench.config import expand_cells, validate
+from attnbench.harness import faults as F
+from attnbench.families import expand_cells, validate
 from attnbench.cp.cell import MEMORY_LIMIT_ENV, run_cp_cell
 from bounded import run_bounded
 
@@ -82,7 +82,7 @@ def test_statuses_known_before_any_rank_starts(base, tmp_path):
 
 
 def test_a_crash_writes_no_record(base, tmp_path, monkeypatch):
-    monkeypatch.setenv(C.CRASH_ENV, "ring_p2p/causal_document_long/")
+    monkeypatch.setenv(F.CRASH_ENV, "ring_p2p/causal_document_long/")
     with pytest.raises(RuntimeError, match="crash injected"):
         run_cp_cell(spec(base), tmp_path / "c.json")
     assert not (tmp_path / "c.json").exists()

@@ -5,7 +5,9 @@ import copy
 import pytest
 import yaml
 
-from attnbench.config import ConfigError, cell_path, expand_cells, load_config, validate
+from attnbench.families import expand_cells, load_config, validate
+from attnbench.grid.config import ConfigError
+from attnbench.grid.expand import cell_path
 from attnbench.cp import catalog
 
 TINY = {"family": "cp", "device": "cpu", "methods": ["ring_p2p", "usp"], "masks": ["causal"],
@@ -85,7 +87,7 @@ def test_repo_cp_grids(repo):
 
 def test_unknown_method(base):
     msg = problems(base, methods=["ring_p2p", "ringy"])
-    assert "grids.t.methods[1]: unknown method 'ringy'; valid methods: ulysses, ring_p2p, ring_allgather" in msg
+    assert "grids.t.methods[1]: unknown method 'ringy'; valid methods: local, ulysses, ring_p2p, ring_allgather" in msg
 
 
 def test_bad_ulysses_degree(base):

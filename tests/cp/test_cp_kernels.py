@@ -12,7 +12,7 @@ from attnbench.cp.chunks import Chunk
 from attnbench.cp.kernels import MathRecompute, load
 from attnbench.cp.merge import merge_into, new_accumulator
 from attnbench.masks.ranges import Slice
-from attnbench.reference import reference_attention, rel_err
+from attnbench.harness.reference import reference_attention, rel_err
 
 QL, KL, HQ, HKV, D = 24, 30, 4, 2, 8
 # two chunks of one query block: a causal bottom-right rectangle with more keys than queries, a

@@ -9,7 +9,7 @@ from attnbench.cp.layout import ShardLayout
 from attnbench.cp.merge import merge_into, new_accumulator
 from attnbench.masks import CP_MASKS, Mask
 from attnbench.masks.ranges import Slice
-from attnbench.reference import reference_attention
+from attnbench.harness.reference import reference_attention
 
 
 def random_docs(rng, total, longest=30):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnbench.config import load_config
+from attnbench.families import load_config
 from attnbench.cp import catalog, schedule
 from attnbench.cp.chunks import ring_step_chunk
 from attnbench.cp.layout import ShardLayout

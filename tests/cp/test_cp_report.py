@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from attnbench.cp_report import breakdown_table, tflops_table, vs_single_gpu_table
+from attnbench.families.cp.report import breakdown_table, tflops_table, vs_single_gpu_table
 
 
 def row(impl, gpus, tflops, time_ms=100.0, comp=None, comm=None, ratio=None, tpg=4096, mask="full", status="ok",

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import attnbench.masks as M
-from attnbench import cell as C
+from attnbench.families.kernel import cell as C
+from attnbench.harness import inputs as I
 from attnbench.kernels import catalog
 from attnbench.kernels.base import load
 
@@ -39,7 +40,7 @@ def test_gpu_kernel_matches_float64(impl, histograms):
             if mask_name in M.CP_PATTERNS:
                 continue
             mask = M.sample_mask(mask_name, S, CFG, np.random.default_rng(0), histograms, hq, hkv)
-            q, k, v, dout = C.make_inputs(7, S, hq, hkv, D, torch.bfloat16, "cuda")
+            q, k, v, dout = I.make_inputs(7, S, hq, hkv, D, torch.bfloat16, "cuda")
             for direction in ("fwd", "bwd"):
                 why = catalog.unsupported_reason(info, mask_name, direction, "cuda", hq, hkv, CFG)
                 if why:  # what the cells would record as unsupported (a forward-only build, say)

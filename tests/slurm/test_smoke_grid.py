@@ -17,8 +17,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from attnbench import outputs
-from attnbench.config import cell_path, expand_cells, validate
+from attnbench import families as outputs
+from attnbench.families import expand_cells, validate
+from attnbench.grid.expand import cell_path
 
 from slurmtools import REPO, planned, slurm_cluster, slurm_states, snakemake, submitted_jobs
 

@@ -18,11 +18,14 @@ def claim_gpu_after_start(device, kernel=None):
 
         from .launch import claim_from_environment
 
+        from .harness.environment import prefetch
+
+        prefetch()
         if kernel:
             from .kernels import catalog
             from .kernels.base import preload
 
-            preload(catalog.get(kernel))
+            preload(catalog.resolve(kernel))
         claim_from_environment()
 
 
@@ -30,15 +33,40 @@ def say_outcome(record, out):
     print(f"{record['status']}: {out}" + (f" ({record['status_reason']})" if record.get("status_reason") else ""))
 
 
-def cmd_cell(a):
-    from .cell import run_cell, write_record
+def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None) -> None:
+    """The record of a cell that attnbench.launch stopped at its time budget: no timings. A record
+    the stopped run had already written (it was stopped while exiting) is kept."""
+    from .families import family
+    from .harness.environment import fingerprint
+    from . import status as S
+    from .record.record import now, write_record
 
+    if spec["device"] == "cuda":
+        import torch  # noqa: F401  (the fingerprint then names the device)
+    if Path(out).exists():
+        print(f"{out} was written before the cell was stopped; kept")
+        return
+    record = family(spec["family"]).record_skeleton(spec)  # CP's: also its tables' columns
+    record.update(status=S.TIMEOUT, started_at=None, time_budget_s=budget_s,
+                  status_reason=f"still running after {budget_s:g} s, the grid's time budget (cell_timeout_s); stopped")
+    record.update(matmul_peak=json.loads(Path(peak_path).read_text()) if peak_path else None,
+                  environment=fingerprint(spec["device"]), finished_at=now())
+    write_record(record, out)
+    say_outcome(record, out)
+
+
+def cmd_cell(a):
+    from .families.kernel.cell import run_cell
+    from .record.record import write_record
+
+    if a.timed_out_after is not None:
+        return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
     if a.threads:
         import torch
 
         torch.set_num_threads(a.threads)
     spec = json.loads(a.spec)
-    claim_gpu_after_start(spec["device"], spec["impl"])
+    claim_gpu_after_start(spec["device"], spec.get("kernel_class", spec["impl"]))
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cell(spec, peak)
     write_record(record, a.out)
@@ -47,6 +75,8 @@ def cmd_cell(a):
 
 def cmd_cp_cell(a):
     """One rank of a distributed cell (start it with python -m attnbench.launch)."""
+    if a.timed_out_after is not None:
+        return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
     from .cp.cell import run_cp_cell
 
     spec = json.loads(a.spec)
@@ -60,9 +90,10 @@ def cmd_cp_cell(a):
 def cmd_peak(a):
     import torch
 
-    from .cell import torch_dtype, write_record
-    from .environment import fingerprint
-    from .measure import matmul_peak_tflops
+    from .harness.environment import fingerprint
+    from .harness.inputs import torch_dtype
+    from .harness.measure import matmul_peak_tflops
+    from .record.record import write_record
 
     device = a.device
     claim_gpu_after_start(device)
@@ -77,16 +108,19 @@ def cmd_peak(a):
 
 
 def cmd_collect(a):
-    from .collect import collect
+    from .report.collect import RecordError, collect
 
-    df = collect(a.records, a.root)
+    try:
+        df = collect(a.records, a.root)
+    except RecordError as e:
+        sys.exit(f"collect: {e}")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(a.out, index=False)
     print(f"{len(df)} cells -> {a.out}")
 
 
 def cmd_tables(a):
-    from .tables import write_tables
+    from .families import write_tables
 
     grid_cfg = json.loads(a.grid_config) if a.grid_config else None
     for p in write_tables(a.cells, a.out_dir, grid=a.grid, grid_cfg=grid_cfg):
@@ -94,7 +128,7 @@ def cmd_tables(a):
 
 
 def cmd_figures(a):
-    from .figures import write_figures
+    from .families import write_figures
 
     style = json.loads(a.style) if a.style else {}
     grid_cfg = json.loads(a.grid_config) if a.grid_config else None
@@ -106,11 +140,11 @@ def _regenerate_part(task):
     """One piece of regeneration (a grid's tables, or some of its figures), run in a worker."""
     kind, cells, out_dir, cfg, grid, only, complete = task
     if kind == "tables":
-        from .tables import write_tables
+        from .families import write_tables
 
         write_tables(cells, out_dir, grid=grid, grid_cfg=cfg["grids"][grid])
     else:
-        from .figures import write_figures
+        from .families import write_figures
 
         write_figures(cells, out_dir, cfg["figures"], grid=grid, grid_cfg=cfg["grids"][grid], only=only,
                       strict=complete)
@@ -121,13 +155,13 @@ def regeneration_tasks(cfg, grids, out: Path, complete: bool = True) -> list:
     """Tables and figures of each grid as independent tasks, the costliest first (memory figures,
     then the mask-family figures); a kernel grid's figures one task each. `complete`: every record
     of the grids is there (then every promised figure must be drawn)."""
-    from . import outputs
+    from .families import figure_stems
 
     cells = out / "tables" / "cells.csv"
     tasks = []
     for g in grids:
         grid = cfg["grids"][g]
-        stems = outputs.figure_stems(grid) if grid["family"] == "kernel" else [None]
+        stems = figure_stems(grid) if grid["family"] == "kernel" else [None]
         stems.sort(key=lambda s: (not str(s).startswith("memory"), not str(s).startswith("tflops_vs")))
         tasks += [("figures", cells, out / "figures" / g, cfg, g, None if s is None else {s}, complete)
                   for s in stems]
@@ -140,8 +174,10 @@ def cmd_regenerate(a):
     import time
     from concurrent.futures import ProcessPoolExecutor
 
-    from .collect import collect
-    from .config import ConfigError, cell_path, expand_cells, load_config
+    from .report.collect import RecordError, collect
+    from .families import expand_cells, load_config
+    from .grid.config import ConfigError
+    from .grid.expand import cell_path
 
     t0 = time.perf_counter()
     try:
@@ -157,13 +193,16 @@ def cmd_regenerate(a):
         sys.exit(f"none of the {len(expected)} records of grids {', '.join(grids)} is under {out}/cells")
     if len(records) < len(expected):
         print(f"{len(expected) - len(records)} of {len(expected)} cells have no record yet; they are left out")
-    df = collect(records)
+    try:
+        df = collect(records)
+    except RecordError as e:
+        sys.exit(f"regenerate: {e}")
     (out / "tables").mkdir(parents=True, exist_ok=True)
     table = out / "tables" / "cells.csv"
     if table.exists():  # the tidy table keeps the rows of the grids not regenerated now
         import pandas as pd
 
-        from .collect import read_cells
+        from .report.collect import read_cells
 
         kept = read_cells(table)
         kept = kept[~kept["grid"].isin(grids)]
@@ -210,14 +249,15 @@ def write_report(cfg: dict, grids: list, report: Path, snakefile: str):
 
 
 def cmd_check_config(a):
-    from .config import ConfigError, load_config
+    from .families import load_config
+    from .grid.config import ConfigError
 
     try:
         cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
     except ConfigError as e:
         print(e, file=sys.stderr)
         sys.exit(2)
-    from .config import expand_cells
+    from .families import expand_cells
 
     cells = expand_cells(cfg)
     print(f"config ok: {len(cells)} cells in grids {', '.join(cfg['run'])}")
@@ -227,7 +267,9 @@ def cmd_records(a):
     """Record paths of the grids' cells still missing, as Snakemake targets: a session with little
     device time runs the short lengths first (benchmarks/gpu_session.sh), so whatever it does not
     reach is the longest cells."""
-    from .config import ConfigError, cell_path, expand_cells, load_config
+    from .families import expand_cells, load_config
+    from .grid.config import ConfigError
+    from .grid.expand import cell_path
 
     try:
         cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
@@ -244,7 +286,8 @@ def cmd_records(a):
 
 def cmd_predict(a):
     """The CP throughput model (cp/model): table, validation, checks and figures of one cp grid."""
-    from .config import ConfigError, load_config
+    from .families import load_config
+    from .grid.config import ConfigError
     from .cp.model.run import run_predict
 
     try:
@@ -259,6 +302,10 @@ def cmd_predict(a):
     print("\n".join(f"{'PASS' if c['passed'] else 'FAIL'}: {c['name']}: {c['detail']}" for c in res["checks"]))
 
 
+TIMED_OUT_HELP = ("only write the cell's `timeout` record: attnbench.launch --time-limit-s stopped it after "
+                  "SECONDS (run nothing)")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="attnbench", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -267,11 +314,13 @@ def main(argv=None):
     c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
     c.add_argument("--out", required=True)
     c.add_argument("--threads", type=int, help="CPU threads for torch (Snakemake's threads)")
+    c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
     c.set_defaults(fn=cmd_cell)
     c = sub.add_parser("cp-cell", help="one rank of a context-parallel cell (under attnbench.launch / torchrun)")
     c.add_argument("--spec", required=True, help="the cell's parameters as JSON")
     c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
     c.add_argument("--out", required=True, help="the record (written by rank 0)")
+    c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
     c.set_defaults(fn=cmd_cp_cell)
     c = sub.add_parser("peak", help="measure the device's dense matmul ceiling")
     c.add_argument("--device", required=True)

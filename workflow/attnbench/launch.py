@@ -20,11 +20,18 @@ for the command's lifetime; the kernel releases it when the process ends, howeve
 CUDA_VISIBLE_DEVICES. Under Slurm the job's CUDA_VISIBLE_DEVICES already names its own GPUs.
 Without --nproc-per-node the command runs once: `python -m attnbench.launch --gpus-per-node 1 --
 python -m attnbench cell ...` is how a kernel cell gets its own GPU.
+
+A time budget (`--time-limit-s S`, the grid's cell_timeout_s): the launcher waits for the command,
+and when it still runs after S seconds it stops it and everything it started (SIGTERM, then SIGKILL
+after a grace period), then runs the command once more as a single process with `--timed-out-after S`
+appended; `python -m attnbench cell` and `cp-cell` then only write the cell's `timeout` record.
+The launcher then exits with that command's status (0: the job succeeds, the run goes on).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import shlex
@@ -215,8 +222,14 @@ def claim_from_environment() -> list[str]:
     return gpus
 
 
-def _run(full: list[str], extra_env: dict) -> int:
-    """Run the launcher's child, passing on the signals that stop a job (scancel, Ctrl-C)."""
+TIMED_OUT_FLAG = "--timed-out-after"
+# Seconds between SIGTERM and SIGKILL when a command is stopped at its time budget.
+STOP_GRACE_S = 10.0
+
+
+def _run(full: list[str], extra_env: dict, limit_s: float | None = None, cmd: list[str] | None = None) -> int:
+    """Run the launcher's child, passing on the signals that stop a job (scancel, Ctrl-C). With
+    limit_s: past it, stop the child's whole process tree and record the timeout with `cmd`."""
     proc = subprocess.Popen(full, env={**os.environ, **extra_env})
 
     def forward(signum, _frame):
@@ -224,7 +237,58 @@ def _run(full: list[str], extra_env: dict) -> int:
 
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, forward)
-    return proc.wait()
+    try:
+        return proc.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        pass
+    print(f"launch: still running after {limit_s:g} s, the cell's time budget: stopping it", flush=True)
+    stop_tree(proc, STOP_GRACE_S)
+    record = [*cmd, TIMED_OUT_FLAG, f"{limit_s:g}"]
+    _show({}, record)
+    env = {k: v for k, v in os.environ.items() if k != CLAIM_ENV}  # writing a record needs no GPU
+    return subprocess.run(record, env=env).returncode
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below pid, from /proc (Linux): torchrun's ranks, a compiler's workers."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # the name field may hold spaces and parentheses: the fields after the last ')' are fixed
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _signal_all(pids, sig):
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def stop_tree(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM to the child and every process below it (found before any of them dies, as their
+    parents' deaths re-parent them), SIGKILL to those still alive after grace_s."""
+    tree = [proc.pid, *descendants(proc.pid)]
+    _signal_all(tree, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and (proc.poll() is None or any(_alive(p) for p in tree[1:])):
+        time.sleep(0.1)
+    survivors = [p for p in tree if _alive(p)]
+    _signal_all(survivors + [d for p in survivors for d in descendants(p)], signal.SIGKILL)
+    proc.wait()
 
 
 def main(argv=None):
@@ -239,6 +303,9 @@ def main(argv=None):
     p.add_argument("--claim-after-import", action="store_true",
                    help="one process: let the command claim its GPUs itself once it has started (more cells than "
                         "GPUs may then start at once, each waiting for a GPU only after its imports)")
+    p.add_argument("--time-limit-s", type=float,
+                   help="stop the command after this many seconds and run it once more with "
+                        f"{TIMED_OUT_FLAG} SECONDS appended (it writes the cell's timeout record)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command every rank runs")
     a = p.parse_args(argv)
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
@@ -254,6 +321,8 @@ def main(argv=None):
         p.error("several nodes need --nproc-per-node")
     if a.claim_after_import and a.nproc_per_node is not None:
         p.error("--claim-after-import is for one process (no --nproc-per-node)")
+    if a.time_limit_s is not None and a.time_limit_s <= 0:
+        p.error(f"--time-limit-s must be > 0, got {a.time_limit_s:g}")
     env = {}
     if a.gpus_per_node and not os.environ.get("SLURM_JOB_ID"):
         if a.nodes > 1:
@@ -266,14 +335,14 @@ def main(argv=None):
         else:
             # A CUDA cell on a machine without GPUs still runs: its record says it is unavailable.
             print("launch: no GPU visible here; the command runs without one", flush=True)
-    if a.nproc_per_node is None:
+    if a.nproc_per_node is None and a.time_limit_s is None:
         _show(env, cmd)
         os.environ.update(env)
         os.execvp(cmd[0], cmd)
-    full, more = command(a.nodes, a.nproc_per_node, cmd, a.port)
+    full, more = (cmd, {}) if a.nproc_per_node is None else command(a.nodes, a.nproc_per_node, cmd, a.port)
     env.update(more)
     _show(env, full)
-    sys.exit(_run(full, env))
+    sys.exit(_run(full, env, a.time_limit_s, cmd))
 
 
 def _show(env: dict, cmd: list[str]) -> None:

@@ -7,7 +7,10 @@ OOM = "oom"
 UNSUPPORTED = "unsupported"
 UNAVAILABLE = "unavailable"
 INCORRECT = "incorrect"
-STATUSES = (OK, OOM, UNSUPPORTED, UNAVAILABLE, INCORRECT)
+# Still running at the grid's time budget (cell_timeout_s): stopped by the launcher, which then
+# writes a record without timings (attnbench.launch --time-limit-s).
+TIMEOUT = "timeout"
+STATUSES = (OK, OOM, UNSUPPORTED, UNAVAILABLE, INCORRECT, TIMEOUT)
 # Statuses whose record carries timings.
 TIMED = (OK, INCORRECT)
 

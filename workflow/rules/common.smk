@@ -7,14 +7,17 @@ from pathlib import Path
 # The package is installed in editable mode by the Makefile; this keeps a bare checkout working too.
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
-from attnbench import launch, outputs
-from attnbench.config import ConfigError, cell_path, expand_cells, read_yaml, validate
+from attnbench import families, launch
+from attnbench.codegraph import code_files
+from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml
+from attnbench.grid.expand import cell_path
 from attnbench.kernels import catalog
+from attnbench.report import outputs
 
 try:
     for _f in workflow.configfiles:
         read_yaml(_f)  # Snakemake's own reading would keep the last of a repeated key silently
-    CFG = validate(config)
+    CFG = families.validate(config)
 except ConfigError as e:
     raise WorkflowError(str(e))
 
@@ -36,13 +39,13 @@ if workflow.remote_exec:
 OUT = CFG["output_dir"].rstrip("/")
 RUN = CFG["run"]
 GRIDS = {g: CFG["grids"][g] for g in RUN}
-CELLS = {f"{OUT}/{cell_path(c)}": c for c in expand_cells(CFG)}
+CELLS = {f"{OUT}/{cell_path(c)}": c for c in families.expand_cells(CFG)}
 PKG = str(Path(workflow.basedir) / "workflow" / "attnbench")
 
 
 wildcard_constraints:
     grid=r"[A-Za-z0-9_\-]+",
-    family=r"kernel|sparse",
+    family="|".join(families.running_with("cell")),
     impl=r"[A-Za-z0-9_]+",
     mask=r"[A-Za-z0-9_]+",
     point=r"[A-Za-z0-9_.\-]+",
@@ -71,22 +74,28 @@ def grid_records(grid):
 
 
 def table_files(grid):
-    return [f"{OUT}/tables/{grid}/{n}" for n in outputs.table_names(GRIDS[grid])]
+    return [f"{OUT}/tables/{grid}/{n}" for n in families.table_names(GRIDS[grid])]
 
 
 def figure_files(grid):
-    return [f"{OUT}/figures/{grid}/{n}" for n in outputs.figure_names(GRIDS[grid], CFG["figures"]["formats"])]
+    return [f"{OUT}/figures/{grid}/{n}" for n in families.figure_names(GRIDS[grid], CFG["figures"]["formats"])]
 
 
-def family_code(grid):
-    """The family's own report module (e.g. sparse_report.py), an input of its table and figure rules."""
-    path = Path(PKG) / f"{GRIDS[grid]['family']}_report.py"
-    return [str(path)] if path.exists() else []
+def rule_code(*modules):
+    """The package's files a rule's command runs: `python -m attnbench`'s dispatcher and every
+    module the given modules import, transitively (attnbench.codegraph). As the rule's inputs,
+    editing any of them reruns exactly the rules that use it."""
+    return [f"{PKG}/__main__.py", *code_files(*modules)]
+
+
+def report_code(grid, part):
+    """The code of a grid's table (part 'TABLES') or figure ('FIGURES') rule."""
+    return rule_code(*families.command_modules(GRIDS[grid]["family"], part))
 
 
 def caption_files(grid, kind):
     """The report caption written beside each table (kind 'tables') or figure ('figures')."""
-    names = outputs.table_caption_names(GRIDS[grid]) if kind == "tables" else outputs.figure_caption_names(GRIDS[grid])
+    names = families.table_caption_names(GRIDS[grid]) if kind == "tables" else families.figure_caption_names(GRIDS[grid])
     return [f"{OUT}/{kind}/{grid}/{n}" for n in names]
 
 

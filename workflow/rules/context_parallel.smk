@@ -1,6 +1,7 @@
 # One job per context-parallel cell: N ranks started by attnbench.launch (torchrun on one node;
-# srun + torchrun with a c10d rendezvous across nodes). Rank 0 writes the record; a hang past
-# the cell's process-group timeout fails the job, so a rerun retries exactly that cell.
+# srun + torchrun with a c10d rendezvous across nodes). Rank 0 writes the record. A cell still
+# running at the grid's cell_timeout_s is stopped and recorded as `timeout` by the launcher; a
+# collective that waits past cp.timeout_s before that fails the job, and a rerun retries the cell.
 
 
 def cp_cell_of(wc):
@@ -53,6 +54,8 @@ rule cp_cell:
         **{name: cp_resource(name) for name in launch.RESOURCE_NAMES},
         runtime=lambda wc, attempt: GRIDS[wc.grid]["runtime_min"] * attempt,
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
+        # the time budget: a resource, not a param, so that changing it reruns no finished cell
+        cell_timeout_s=lambda wc: cell_timeout_s(GRIDS[wc.grid]),
     shell:
-        "python -m attnbench.launch {params.launch} --"
+        "python -m attnbench.launch {params.launch} --time-limit-s {resources.cell_timeout_s} --"
         " python -m attnbench cp-cell --spec {params.spec:q} --peak {input.peak} --out {output} > {log} 2>&1"

@@ -42,7 +42,10 @@ rule kernel_cell:
         batch_slots=1,
         runtime=lambda wc, attempt: GRIDS[wc.grid]["runtime_min"] * attempt,
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
+        # the time budget: a resource, not a param, so that changing it reruns no finished cell
+        cell_timeout_s=lambda wc: cell_timeout_s(GRIDS[wc.grid]),
     shell:
-        "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import --"
+        "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import"
+        " --time-limit-s {resources.cell_timeout_s} --"
         " python -m attnbench cell --spec {params.spec:q} --peak {input.peak} --threads {threads}"
         " --out {output} > {log} 2>&1"

@@ -1,16 +1,13 @@
 # Records -> tidy table -> tables and figures (with a report caption each). These rules read only
-# the tidy table, so regenerating them reruns no cell; their code files are inputs, so editing the
-# plotting code reruns only the figure rules, editing the table code only the table rules.
+# the tidy table, so regenerating them reruns no cell; the code files their commands import are
+# inputs (rule_code), so editing the plotting code reruns only the figure rules, editing the table
+# code only the table rules, and a family's own module only that family's rules.
 # `snakemake --report report.html` shows every figure and table with its caption (any family).
-
-PLOT_CODE = [f"{PKG}/{m}.py" for m in ("figures", "plotting", "style", "labels", "captions", "outputs")]
-TABLE_CODE = [f"{PKG}/{m}.py" for m in ("tables", "labels", "captions")]
-
 
 rule collect:
     input:
         records=[p for g in RUN for p in grid_records(g)],
-        code=f"{PKG}/collect.py",
+        code=code_files("attnbench.report.collect"),
     output:
         f"{OUT}/tables/cells.csv",
     log:
@@ -19,7 +16,7 @@ rule collect:
         # Under Slurm, the tidy table, tables and figures run as one job (ignored when run locally).
         "report"
     run:
-        from attnbench.collect import collect
+        from attnbench.report.collect import collect
 
         df = collect(input.records)
         df.to_csv(output[0], index=False)
@@ -33,7 +30,7 @@ for _grid in RUN:
             f"tables_{_grid}"
         input:
             cells=f"{OUT}/tables/cells.csv",
-            code=TABLE_CODE + family_code(_grid),
+            code=report_code(_grid, "TABLES"),
         output:
             table_outputs(_grid),
         log:
@@ -53,7 +50,7 @@ for _grid in RUN:
             f"figures_{_grid}"
         input:
             cells=f"{OUT}/tables/cells.csv",
-            code=PLOT_CODE + family_code(_grid),
+            code=report_code(_grid, "FIGURES"),
         output:
             figure_outputs(_grid),
         log:

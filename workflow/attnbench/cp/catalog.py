@@ -25,6 +25,8 @@ class MethodInfo:
     masks: tuple = CP_MASKS
     label: str = ""  # how tables and legends name it, where not by `name`
     max_gpus: int | None = None  # None: any number of ranks
+    colour: str = ""  # how every figure draws it (its order in legends and tables: its place in METHODS)
+    marker: str = ""
 
 
 # The 1-GPU baseline of `cp_vs_single_gpu`: the local kernel alone, not a CP method.
@@ -33,20 +35,21 @@ BARE_KERNEL = "local"
 METHODS = {
     m.name: m
     for m in (
-        MethodInfo("ulysses", "all-to-all sequence <-> heads, one local attention per head group",
-                   "ulysses:Ulysses", ("cpu", "cuda")),
-        MethodInfo("ring_p2p", "ring of R steps, batched isend/irecv overlapped with compute, zigzag",
-                   "ring_p2p:RingP2P", ("cpu", "cuda")),
-        MethodInfo("ring_allgather", "all-gather K and V once, local q chunks against the visible prefix",
-                   "ring_allgather:RingAllGather", ("cpu", "cuda")),
-        MethodInfo("usp", "Ulysses inside groups of U, Ring P2P across the R groups", "usp:USP", ("cpu", "cuda")),
-        MethodInfo("loongtrain", "Ulysses inside groups of U, double ring (W windows) across the R groups",
-                   "loongtrain:LoongTrain", ("cpu", "cuda")),
-        MethodInfo("torch_cp", "torch.distributed.tensor.experimental.context_parallel (SDPA)",
-                   "torch_cp:TorchCP", ("cuda",), masks=("full", "causal")),
+        # `local` (the bare kernel on one GPU) first: the baseline the methods are read against
         MethodInfo(BARE_KERNEL, "the local kernel alone over the whole sequence on one device, no CP framework "
                    "(the baseline of cp_vs_single_gpu)", "local:BareKernel", ("cpu", "cuda"),
-                   label="1 GPU, bare kernel", max_gpus=1),
+                   label="1 GPU, bare kernel", max_gpus=1, colour="#000000", marker="*"),
+        MethodInfo("ulysses", "all-to-all sequence <-> heads, one local attention per head group",
+                   "ulysses:Ulysses", ("cpu", "cuda"), colour="#377eb8", marker="o"),
+        MethodInfo("ring_p2p", "ring of R steps, batched isend/irecv overlapped with compute, zigzag",
+                   "ring_p2p:RingP2P", ("cpu", "cuda"), colour="#e41a1c", marker="s"),
+        MethodInfo("ring_allgather", "all-gather K and V once, local q chunks against the visible prefix",
+                   "ring_allgather:RingAllGather", ("cpu", "cuda"), colour="#ff7f00", marker="^"),
+        MethodInfo("usp", "Ulysses inside groups of U, Ring P2P across the R groups", "usp:USP", ("cpu", "cuda"), colour="#4daf4a", marker="D"),
+        MethodInfo("loongtrain", "Ulysses inside groups of U, double ring (W windows) across the R groups",
+                   "loongtrain:LoongTrain", ("cpu", "cuda"), colour="#984ea3", marker="v"),
+        MethodInfo("torch_cp", "torch.distributed.tensor.experimental.context_parallel (SDPA)",
+                   "torch_cp:TorchCP", ("cuda",), masks=("full", "causal"), colour="#a65628", marker="P"),
     )
 }
 

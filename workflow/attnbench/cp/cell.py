@@ -22,12 +22,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import status as S
-from ..cell import (CheckOutOfMemory, base_record, checked_samples, crash_if_asked, n_samples, now, summarise,
-                    torch_dtype, write_record)
-from ..flops import attention_flops
+from ..harness.faults import crash_if_asked, hang_if_asked
+from ..harness.flops import attention_flops
+from ..harness.inputs import check_mask_rng, input_seed, local_inputs, mask_rng, torch_dtype
+from ..harness.measure import peak_memory, quantiles, synchronize, time_ms
+from ..harness.samples import CheckOutOfMemory, checked_samples, n_samples
 from ..masks import sample_mask
-from ..measure import peak_memory, quantiles, synchronize, time_ms
+from .. import status as S
+from ..record.record import base_record, environment, now, summarise, write_record
 from . import catalog, run
 from .base import load
 
@@ -108,7 +110,7 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
     hq, hkv, direction = spec["heads_q"], spec["heads_kv"], spec["direction"]
     backward = direction != "fwd"
     info = catalog.method(spec["impl"])
-    seed = spec["_data_seed"] + index
+    seed = input_seed(spec["_data_seed"], index, spec["seqlen"])
     g = rc.guard
 
     method = None
@@ -120,7 +122,7 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
     if method is not None and g.go:
         with g:
             method.setup(backward)
-            inputs = run.local_inputs(seed, method.positions, hq, hkv, d, dtype, device)
+            inputs = local_inputs(seed, method.positions, hq, hkv, d, dtype, device)
             if direction == "bwd":
                 method.forward(*inputs[:3])  # once, outside the timed region
     _agree(rc, "setup")
@@ -220,7 +222,7 @@ def check_sample(session, spec, index, histograms) -> dict:
             raise CheckOutOfMemory(f"the float64 check ran out of memory at every length down to {too_long[-1]}")
         mask = _check_mask(spec, index, s, histograms)
         verdict = run.check_method(session, spec["impl"], spec["cp"]["local_kernel"], degrees_of(spec), mask,
-                                   spec["_data_seed"] + index + (0 if s == spec["seqlen"] else 7919), spec["heads_q"],
+                                   input_seed(spec["_data_seed"], index, s), spec["heads_q"],
                                    spec["heads_kv"], spec["head_dim"], torch_dtype(spec["dtype"]),
                                    spec["direction"] != "fwd", c["tolerance_factor"])
         if verdict["status"] != run.CHECK_OOM:
@@ -235,12 +237,12 @@ def check_sample(session, spec, index, histograms) -> dict:
 
 def _check_mask(spec, index, s, histograms):
     if s == spec["seqlen"]:
-        rng = np.random.default_rng(spec["_data_seed"])
+        rng = mask_rng(spec["_data_seed"])
         for _ in range(index + 1):
             mask = sample_mask(spec["mask"], s, spec.get("mask_params", {}), rng, histograms, spec["heads_q"],
                                spec["heads_kv"])
         return mask
-    rng = np.random.default_rng([spec["_data_seed"], index, s])
+    rng = check_mask_rng(spec["_data_seed"], index, s)
     return sample_mask(spec["mask"], s, spec.get("mask_params", {}), rng, histograms, spec["heads_q"], spec["heads_kv"])
 
 
@@ -249,7 +251,7 @@ def measure(record, session, spec, peak):
     rc = session.context(degrees_of(spec), spec["cp"]["local_kernel"], torch_dtype(spec["dtype"]), spec["head_dim"],
                          load_kernel_too=spec["impl"] != "torch_cp")
     limit_memory_if_asked(session.rank)  # after the groups (and their threads) exist
-    rng = np.random.default_rng(record["data_seed"])
+    rng = mask_rng(record["data_seed"])
     hist = spec.get("histograms")
     try:
         for i in range(n_samples(spec)):
@@ -307,15 +309,14 @@ def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
     if status is None:
         device = run.init(spec["device"], spec["cp"]["timeout_s"])
         session = run.Session(device)
+        hang_if_asked(spec, keep_alive=dist.barrier)  # a hang inside the process group, collectives running
         status, reason = measure(record, session, spec, peak)
     record["status"], record["status_reason"] = status, reason
     if status in S.TIMED:
         summarise(record, peak, gpus=spec["gpus"])
     cp_summary(record, spec)
     record["matmul_peak"] = peak
-    from ..cell import _environment
-
-    record["environment"] = _environment(spec["device"])
+    record["environment"] = environment(spec["device"])
     record["finished_at"] = now()
     record["wall_s"] = time.perf_counter() - t0
     if rank == 0:

@@ -13,9 +13,10 @@ import torch
 import torch.distributed as dist
 
 from .. import status as S
-from ..gate import judge, lse_bound
+from ..harness.gate import judge, lse_bound
+from ..harness.inputs import local_inputs
 from ..kernels.base import bhsd_view, to_thd
-from ..reference import reference_attention
+from ..harness.reference import reference_attention
 from . import catalog
 from .base import RankContext, load
 from .comm import Comm, Groups, Guard
@@ -23,8 +24,6 @@ from .kernels import load as load_kernel
 
 TIMEOUT = None  # the job's process-group timeout (init), also given to every group made later
 CHECK_OOM = "check_oom"  # a verdict's status when the float64 check itself ran out of memory (rank 0)
-INPUT_BLOCK = 4096  # rows generated per seeded block (same rows whatever the sharding)
-TENSORS = ("q", "k", "v", "dout")
 
 
 # ---------------------------------------------------------------- process group
@@ -80,30 +79,6 @@ def agree(guard: Guard, where: str) -> tuple[str | None, str | None]:
         return None, None
     failed.sort(key=lambda x: (x[0] != S.OOM, x[0]))
     return failed[0]
-
-
-# ---------------------------------------------------------------- inputs
-
-
-def position_rows(seed: int, positions, heads: int, head_dim: int, dtype, device, which: str):
-    """Rows of one input tensor at the given global positions (-1: a zero row). Each block of
-    INPUT_BLOCK positions is drawn from its own seeded generator, so a row's values depend on its
-    position only: every method and every sharding sees the same data."""
-    pos = torch.as_tensor(np.asarray(positions), dtype=torch.long)
-    out = torch.zeros(len(pos), heads, head_dim, dtype=dtype, device=device)
-    tid = TENSORS.index(which)
-    for b in torch.unique(pos[pos >= 0] // INPUT_BLOCK).tolist():
-        gen = torch.Generator(device=device).manual_seed((seed * 1_000_003 + tid * 7919 + b) % 2**63)
-        block = torch.randn(INPUT_BLOCK, heads, head_dim, generator=gen, device=device, dtype=torch.float32)
-        sel = (pos >= b * INPUT_BLOCK) & (pos < (b + 1) * INPUT_BLOCK)
-        idx = sel.nonzero().squeeze(1)
-        out[idx.to(device)] = block[(pos[idx] - b * INPUT_BLOCK).to(device)].to(dtype)
-    return out
-
-
-def local_inputs(seed, positions, hq, hkv, d, dtype, device):
-    heads = {"q": hq, "k": hkv, "v": hkv, "dout": hq}
-    return [position_rows(seed, positions, heads[t], d, dtype, device, t) for t in TENSORS]
 
 
 # ---------------------------------------------------------------- one correctness run

@@ -1,4 +1,4 @@
-"""Every kernel the benchmark knows: what it supports and which library it needs.
+"""Every kernel the benchmark knows: what it supports, which library it needs, how it is drawn.
 
 Torch-free on purpose: config validation and Snakemake parsing read it without importing
 torch. The implementation of each kernel lives in its own module (`impl`), loaded only
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ class KernelInfo:
     name: str
     family: str  # "dense" or "sparse"
     summary: str
-    impl: str  # "module:Class" under attnbench.kernels
+    impl: str  # "module:Class" under attnbench.kernels, or of any importable module
     masks: tuple
     directions: dict  # device -> directions it runs there; the devices it exists on
     modules: tuple = ()  # importable modules it needs beyond torch
@@ -36,6 +37,10 @@ class KernelInfo:
     # What the installed build cannot do (a forward-only wheel, say): (mask, direction) -> reason or
     # None. Torch-free, like the rest of this module.
     build_limits: Callable[[str, str], str | None] | None = None
+    # How every figure draws it (its legend label is its name; its place in legends, table columns
+    # and colours is its place in KERNELS)
+    colour: str = ""
+    marker: str = ""
 
     @property
     def devices(self) -> tuple:
@@ -69,56 +74,84 @@ BOTH_ALL = {"cpu": ALL_DIRECTIONS, "cuda": ALL_DIRECTIONS}
 KERNELS = {
     k.name: k
     for k in (
-        _k("naive", "dense", "eager softmax(q k^T + bias) v", "naive:Naive", DENSE_MASKS, BOTH_ALL),
-        _k("sdpa", "dense", "SDPA, PyTorch's own backend choice", "sdpa:SDPADefault", DENSE_MASKS, BOTH_ALL),
-        _k("sdpa_math", "dense", "SDPA, MATH backend", "sdpa:SDPAMath", DENSE_MASKS, BOTH_ALL),
-        _k("sdpa_flash", "dense", "SDPA, FLASH backend (FA2 code)", "sdpa:SDPAFlash", ("full", "causal"), GPU_ALL),
-        _k("sdpa_efficient", "dense", "SDPA, memory-efficient backend", "sdpa:SDPAEfficient", DENSE_MASKS, GPU_ALL),
-        _k("sdpa_cudnn", "dense", "SDPA, cuDNN backend", "sdpa:SDPACudnn", DENSE_MASKS, GPU_ALL),
+        _k("naive", "dense", "eager softmax(q k^T + bias) v", "naive:Naive", DENSE_MASKS, BOTH_ALL, colour="#7f7f7f", marker="o"),
+        _k("sdpa", "dense", "SDPA, PyTorch's own backend choice", "sdpa:SDPADefault", DENSE_MASKS, BOTH_ALL, colour="#1f77b4", marker="s"),
+        _k("sdpa_math", "dense", "SDPA, MATH backend", "sdpa:SDPAMath", DENSE_MASKS, BOTH_ALL, colour="#6baed6", marker="^"),
+        _k("sdpa_flash", "dense", "SDPA, FLASH backend (FA2 code)", "sdpa:SDPAFlash", ("full", "causal"), GPU_ALL, colour="#08306b", marker="D"),
+        _k("sdpa_efficient", "dense", "SDPA, memory-efficient backend", "sdpa:SDPAEfficient", DENSE_MASKS, GPU_ALL, colour="#17becf", marker="v"),
+        _k("sdpa_cudnn", "dense", "SDPA, cuDNN backend", "sdpa:SDPACudnn", DENSE_MASKS, GPU_ALL, colour="#5254a3", marker="P"),
         _k("flex", "dense", "FlexAttention, compiled, BlockMask", "flex:Flex", DENSE_MASKS,
            {"cpu": ("fwd",), "cuda": ALL_DIRECTIONS},
            notes={"block_sparse": "BlockMask from the kept block indices; blocks under 128 tokens run as exactly "
                                   "masked 128-token tiles (CUDA: torch's default Hopper backward tiles do not "
                                   "divide 64; CPU: inductor's AVX2 flex kernel is wrong at small block sizes)",
-                  "variable_block_sparse": "128-token tiles counted from the block boundaries; cut tiles masked"}),
+                  "variable_block_sparse": "128-token tiles counted from the block boundaries; cut tiles masked"}, colour="#2ca02c", marker="*"),
         _k("varlen", "dense", "torch.nn.attention.varlen.varlen_attn", "varlen:Varlen", REGULAR_MASKS, GPU_ALL,
-           modules=("torch.nn.attention.varlen",)),
+           modules=("torch.nn.attention.varlen",), colour="#bcbd22", marker="<"),
         _k("fa2", "dense", "FlashAttention-2 (flash_attn)", "flash_attn:FA2", REGULAR_MASKS, GPU_ALL,
-           modules=("flash_attn",), dists=("flash-attn", "flash_attn")),
+           modules=("flash_attn",), dists=("flash-attn", "flash_attn"), colour="#ff7f0e", marker=">"),
         _k("fa3", "dense", "FlashAttention-3 (flash_attn_interface; else PyPI fa3-fwd's forward-only build, Hopper)",
            "flash_attn:FA3", REGULAR_MASKS, GPU_ALL, modules=(f"{FA3_FULL}|{FA3_FORWARD_ONLY}",),
            dists=("flash-attn-3", "flash_attn_3", "fa3-fwd"), min_capability=(9, 0), build_limits=fa3_build_limits,
            notes={"build": "the record's library_version names the build that ran: flash-attn-3 (full) or "
-                           "fa3-fwd (forward only, no windows)"}),
+                           "fa3-fwd (forward only, no windows)"}, colour="#d62728", marker="h"),
         _k("fa4", "dense", "FlashAttention-4 (flash_attn.cute)", "flash_attn:FA4", REGULAR_MASKS, GPU_ALL,
-           modules=("flash_attn.cute",), dists=("flash-attn-4", "nvidia-cutlass-dsl"), min_capability=(9, 0)),
+           modules=("flash_attn.cute",), dists=("flash-attn-4", "nvidia-cutlass-dsl"), min_capability=(9, 0), colour="#8c564b", marker="p"),
         _k("cudnn_te", "dense", "cuDNN fused attention via TransformerEngine", "transformer_engine:CudnnTE",
            REGULAR_MASKS, GPU_ALL, modules=("transformer_engine.pytorch",),
-           dists=("transformer-engine", "transformer_engine", "transformer-engine-torch")),
+           dists=("transformer-engine", "transformer_engine", "transformer-engine-torch"), colour="#9467bd", marker="H"),
         _k("flashmask", "dense", "FlashMask (PaddlePaddle)", "flashmask:FlashMask", STATIC_MASKS, GPU_ALL,
-           modules=("paddle",), dists=("paddlepaddle-gpu", "paddlepaddle")),
+           modules=("paddle",), dists=("paddlepaddle-gpu", "paddlepaddle"), colour="#e377c2", marker="d"),
         # Block-sparse kernels (spec/kernels.md). Each receives the realised mask of its grid point.
         _k("triton_block_sparse", "sparse", "block-sparse attention in Triton, written in this project",
            "triton_block_sparse:TritonBlockSparse", ("block_sparse",), GPU_ALL, modules=("triton",),
            dists=("triton",), block_sizes=(64, 128),
            notes={"gqa": "yes: KV head h // (Hq/Hkv), mask per head or per KV-head group",
-                  "backward": "own kernels: dQ per query tile, dK/dV per key tile over the transposed lists"}),
+                  "backward": "own kernels: dQ per query tile, dK/dV per key tile over the transposed lists"}, colour="#000000", marker="8"),
         _k("vsa", "sparse", "VSA block-sparse attention (FastVideo; ThunderKittens on Hopper)", "vsa_sparse:VSA",
            ("block_sparse",), GPU_ALL, modules=("vsa",), dists=("vsa",), mha_only=True, block_sizes=(64,),
            notes={"timed": "block_map -> index lists happens inside each call (the library's API)",
-                  "dtype": "bfloat16 only (its Hopper kernels)"}),
+                  "dtype": "bfloat16 only (its Hopper kernels)"}, colour="#e7298a", marker="D"),
         _k("flashinfer", "sparse", "FlashInfer VariableBlockSparseAttentionWrapper",
            "flashinfer_sparse:FlashInferVariableBlockSparse", SPARSE_MASKS, {"cuda": ("fwd",)},
            modules=("flashinfer",), dists=("flashinfer-python", "flashinfer"),
            notes={"mask": "one block mask per KV head: granularity=head with GQA is unsupported",
-                  "timed": "plan() (token-level index expansion) in prepare, outside the timed region"}),
+                  "timed": "plan() (token-level index expansion) in prepare, outside the timed region"}, colour="#e6ab02", marker="v"),
         _k("fa2_sparse", "sparse", "MIT Han Lab Block-Sparse-Attention (FlashAttention-2 based)",
            "fa2_sparse:FA2BlockSparse", ("block_sparse",), {"cuda": ("fwd",)}, modules=("block_sparse_attn",),
            dists=("block_sparse_attn", "block-sparse-attn"), block_sizes=(128,),
-           notes={"timed": "block mask -> row indices (a sort) happens inside each call (the library's API)"}),
+           notes={"timed": "block mask -> row indices (a sort) happens inside each call (the library's API)"}, colour="#a6761d", marker="H"),
     )
 }
 SPARSE_KERNELS = tuple(k for k, info in KERNELS.items() if info.family == "sparse")
+
+
+def resolve(entry: str) -> KernelInfo:
+    """A kernel as a grid names it: a registry name, or 'module:Class' of a kernel class in any
+    importable module (your own kernel: README, "Your own kernel"). Such a class carries `info`, a
+    KernelInfo whose `impl` is that same 'module:Class'; it is registered under `info.name` for
+    this process, so cells, records and figures call it by that name. Importing the module is the
+    one place the catalog may import torch."""
+    if ":" not in entry:
+        return get(entry)
+    module, cls = entry.split(":", 1)
+    try:
+        obj = getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"kernel {entry!r} cannot be imported: {e}") from None
+    info = getattr(obj, "info", None)
+    if not isinstance(info, KernelInfo):
+        raise ValueError(f"kernel {entry!r} has no `info` attribute holding a KernelInfo (what it supports); "
+                         "see README, 'Your own kernel'")
+    if info.impl != entry:
+        raise ValueError(f"kernel {entry!r}: its info.impl is {info.impl!r}; they must be the same 'module:Class'")
+    if not re.fullmatch(r"[A-Za-z0-9_]+", info.name):
+        raise ValueError(f"kernel {entry!r}: its name {info.name!r} must be letters, digits and _ (it names files)")
+    known = KERNELS.get(info.name)
+    if known is not None and known.impl != entry:
+        raise ValueError(f"kernel {entry!r}: the name {info.name!r} is taken by {known.impl}; give it another name")
+    KERNELS[info.name] = info
+    return info
 
 
 def get(name: str) -> KernelInfo:

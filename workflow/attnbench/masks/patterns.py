@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import lengths as L
+from . import lengths as L
 from . import predicates as P
 from .ranges import Slice, nonempty
 

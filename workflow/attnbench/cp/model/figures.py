@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...plotting import apply_theme, grid_axes, save, title_above
-from ...style import colour, marker
+from ...report.plotting import apply_theme, grid_axes, save, title_above
+from ...report.style import colour, marker
 from ..catalog import method_label
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...flops import attention_flops
+from ...harness.flops import attention_flops
 from ...masks import sample_mask
 from .. import catalog, schedule
 from ..chunks import allgather_chunks, document_lengths, is_causal, ring_step_chunk

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...collect import collect
-from ...lengths import choose_histogram
+from ...report.collect import collect
+from ...masks.lengths import choose_histogram
 from ...masks import Mask
 from .kernel_time import KernelTime
 from .network import Network

@@ -1,0 +1,381 @@
+"""Every failure the README's "failure -> what happens" table lists, made to happen for real on the
+CPU: a cell that hangs past its time budget, a context-parallel rank killed with SIGKILL, the
+workflow interrupted by SIGINT or SIGTERM, and a file under results/cells that is not a record.
+(The Slurm failures, a job stopped at its time limit and a drained node, are in
+tests/slurm/test_failures_slurm.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from attnbench import launch
+from attnbench.families.kernel.cell import run_cell
+from attnbench.harness.faults import HANG_ENV
+from attnbench.record.record import write_record
+from attnbench.record.validate import record_problems
+from attnbench.report.collect import read_cells
+from attnbench.families import expand_cells, validate
+from attnbench.grid.config import ConfigError, cell_timeout_s
+from attnbench.grid.expand import cell_path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests/cp"))
+from bounded import run_bounded  # noqa: E402
+
+PY = sys.executable
+# Two kernels on one mask and length: the cell that hangs, and one that must still run.
+GRID = {"description": "failure tests", "family": "kernel", "device": "cpu", "kernels": ["naive", "sdpa"],
+        "masks": ["causal"], "seqlen": [64], "heads": [[2, 1]], "head_dim": [16], "dtype": ["float32"],
+        "direction": ["fwd"], "samples": {"document": 1, "single": 1}, "warmup": 0, "reps": 2,
+        "runtime_min": 1, "cell_timeout_s": 10}
+HUNG = "naive/causal/s64-h2x1-d16-float32-fwd"
+CP_GRID = {"family": "cp", "device": "cpu", "methods": ["ring_p2p"], "masks": ["causal"], "tokens_per_gpu": [32],
+           "gpus": [2], "heads": [[2, 1]], "head_dim": [16], "dtype": ["float32"], "direction": ["fwd"],
+           "samples": {"document": 1, "single": 1}, "warmup": 0, "reps": 2,
+           "check": {"max_seqlen": 512, "tolerance_factor": 5, "samples": 1},
+           "cp": {"local_kernel": "cpu_flash", "timeout_s": 60}}
+
+
+def config(grids: dict, run=None) -> dict:
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["run"] = run or list(grids)
+    cfg["grids"] = grids
+    return cfg
+
+
+def env(**extra) -> dict:
+    return {**os.environ, "PATH": f"{Path(PY).parent}:{os.environ['PATH']}",
+            "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}", **extra}
+
+
+def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
+    return [PY, "-m", "snakemake", "--profile", str(REPO / "profiles/local"), "-s", str(REPO / "Snakefile"),
+            "-d", str(workdir), "--configfile", str(workdir / "config.yaml"), *args]
+
+
+def snakemake(workdir: Path, *args: str, timeout=600, **extra_env) -> subprocess.CompletedProcess:
+    return run_bounded(snakemake_cmd(workdir, *args), timeout, env=env(**extra_env))
+
+
+def planned(workdir: Path) -> dict:
+    p = snakemake(workdir, "-n", timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    text = p.stdout + p.stderr
+    if "Nothing to be done" in text:
+        return {}
+    stats = text.split("Job stats:")[1].split("\n\n")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m.group(1) != "total"}
+
+
+def records(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.json"))}
+
+
+def leftovers(root: Path) -> list[Path]:
+    """Half-written records (write_record's temporary files) anywhere under root."""
+    return sorted(root.rglob("*.tmp"))
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains text (a test's unique folder)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes() and int(cmdline.parent.name) != os.getpid():
+                stat = (cmdline.parent / "stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(cmdline.parent.name))
+        except (OSError, IndexError):
+            pass
+    return found
+
+
+def wait_for(predicate, limit_s: float, what: str):
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not within {limit_s} s: {what}")
+
+
+# ---------------------------------------------------------------- the time budget in the config
+
+
+def test_time_budget_defaults_below_the_slurm_limit_and_a_budget_past_it_is_refused():
+    cfg = validate(config({"g": {**GRID, "runtime_min": 10, "cell_timeout_s": "auto"}}))
+    assert cell_timeout_s(cfg["grids"]["g"]) == 540  # 90% of 10 minutes
+    default = validate(config({"g": {k: v for k, v in GRID.items() if k not in ("runtime_min", "cell_timeout_s")}}))
+    assert default["grids"]["g"]["cell_timeout_s"] == "auto" and cell_timeout_s(default["grids"]["g"]) == 1620
+    with pytest.raises(ConfigError, match=r"grids\.g\.cell_timeout_s: 60 s is not below runtime_min \(60 s\)"):
+        validate(config({"g": {**GRID, "cell_timeout_s": 60}}))
+    with pytest.raises(ConfigError, match="cell_timeout_s"):
+        validate(config({"g": {**GRID, "cell_timeout_s": 0}}))
+
+
+# ---------------------------------------------------------------- a cell that hangs
+
+
+@pytest.fixture(scope="module")
+def hung_run(tmp_path_factory):
+    """The grid through `snakemake --profile profiles/local` with one cell hanging for ever."""
+    workdir = tmp_path_factory.mktemp("hang")
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config({"hang": GRID})))
+    t0 = time.monotonic()
+    p = snakemake(workdir, timeout=400, **{HANG_ENV: f"^{HUNG}$"})
+    return workdir, p, time.monotonic() - t0
+
+
+@pytest.mark.slow
+def test_a_hung_cell_is_stopped_at_its_budget_recorded_as_timeout_and_the_run_goes_on(hung_run):
+    workdir, p, wall = hung_run
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    log = (workdir / f"results/logs/cells/hang/kernel/{HUNG}.log").read_text()
+    assert "hanging: ATTNBENCH_HANG_CELLS" in log and "still running after 10 s" in log
+    hung = json.loads((workdir / f"results/cells/hang/kernel/{HUNG}.json").read_text())
+    assert hung["status"] == "timeout" and hung["time_budget_s"] == 10
+    assert "time budget" in hung["status_reason"] and hung["samples"] == []
+    assert not {"tflops", "time_ms_median", "peak_mem_bytes"} & set(hung)  # a timeout carries no timings
+    assert record_problems(hung) == [] and hung["environment"]["torch"]
+    # The run went on: the other cell measured, the tidy table, tables and figures made.
+    df = read_cells(workdir / "results/tables/cells.csv")
+    assert dict(zip(df["impl"], df["status"])) == {"naive": "timeout", "sdpa": "ok"}
+    assert df.loc[df["impl"] == "naive", "tflops"].isna().all()
+    assert planned(workdir) == {}
+    assert not leftovers(workdir / "results") and not processes_mentioning(str(workdir))
+    assert wall < 300
+
+
+@pytest.mark.slow
+def test_timeout_is_drawn_in_tables_and_figures(hung_run):
+    from attnbench.families.kernel.figures import bars_at_length, family_lines
+    from attnbench.families.kernel.tables import support_table
+
+    workdir, p, _ = hung_run
+    assert p.returncode == 0
+    tables = workdir / "results/tables/hang"
+    assert "| timeout" in (tables / "tflops.md").read_text()
+    assert "timeout: stopped at the time budget" in (tables / "tflops.md").read_text()
+    df = read_cells(workdir / "results/tables/cells.csv")
+    assert support_table(df).loc["naive", "causal"] == "\u2713"  # it ran (as an OOM does): the mask is supported
+    _, drawn = bars_at_length(df, "t")
+    assert drawn["marks"]["timeout"] == 1 and drawn["bars"] == 1
+    _, counts = family_lines(df, ["causal"], "tflops", "TFLOP/s", "t")
+    assert counts["timeout_markers"] == 1 and counts["lines"] == 1
+    assert "1 timeout" in (tables / "tflops.caption.rst").read_text()
+
+
+def test_a_timeout_record_with_timings_or_an_unknown_status_is_not_a_record():
+    record = {"schema_version": 1, "status": "timeout", "cell": dict.fromkeys(
+        ("grid", "family", "impl", "mask", "seqlen", "direction", "device"), "x")}
+    assert record_problems(record) == []
+    assert "only ok, incorrect carry" in record_problems({**record, "tflops": 1.0})[0]
+    assert "none of ok, oom, unsupported, unavailable, incorrect, timeout" in record_problems(
+        {**record, "status": "hung"})[0]
+
+
+# ---------------------------------------------------------------- context parallelism
+
+
+def cp_cell(tokens_per_gpu=32) -> dict:
+    (cell,) = expand_cells(validate(config({"cp": {**CP_GRID, "tokens_per_gpu": [tokens_per_gpu]}})))
+    return cell
+
+
+def cp_launch(cell, out: Path, *launch_args: str) -> list[str]:
+    return [PY, "-m", "attnbench.launch", "--nproc-per-node", str(cell["gpus"]), *launch_args, "--",
+            PY, "-m", "attnbench", "cp-cell", "--spec", json.dumps(cell), "--out", str(out)]
+
+
+@pytest.mark.slow
+def test_a_hung_cp_cell_is_stopped_on_every_rank_and_recorded_as_timeout(tmp_path):
+    cell = cp_cell()
+    out = tmp_path / "cp.json"
+    t0 = time.monotonic()
+    p = run_bounded(cp_launch(cell, out, "--time-limit-s", "10"), 180, env=env(**{HANG_ENV: "^ring_p2p/causal/"}))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert time.monotonic() - t0 < 10 + launch.STOP_GRACE_S + 60
+    r = json.loads(out.read_text())
+    assert r["status"] == "timeout" and "tflops" not in r and r["samples"] == []
+    # the CP tables' columns are there, without numbers
+    assert r["table_extra"]["method"] == "ring_p2p" and r["table_extra"]["tflops_per_gpu"] is None
+    assert not processes_mentioning(str(tmp_path)) and not leftovers(tmp_path)
+
+
+def rank_pids(launcher_pid: int) -> dict[int, int]:
+    """RANK -> pid of each cp-cell process below the launcher."""
+    ranks = {}
+    for pid in launch.descendants(launcher_pid):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        rank = next((int(v[5:]) for v in environ if v.startswith(b"RANK=")), None)
+        if rank is not None and b"cp-cell" in cmdline:
+            ranks[rank] = pid
+    return ranks
+
+
+@pytest.mark.slow
+def test_a_cp_rank_killed_mid_cell_ends_every_rank_writes_no_record_and_a_rerun_completes(tmp_path):
+    """Both ranks are inside the process group, running collectives (the hang hook keeps them in
+    barriers), when rank 1 is killed with SIGKILL: every process of the cell ends within 60 s,
+    the job fails, no record or half record is left; the same command again measures the cell."""
+    cell = cp_cell()
+    out = tmp_path / "cp.json"
+    marker = tmp_path / "cp.log"
+    with marker.open("w") as log:
+        proc = subprocess.Popen(cp_launch(cell, out, "--time-limit-s", "300"), stdout=log, stderr=subprocess.STDOUT,
+                                env=env(**{HANG_ENV: "^ring_p2p/causal/"}), start_new_session=True)
+    try:
+        # both ranks have reached the hang: the process group is up and its barriers are running
+        wait_for(lambda: marker.read_text().count("hanging:") == 2, 120, "both ranks inside the cell")
+        ranks = rank_pids(proc.pid)
+        assert set(ranks) == {0, 1}, ranks
+        killed = time.monotonic()
+        os.kill(ranks[1], signal.SIGKILL)
+        rc = proc.wait(timeout=60)
+        ended = time.monotonic() - killed
+        wait_for(lambda: not processes_mentioning(str(tmp_path)), 30, "every process of the cell ended")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc != 0 and ended < 60, (rc, ended)
+    assert not out.exists() and not leftovers(tmp_path)
+    print(f"\nrank 1 killed: the launcher ended {ended:.1f} s later with status {rc}")
+    p = run_bounded(cp_launch(cell, out, "--time-limit-s", "300"), 180, env=env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert json.loads(out.read_text())["status"] == "ok"
+
+
+# ---------------------------------------------------------------- the workflow interrupted
+
+
+INTERRUPTED = {**GRID, "kernels": ["naive", "sdpa", "sdpa_math"], "seqlen": [64, 128], "runtime_min": 10,
+               "cell_timeout_s": 500}
+STUCK = "sdpa/causal/s64-h2x1-d16-float32-fwd"
+
+
+def in_flight(workdir: Path) -> set[str]:
+    """Outputs Snakemake marks incomplete: their jobs were running when it stopped (it cannot know
+    whether they finished; the next run, with the profile's rerun-incomplete, runs them again)."""
+    import base64
+
+    marks = workdir / ".snakemake/incomplete"
+    return {base64.b64decode(m.name).decode() for m in marks.iterdir()} if marks.exists() else set()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGINT to the process group (Ctrl-C)", "SIGTERM to snakemake"])
+def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_runs_only_the_rest(tmp_path, how):
+    """Two jobs at a time; one cell is still running (hanging) when the interrupt comes, at least one
+    is done, others have not started. Ctrl-C stops the running jobs at once; SIGTERM is Snakemake's
+    graceful stop: it starts nothing new and lets the running jobs end, which the time budget bounds
+    (the hanging cell ends as `timeout`). Nothing half written stays; the next run (same profile)
+    is not blocked by Snakemake's incomplete markers and runs the cells without a record (and a cell
+    whose job was ending at the very moment of a Ctrl-C), never one that had finished."""
+    sigint = how.startswith("SIGINT")
+    grid = {**INTERRUPTED, "cell_timeout_s": 500 if sigint else 30}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config({"int": grid})))
+    cells = [cell_path(c) for c in expand_cells(validate(config({"int": grid})))]
+    results = tmp_path / "results"
+    stuck_log, log_path = results / f"logs/cells/int/kernel/{STUCK}.log", tmp_path / "snakemake.log"
+
+    def ready():
+        return ((stuck_log.exists() and "hanging:" in stuck_log.read_text()
+                 and "(Rule: kernel_cell)" in log_path.read_text()) or proc.poll() is not None)
+
+    with log_path.open("w") as log:
+        # --prioritize: the stuck cell starts first; the others run one at a time beside it
+        proc = subprocess.Popen(snakemake_cmd(tmp_path, "--cores", "2", "--prioritize",
+                                              f"results/cells/int/kernel/{STUCK}.json"), stdout=log,
+                                stderr=subprocess.STDOUT, env=env(**{HANG_ENV: f"^{STUCK}$"}), start_new_session=True)
+    try:
+        wait_for(ready, 300, "the stuck cell running and another cell finished")
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        interrupted = time.monotonic()
+        if sigint:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGTERM)
+        rc = proc.wait(timeout=grid["cell_timeout_s"] + 90)
+        ended = time.monotonic() - interrupted
+        wait_for(lambda: not processes_mentioning(str(tmp_path)), 60, "every job of the run ended")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc != 0 if sigint else ended < grid["cell_timeout_s"] + launch.STOP_GRACE_S + 60
+    assert not leftovers(results)
+    done = records(results / "cells")
+    for text in done.values():
+        assert record_problems(json.loads(text)) == []  # each record on disk is whole
+    stuck = done.get(f"int/kernel/{STUCK}.json")
+    assert stuck is None if sigint else json.loads(stuck)["status"] == "timeout"
+    assert len(done) < len(cells)
+    finished = {k: v for k, v in done.items() if f"results/cells/{k}" not in in_flight(tmp_path)}
+    assert finished, (done, in_flight(tmp_path))
+    again = len(cells) - len(finished)
+    assert planned(tmp_path).get("kernel_cell") == again
+
+    p = snakemake(tmp_path, "--cores", "2")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    after = records(results / "cells")
+    assert len(after) == len(cells) and {k: after[k] for k in finished} == finished  # not run again
+    assert len(pd.read_csv(results / "tables/cells.csv")) == len(cells)
+    print(f"\n{how}: {len(finished)} of {len(cells)} cells had their record after it, {again} run by the rerun "
+          f"({len(done) - len(finished)} of them had a whole record from a job that was ending)")
+
+
+# ---------------------------------------------------------------- a file that is not a record
+
+
+@pytest.mark.slow
+def test_collect_stops_at_a_corrupted_or_foreign_json_naming_it_and_changes_nothing(tmp_path):
+    cfg = validate(config({"c": GRID}))
+    root = tmp_path / "results"
+    for cell in expand_cells(cfg):
+        write_record(run_cell(cell), root / cell_path(cell))
+    good = records(root)
+    assert len(good) == 2
+    table = tmp_path / "cells.csv"
+    collect = [PY, "-m", "attnbench", "collect", "--root", str(root / "cells"), "--out", str(table)]
+    assert run_bounded(collect, 120, env=env()).returncode == 0
+    before = table.read_text()
+
+    victim = root / cell_path(expand_cells(cfg)[0])
+    bad_files = {
+        "truncated": (victim, good[str(victim.relative_to(root))][:200]),
+        "foreign JSON object": (root / "cells/c/notes.json", json.dumps({"note": "ran on Tuesday"})),
+        "JSON that is a list": (root / "cells/c/kernel/list.json", "[1, 2, 3]"),
+        "unknown status": (root / "cells/c/kernel/odd.json", json.dumps(
+            {**json.loads(good[str(victim.relative_to(root))]), "status": "hung"})),
+    }
+    for what, (path, text) in bad_files.items():
+        path.write_text(text)
+        p = run_bounded(collect, 120, env=env())
+        assert p.returncode != 0, what
+        assert f"collect: {path}: not a" in p.stderr, (what, p.stderr[-2000:])
+        assert "Traceback" not in p.stderr
+        assert table.read_text() == before  # the tidy table of the last good collect stays
+        # nothing else is lost: every other record is as it was
+        now = records(root)
+        assert {k: v for k, v in now.items() if Path(root / k) != path} == {
+            k: v for k, v in good.items() if Path(root / k) != path}
+        if path == victim:
+            path.write_text(good[str(victim.relative_to(root))])
+        else:
+            path.unlink()
+    assert run_bounded(collect, 120, env=env()).returncode == 0

@@ -1,0 +1,166 @@
+"""The measured families, each one folder with the same small interface:
+
+    NAME                     the family's name in config.yaml (`family:`)
+    problems(cfg, grid, product, where) -> [str]     what is wrong with one product of a grid
+    expand(cfg, grid_name) -> [cell]                 the grid's cells
+    CELL_COMMAND             the `python -m attnbench` subcommand that runs one cell (`cell`: the
+                             kernel rule runs it, kernels.smk; `cp-cell`: context_parallel.smk)
+    record_skeleton(spec)    the record a cell starts with (as is for a cell stopped at its budget)
+    table_names(grid), figure_stems(grid)            the files its tables and figures write
+    TABLES, FIGURES          its modules (in the folder) holding
+                             tables(df, out) -> paths, table_captions(df) -> ({stem: text}, {stem: rst}),
+                             figures(df, out, style, only) -> paths, figure_captions(df, style) -> {stem: text}
+
+A new family is a new folder here and one line in FAMILIES. Families sit above the stages they
+use (grid, harness, record, report) and import nothing from one another but the kernel family's
+shared pieces. This module composes them: config loading with every family's checks, expansion,
+and the drivers of the table and figure commands.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from pathlib import Path
+
+# name in config.yaml -> its folder (imported on first use, so a rule loads only its family)
+FAMILIES = {
+    "kernel": "kernel",
+    "sparse": "sparse",
+    "cp": "cp",
+}
+
+
+def family(name: str):
+    """The family's module; ValueError naming the valid families."""
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {name!r}; valid families: {', '.join(FAMILIES)}")
+    return import_module(f"{__name__}.{FAMILIES[name]}")
+
+
+def running_with(command: str) -> list[str]:
+    """The families whose cells the given subcommand runs (the wildcard of their cell rule)."""
+    return [name for name in FAMILIES if family(name).CELL_COMMAND == command]
+
+
+def of_grid(grid: dict):
+    return family(grid["family"])
+
+
+def part_module(name: str, which: str) -> str:
+    """The name of a family's TABLES or FIGURES module."""
+    fam = family(name)
+    return f"{fam.__name__}.{getattr(fam, which)}"
+
+
+def command_modules(name: str, which: str) -> list[str]:
+    """The modules the `tables` (which: TABLES) or `figures` (FIGURES) command of a family's grid
+    runs beyond this one: the report's driver and the family's module (what the rule's code
+    inputs are computed from, attnbench.codegraph)."""
+    driver = {"TABLES": "tables", "FIGURES": "figures"}[which]
+    return [f"{__package__.rsplit('.', 1)[0]}.report.{driver}", part_module(name, which)]
+
+
+def part(name: str, which: str):
+    """A family's TABLES or FIGURES module."""
+    return import_module(part_module(name, which))
+
+
+# ---------------------------------------------------------------- config and cells
+
+
+def product_problems(cfg, grid, prod, fam, at) -> list[str]:
+    """The family's own checks of one product of a grid (an unknown family is the problem)."""
+    if fam not in FAMILIES:
+        return [f"{at.split('.also[')[0]}.family: unknown family {fam!r}; valid families: {', '.join(FAMILIES)}"]
+    return family(fam).problems(cfg, grid, prod, at)
+
+
+def validate(cfg: dict) -> dict:
+    from ..grid.config import validate as validate_with
+
+    return validate_with(cfg, product_problems)
+
+
+def load_config(path, overrides: dict | None = None) -> dict:
+    from ..grid.config import load_config as load_with
+
+    return load_with(path, product_problems, overrides)
+
+
+def expand_grid(cfg: dict, gname: str) -> list[dict]:
+    return of_grid(cfg["grids"][gname]).expand(cfg, gname)
+
+
+def expand_cells(cfg: dict, grids=None) -> list[dict]:
+    out = []
+    for g in grids or cfg["run"]:
+        out += expand_grid(cfg, g)
+    return out
+
+
+# ---------------------------------------------------------------- the files a grid writes
+
+
+def table_names(grid: dict) -> list[str]:
+    return of_grid(grid).table_names(grid)
+
+
+def figure_stems(grid: dict) -> list[str]:
+    return of_grid(grid).figure_stems(grid)
+
+
+def figure_names(grid: dict, formats) -> list[str]:
+    return [f"{stem}.{fmt}" for stem in figure_stems(grid) for fmt in formats]
+
+
+def table_stems(grid: dict) -> list[str]:
+    return list(dict.fromkeys(n.rsplit(".", 1)[0] for n in table_names(grid)))
+
+
+def figure_caption_names(grid: dict) -> list[str]:
+    from ..report.outputs import CAPTION_SUFFIX
+
+    return [f"{stem}{CAPTION_SUFFIX}" for stem in figure_stems(grid)]
+
+
+def table_caption_names(grid: dict) -> list[str]:
+    from ..report.outputs import CAPTION_SUFFIX
+
+    return [f"{stem}{CAPTION_SUFFIX}" for stem in table_stems(grid)]
+
+
+# ---------------------------------------------------------------- drivers of `tables` and `figures`
+
+
+def register_own_kernels(grid_cfg: dict | None) -> None:
+    """Kernels a grid names as 'module:Class' are drawn with their own registry entry (colour,
+    marker, place) once imported; the tables and figures commands import them here."""
+    from ..grid.expand import grid_products
+    from ..kernels import catalog
+
+    for prod in grid_products(grid_cfg) if grid_cfg else ():
+        for entry in prod.get("kernels", ()):
+            if ":" in entry:
+                catalog.resolve(entry)
+
+
+def write_tables(cells_csv, out_dir, grid: str | None = None, family: str | None = None,
+                 grid_cfg: dict | None = None) -> list[Path]:
+    """The grid's tables, written by its family, and a report caption per table."""
+    from ..report.tables import write_tables as write_with
+
+    register_own_kernels(grid_cfg)
+    return write_with(cells_csv, out_dir, lambda name: part(name, "TABLES"), grid=grid, family=family,
+                      grid_cfg=grid_cfg)
+
+
+def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_cfg: dict | None = None,
+                  only=None, strict: bool = True) -> list[Path]:
+    """The grid's figures, drawn by its family, and their captions (report.figures.write_figures)."""
+    from ..report.figures import write_figures as write_with
+
+    register_own_kernels(grid_cfg)
+
+    promised = figure_stems(grid_cfg) if grid_cfg is not None else None
+    return write_with(cells_csv, out_dir, lambda name: part(name, "FIGURES"), style, promised, grid=grid,
+                      grid_cfg=grid_cfg, only=only, strict=strict)

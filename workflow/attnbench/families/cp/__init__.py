@@ -1,0 +1,30 @@
+"""Family `cp`: context-parallel methods over N ranks (attnbench.cp), each cell one distributed
+job started by attnbench.launch (`python -m attnbench cp-cell`, attnbench.cp.cell)."""
+
+from __future__ import annotations
+
+from .grid import expand, problems  # noqa: F401  (the family interface)
+
+NAME = "cp"
+CELL_COMMAND = "cp-cell"
+TABLES = "report"
+FIGURES = "report"
+
+
+def record_skeleton(spec: dict) -> dict:
+    """The record with what ran (method and local kernel) and the CP tables' columns."""
+    from ...cp.cell import cp_summary, implementation
+    from ...record.record import base_record
+
+    record = base_record(spec, implementation(spec))
+    cp_summary(record, spec)
+    return record
+
+
+def table_names(grid: dict) -> list[str]:
+    return ["cp_tflops.md", "cp_tflops.tex", "cp_vs_single_gpu.md", "cp_vs_single_gpu.tex", "cp_breakdown.md",
+            "cp_breakdown.tex"]
+
+
+def figure_stems(grid: dict) -> list[str]:
+    return ["cp_tflops_vs_gpus", "cp_breakdown"]

@@ -1,0 +1,251 @@
+"""Run one kernel cell and build its record (spec/measurement.md).
+
+A cell always ends in a record (ok, oom, unsupported, unavailable, incorrect) unless the
+process itself fails; then no record is written and the Snakemake job fails.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ...harness.faults import crash_if_asked, hang_if_asked
+from ...harness.flops import attention_flops
+from ...harness.inputs import check_mask_rng, input_seed, make_inputs, mask_rng, torch_dtype
+from ...harness.samples import CheckOutOfMemory, check_seqlen, checked_samples, n_samples, shorter_check_seqlen
+from ...kernels import catalog
+from ... import status as S
+from ...record.record import base_record, environment, now, summarise
+
+
+def implementation(spec) -> dict:
+    """What a kernel cell runs: the kernel of the catalog named by spec['impl']."""
+    info = kernel_info(spec)
+    return {"name": info.name, "family": info.family, "summary": info.summary,
+            "library_version": catalog.library_version(info), "notes": dict(info.notes)}
+
+
+def kernel_info(spec) -> "catalog.KernelInfo":
+    """The cell's kernel: a built-in one, or your own (imported from spec['kernel_class'])."""
+    return catalog.resolve(spec.get("kernel_class", spec["impl"]))
+
+
+def availability_reason(info, spec) -> str | None:
+    """Why the kernel cannot run on this machine at all (library or device), or None."""
+    device = spec["device"]
+    if device not in info.devices:
+        return f"{info.name} runs only on {', '.join(info.devices)}, not on {device}"
+    missing = catalog.missing_module(info)
+    if missing:
+        return f"{info.name} needs the Python module {' or '.join(map(repr, missing.split('|')))}, which is not installed"
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "no CUDA device is visible"
+        cap = torch.cuda.get_device_capability()
+        if info.min_capability and tuple(cap) < tuple(info.min_capability):
+            return f"{info.name} needs compute capability {info.min_capability}, the device has {cap}"
+    return None
+
+
+def run_kernel(kernel, fn, q, k, v, dout, direction):
+    """(out, (dq, dk, dv) or None) in thd layout, as the timed call computes them."""
+    import torch
+
+    from ...kernels.base import from_thd, to_thd
+
+    lay = kernel.layout
+    leaves = [from_thd(x, lay).requires_grad_(direction != "fwd") for x in (q, k, v)]
+    if direction == "fwd":
+        with torch.no_grad():
+            return to_thd(fn(*leaves), lay), None
+    out = fn(*leaves)
+    grads = torch.autograd.grad(out, leaves, from_thd(dout, lay))
+    return to_thd(out.detach(), lay), tuple(to_thd(g, lay) for g in grads)
+
+
+def check_correctness(kernel, fn, mask, q, k, v, dout, direction, factor) -> dict:
+    """The gate (gate.judge): the kernel's and naive attention's errors in the same dtype
+    against float64, the tolerance, the criterion and the verdict."""
+    from ...harness.gate import judge
+    from ...harness.reference import reference_attention
+    from ...kernels.naive import Naive
+
+    needs_grad = direction != "fwd"
+    ref_out, _, ref_grads = reference_attention(q, k, v, mask, dout if needs_grad else None)
+    naive = Naive(catalog.get("naive"), kernel.device, kernel.dtype, kernel.heads_q, kernel.heads_kv, kernel.head_dim)
+    names = ("out", "dq", "dk", "dv") if needs_grad else ("out",)
+    ref = dict(zip(names, (ref_out, *(ref_grads or ()))))
+    results = {}
+    for who, kern, f in (("kernel", kernel, fn), ("naive", naive, naive.prepare(mask))):
+        out, grads = run_kernel(kern, f, q, k, v, dout, direction)
+        results[who] = dict(zip(names, (out, *(grads or ()))))
+    return {"seqlen": mask.seqlen, **judge(results["kernel"], results["naive"], ref, q.dtype, factor, k.shape[0])}
+
+
+# ---------------------------------------------------------------- the cell
+
+
+def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
+    import torch
+
+    from ...harness.measure import DeviceClock, peak_memory, quantiles, time_ms
+    from ...kernels.base import from_thd
+    from ...masks import sample_mask
+
+    hq, hkv, d, direction = spec["heads_q"], spec["heads_kv"], spec["head_dim"], spec["direction"]
+    clock = DeviceClock(device)
+    with clock.phase("mask"):
+        mask = sample_mask(spec["mask"], spec["seqlen"], spec.get("mask_params", {}), rng, histograms, hq, hkv)
+    with clock.phase("inputs"):
+        q, k, v, dout = make_inputs(input_seed(spec["_data_seed"], index, spec["seqlen"]), spec["seqlen"], hq, hkv, d,
+                                    dtype, device)
+    with clock.phase("prepare"):
+        fn = kernel.prepare(mask)
+    lay = kernel.layout
+    leaves = [from_thd(x, lay).requires_grad_(direction != "fwd") for x in (q, k, v)]
+    dout_l = from_thd(dout, lay)
+    if direction == "fwd":
+        def call():
+            with torch.no_grad():
+                return fn(*leaves)
+    elif direction == "bwd":
+        with clock.phase("first_call"):
+            out = fn(*leaves)  # forward once, outside the timed region
+
+        def call():
+            return torch.autograd.grad(out, leaves, dout_l, retain_graph=True)
+    else:
+        def call():
+            return torch.autograd.grad(fn(*leaves), leaves, dout_l)
+
+    with clock.phase("first_call"):  # compilation and lazy loading: one more warm-up, not busy time
+        call()
+    with clock.phase("timed", busy=True):
+        times = time_ms(call, spec["warmup"], spec["reps"], device)
+    with clock.phase("memory", busy=True):
+        mem = peak_memory(call, device)
+    flops = attention_flops(sum(mask.area_per_head), d, direction)
+    tq = quantiles(times)
+    sample = {
+        "index": index,
+        "mask_params": mask.params,
+        "mask_area": mask.area,
+        "flops": flops,
+        "time_ms": times,
+        **{f"time_ms_{k}": v for k, v in tq.items()},
+        "tflops_median": flops / (tq["median"] * 1e-3) / 1e12,
+        **mem,
+    }
+    if index < checked_samples(spec):
+        s_check = check_seqlen(spec)
+        if s_check != spec["seqlen"]:
+            del fn, leaves, dout_l, call, q, k, v, dout
+            if direction == "bwd":
+                del out
+        timed = (mask, q, k, v, dout, fn) if s_check == spec["seqlen"] else None
+        with clock.phase("check", busy=True):
+            sample["check"] = check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms)
+    sample["device_busy_ms"], sample["phases_s"] = clock.ms, clock.phases
+    return sample
+
+
+def check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms) -> dict:
+    """The gate at `s_check` (on the timed sample's mask and inputs when `timed` holds them);
+    when the check itself runs out of memory, again at a shorter length (never the kernel's oom)."""
+    from ...masks import sample_mask
+
+    hq, hkv, d = spec["heads_q"], spec["heads_kv"], spec["head_dim"]
+    too_long = []
+    while True:
+        try:
+            if s_check == spec["seqlen"]:
+                mask, q, k, v, dout, fn = timed
+            else:
+                crng = check_mask_rng(spec["_data_seed"], index, s_check)
+                mask = sample_mask(spec["mask"], s_check, spec.get("mask_params", {}), crng, histograms, hq, hkv)
+                q, k, v, dout = make_inputs(input_seed(spec["_data_seed"], index, s_check), s_check, hq, hkv, d, dtype,
+                                            device)
+                fn = kernel.prepare(mask)
+            chk = check_correctness(kernel, fn, mask, q, k, v, dout, spec["direction"],
+                                    spec["check"]["tolerance_factor"])
+            chk["mask_params"] = mask.params if s_check != spec["seqlen"] else "same as the timed sample"
+            if too_long:
+                chk["out_of_memory_at_seqlen"] = too_long
+            return chk
+        except Exception as e:  # noqa: BLE001 - an OOM of the check retries shorter; the rest propagates
+            if not S.is_oom(e):
+                raise
+            reason = str(e).splitlines()[0][:300]
+        # outside the except block, so the traceback (and the tensors its frames hold) is freed
+        mask = q = k = v = dout = fn = None
+        if device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+        shorter = shorter_check_seqlen(spec, s_check)
+        if shorter is None:
+            raise CheckOutOfMemory(f"the correctness check ran out of memory at every length down to {s_check}: "
+                                   f"{reason}")
+        too_long.append(s_check)
+        s_check = shorter
+
+
+def run_cell(spec: dict, peak: dict | None = None) -> dict:
+    """Measure one cell; return its record. Raises only on a crash (no record then)."""
+    crash_if_asked(spec)
+    hang_if_asked(spec)
+    record = base_record(spec, implementation(spec))
+    info = kernel_info(spec)
+    t0 = time.perf_counter()
+    outcome = availability_reason(info, spec)
+    status, reason = (S.UNAVAILABLE, outcome) if outcome else (None, None)
+    if status is None:
+        reason = catalog.unsupported_reason(info, spec["mask"], spec["direction"], spec["device"],
+                                            spec["heads_q"], spec["heads_kv"], spec.get("mask_params"))
+        status = S.UNSUPPORTED if reason else None
+    if status is None:
+        status, reason = _measure(record, info, spec, peak)
+    record["status"], record["status_reason"] = status, reason
+    if status in S.TIMED:
+        summarise(record, peak)
+    record["matmul_peak"] = peak
+    record["environment"] = environment(spec["device"])
+    record["finished_at"] = now()
+    record["wall_s"] = time.perf_counter() - t0
+    record.update(process_timing())
+    return record
+
+
+def process_timing() -> dict:
+    """Where this process' time went: since it started (imports included), and waiting for a GPU."""
+    from ... import STARTED, launch
+
+    return {"process_s": time.time() - STARTED, "gpu_wait_s": launch.CLAIM_WAIT_S}
+
+
+def _measure(record, info, spec, peak):
+    import torch
+
+    from ...kernels.base import load
+
+    dtype, device = torch_dtype(spec["dtype"]), spec["device"]
+    spec = {**spec, "_data_seed": record["data_seed"]}
+    kernel = load(info, device=device, dtype=dtype, heads_q=spec["heads_q"], heads_kv=spec["heads_kv"],
+                  head_dim=spec["head_dim"])
+    rng = mask_rng(record["data_seed"])
+    try:
+        for i in range(n_samples(spec)):
+            record["samples"].append(measure_sample(kernel, spec, i, rng, dtype, device, spec.get("histograms")))
+    except S.CellOutcome as e:
+        return e.status, e.reason
+    except Exception as e:  # noqa: BLE001 - anything else that is an OOM is a record, the rest a crash
+        if S.is_oom(e) and not isinstance(e, CheckOutOfMemory):
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            return S.OOM, f"out of memory at sample {len(record['samples'])}: {str(e).splitlines()[0][:300]}"
+        raise
+    failed = [s["index"] for s in record["samples"] if not s.get("check", {}).get("passed", True)]
+    if failed:
+        return S.INCORRECT, f"samples {failed} disagree with the float64 reference beyond tolerance"
+    return S.OK, None

@@ -1,0 +1,63 @@
+"""Expansion and checks of single-GPU kernel grids (`family: kernel`, and `family: sparse`, which
+shares them): kernels x masks x seqlen x heads x head_dim x dtype x direction (torch-free)."""
+
+from __future__ import annotations
+
+import itertools
+
+from ... import masks as M
+from ...grid.expand import (
+    cell_path,
+    common_fields,
+    grid_products,
+    histograms_for,
+    mask_param_points,
+    mask_problems,
+    shape_problems,
+)
+from ...kernels import catalog
+
+# Kernel grids may draw every single-GPU mask, and CP's patterns on one GPU.
+VALID_MASKS = M.STATIC_MASKS + M.SPARSE_MASKS + tuple(M.CP_PATTERNS)
+
+
+def problems(cfg, grid, prod, at, family="kernel") -> list[str]:
+    """Everything wrong with one product of a kernel grid."""
+    out = mask_problems(prod, family, VALID_MASKS, at)
+    if "kernels" not in prod:
+        out.append(f"{at}: family {family} needs 'kernels' (valid kernels: {', '.join(catalog.KERNELS)})")
+    for i, k in enumerate(prod.get("kernels", [])):
+        if ":" in str(k):  # your own kernel, 'module:Class'
+            try:
+                catalog.resolve(k)
+            except ValueError as e:
+                out.append(f"{at}.kernels[{i}]: {e}")
+        elif k not in catalog.KERNELS:
+            out.append(f"{at}.kernels[{i}]: unknown kernel {k!r}; valid kernels: {', '.join(catalog.KERNELS)} "
+                       "(or your own, as 'module:Class')")
+    if "seqlen" not in prod:
+        out.append(f"{at}: family {family} needs 'seqlen'")
+    return out + shape_problems(cfg, grid, prod, at)
+
+
+def expand(cfg, gname) -> list[dict]:
+    grid = cfg["grids"][gname]
+    fam = grid["family"]
+    common = common_fields(grid)
+    cells = {}
+    for prod in grid_products(grid):
+        for impl, mask, seqlen, (hq, hkv), d, dtype, direction in itertools.product(
+            prod["kernels"], prod["masks"], prod["seqlen"], prod["heads"], prod["head_dim"], prod["dtype"],
+            prod["direction"],
+        ):
+            # your own kernel: cells use its registered name, and carry its import path for the
+            # processes that run and draw them
+            own = {"kernel_class": impl} if ":" in impl else {}
+            name = catalog.resolve(impl).name
+            for mp in mask_param_points(mask, grid, prod):
+                cell = {"grid": gname, "family": fam, "impl": name, **own, "mask": mask, "mask_params": mp,
+                        "seqlen": seqlen, "heads_q": hq, "heads_kv": hkv, "head_dim": d, "dtype": dtype,
+                        "direction": direction, "gpus": 1, **common,
+                        "histograms": histograms_for(cfg, mask, seqlen)}
+                cells[cell_path(cell)] = cell
+    return list(cells.values())

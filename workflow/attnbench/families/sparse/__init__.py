@@ -1,0 +1,27 @@
+"""Family `sparse`: block-sparse kernels on one GPU against dense references at equal visible
+area. Its grids and cells are the kernel family's (`python -m attnbench cell`); its tables and
+figures are its own (report.py)."""
+
+from __future__ import annotations
+
+from ..kernel import grid as kernel_grid
+from ..kernel import record_skeleton  # noqa: F401  (the family interface)
+from ..kernel.grid import expand  # noqa: F401
+
+NAME = "sparse"
+CELL_COMMAND = "cell"
+TABLES = "report"
+FIGURES = "report"
+
+
+def problems(cfg, grid, prod, at) -> list[str]:
+    return kernel_grid.problems(cfg, grid, prod, at, family=NAME)
+
+
+def table_names(grid: dict) -> list[str]:
+    return ["sparse_tflops.md", "sparse_tflops.tex", "sparse_memory.md", "sparse_memory.tex",
+            "sparse_vs_dense.md", "sparse_vs_dense.tex"]
+
+
+def figure_stems(grid: dict) -> list[str]:
+    return ["sparse_tflops_vs_seqlen", "sparse_tflops_vs_density", "sparse_memory"]

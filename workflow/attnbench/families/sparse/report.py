@@ -1,0 +1,295 @@
+"""Tables and figures of family `sparse` (block-sparse grids), from the tidy table alone.
+
+Rows of block-sparse masks are grouped by their block setting ("B=64", "var A=512"); rows of
+other masks in a sparse grid (the dense kernels on the full mask) are dense references:
+drawn as dashed lines at their own length and used for the sparse/dense throughput ratio at
+equal visible area.
+Files: exactly outputs.table_names / figure_stems for family sparse.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ...masks import SPARSE_MASKS
+from ...report.labels import order, seqlen_label
+from ...report.plotting import GIB, describe, grid_axes, save
+from ...report.style import colour, marker
+from ...report.tables import (
+    MEDIAN_SPREAD,
+    WITHIN_NOTE,
+    describe_setup,
+    fastest,
+    fmt_cell,
+    fmt_compared,
+    ratio_text,
+    spread_text,
+    write_table,
+)
+
+MAIN_DENSITY = 0.5
+AREA_MATCH = 0.02  # a dense reference counts when its area is within 2% of the sparse cell's
+
+
+def block_setting(r) -> str:
+    if r["mask"] == "block_sparse":
+        return f"B={int(r['block_size'])}"
+    if r["mask"] == "variable_block_sparse":
+        return f"var A={int(r['avg_block'])}"
+    return r["mask"]
+
+
+def split(df: pd.DataFrame):
+    """(sparse rows with a `blocks` column, dense reference rows)."""
+    sparse = df[df["mask"].isin(SPARSE_MASKS)].copy()
+    sparse["blocks"] = [block_setting(r) for _, r in sparse.iterrows()] if len(sparse) else []
+    sparse["heads"] = sparse["heads_q"].astype(str) + ":" + sparse["heads_kv"].astype(str)
+    dense = df[~df["mask"].isin(SPARSE_MASKS)].copy()
+    dense["heads"] = dense["heads_q"].astype(str) + ":" + dense["heads_kv"].astype(str)
+    return sparse, dense
+
+
+def _block_order(values) -> list:
+    def key(b):
+        kind, _, n = b.partition("=")
+        return (kind.startswith("var"), int(n) if n.isdigit() else 0)
+
+    return sorted(set(values), key=key)
+
+
+def main_density(sparse: pd.DataFrame) -> float | None:
+    """0.5 where the grid has it, otherwise the density closest to it."""
+    dens = sorted(set(sparse["density"].dropna()))
+    return min(dens, key=lambda d: abs(d - MAIN_DENSITY)) if dens else None
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def _pivot(sparse: pd.DataFrame, value: str, digits: int | None) -> pd.DataFrame:
+    """Rows (block setting, heads, S, density), one column per kernel and direction: the value or
+    the status that replaced it; the realised density (the same mask for every kernel) beside it."""
+    d = sparse.copy()
+    d["text"] = [fmt_cell(r, value, digits) for _, r in d.iterrows()]
+    d["kernel"] = d["impl"] + " " + d["direction"]
+    keys = ["blocks", "heads", "seqlen", "density"]
+    t = d.pivot_table(index=keys, columns="kernel", values="text", aggfunc="first")
+    cols = [f"{k} {dr}" for k in order(d["impl"]) for dr in dict.fromkeys(d["direction"]) if f"{k} {dr}" in t.columns]
+    blocks = _block_order(t.index.get_level_values(0))
+    rows = sorted(t.index, key=lambda i: (blocks.index(i[0]), i[1], i[2], i[3]))
+    t = t.reindex(index=rows, columns=cols).fillna("")
+    realised = d.dropna(subset=["realised_density"]).groupby(keys)["realised_density"].mean()
+    t.insert(0, "realised density", [f"{realised[i]:.3f}" if i in realised.index else "" for i in t.index])
+    t = t.reset_index()
+    t["density"] = t["density"].map(lambda x: f"{x:g}")
+    return t.set_index(["blocks", "heads", "seqlen", "density"])
+
+
+def _flat(t: pd.DataFrame) -> pd.DataFrame:
+    """Index levels as plain columns (readable Markdown), the first one as the index."""
+    return t.reset_index().set_index("blocks")
+
+
+def _equal_area(rows: pd.DataFrame, area: float) -> pd.DataFrame:
+    return rows[(rows["mask_area_mean"] - area).abs() <= AREA_MATCH * area]
+
+
+def _median(r) -> str:
+    return fmt_compared(r["tflops"]) + spread_text(r, "tflops", fmt_compared)
+
+
+def dense_ratio(sparse: pd.DataFrame, dense: pd.DataFrame) -> pd.DataFrame:
+    """Each measured sparse cell next to the fastest CORRECT dense kernel on the full mask at (about)
+    the same visible area, same heads, direction and dtype: TFLOP/s of both (median [p20-p80]) and the
+    ratio of their medians. The ratio is '~ ... (within spread)' where the intervals overlap; a sparse
+    cell that disagrees with the float64 reference is listed but gets no ratio; where another dense
+    kernel's interval overlaps the fastest one's, the dense kernel column says so."""
+    rows = []
+    ok = dense[(dense["status"] == "ok") & dense["tflops"].notna()]
+    for _, r in sparse[sparse["status"].isin(["ok", "incorrect"]) & sparse["tflops"].notna()].iterrows():
+        ref = ok[(ok["heads_q"] == r["heads_q"]) & (ok["heads_kv"] == r["heads_kv"])
+                 & (ok["direction"] == r["direction"]) & (ok["dtype"] == r["dtype"])]
+        ref = _equal_area(ref, r["mask_area_mean"])
+        if ref.empty:
+            continue
+        best, ties = fastest(ref.assign(name=[f"{d['impl']} (S={int(d['seqlen'])})" for _, d in ref.iterrows()]),
+                             "name")
+        wrong = r["status"] == "incorrect"
+        rows.append({"kernel": r["impl"], "direction": r["direction"], "blocks": r["blocks"], "heads": r["heads"],
+                     "seqlen": r["seqlen"], "density": r["density"],
+                     "tflops": _median(r) + (" (wrong)" if wrong else ""),
+                     "dense kernel": f"{best['impl']} (full, S={int(best['seqlen'])})"
+                                     + (f" ~ {', '.join(ties)} (within spread)" if ties else ""),
+                     "dense tflops": _median(best),
+                     "fraction of dense": "none (wrong)" if wrong else ratio_text(r, best, lambda x: f"{x:.3f}")})
+    cols = ["kernel", "direction", "blocks", "heads", "seqlen", "density", "tflops", "dense kernel", "dense tflops",
+            "fraction of dense"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def equal_area_references(dense: pd.DataFrame, sparse: pd.DataFrame) -> pd.DataFrame:
+    """Dense reference rows whose visible area matches some sparse cell's (same heads, within
+    AREA_MATCH), at their OWN length; `equal_area_seqlen` names the sparse length they match (for
+    the figure's note). Rows that match no sparse cell are left out."""
+    keys = sparse[["heads", "seqlen", "mask_area_mean"]].dropna().drop_duplicates()
+    rows = []
+    for _, d in dense.iterrows():
+        m = keys[(keys["heads"] == d["heads"])]
+        m = m[(m["mask_area_mean"] - d["mask_area_mean"]).abs() <= AREA_MATCH * m["mask_area_mean"]]
+        if len(m):
+            rows.append({**d.to_dict(), "equal_area_seqlen": int(min(m["seqlen"]))})
+    return pd.DataFrame(rows, columns=[*dense.columns, "equal_area_seqlen"])
+
+
+def tables(df: pd.DataFrame, out_dir) -> list[Path]:
+    out = Path(out_dir)
+    sparse, dense = split(df)
+    if "peak_mem_gib" not in sparse:
+        sparse["peak_mem_gib"] = sparse["peak_mem_bytes"] / GIB
+    about = describe_setup(df)
+    paths = write_table(_flat(_pivot(sparse, "tflops", None)), out / "sparse_tflops",
+                   f"TFLOP/s ({MEDIAN_SPREAD}; FLOPs from the kept blocks) per (block setting, heads, S, density); "
+                   f"{about}")
+    paths += write_table(_flat(_pivot(sparse, "peak_mem_gib", 3)), out / "sparse_memory",
+                    f"peak memory (GiB) per (block setting, heads, S, density); {about}")
+    ratio = dense_ratio(sparse, dense)
+    caption = (f"block-sparse TFLOP/s as a fraction of the fastest correct dense kernel (status ok; named per row) "
+               f"on the full mask at the same visible area (within {AREA_MATCH:.0%}), same heads and direction; "
+               f"TFLOP/s {MEDIAN_SPREAD}, fraction = ratio of the medians; {WITHIN_NOTE}; sparse cells that disagree "
+               f"with the float64 reference are listed, marked (wrong), with no fraction; {about}")
+    if ratio.empty:
+        caption += "; no dense reference cell of equal area in this grid"
+    paths += write_table(ratio.set_index("kernel"), out / "sparse_vs_dense", caption)
+    return paths
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def _panels(sparse: pd.DataFrame):
+    """(blocks, heads, direction) of every panel that has sparse cells, blocks in order."""
+    present = set(zip(sparse["blocks"], sparse["heads"], sparse["direction"]))
+    combos = list(dict.fromkeys(zip(sparse["heads"], sparse["direction"])))
+    return [(b, h, d) for b in _block_order(sparse["blocks"]) for h, d in combos if (b, h, d) in present]
+
+
+def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFrame | None = None):
+    """One line per kernel; OOM as X on the axis floor; returns the kernels that never ran here."""
+    missing = {"unsupported": [], "unavailable": [], "timeout": []}
+    for impl in order(d["impl"]):
+        g = d[d["impl"] == impl]
+        ok = g[g["status"].isin(["ok", "incorrect"]) & g[value].notna()].sort_values(x)
+        if len(ok):
+            ax.plot(ok[x], ok[value], "-", color=colour(impl), marker=marker(impl), ms=4, lw=1.3, label=impl)
+            bad = ok[ok["status"] == "incorrect"]
+            ax.plot(bad[x], bad[value], "o", mfc="none", mec="red", ms=9, lw=0)
+            drawn["points"] += len(ok)
+        oom = g[g["status"] == "oom"]
+        if len(oom):
+            ax.plot(oom[x], np.zeros(len(oom)), "X", color=colour(impl), ms=8, clip_on=False, label=f"{impl} OOM")
+            drawn["oom_markers"] += len(oom)
+        for st in missing:
+            if len(g) and (g["status"] == st).all():
+                missing[st].append(impl)
+    if dense is not None:  # at their own length, each point labelled with the sparse length it matches
+        for impl in order(dense["impl"]):
+            ok = dense[(dense["impl"] == impl) & (dense["status"] == "ok") & dense[value].notna()].sort_values(x)
+            if len(ok):
+                ax.plot(ok[x], ok[value], "--", color=colour(impl), marker=marker(impl), ms=3, lw=1,
+                        label=f"{impl} (dense, full mask, at its own S)")
+                for _, p in ok.iterrows() if "equal_area_seqlen" in ok else ():
+                    ax.annotate(f"area of {seqlen_label(int(p['equal_area_seqlen']))}", (p[x], p[value]),
+                                textcoords="offset points", xytext=(0, -10), ha="center", fontsize="xx-small",
+                                color=colour(impl))
+                drawn["dense_points"] += len(ok)
+                drawn["dense_x"] += list(ok[x])
+    return missing
+
+
+def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
+    panels = _panels(sparse)
+    combos = len(set((h, d) for _, h, d in panels))
+    fig, axes = grid_axes(len(panels), ncols=combos if combos > 1 else min(4, len(panels)))
+    drawn = {"panels": len(panels), "points": 0, "oom_markers": 0, "dense_points": 0, "dense_x": [], "missing": {}}
+    for ax, (blocks, heads, direction) in zip(axes, panels):
+        d = sparse[(sparse["blocks"] == blocks) & (sparse["heads"] == heads) & (sparse["direction"] == direction)]
+        ref = None
+        if dense is not None and len(dense):
+            ref = dense[(dense["heads"] == heads) & (dense["direction"] == direction)]
+        missing = _draw(ax, d, x, value, drawn, ref)
+        drawn["missing"][(blocks, heads, direction)] = missing
+        extra = f" | {subtitle(d)}" if subtitle and len(d) else ""
+        ax.set_title(f"{blocks} | {heads} | {direction}{extra}", fontsize="medium")
+        xs = sorted(set(d[x].dropna()) | (set(ref[x].dropna()) if ref is not None else set()))
+        if xlog:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(xs, [seqlen_label(int(s)) for s in xs])
+            ax.set_xlabel("sequence length (tokens)")
+        else:
+            ax.set_xticks(xs, [f"{s:.2g}" for s in xs])
+            ax.set_xlabel("density (nominal fraction of key blocks kept)")
+        ax.minorticks_off()
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        notes = [f"{k}: {', '.join(v)}" for k, v in missing.items() if v]
+        top = ax.get_ylim()[1]
+        ax.set_ylim(0, top * (1 + 0.12 * (len(notes) + 1)))  # headroom for the notes
+        if notes:
+            ax.text(0.02, 0.97, "\n".join(notes), transform=ax.transAxes, fontsize="x-small", va="top",
+                    color="0.35", wrap=True)
+    handles = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(6, max(1, len(handles))),
+               bbox_to_anchor=(0.5, -0.02), frameon=False, fontsize="small")
+    fig.suptitle(title, y=1.0)
+    note = ("X on the axis: out of memory; red ring: disagrees with the float64 reference; "
+            "panel text: kernels unsupported / not installed there")
+    if drawn["dense_points"]:
+        note += ("\ndashed: a dense kernel on the full mask at its own length S', whose visible area S'^2 equals "
+                 "the sparse masks' at the length named beside each point")
+    fig.text(0.5, -0.06, note, ha="center", fontsize="small", color="0.3")
+    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    return fig, drawn
+
+
+def figures(df: pd.DataFrame, out_dir, style, only=None) -> list[Path]:
+    """All three figures at once (`only` is not used: they are drawn together)."""
+    out = Path(out_dir)
+    sparse, dense = split(df)
+    sparse["mem_gib"] = sparse["peak_mem_bytes"] / GIB
+    dense["mem_gib"] = dense["peak_mem_bytes"] / GIB
+    head = describe(df)
+    rho = main_density(sparse)
+    at_rho = sparse[sparse["density"] == rho] if rho is not None else sparse
+    paths = []
+    ref = equal_area_references(dense, at_rho)
+    fig, _ = _figure(at_rho, ref, "seqlen", "tflops", "TFLOP/s",
+                     f"Block-sparse throughput vs sequence length, density {rho} | {head}")
+    paths += save(fig, out, "sparse_tflops_vs_seqlen", style)
+    s_max = sparse.groupby("blocks")["seqlen"].transform("max") if len(sparse) else sparse["seqlen"]
+    longest = sparse[sparse["seqlen"] == s_max]
+    fig, _ = _figure(longest.assign(x=longest["density"]), None, "x", "tflops", "TFLOP/s",
+                     f"Block-sparse throughput vs density at each setting's longest S | {head}", xlog=False,
+                     subtitle=lambda d: f"S={seqlen_label(int(d['seqlen'].max()))}")
+    paths += save(fig, out, "sparse_tflops_vs_density", style)
+    src = set(df["mem_source"].dropna())
+    mem_label = "peak memory (GiB)" + (" [process RSS]" if src == {"process_rss"} else "")
+    fig, _ = _figure(at_rho, ref, "seqlen", "mem_gib", mem_label,
+                     f"Block-sparse peak memory vs sequence length, density {rho} | {head}")
+    paths += save(fig, out, "sparse_memory", style)
+    return paths
+
+
+def table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
+    """Each table is described by its Markdown caption (the first line of its file)."""
+    return {}, {}
+
+
+def figure_captions(df: pd.DataFrame, style) -> dict:
+    """The report's captions of these figures give machine, data and software only."""
+    return {}

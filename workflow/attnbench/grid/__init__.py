@@ -1,0 +1,1 @@
+"""Stage 1: config.yaml -> validated grids -> cells (ids and record paths). Torch-free."""

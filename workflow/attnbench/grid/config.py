@@ -1,0 +1,141 @@
+"""config.yaml: reading, schema validation (with defaults) and the semantic checks every family
+shares; a family's own checks are given by the caller (attnbench.families.validate).
+
+Errors name the bad key and the valid choices. Torch-free, so Snakemake can parse quickly.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .expand import grid_products
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    def __init__(self, problems):
+        self.problems = list(problems)
+        super().__init__("invalid config:\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+def _path(parts) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def _with_defaults(cls):
+    validate_props = cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_props(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(cls, {"properties": set_defaults})
+
+
+def schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def _schema_problems(cfg) -> list[str]:
+    sch = schema()
+    validator = _with_defaults(jsonschema.Draft202012Validator)(sch)
+    problems = []
+    for err in sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
+        msg = err.message
+        if err.validator == "additionalProperties" and isinstance(err.schema.get("properties"), dict):
+            msg += f"; valid keys: {', '.join(err.schema['properties'])}"
+        elif err.validator == "minimum" and err.schema.get("description"):
+            msg += f" ({err.schema['description']})"
+        problems.append(f"{_path(err.absolute_path)}: {msg}")
+    return problems
+
+
+def _semantic_problems(cfg, product_problems) -> list[str]:
+    problems = []
+    grids = cfg.get("grids", {})
+    for i, name in enumerate(cfg.get("run", [])):
+        if name not in grids:
+            problems.append(f"run[{i}]: unknown grid {name!r}; grids in this config: {', '.join(grids)}")
+    for gname, grid in grids.items():
+        where = f"grids.{gname}"
+        fam = grid.get("family", "kernel")
+        problems += _budget_problems(grid, where)
+        for j, prod in enumerate(grid_products(grid)):
+            at = where if j == 0 else f"{where}.also[{j - 1}]"
+            problems += product_problems(cfg, grid, prod, fam, at)
+    return problems
+
+
+def cell_timeout_s(grid: dict) -> int:
+    """The grid's time budget per cell in seconds (`auto`: 90% of runtime_min, leaving the rest of
+    the Slurm time limit for start-up and for writing the timeout record)."""
+    budget = grid.get("cell_timeout_s", "auto")
+    return int(grid.get("runtime_min", 30) * 60 * 0.9) if budget == "auto" else int(budget)
+
+
+def _budget_problems(grid, where) -> list[str]:
+    budget, runtime_s = grid.get("cell_timeout_s", "auto"), grid.get("runtime_min", 30) * 60
+    if budget != "auto" and budget >= runtime_s:
+        return [f"{where}.cell_timeout_s: {budget} s is not below runtime_min ({runtime_s} s): Slurm would end the "
+                f"job before the cell could record its timeout; choose less than {runtime_s}, or auto"]
+    return []
+
+
+def validate(cfg: dict, product_problems) -> dict:
+    """Fill defaults and check a config dict in place; raise ConfigError listing every problem.
+    `product_problems(cfg, grid, product, family, where)`: the family's own checks of each product."""
+    if not isinstance(cfg, dict):
+        raise ConfigError([f"(top level): expected a mapping, got {type(cfg).__name__}"])
+    problems = _schema_problems(cfg)
+    if not problems:
+        problems = _semantic_problems(cfg, product_problems)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (plain YAML keeps the last one silently,
+    so a second grid of the same name would replace the first without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError([f"key {key!r} appears twice in one mapping (lines {seen[key] + 1} and "
+                                   f"{key_node.start_mark.line + 1}); keep one"])
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(path) -> dict:
+    """A config file's contents; ConfigError (naming the file) if it is not valid YAML or repeats a key."""
+    try:
+        return yaml.load(Path(path).read_text(), Loader=_UniqueKeyLoader) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError([f"{path}: not valid YAML: {e}"]) from None
+    except ConfigError as e:
+        raise ConfigError([f"{path}: {m}" for m in e.problems]) from None
+
+
+def load_config(path, product_problems, overrides: dict | None = None) -> dict:
+    return validate(deep_merge(read_yaml(path), overrides or {}), product_problems)

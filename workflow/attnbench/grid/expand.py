@@ -1,0 +1,109 @@
+"""What every family's grid expansion shares (torch-free): the grid's products, the mask settings
+each pattern reads, the length histograms of document masks, the checks of a point's masks and
+shapes, and a cell's id and path. The family's own axes and checks live in its folder
+(attnbench.families.<family>.grid)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+
+from .. import masks as M
+from ..masks.lengths import choose_histogram
+
+AXES = ("kernels", "methods", "masks", "seqlen", "tokens_per_gpu", "gpus", "heads", "head_dim", "dtype",
+        "direction", "block_size", "avg_block", "density")
+# The settings of a grid every cell carries as they are.
+COMMON_KEYS = ("device", "samples", "warmup", "reps", "seed", "check")
+
+
+def stable_hash(obj, n=16) -> str:
+    """A deterministic id of a JSON-able object (its sorted JSON's SHA-256, first n hex digits)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def common_fields(grid: dict) -> dict:
+    return {k: grid[k] for k in COMMON_KEYS}
+
+
+def grid_products(grid):
+    """The grid's own cross product, then one per `also` entry (overriding some axes)."""
+    base = {k: grid[k] for k in AXES if k in grid}
+    yield base
+    for extra in grid.get("also", []):
+        yield {**base, **extra}
+
+
+def seqlens(prod):
+    if "seqlen" in prod:
+        return prod["seqlen"]
+    return sorted({t * g for t in prod.get("tokens_per_gpu", []) for g in prod.get("gpus", [])})
+
+
+def mask_param_points(mask, grid, prod):
+    """The mask's settings: grid.mask_params restricted to what the pattern reads, crossed
+    with the block-sparse axes (block_size / avg_block x density) where it reads those."""
+    keys = M.pattern(mask).cfg_keys
+    fixed = {k: v for k, v in grid.get("mask_params", {}).items() if k in keys}
+    axes = [a for a in ("block_size", "avg_block", "density") if a in keys]
+    for values in itertools.product(*(prod.get(a, grid.get(a)) for a in axes)):
+        yield {**fixed, **dict(zip(axes, values))}
+
+
+def histograms_for(cfg, mask, seqlen):
+    if not M.pattern(mask).uses_documents:
+        return None
+    name = choose_histogram(seqlen, cfg["doc_length_histograms"])
+    return {name: cfg["doc_length_histograms"][name]}
+
+
+def point_id(cell: dict) -> str:
+    """The cell's file name: every axis that is not already a folder (grid/family/impl/mask)."""
+    p = f"s{cell['seqlen']}-h{cell['heads_q']}x{cell['heads_kv']}-d{cell['head_dim']}-{cell['dtype']}-{cell['direction']}"
+    mp = cell.get("mask_params", {})
+    if "block_size" in mp:
+        p += f"-b{mp['block_size']}"
+    if "avg_block" in mp:
+        p += f"-a{mp['avg_block']}"
+    if "density" in mp:
+        p += f"-r{mp['density']}"
+    if cell["family"] == "cp":
+        p += f"-g{cell['gpus']}"
+    return p
+
+
+def cell_path(cell: dict) -> str:
+    """Relative to the output folder: cells/{grid}/{family}/{impl}/{mask}/{point}.json."""
+    return f"cells/{cell['grid']}/{cell['family']}/{cell['impl']}/{cell['mask']}/{point_id(cell)}.json"
+
+
+def mask_problems(prod, fam: str, valid_masks, at: str) -> list[str]:
+    """The point's masks that its family cannot draw."""
+    return [f"{at}.masks[{i}]: unknown mask {m!r} for family {fam}; valid masks: {', '.join(valid_masks)}"
+            for i, m in enumerate(prod.get("masks", [])) if m not in valid_masks]
+
+
+def shape_problems(cfg, grid, prod, at: str) -> list[str]:
+    """Heads that do not group, lengths without a document histogram, mask settings a length
+    cannot take: the same for every family."""
+    problems = []
+    for i, (hq, hkv) in enumerate(prod.get("heads", [])):
+        if hq % hkv:
+            problems.append(f"{at}.heads[{i}]: {hq} query heads are not a multiple of {hkv} KV heads")
+    if any(M.pattern(m).uses_documents for m in prod.get("masks", []) if m in M.PATTERNS):
+        for s in seqlens(prod):
+            try:
+                choose_histogram(s, cfg.get("doc_length_histograms", {}))
+            except ValueError as e:
+                problems.append(f"{at}.seqlen: {e}")
+    for m in prod.get("masks", []):
+        if m not in M.PATTERNS:
+            continue
+        for s in seqlens(prod):
+            for mp in mask_param_points(m, grid, prod):
+                try:
+                    M.check_mask(m, s, mp)
+                except ValueError as e:
+                    problems.append(f"{at}: mask {m} at seqlen {s}: {e}")
+    return problems

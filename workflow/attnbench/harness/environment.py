@@ -1,0 +1,133 @@
+"""The environment fingerprint every record carries (spec/measurement.md)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from ..kernels.catalog import all_library_versions
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _run(cmd) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=REPO)
+        return out.stdout.strip() if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@functools.cache
+def git_state() -> dict:
+    """The checkout's commit; where the tree was copied without .git (a remote GPU machine),
+    ATTNBENCH_GIT_COMMIT / ATTNBENCH_GIT_DIRTY say what it was copied from."""
+    commit = _run(["git", "rev-parse", "HEAD"])
+    if commit:
+        dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+        return {"git_commit": commit, "git_dirty": None if dirty is None else bool(dirty)}
+    env_dirty = os.environ.get("ATTNBENCH_GIT_DIRTY")
+    return {"git_commit": os.environ.get("ATTNBENCH_GIT_COMMIT", "unknown"),
+            "git_dirty": None if env_dirty is None else env_dirty == "1"}
+
+
+# The files whose content decides what a cell computes: the package, the rules, the schemas and the
+# pinned environments. Results, tests and config.yaml are not code (the cell's config is hashed apart).
+CODE_FILES = ("Snakefile", "pyproject.toml", "envs/*", "workflow/attnbench/**/*.py", "workflow/**/*.smk",
+              "workflow/schemas/*", "workflow/scripts/**/*")
+
+
+def code_files(root: Path) -> list[Path]:
+    found = {p for pattern in CODE_FILES for p in root.glob(pattern)
+             if p.is_file() and "__pycache__" not in p.parts}
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def tree_sha256(root: Path) -> dict:
+    """sha256 over the sorted relative paths and bytes of the code files under `root`, read from
+    the files themselves: it names the code that ran even where git's history is behind the tree
+    (a GPU machine receives a copied working tree with an older .git). Each path and content is
+    length-prefixed, so no two different trees give the same byte stream."""
+    digest = hashlib.sha256()
+    files = code_files(root)
+    for path in files:
+        for part in (path.relative_to(root).as_posix().encode(), path.read_bytes()):
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+    return {"code_sha256": digest.hexdigest(), "code_files": len(files)}
+
+
+@functools.cache
+def code_hash() -> dict:
+    """This checkout's code hash, computed once per process (a few ms)."""
+    return tree_sha256(REPO)
+
+
+@functools.cache
+def library_versions() -> dict:
+    return all_library_versions()
+
+
+@functools.cache
+def nvidia_driver() -> str | None:
+    return _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+
+
+def prefetch() -> None:
+    """The slow facts (git, nvidia-smi, package metadata, the code hash), gathered before a cell
+    waits for its GPU so that it does not spend GPU time on them."""
+    git_state(), library_versions(), nvidia_driver(), code_hash()
+
+
+def fingerprint(device: str) -> dict:
+    """Facts about this machine and checkout. Imports torch only if the cell already did."""
+    libs = library_versions()
+    env = {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "torch": libs.get("torch"),
+        "libraries": libs,
+        "cpu_count": os.cpu_count(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        # The devices Slurm (or the user) gave this process; None when nothing restricted them.
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        **git_state(),
+        **code_hash(),
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        env.update(torch=torch.__version__, cpu_threads=torch.get_num_threads())
+    if device == "cuda" and torch is not None and torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        env.update(
+            device_name=torch.cuda.get_device_name(0),
+            device_names=[torch.cuda.get_device_name(i) for i in range(n)],
+            device_count=n,
+            compute_capability=list(torch.cuda.get_device_capability(0)),
+            cuda=torch.version.cuda,
+            cudnn=torch.backends.cudnn.version(),
+            nccl=".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else None,
+            driver=nvidia_driver(),
+            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        )
+    else:
+        env.update(device_name=cpu_model(), device_count=1)
+    return env

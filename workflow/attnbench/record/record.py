@@ -1,0 +1,91 @@
+"""The record skeleton every cell fills, kernel or context-parallel: its identity, what ran, the
+data seed, the cell-level statistics from the samples, and the atomic, strict-JSON write."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from ..grid.expand import stable_hash
+from ..harness.inputs import data_seed
+
+SCHEMA_VERSION = 1
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def base_record(spec, implementation: dict) -> dict:
+    """The fields every record starts with; `implementation` describes what ran (the family says)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "cell_id": stable_hash(spec),
+        "config_sha256": stable_hash(spec, 64),  # the cell's whole effective config (cell_id is its short form)
+        "cell": spec,
+        "kernel": implementation,
+        "data_seed": data_seed(spec),
+        "started_at": now(),
+        "samples": [],
+    }
+
+
+def summarise(record, peak, gpus: int = 1):
+    """Cell-level statistics from the samples: pooled repetitions, max memory, worst error.
+    TFLOP/s are per GPU: FLOPs / (time x gpus) (time: the slowest rank's, for CP cells)."""
+    samples = record["samples"]
+    times = [t for s in samples for t in s["time_ms"]]
+    tflops = [s["flops"] / (t * 1e-3) / 1e12 / gpus for s in samples for t in s["time_ms"]]
+    a, b = np.percentile(times, [20, 80]), np.percentile(tflops, [20, 80])
+    record.update(
+        time_ms_median=float(np.median(times)), time_ms_p20=float(a[0]), time_ms_p80=float(a[1]),
+        flops=float(np.mean([s["flops"] for s in samples])),
+        tflops=float(np.median(tflops)), tflops_p20=float(b[0]), tflops_p80=float(b[1]),
+    )
+    mems = [s["peak_mem_bytes"] for s in samples if s.get("peak_mem_bytes") is not None]
+    incs = [s["peak_mem_increment_bytes"] for s in samples if s.get("peak_mem_increment_bytes") is not None]
+    record["peak_mem_bytes"] = max(mems) if mems else None
+    record["peak_mem_increment_bytes"] = max(incs) if incs else None
+    record["mem_source"] = samples[0].get("mem_source")
+    busy = [s["device_busy_ms"] for s in samples if "device_busy_ms" in s]
+    record["device_busy_ms"] = sum(busy) if busy else None
+    ceiling = (peak or {}).get("matmul_peak_tflops")
+    record["fraction_of_peak"] = record["tflops"] / ceiling if ceiling else None
+    checks = [s["check"] for s in samples if "check" in s]
+    errs = [e for c in checks for n, e in c["errors"].items() if n != "lse"]  # the LSE's is absolute
+    record["max_rel_err"] = max(errs) if errs else None
+    record["check_passed"] = all(c["passed"] for c in checks) if checks else None
+
+
+def environment(device) -> dict:
+    """The machine's fingerprint; a record even where torch itself is missing."""
+    try:
+        from ..harness.environment import fingerprint
+
+        return fingerprint(device)
+    except ImportError as e:  # torch itself missing: still a record
+        return {"error": str(e)}
+
+
+def json_safe(obj):
+    """Non-finite floats become the strings 'nan' / 'inf' (strict JSON has neither)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def write_record(record: dict, path) -> None:
+    """Write atomically: a crash never leaves a half-written record behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(json_safe(record), indent=1, allow_nan=False) + "\n")
+    tmp.replace(path)
