@@ -13,10 +13,10 @@ from attnbench.families import load_config
 from attnbench.cp import catalog, schedule
 from attnbench.cp.chunks import ring_step_chunk
 from attnbench.cp.layout import ShardLayout
-from attnbench.cp.model.kernel_time import KernelTime
-from attnbench.cp.model.network import Network
-from attnbench.cp.model.predict import Setting, predict
-from attnbench.cp.model.run import read_records, run_predict
+from attnbench.families.cp.model.kernel_time import KernelTime
+from attnbench.families.cp.model.network import Network
+from attnbench.families.cp.model.predict import Setting, predict
+from attnbench.families.cp.model.run import read_records, run_predict
 from attnbench.masks import Mask
 from bounded import run_bounded
 
@@ -131,7 +131,7 @@ def test_h200_validation_median_within_ten_percent(tmp_path):
 def test_comm_bench_at_world_size_two(tmp_path):
     out = tmp_path / "comm.json"
     cmd = [sys.executable, "-m", "attnbench.launch", "--nproc-per-node", "2", "--", sys.executable, "-m",
-           "attnbench.cp.model.commbench", "--device", "cpu", "--out", str(out), "--sizes-mib", "0.25", "1",
+           "attnbench.families.cp.model.commbench", "--device", "cpu", "--out", str(out), "--sizes-mib", "0.25", "1",
            "--reps", "2", "--warmup", "1"]
     p = run_bounded(cmd, 120)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -285,10 +285,10 @@ def cmd_records(a):
 
 
 def cmd_predict(a):
-    """The CP throughput model (cp/model): table, validation, checks and figures of one cp grid."""
+    """The CP throughput model (families/cp/model): table, validation, checks and figures of one cp grid."""
     from .families import load_config
     from .grid.config import ConfigError
-    from .cp.model.run import run_predict
+    from .families.cp.model.run import run_predict
 
     try:
         cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)

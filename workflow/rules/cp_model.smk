@@ -9,7 +9,7 @@ wildcard_constraints:
 
 rule cp_model:
     input:
-        code=f"{PKG}/cp/model/predict.py",
+        code=rule_code("attnbench.families.cp.model.run"),
     output:
         table=f"{OUT}/tables/{{model_grid}}/cp_model.csv",
         validation=f"{OUT}/tables/{{model_grid}}/cp_model_validation.csv",
@@ -39,4 +39,4 @@ rule comm_bench:
     shell:
         "python -m attnbench.launch --nproc-per-node {wildcards.ranks}"
         " --gpus-per-node {params.gpus} --"
-        " python -m attnbench.cp.model.commbench --device {wildcards.device} --out {output} > {log} 2>&1"
+        " python -m attnbench.families.cp.model.commbench --device {wildcards.device} --out {output} > {log} 2>&1"

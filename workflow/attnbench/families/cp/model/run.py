@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...report.collect import collect
-from ...masks.lengths import choose_histogram
-from ...masks import Mask
+from ....report.collect import collect
+from ....masks.lengths import choose_histogram
+from ....masks import Mask
 from .kernel_time import KernelTime
 from .network import Network
 from .predict import MODELLED_METHODS, Setting, predict, realised_masks

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..schedule import Transfer
+from ....cp.schedule import Transfer
 
 
 @dataclass(frozen=True)

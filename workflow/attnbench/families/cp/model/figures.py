@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...report.plotting import apply_theme, grid_axes, save, title_above
-from ...report.style import colour, marker
-from ..catalog import method_label
+from ....report.plotting import apply_theme, grid_axes, save, title_above
+from ....report.style import colour, marker
+from ....cp.catalog import method_label
 
 
 def model_figure(pred, out: Path, style, subtitle: str) -> list[Path]:

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...harness.flops import attention_flops
-from ...masks import sample_mask
-from .. import catalog, schedule
-from ..chunks import allgather_chunks, document_lengths, is_causal, ring_step_chunk
-from ..layout import ShardLayout
+from ....harness.flops import attention_flops
+from ....masks import sample_mask
+from ....cp import catalog, schedule
+from ....cp.chunks import allgather_chunks, document_lengths, is_causal, ring_step_chunk
+from ....cp.layout import ShardLayout
 from .kernel_time import KernelTime
 from .network import Network
 

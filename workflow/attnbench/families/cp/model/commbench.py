@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..run import init
+from ....cp.run import init
 
 
 def _sync(device):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...harness.flops import DIRECTION_FACTOR
+from ....harness.flops import DIRECTION_FACTOR
 
 KINDS = ("full", "causal")
 
