@@ -118,22 +118,14 @@ class DoubleRing:
                     inner_dkv.wait()  # the previous hop: send buffer free, receive buffer full
                     if g.go:
                         with g:
-                            send, recv = self.dkv_inner
-                            if t == 1:
-                                send.zero_()
-                            else:
-                                send.copy_(recv)
-                            _add_dkv(send, res)
+                            _pass_on(*self.dkv_inner, t == 1, lambda buf: _add_dkv(buf, res))
                     inner_dkv = comm.p2p([(self.dkv_inner[0], self.inner_next)],
                                          [(self.dkv_inner[1], self.inner_prev)], grp.dkv_inner, "ring_dkv")
                 inner.wait()
                 if t < self.w - 1:
                     cur = self.inner[t % 2]
             if self.w > 1:
-                inner_dkv.wait()
-                if g.go:
-                    with g:
-                        window_total += self.dkv_inner[1]
+                _add_last_hop(inner_dkv, g, window_total, self.dkv_inner[1])
             if o == 0:
                 if g.go:
                     with g:
@@ -142,22 +134,33 @@ class DoubleRing:
                 outer_dkv.wait()
                 if g.go:
                     with g:
-                        send, recv = self.dkv_outer
-                        if o == 1:
-                            send.copy_(window_total)
-                        else:
-                            torch.add(recv, window_total, out=send)
+                        _pass_on(*self.dkv_outer, o == 1, lambda buf: buf.add_(window_total))
                 outer_dkv = comm.p2p([(self.dkv_outer[0], self.outer_next)], [(self.dkv_outer[1], self.outer_prev)],
                                      grp.dkv_outer, "ring_dkv")
             outer.wait()
             if o < self.W - 1:
                 head = self.outer[o % 2]
         if self.W > 1:
-            outer_dkv.wait()
-            if g.go:
-                with g:
-                    dkv_home += self.dkv_outer[1]
+            _add_last_hop(outer_dkv, g, dkv_home, self.dkv_outer[1])
         return dq, dkv_home
+
+
+def _pass_on(send, recv, first: bool, add):
+    """One hop of a dK/dV ring: send = what arrived (nothing on the first hop), then `add(send)` adds
+    this rank's contribution."""
+    if first:
+        send.zero_()
+    else:
+        send.copy_(recv)
+    add(send)
+
+
+def _add_last_hop(pending, g, total, recv):
+    """The last hop of a dK/dV ring: wait for it, then add what arrived into `total` (in place)."""
+    pending.wait()
+    if g.go:
+        with g:
+            total += recv
 
 
 def _add_dkv(dst, res):
