@@ -49,11 +49,13 @@ def planned_jobs(p) -> dict:
 
 
 def workflow_copy(d, grid_name, grid):
-    """A copy of the workflow's code in d/code, so a test can edit it (the cells still run the
-    installed package), and d/config.yaml: the repository's, running only this one grid."""
+    """A copy of the workflow's code (and envs/) in d/code, so a test can edit it (the cells still
+    run the installed package), and d/config.yaml: the repository's, running only this one grid."""
     (d / "code").mkdir()
     shutil.copy(REPO / "Snakefile", d / "code/Snakefile")
     shutil.copytree(REPO / "workflow", d / "code/workflow", ignore=shutil.ignore_patterns("__pycache__"))
+    # the rules' conda environments: Snakemake records each job's, so the files must be there
+    shutil.copytree(REPO / "envs", d / "code/envs")
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     cfg["run"] = [grid_name]
     cfg["grids"] = {grid_name: grid}
