@@ -15,6 +15,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/kernels.smk"
 include: "workflow/rules/context_parallel.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/cp_model.smk"
 
 
 rule all:

@@ -1,4 +1,4 @@
-"""Command line: python -m attnbench {cell,cp-cell,peak,collect,tables,figures,check-config,regenerate} ..."""
+"""Command line: python -m attnbench {cell,cp-cell,peak,collect,tables,figures,check-config,regenerate,predict} ..."""
 
 from __future__ import annotations
 
@@ -284,6 +284,24 @@ def cmd_records(a):
             print(path)
 
 
+def cmd_predict(a):
+    """The CP throughput model (families/cp/model): table, validation, checks and figures of one cp grid."""
+    from .families import load_config
+    from .grid.config import ConfigError
+    from .families.cp.model.run import run_predict
+
+    try:
+        cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
+        out = Path(a.output_dir or cfg["output_dir"])
+        res = run_predict(cfg, a.grid, out, Path(a.tables_dir or out / "tables" / a.grid),
+                          None if a.no_figures else Path(a.figures_dir or out / "figures" / a.grid),
+                          cfg.get("figures", {}), progress=lambda m: print(m, file=sys.stderr))
+    except (ConfigError, ValueError) as e:
+        sys.exit(f"predict: {e}")
+    print("\n".join(res["files"]))
+    print("\n".join(f"{'PASS' if c['passed'] else 'FAIL'}: {c['name']}: {c['detail']}" for c in res["checks"]))
+
+
 TIMED_OUT_HELP = ("only write the cell's `timeout` record: attnbench.launch --time-limit-s stopped it after "
                   "SECONDS (run nothing)")
 
@@ -352,6 +370,15 @@ def main(argv=None):
     c.add_argument("--masks", nargs="*", help="only these masks")
     c.add_argument("--all", action="store_true", help="also the records already on disk")
     c.set_defaults(fn=cmd_records)
+    c = sub.add_parser("predict", help="CP throughput model to 1024 GPUs for one cp grid (cp_model in config.yaml)")
+    c.add_argument("--config", default="config.yaml")
+    c.add_argument("--overrides", help="JSON merged over the config")
+    c.add_argument("--grid", required=True, help="a cp grid named in cp_model.grids")
+    c.add_argument("--output-dir", help="where the records are (default: the config's output_dir)")
+    c.add_argument("--tables-dir")
+    c.add_argument("--figures-dir")
+    c.add_argument("--no-figures", action="store_true")
+    c.set_defaults(fn=cmd_predict)
     a = p.parse_args(argv)
     a.fn(a)
 

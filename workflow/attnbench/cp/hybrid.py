@@ -20,6 +20,7 @@ from .base import CPMethod
 from .catalog import head_split_reason, kv_replication
 from .chunks import document_lengths, is_causal, ring_step_chunk
 from .layout import ShardLayout
+from . import schedule
 from .ring import DoubleRing
 
 
@@ -146,25 +147,15 @@ class Hybrid(CPMethod):
 
     # ------------------------------------------------------------ accounting
 
+    def schedule(self, direction: str) -> dict:
+        """This rank's steps (cp/schedule.py): chunks computed and bytes moved, per phase."""
+        return schedule.hybrid_schedule(self.rc.deg, self.rc.rank, self.chunks, self.layout.shard_len,
+                                        self.layout.piece_len, self.hq, self.hkv, self.d, self.elem, self.acc_elem,
+                                        direction)
+
     def volume(self, direction: str) -> dict:
         """The schedule's bytes per rank (sent = received, every pattern here is symmetric)."""
-        M, m, D, U, R, e = self.layout.shard_len, self.layout.piece_len, self.d, self.U, self.R, self.elem
-        a = self.acc_elem
-        kv_shard = 2 * M * self.hkv_l * D
-        parts = {}
-        if "fwd" in direction:
-            parts["ring_kv"] = (R - 1) * kv_shard * e
-            if U > 1:
-                parts["ulysses"] = (U - 1) * (m * self.hq * D * e * 2 + 2 * m * self.hkv * self.rep * D * e
-                                              + m * self.hq * a) // U
-        if "bwd" in direction:
-            parts["ring_kv"] = parts.get("ring_kv", 0) + (R - 1) * kv_shard * e
-            parts["ring_dkv"] = (R - 1) * kv_shard * a
-            if U > 1:
-                parts["ulysses"] = parts.get("ulysses", 0) + (U - 1) * (
-                    m * self.hq * D * e * 2 + 2 * m * self.hkv * self.rep * D * e) // U
-        parts = {k: v for k, v in parts.items() if v}
-        return {"sent": sum(parts.values()), "received": sum(parts.values()), "by_kind": parts}
+        return schedule.volume(self.schedule(direction))
 
     @property
     def acc_elem(self) -> int:
@@ -178,7 +169,7 @@ class Hybrid(CPMethod):
         return per * (("fwd" in direction) + ("bwd" in direction))
 
     def work(self) -> int:
-        return sum(c.area for c in self.chunks.values()) * self.hq_l
+        return schedule.work(self.schedule("fwd")["fwd"])
 
     def describe(self) -> dict:
         return {"layout": self.layout.to_json(), "kv_replication": self.rep, "heads_q_local": self.hq_l,

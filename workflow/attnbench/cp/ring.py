@@ -21,6 +21,7 @@ import torch
 from .comm import Pending
 from .kernels import finite_lse
 from .merge import merge_into, new_accumulator
+from .schedule import ring_neighbours, ring_origins
 
 
 class DoubleRing:
@@ -31,16 +32,17 @@ class DoubleRing:
         self.i, self.j = divmod(r, self.w)
         self.chunks = chunks  # origin ring rank -> Chunk (queries of this shard vs that shard's keys)
         peer = method.rc.groups.peer
-        i, j, w, W = self.i, self.j, self.w, self.W
-        self.inner_next, self.inner_prev = peer(i * w + (j + 1) % w), peer(i * w + (j - 1) % w)
-        self.outer_next, self.outer_prev = peer(((i + 1) % W) * w + j), peer(((i - 1) % W) * w + j)
+        nb = ring_neighbours(r, ring, windows)
+        self.inner_next, self.inner_prev = peer(nb["inner_next"]), peer(nb["inner_prev"])
+        self.outer_next, self.outer_prev = peer(nb["outer_next"]), peer(nb["outer_prev"])
+        self.order = ring_origins(r, ring, windows)
 
     def origin(self, o: int, t: int) -> int:
-        return ((self.i - o) % self.W) * self.w + (self.j - t) % self.w
+        return self.order[o * self.w + t][2]
 
     def schedule(self):
         """(outer step, inner step, origin ring rank) in the order they are computed."""
-        return [(o, t, self.origin(o, t)) for o in range(self.W) for t in range(self.w)]
+        return self.order
 
     def setup(self, kv_shape, backward: bool):
         e, acc = self.m.empty, self.m.acc

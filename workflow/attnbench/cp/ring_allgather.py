@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from . import schedule
 from .base import CPMethod
 from .chunks import allgather_chunks, document_lengths, is_causal
 from .kernels import finite_lse
@@ -92,21 +93,17 @@ class RingAllGather(CPMethod):
                 return dq.to(self.dtype), self.dkv_local[0].to(self.dtype), self.dkv_local[1].to(self.dtype)
         return None
 
+    def schedule(self, direction: str) -> dict:
+        """This rank's steps (cp/schedule.py): chunks computed and bytes moved, per phase."""
+        return schedule.allgather_schedule(self.R, self.rc.rank, self.chunks, self.layout.shard_len, self.hq, self.hkv,
+                                           self.d, self.elem, torch.empty((), dtype=self.acc).element_size(),
+                                           direction)
+
     def volume(self, direction: str) -> dict:
-        M, R, h, D = self.layout.shard_len, self.R, self.hkv, self.d
-        e = self.elem
-        a = torch.empty((), dtype=self.acc).element_size()
-        parts = {}
-        if "fwd" in direction:
-            parts["all_gather"] = (R - 1) * 2 * M * h * D * e
-        if "bwd" in direction:
-            parts["all_gather"] = parts.get("all_gather", 0) + (R - 1) * 2 * M * h * D * e
-            parts["reduce_scatter"] = (R - 1) * 2 * M * h * D * a
-        parts = {k: v for k, v in parts.items() if v}
-        return {"sent": sum(parts.values()), "received": sum(parts.values()), "by_kind": parts}
+        return schedule.volume(self.schedule(direction))
 
     def work(self) -> int:
-        return sum(c.area for c in self.chunks) * self.hq
+        return schedule.work(self.schedule("fwd")["fwd"])
 
     def describe(self) -> dict:
         return {"layout": self.layout.to_json(), "ring_rank": self.r, "gathered_rows": self.layout.padded_len}

@@ -1,0 +1,155 @@
+"""`python -m attnbench predict`: the model's table, its validation and checks, and its figures.
+
+Inputs: config.yaml (`cp_model`: the grids to model and the network of each, presets, kernel
+record grids), the grid's own records under <output_dir>/cells/<grid> (measured points and
+validation) and kernel records under <output_dir>/cells/<kernel grid>.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ....report.collect import collect
+from ....masks.lengths import choose_histogram
+from ....masks import Mask
+from .kernel_time import KernelTime
+from .network import Network
+from .predict import MODELLED_METHODS, Setting, predict, realised_masks
+
+COLUMNS = ["method", "mask", "direction", "gpus", "nodes", "tokens_per_gpu", "network", "predicted_tflops_per_gpu",
+           "measured_tflops_per_gpu", "bottleneck"]
+
+
+def model_config(cfg: dict, grid: str) -> dict:
+    m = cfg.get("cp_model")
+    if not m:
+        raise ValueError("config.yaml has no `cp_model` section")
+    if grid not in m["grids"]:
+        raise ValueError(f"grid {grid!r} is not modelled; cp_model.grids: {', '.join(m['grids'])}")
+    if grid not in cfg["grids"] or cfg["grids"][grid].get("family") != "cp":
+        raise ValueError(f"cp_model.grids names {grid!r}, which is not a cp grid of config.yaml")
+    net_name = m["grids"][grid]
+    if net_name not in m["networks"]:
+        raise ValueError(f"unknown network {net_name!r} for grid {grid}; presets: {', '.join(m['networks'])}")
+    return {**m, "grid": cfg["grids"][grid], "network": Network.from_config(net_name, m["networks"][net_name])}
+
+
+def read_records(out_dir: Path, grids) -> pd.DataFrame:
+    frames = [collect(root=out_dir / "cells" / g) for g in grids if (out_dir / "cells" / g).is_dir()]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["status", "family"])
+
+
+def setting_of(grid: dict) -> tuple[Setting, list]:
+    heads = grid["heads"]
+    if len(heads) != 1 or len(grid["head_dim"]) != 1 or len(grid["dtype"]) != 1:
+        raise ValueError("cp_model models a grid of one heads, head_dim and dtype setting; "
+                         f"this one has heads {heads}, head_dim {grid['head_dim']}, dtype {grid['dtype']}")
+    hq, hkv = heads[0]
+    return Setting(hq, hkv, grid["head_dim"][0], grid["dtype"][0]), [d for d in grid["direction"]]
+
+
+def histograms_for(cfg: dict, seqlen: int) -> dict:
+    name = choose_histogram(seqlen, cfg["doc_length_histograms"])
+    return {name: cfg["doc_length_histograms"][name]}
+
+
+def prediction_rows(cfg, mc, s: Setting, directions, kt, progress=print) -> pd.DataFrame:
+    grid, net = mc["grid"], mc["network"]
+    methods = [m for m in grid["methods"] if m in MODELLED_METHODS]
+    rows = []
+    for tpg in grid["tokens_per_gpu"]:
+        for mask_name in grid["masks"]:
+            for n in mc["gpus"]:
+                masks = realised_masks(mask_name, tpg * n, mc["mask_samples"], mc["seed"], grid.get("mask_params", {}),
+                                       histograms_for(cfg, tpg * n), s.heads_q, s.heads_kv)
+                for d in directions:
+                    for m in methods:
+                        preds = [predict(m, n, mk, s, d, kt, net, mc["max_ring_ranks"]) for mk in masks]
+                        rows.append(summary_row(preds, mask_name, tpg, n, net))
+                progress(f"{mask_name} {tpg} tokens/GPU, {n} GPUs")
+    return pd.DataFrame(rows)
+
+
+def summary_row(preds, mask_name, tpg, n, net) -> dict:
+    p0 = preds[0]
+    ok = [p.tflops_per_gpu for p in preds if p.tflops_per_gpu is not None]
+    return {"method": p0.method, "mask": mask_name, "direction": p0.direction, "gpus": n,
+            "nodes": -(-n // net.gpus_per_node), "tokens_per_gpu": tpg, "network": net.name,
+            "predicted_tflops_per_gpu": float(np.mean(ok)) if ok else None, "bottleneck": p0.bottleneck,
+            "predicted_time_ms": float(np.mean([p.time_s for p in preds])) * 1e3 if ok else None,
+            "ulysses_degree": p0.degrees["ulysses"], "ring_degree": p0.degrees["ring"],
+            "windows": p0.degrees["windows"], "ranks_modelled": p0.ranks_modelled}
+
+
+def record_masks(path: str) -> list:
+    """The realised masks a measured cell timed (its samples' mask parameters)."""
+    rec = json.loads(Path(path).read_text())
+    c = rec["cell"]
+    return [Mask(c["mask"], c["seqlen"], s["mask_params"], heads_q=c["heads_q"]) for s in rec["samples"]]
+
+
+def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc) -> pd.DataFrame:
+    """Every measured ok cell of a modelled method: the model on the cell's own realised masks."""
+    rows = []
+    for _, r in measured.iterrows():
+        masks = record_masks(r["record"])
+        preds = [predict(r["method"], int(r["gpus"]), mk, s, r["direction"], kt, net, mc["max_ring_ranks"],
+                         int(r["ulysses_degree"]), int(r["windows"])) for mk in masks]
+        pred = float(np.mean([p.tflops_per_gpu for p in preds]))
+        rows.append({"method": r["method"], "mask": r["mask"], "direction": r["direction"], "gpus": int(r["gpus"]),
+                     "tokens_per_gpu": int(r["tokens_per_gpu"]), "network": net.name,
+                     "measured_tflops_per_gpu": r["tflops_per_gpu"], "predicted_tflops_per_gpu": pred,
+                     "relative_error": pred / r["tflops_per_gpu"] - 1, "measured_time_ms": r["time_ms_median"],
+                     "predicted_time_ms": float(np.mean([p.time_s for p in preds])) * 1e3,
+                     "bottleneck": preds[0].bottleneck})
+    return pd.DataFrame(rows)
+
+
+def measured_cells(df: pd.DataFrame, grid: str) -> pd.DataFrame:
+    if df.empty or "method" not in df:
+        return df.iloc[0:0]
+    return df[(df["grid"] == grid) & (df["family"] == "cp") & (df["status"] == "ok")
+              & df["method"].isin(MODELLED_METHODS) & df["tflops_per_gpu"].notna()]
+
+
+def attach_measured(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    keys = ["method", "mask", "direction", "gpus", "tokens_per_gpu"]
+    if measured.empty:
+        return pred.assign(measured_tflops_per_gpu=np.nan)
+    m = measured[keys + ["tflops_per_gpu"]].astype({"gpus": int, "tokens_per_gpu": int})
+    m = m.groupby(keys, as_index=False)["tflops_per_gpu"].median().rename(
+        columns={"tflops_per_gpu": "measured_tflops_per_gpu"})
+    return pred.merge(m, on=keys, how="left")
+
+
+def run_predict(cfg: dict, grid: str, out_dir: Path, tables_dir: Path, figures_dir: Path | None, style=None,
+                progress=print) -> dict:
+    mc = {"mask_samples": 2, "max_ring_ranks": 64, "seed": 0, **model_config(cfg, grid)}
+    s, directions = setting_of(mc["grid"])
+    recs = read_records(out_dir, [grid, *mc["kernel_grids"]])
+    kernel = mc["grid"].get("cp", {}).get("local_kernel", "auto")
+    kernel = mc["local_kernel"] if kernel == "auto" else kernel  # the grid's own local kernel first
+    kt = KernelTime.from_table(recs, kernel, s.heads_q, s.heads_kv, s.head_dim, s.dtype)
+    measured = measured_cells(recs, grid)
+    pred = attach_measured(prediction_rows(cfg, mc, s, directions, kt, progress), measured)
+    val = validation_rows(measured, s, kt, mc["network"], mc)
+    tables_dir.mkdir(parents=True, exist_ok=True)
+    pred = pred[COLUMNS + [c for c in pred.columns if c not in COLUMNS]]
+    pred.to_csv(tables_dir / "cp_model.csv", index=False)
+    val.to_csv(tables_dir / "cp_model_validation.csv", index=False)
+    from .checks import paper_checks, summary_text
+
+    checks = paper_checks(pred, mc["network"])
+    text = summary_text(val, checks, kt, mc)
+    (tables_dir / "cp_model.md").write_text(text)
+    files = [tables_dir / n for n in ("cp_model.csv", "cp_model_validation.csv", "cp_model.md")]
+    if figures_dir is not None:
+        from .figures import model_figure
+
+        files += model_figure(pred, figures_dir, style, f"{grid}, network {mc['network'].name}")
+    return {"files": [str(f) for f in files], "checks": checks, "summary": text}

@@ -1,0 +1,42 @@
+# The CP throughput model (issue 17): predicted per-GPU TFLOP/s to 1024 GPUs for the cp grids named
+# in config `cp_model.grids`, from the methods' schedules, the kernel records on disk and a network
+# preset; validated against the grid's measured cells. Reads records, runs no cell.
+
+
+wildcard_constraints:
+    model_grid="|".join(CFG.get("cp_model", {}).get("grids", {})) or "(?!)",
+
+
+rule cp_model:
+    input:
+        code=rule_code("attnbench.families.cp.model.run"),
+    output:
+        table=f"{OUT}/tables/{{model_grid}}/cp_model.csv",
+        validation=f"{OUT}/tables/{{model_grid}}/cp_model_validation.csv",
+        summary=f"{OUT}/tables/{{model_grid}}/cp_model.md",
+    log:
+        f"{OUT}/logs/cp_model/{{model_grid}}.log",
+    params:
+        overrides=lambda wc: json.dumps({"cp_model": CFG["cp_model"], "output_dir": OUT}),
+    shell:
+        "python -m attnbench predict --grid {wildcards.model_grid} --overrides {params.overrides:q}"
+        " > {log} 2>&1"
+
+
+# Bandwidth and latency per pattern on this machine (NCCL on GPUs, gloo on the CPU): the numbers a
+# cp_model network preset takes. e.g. snakemake results/comm/cuda_n8.json
+rule comm_bench:
+    output:
+        f"{OUT}/comm/{{device}}_n{{ranks}}.json",
+    log:
+        f"{OUT}/logs/comm/{{device}}_n{{ranks}}.log",
+    wildcard_constraints:
+        device="cpu|cuda",
+        ranks=r"\d+",
+    params:
+        gpus=lambda wc: wc.ranks if wc.device == "cuda" else 0,
+    threads: lambda wc: int(wc.ranks) if wc.device == "cpu" else 1
+    shell:
+        "python -m attnbench.launch --nproc-per-node {wildcards.ranks}"
+        " --gpus-per-node {params.gpus} --"
+        " python -m attnbench.families.cp.model.commbench --device {wildcards.device} --out {output} > {log} 2>&1"
