@@ -13,7 +13,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 SNAKEMAKE := $(BIN)/snakemake
 
-.PHONY: run test figures report dry-run clean-results
+.PHONY: run test lint format figures report dry-run clean-results
 
 $(VENV)/.installed: envs/requirements-cpu.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is needed, found " + sys.version'
@@ -28,6 +28,26 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
+
+# Style and Snakemake's house rules, from the pinned envs/requirements-lint.txt (.ci/run runs it
+# before the tests); `make format` rewrites what the checks would flag.
+PY_PATHS := workflow tests benchmarks
+SMK_PATHS := Snakefile workflow/rules
+
+$(VENV)/.lint-installed: envs/requirements-lint.txt $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -r envs/requirements-lint.txt
+	touch $@
+
+lint: $(VENV)/.lint-installed
+	$(BIN)/snakefmt --check $(SMK_PATHS)
+	$(BIN)/ruff check $(PY_PATHS)
+	$(BIN)/ruff format --check $(PY_PATHS)
+	$(SNAKEMAKE) --lint
+
+format: $(VENV)/.lint-installed
+	$(BIN)/ruff check --fix $(PY_PATHS)
+	$(BIN)/ruff format $(PY_PATHS)
+	$(BIN)/snakefmt $(SMK_PATHS)
 
 # Tidy table, tables, figures and their captions again from the records on disk (no cell runs);
 # `make report` also writes the HTML report (<output_dir>/report.html, or REPORT=path).

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
 import attnbench.masks as M  # noqa: E402
-from attnbench.families.kernel.cell import check_correctness
-from attnbench.harness.inputs import make_inputs# noqa: E402
+from attnbench.families.kernel.cell import check_correctness  # noqa: E402
+from attnbench.harness.inputs import make_inputs  # noqa: E402
 from attnbench.kernels import catalog  # noqa: E402
 from attnbench.kernels.base import load  # noqa: E402
 from attnbench.harness.perturb import perturbations  # noqa: E402

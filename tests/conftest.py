@@ -21,6 +21,12 @@ def repo() -> Path:
 
 
 @pytest.fixture(scope="session")
+def base():
+    """The repository's config.yaml, as read (tests deep-copy it before changing it)."""
+    return yaml.safe_load((REPO / "config.yaml").read_text())
+
+
+@pytest.fixture(scope="session")
 def histograms():
     return yaml.safe_load((REPO / "config.yaml").read_text())["doc_length_histograms"]
 

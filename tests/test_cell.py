@@ -120,19 +120,24 @@ def test_reduced_length_correctness_check(cells):
     assert sum(chk["mask_params"]["doc_lengths"]) == 192
 
 
-def test_real_out_of_memory_is_a_record_and_the_job_succeeds(cells, tmp_path):
-    """naive attention at S = 16K needs 4 GiB of scores; the process may have 3 GiB."""
-    spec = pick(cells, "naive", "full")
-    spec.update(seqlen=16384, check={**spec["check"], "samples": 0})
-    out = tmp_path / "oom.json"
+def run_cell_in_3_gib(spec, out, timeout):
+    """`python -m attnbench cell` in a process of 3 GiB of address space; the job must succeed
+    whatever the cell does, and its record is returned."""
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
 
     p = subprocess.run([sys.executable, "-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out)],
-                       preexec_fn=limit, capture_output=True, text=True, timeout=300)
+                       preexec_fn=limit, capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, p.stderr[-2000:]
-    r = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_real_out_of_memory_is_a_record_and_the_job_succeeds(cells, tmp_path):
+    """naive attention at S = 16K needs 4 GiB of scores; the process may have 3 GiB."""
+    spec = pick(cells, "naive", "full")
+    spec.update(seqlen=16384, check={**spec["check"], "samples": 0})
+    r = run_cell_in_3_gib(spec, tmp_path / "oom.json", timeout=300)
     assert r["status"] == "oom" and "can't allocate memory" in r["status_reason"]
     assert "tflops" not in r
 
@@ -142,15 +147,7 @@ def test_reference_out_of_memory_retries_shorter_and_keeps_the_timings(cells, tm
     does not, nor at 8K: the check runs at 4K, the cell is `ok`, its timings are kept."""
     spec = pick(cells, "sdpa", "full")
     spec.update(seqlen=16384, warmup=0, reps=1, check={**spec["check"], "max_seqlen": 16384, "samples": 1})
-    out = tmp_path / "check_oom.json"
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
-
-    p = subprocess.run([sys.executable, "-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out)],
-                       preexec_fn=limit, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-2000:]
-    r = json.loads(out.read_text())
+    r = run_cell_in_3_gib(spec, tmp_path / "check_oom.json", timeout=600)
     chk = r["samples"][0]["check"]
     assert r["status"] == "ok" and r["tflops"] > 0
     assert chk["out_of_memory_at_seqlen"][0] == 16384 and chk["seqlen"] == chk["out_of_memory_at_seqlen"][-1] // 2

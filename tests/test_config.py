@@ -3,16 +3,10 @@
 import copy
 
 import pytest
-import yaml
 
 from attnbench.families import expand_cells, load_config, validate
 from attnbench.grid.config import ConfigError
 from attnbench.grid.expand import point_id
-
-
-@pytest.fixture(scope="module")
-def base(repo):
-    return yaml.safe_load((repo / "config.yaml").read_text())
 
 
 def bad(base, edit):

@@ -164,7 +164,7 @@ def test_unknown_mask_names_choices():
 def test_block_sizes_must_divide_seqlen():
     with pytest.raises(ValueError, match="not a multiple of mask_params.block=64"):
         M.sample_mask("block_causal_document", 100, {"block": 64}, np.random.default_rng(0))
-    with pytest.raises(ValueError, match="not a multiple of block_size=64"):
+    with pytest.raises(ValueError, match="not a multiple of mask_params.block_size=64"):
         M.sample_mask("block_sparse", 100, {"block_size": 64, "density": 0.5}, np.random.default_rng(0))
 
 

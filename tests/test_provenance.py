@@ -1,7 +1,6 @@
 """Provenance: every record names the code tree (a content hash, not git) and the config that made it;
 the tidy table and the captions repeat it."""
 
-import json
 import shutil
 
 import pytest

@@ -4,7 +4,6 @@ unavailable kernels listed, dense references at equal area, exactly the files th
 import itertools
 
 import pandas as pd
-import pytest
 
 from attnbench import families as outputs
 from attnbench.families.sparse import report as sparse_report

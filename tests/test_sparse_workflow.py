@@ -2,35 +2,27 @@
 densities and identical masks across kernels, the sparse tables and figures, dense references."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from attnbench import families as outputs
-from test_workflow import planned_jobs, snakemake
+from test_workflow import TINY, planned_jobs, snakemake, workflow_copy
 
 REPO = Path(__file__).resolve().parents[1]
+# The kernel test grid's device, kernels, shapes and repetitions, over the two sparse masks.
 TINY_SPARSE = {
+    **TINY,
     "description": "tiny block-sparse test grid",
     "family": "sparse",
-    "device": "cpu",
-    "kernels": ["naive", "sdpa"],
     "masks": ["block_sparse", "variable_block_sparse"],
     "seqlen": [128, 256],
-    "heads": [[2, 1]],
-    "head_dim": [16],
-    "dtype": ["float32"],
-    "direction": ["fwd"],
     "block_size": [32],
     "avg_block": [64],
     "density": [0.5],
     "mask_params": {"min_block": 32},
     "samples": {"document": 1, "single": 2},
-    "warmup": 0,
-    "reps": 2,
     "also": [
         {"density": [0.25], "seqlen": [256]},
         {"kernels": ["triton_block_sparse", "flashinfer"], "masks": ["block_sparse"], "seqlen": [128]},
@@ -43,14 +35,7 @@ N_CELLS = 2 * 2 * 2 + 2 * 2 + 2 + 1
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("wf_sparse")
-    (d / "code").mkdir()
-    shutil.copy(REPO / "Snakefile", d / "code/Snakefile")
-    shutil.copytree(REPO / "workflow", d / "code/workflow", ignore=shutil.ignore_patterns("__pycache__"))
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["run"] = ["tiny_sparse"]
-    cfg["grids"] = {"tiny_sparse": TINY_SPARSE}
-    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    d = workflow_copy(tmp_path_factory.mktemp("wf_sparse"), "tiny_sparse", TINY_SPARSE)
     p = snakemake(d)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return d

@@ -48,18 +48,24 @@ def planned_jobs(p) -> dict:
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m.group(1) != "total"}
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("wf")
-    # A copy of the workflow's code, so a test can edit it (the cells still run the installed package).
+def workflow_copy(d, grid_name, grid):
+    """A copy of the workflow's code (and envs/) in d/code, so a test can edit it (the cells still
+    run the installed package), and d/config.yaml: the repository's, running only this one grid."""
     (d / "code").mkdir()
     shutil.copy(REPO / "Snakefile", d / "code/Snakefile")
     shutil.copytree(REPO / "workflow", d / "code/workflow", ignore=shutil.ignore_patterns("__pycache__"))
+    # the rules' conda environments: Snakemake records each job's, so the files must be there
+    shutil.copytree(REPO / "envs", d / "code/envs")
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["run"] = ["tiny"]
-    cfg["grids"] = {"tiny": TINY}
+    cfg["run"] = [grid_name]
+    cfg["grids"] = {grid_name: grid}
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
     return d
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return workflow_copy(tmp_path_factory.mktemp("wf"), "tiny", TINY)
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-import yaml
 
 from attnbench.harness import faults as F
 from attnbench.families import expand_cells, validate
@@ -20,11 +19,6 @@ GRID = {"family": "cp", "device": "cpu", "methods": ["ring_p2p"], "masks": ["cau
         "direction": ["fwdbwd"], "mask_params": {"long_doc_range": [16, 40]}, "samples": {"document": 2, "single": 1},
         "warmup": 1, "reps": 3, "check": {"max_seqlen": 512, "tolerance_factor": 5, "samples": 1},
         "cp": {"local_kernel": "cpu_flash", "timeout_s": 60}}
-
-
-@pytest.fixture(scope="module")
-def base(repo):
-    return yaml.safe_load((repo / "config.yaml").read_text())
 
 
 def spec(base, **changes):

@@ -3,7 +3,6 @@
 import copy
 
 import pytest
-import yaml
 
 from attnbench.families import expand_cells, load_config, validate
 from attnbench.grid.config import ConfigError
@@ -13,11 +12,6 @@ from attnbench.cp import catalog
 TINY = {"family": "cp", "device": "cpu", "methods": ["ring_p2p", "usp"], "masks": ["causal"],
         "tokens_per_gpu": [32], "gpus": [2, 4], "heads": [[4, 2]], "head_dim": [16], "dtype": ["float32"],
         "direction": ["fwd"]}
-
-
-@pytest.fixture(scope="module")
-def base(repo):
-    return yaml.safe_load((repo / "config.yaml").read_text())
 
 
 def with_grid(base, **changes):

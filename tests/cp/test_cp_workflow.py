@@ -24,6 +24,7 @@ TINY = {"family": "cp", "device": "cpu", "methods": ["ring_p2p", "ulysses", "tor
 def test_snakemake_runs_a_cp_grid(tmp_path):
     shutil.copy(REPO / "Snakefile", tmp_path / "Snakefile")
     shutil.copytree(REPO / "workflow", tmp_path / "workflow", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "envs", tmp_path / "envs")  # the rules' conda environments (recorded per job)
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     cfg["run"] = ["tinycp"]
     cfg["grids"] = {"tinycp": TINY}

@@ -306,6 +306,17 @@ TIMED_OUT_HELP = ("only write the cell's `timeout` record: attnbench.launch --ti
                   "SECONDS (run nothing)")
 
 
+def _report_parser(sub, name, what, fn, grid_config_help):
+    """A command that reads the tidy table and writes one grid's report files (tables, figures)."""
+    c = sub.add_parser(name, help=what)
+    c.add_argument("--cells", required=True)
+    c.add_argument("--out-dir", required=True)
+    c.add_argument("--grid", help="only this grid's cells")
+    c.add_argument("--grid-config", help=grid_config_help)
+    c.set_defaults(fn=fn)
+    return c
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="attnbench", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -332,19 +343,11 @@ def main(argv=None):
     c.add_argument("--root", help="collect every record under this folder instead")
     c.add_argument("--out", required=True)
     c.set_defaults(fn=cmd_collect)
-    c = sub.add_parser("tables", help="tidy CSV -> Markdown and LaTeX tables")
-    c.add_argument("--cells", required=True)
-    c.add_argument("--out-dir", required=True)
-    c.add_argument("--grid", help="only this grid's cells")
-    c.add_argument("--grid-config", help="the grid's config as JSON (its family and description)")
-    c.set_defaults(fn=cmd_tables)
-    c = sub.add_parser("figures", help="tidy CSV -> PNG and PDF figures")
-    c.add_argument("--cells", required=True)
-    c.add_argument("--out-dir", required=True)
+    _report_parser(sub, "tables", "tidy CSV -> Markdown and LaTeX tables", cmd_tables,
+                   "the grid's config as JSON (its family and description)")
+    c = _report_parser(sub, "figures", "tidy CSV -> PNG and PDF figures", cmd_figures,
+                       "the grid's config as JSON (checks the expected files were written)")
     c.add_argument("--style", help="figure style settings as JSON")
-    c.add_argument("--grid", help="only this grid's cells")
-    c.add_argument("--grid-config", help="the grid's config as JSON (checks the expected files were written)")
-    c.set_defaults(fn=cmd_figures)
     c = sub.add_parser("check-config", help="validate a config file and count its cells")
     c.add_argument("config")
     c.add_argument("--overrides", help="JSON merged over the file (like snakemake --config)")

@@ -60,6 +60,12 @@ def cell_of(wc, family=None):
         raise WorkflowError(f"{path} is not a cell of the grids {', '.join(RUN)} in this config") from None
 
 
+def cell_env(cell):
+    """The conda environment of the cell's device, relative to workflow/rules/ (envs/cpu.yaml,
+    envs/cuda.yaml)."""
+    return f"../../envs/{cell['device']}.yaml"
+
+
 def run_priority(cell):
     """Higher runs first: the shorter the sequence, the sooner."""
     return 2**20 / cell["seqlen"]
@@ -137,3 +143,45 @@ def records_not_on_disk():
     up-to-date file, so a tidy table made from a partial run (`attnbench regenerate`, or committed
     results in a fresh clone) would otherwise hide the cells that never ran."""
     return [p for p in CELLS if not os.path.exists(p)]
+
+
+def write_tidy_table(records, out, log):
+    """The collect rule's work, in Python rather than a shell command: the records can be more
+    than a command line holds."""
+    from attnbench.report.collect import collect
+
+    df = collect(records)
+    df.to_csv(out, index=False)
+    Path(log).write_text(f"{len(df)} cells from {len(records)} records\n")
+
+
+# The context-parallel cell rule's input functions (rules/context_parallel.smk).
+
+
+def cp_cell_of(wc):
+    return cell_of(wc, "cp")
+
+
+def cp_library(kernel):
+    from attnbench.cp import catalog as cp_catalog
+
+    return cp_catalog.library_version(kernel)
+
+
+def cp_ranks(wc):
+    return cp_cell_of(wc)["gpus"]
+
+
+def cp_placement(wc):
+    cell = cp_cell_of(wc)
+    return cell["cp"]["nodes"], cell["cp"]["nproc_per_node"], cell["device"]
+
+
+def cp_launch_args(wc):
+    nodes, nproc, device = cp_placement(wc)
+    return f"--nodes {nodes} --nproc-per-node {nproc} --gpus-per-node {nproc if device == 'cuda' else 0}"
+
+
+def cp_resource(name):
+    """Slurm/local resources of a cp cell's nodes x ranks (attnbench.launch.resources)."""
+    return lambda wc: launch.resources(*cp_placement(wc))[name]

@@ -4,35 +4,6 @@
 # collective that waits past cp.timeout_s before that fails the job, and a rerun retries the cell.
 
 
-def cp_cell_of(wc):
-    return cell_of(wc, "cp")
-
-
-def cp_library(kernel):
-    from attnbench.cp import catalog as cp_catalog
-
-    return cp_catalog.library_version(kernel)
-
-
-def cp_ranks(wc):
-    return cp_cell_of(wc)["gpus"]
-
-
-def cp_placement(wc):
-    cell = cp_cell_of(wc)
-    return cell["cp"]["nodes"], cell["cp"]["nproc_per_node"], cell["device"]
-
-
-def cp_launch_args(wc):
-    nodes, nproc, device = cp_placement(wc)
-    return f"--nodes {nodes} --nproc-per-node {nproc} --gpus-per-node {nproc if device == 'cuda' else 0}"
-
-
-def cp_resource(name):
-    """Slurm/local resources of a cp cell's nodes x ranks (attnbench.launch.resources)."""
-    return lambda wc: launch.resources(*cp_placement(wc))[name]
-
-
 rule cp_cell:
     input:
         # ancient: measuring the ceiling again must not rerun every cell
@@ -46,6 +17,8 @@ rule cp_cell:
         launch=lambda wc: cp_launch_args(wc),
         # The local kernel's library version: installing a missing one reruns exactly its cells.
         library=lambda wc: cp_library(cp_cell_of(wc)["cp"]["local_kernel"]),
+    conda:
+        lambda wc: cell_env(cp_cell_of(wc))
     # CPU: one core per rank (Snakemake lowers it to --cores when there are fewer)
     threads: lambda wc: cp_ranks(wc) if cp_cell_of(wc)["device"] == "cpu" else 1
     resources:

@@ -18,6 +18,8 @@ rule cp_model:
         f"{OUT}/logs/cp_model/{{model_grid}}.log",
     params:
         overrides=lambda wc: json.dumps({"cp_model": CFG["cp_model"], "output_dir": OUT}),
+    conda:
+        "../../envs/cpu.yaml"
     shell:
         "python -m attnbench predict --grid {wildcards.model_grid} --overrides {params.overrides:q}"
         " > {log} 2>&1"
@@ -35,6 +37,8 @@ rule comm_bench:
         ranks=r"\d+",
     params:
         gpus=lambda wc: wc.ranks if wc.device == "cuda" else 0,
+    conda:
+        "../../envs/{device}.yaml"
     threads: lambda wc: int(wc.ranks) if wc.device == "cpu" else 1
     shell:
         "python -m attnbench.launch --nproc-per-node {wildcards.ranks}"

@@ -6,6 +6,8 @@ rule device_peak:
         f"{OUT}/device/{{device}}-{{dtype}}.json",
     log:
         f"{OUT}/logs/device/{{device}}-{{dtype}}.log",
+    conda:
+        "../../envs/{device}.yaml"
     resources:
         gpu=lambda wc: int(wc.device == "cuda"),
         runtime=lambda wc, attempt: 10 * attempt,
@@ -30,6 +32,8 @@ rule kernel_cell:
         # The library's version: installing a missing library changes it, so Snakemake's
         # params trigger reruns exactly that kernel's (unavailable) cells.
         library=lambda wc: catalog.library_version(catalog.get(wc.impl)),
+    conda:
+        lambda wc: cell_env(cell_of(wc))
     threads: 1
     # shortest cells first: a run cut short (a session's device time, a wall-clock limit) is
     # missing only its longest lengths

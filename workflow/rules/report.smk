@@ -16,11 +16,7 @@ rule collect:
         # Under Slurm, the tidy table, tables and figures run as one job (ignored when run locally).
         "report"
     run:
-        from attnbench.report.collect import collect
-
-        df = collect(input.records)
-        df.to_csv(output[0], index=False)
-        Path(log[0]).write_text(f"{len(df)} cells from {len(input.records)} records\n")
+        write_tidy_table(input.records, output[0], log[0])
 
 
 for _grid in RUN:
@@ -37,10 +33,13 @@ for _grid in RUN:
             f"{OUT}/logs/tables_{_grid}.log",
         params:
             grid=_grid,
-            outdir=f"{OUT}/tables/{_grid}",
+            # the folder of the outputs, from them (Snakemake's lint: not a second, hardcoded path)
+            outdir=lambda wc, output: os.path.dirname(output[0]),
             grid_cfg=json.dumps(GRIDS[_grid]),
         group:
             "report"
+        conda:
+            "../../envs/cpu.yaml"
         shell:
             "python -m attnbench tables --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
             " --grid-config {params.grid_cfg:q} > {log} 2>&1"
@@ -57,11 +56,14 @@ for _grid in RUN:
             f"{OUT}/logs/figures_{_grid}.log",
         params:
             grid=_grid,
-            outdir=f"{OUT}/figures/{_grid}",
+            # the folder of the outputs, from them (Snakemake's lint: not a second, hardcoded path)
+            outdir=lambda wc, output: os.path.dirname(output[0]),
             style=json.dumps(CFG["figures"]),
             grid_cfg=json.dumps(GRIDS[_grid]),
         group:
             "report"
+        conda:
+            "../../envs/cpu.yaml"
         shell:
             "python -m attnbench figures --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
             " --style {params.style:q} --grid-config {params.grid_cfg:q} > {log} 2>&1"

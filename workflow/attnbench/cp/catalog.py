@@ -17,11 +17,17 @@ CAUSAL_MASKS = ("causal", "causal_document", "causal_document_long")
 
 
 @dataclass(frozen=True)
-class MethodInfo:
+class CPImplementation:
+    """What names a CP method or a local kernel: its name, what it does, its class and devices."""
+
     name: str
     summary: str
     impl: str  # "module:Class" under attnbench.cp
     devices: tuple
+
+
+@dataclass(frozen=True)
+class MethodInfo(CPImplementation):
     masks: tuple = CP_MASKS
     label: str = ""  # how tables and legends name it, where not by `name`
     max_gpus: int | None = None  # None: any number of ranks
@@ -55,11 +61,7 @@ METHODS = {
 
 
 @dataclass(frozen=True)
-class LocalKernelInfo:
-    name: str
-    summary: str
-    impl: str  # "module:Class" under attnbench.cp
-    devices: tuple
+class LocalKernelInfo(CPImplementation):
     directions: dict  # device -> directions
     masks: tuple = CP_MASKS
     modules: tuple = ()

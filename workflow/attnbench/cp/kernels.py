@@ -284,8 +284,8 @@ class RectangleKernel(LocalKernel):
         out = torch.zeros(q.shape, dtype=self.acc, device=q.device)
         lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=self.acc, device=q.device)
         for s in self.rectangles(chunk):
-            o, l = self.rect_forward(q[s.q0 : s.q1], k[s.k0 : s.k1], v[s.k0 : s.k1], s.kind == "causal")
-            merge_into(out[s.q0 : s.q1], lse[:, s.q0 : s.q1], o, l)
+            o, rect_lse = self.rect_forward(q[s.q0 : s.q1], k[s.k0 : s.k1], v[s.k0 : s.k1], s.kind == "causal")
+            merge_into(out[s.q0 : s.q1], lse[:, s.q0 : s.q1], o, rect_lse)
         return out.to(q.dtype), lse
 
     def _backward(self, dout, q, k, v, out, lse, chunk):

@@ -48,17 +48,17 @@ def reference_attention(q, k, v, mask=None, dout=None, scale=None, visible=None)
         qj = q64[:, heads].transpose(0, 1)
         kj, vj = k64[:, j], v64[:, j]
         if dout is None:
-            o, l = _group_attention(qj, kj, vj, vis, scale)
+            o, group_lse = _group_attention(qj, kj, vj, vis, scale)
         else:
             qj, kj, vj = (t.clone().requires_grad_() for t in (qj, kj, vj))
             with torch.enable_grad():
-                o, l = _group_attention(qj, kj, vj, vis, scale)
+                o, group_lse = _group_attention(qj, kj, vj, vis, scale)
                 dq, dk, dv = torch.autograd.grad(o, (qj, kj, vj), dout64[:, heads].transpose(0, 1))
             grads[0][:, heads] = dq.transpose(0, 1)
             grads[1][:, j], grads[2][:, j] = dk, dv
-            o, l = o.detach(), l.detach()
+            o, group_lse = o.detach(), group_lse.detach()
         out[:, heads] = o.transpose(0, 1)
-        lse[heads] = l
+        lse[heads] = group_lse
     return out, lse, grads
 
 

@@ -96,7 +96,7 @@ def _tiles(block: int):
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, O, LSE, KV_IDX, KV_NUM,
+def _fwd_kernel(Q, K, V, Out, LSE, KV_IDX, KV_NUM,
                 stride_qb, stride_qh, stride_qs,
                 stride_kb, stride_kh, stride_ks,
                 stride_vb, stride_vh, stride_vs,
@@ -143,8 +143,8 @@ def _fwd_kernel(Q, K, V, O, LSE, KV_IDX, KV_NUM,
     empty = l_i == 0.0  # a query block that keeps no key block: output 0, LSE -inf
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
-    tl.store(O + b * stride_ob + h.to(tl.int64) * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :],
-             out.to(O.dtype.element_ty))
+    tl.store(Out + b * stride_ob + h.to(tl.int64) * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :],
+             out.to(Out.dtype.element_ty))
     tl.store(LSE + (b * n_heads + h) * seqlen + offs_m, lse)
 
 
@@ -171,14 +171,14 @@ def forward(q, k, v, index: BlockIndex, scale: float):
 
 
 @triton.jit
-def _bwd_delta_kernel(O, DO, DELTA, stride_ob, stride_oh, stride_os, stride_db, stride_dh, stride_ds,
+def _bwd_delta_kernel(Out, DO, DELTA, stride_ob, stride_oh, stride_os, stride_db, stride_dh, stride_ds,
                       seqlen, n_heads, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
     pid_m = tl.program_id(0)
     h = tl.program_id(1).to(tl.int64)
     b = tl.program_id(2).to(tl.int64)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :])
+    o = tl.load(Out + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :])
     do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_ds + offs_d[None, :])
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + (b * n_heads + h) * seqlen + offs_m, delta)

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import lengths as L
 from . import predicates as P
-from .ranges import Slice, nonempty
+from .ranges import Slice, check_block_multiple, nonempty
 
 
 @dataclass(frozen=True)
@@ -73,30 +73,37 @@ class Pattern:
         return None
 
 
+def _kind(causal: bool) -> str:
+    """The slice kind, the predicate and the native window of attention inside one span (the
+    whole sequence, or one document): bidirectional or causal."""
+    return "causal" if causal else "full"
+
+
+def _within(causal: bool):
+    return P.causal() if causal else P.full()
+
+
+def _window(causal: bool) -> tuple:
+    return (-1, 0) if causal else (-1, -1)
+
+
 class Full(Pattern):
     name = "full"
+    causal = False
 
     def predicate(self, seqlen, params, device):
-        return P.full()
+        return _within(self.causal)
 
     def slices(self, seqlen, params):
-        return [Slice(0, seqlen, 0, seqlen, "full")]
+        return [Slice(0, seqlen, 0, seqlen, _kind(self.causal))]
 
     def native_form(self, seqlen, params):
-        return NativeForm((seqlen,), False, (-1, -1))
+        return NativeForm((seqlen,), self.causal, _window(self.causal))
 
 
-class Causal(Pattern):
+class Causal(Full):
     name = "causal"
-
-    def predicate(self, seqlen, params, device):
-        return P.causal()
-
-    def slices(self, seqlen, params):
-        return [Slice(0, seqlen, 0, seqlen, "causal")]
-
-    def native_form(self, seqlen, params):
-        return NativeForm((seqlen,), True, (-1, 0))
+    causal = True
 
 
 class Documents(Pattern):
@@ -116,28 +123,21 @@ class Documents(Pattern):
 
 class FullDocument(Documents):
     name = "full_document"
+    causal = False
 
     def predicate(self, seqlen, params, device):
-        return P.in_documents(P.full(), *self.docs(params, device))
+        return P.in_documents(_within(self.causal), *self.docs(params, device))
 
     def slices(self, seqlen, params):
-        return [Slice(a, b, a, b, "full") for a, b in _doc_bounds(params["doc_lengths"])]
+        return [Slice(a, b, a, b, _kind(self.causal)) for a, b in _doc_bounds(params["doc_lengths"])]
 
     def native_form(self, seqlen, params):
-        return NativeForm(tuple(params["doc_lengths"]), False, (-1, -1))
+        return NativeForm(tuple(params["doc_lengths"]), self.causal, _window(self.causal))
 
 
-class CausalDocument(Documents):
+class CausalDocument(FullDocument):
     name = "causal_document"
-
-    def predicate(self, seqlen, params, device):
-        return P.in_documents(P.causal(), *self.docs(params, device))
-
-    def slices(self, seqlen, params):
-        return [Slice(a, b, a, b, "causal") for a, b in _doc_bounds(params["doc_lengths"])]
-
-    def native_form(self, seqlen, params):
-        return NativeForm(tuple(params["doc_lengths"]), True, (-1, 0))
+    causal = True
 
 
 class LongDocuments:
@@ -306,11 +306,7 @@ class BlockCausalDocument(Documents):
     cfg_keys = ("block",)
 
     def check(self, seqlen, cfg):
-        b = int(cfg.get("block", 0))
-        if b < 1:
-            raise ValueError(f"{self.name} needs mask_params.block >= 1, got {cfg.get('block')!r}")
-        if seqlen % b:
-            raise ValueError(f"{self.name}: seqlen {seqlen} is not a multiple of mask_params.block={b}")
+        check_block_multiple(self.name, cfg, "block", seqlen)
 
     def sample(self, seqlen, cfg, rng, histograms):
         self.check(seqlen, cfg)

@@ -16,6 +16,17 @@ from dataclasses import dataclass
 KINDS = ("full", "causal", "inv_causal", "bi_causal")
 
 
+def check_block_multiple(mask, cfg, key, seqlen) -> int:
+    """The block size mask_params[key] of a mask that tiles the sequence in equal blocks; a
+    ValueError unless it is >= 1 and divides seqlen."""
+    b = int(cfg.get(key, 0))
+    if b < 1:
+        raise ValueError(f"{mask} needs mask_params.{key} >= 1, got {cfg.get(key)!r}")
+    if seqlen % b:
+        raise ValueError(f"{mask}: seqlen {seqlen} is not a multiple of mask_params.{key}={b}")
+    return b
+
+
 @dataclass(frozen=True)
 class Slice:
     q0: int

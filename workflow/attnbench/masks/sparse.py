@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .ranges import Slice
+from .ranges import Slice, check_block_multiple
 
 GRANULARITIES = ("head", "kv_head")
 
@@ -159,6 +159,32 @@ class SparsePattern:
     # Keys the generator reads; the others in params are what it produced (recorded, not inputs).
     generator_keys = ()
 
+    def check_blocks(self, seqlen, cfg):
+        """Raise ValueError unless cfg's block sizes fit seqlen (each pattern its own)."""
+        raise NotImplementedError
+
+    def block_params(self, cfg) -> dict:
+        """The pattern's block sizes from cfg, as the generator reads them."""
+        raise NotImplementedError
+
+    def check(self, seqlen, cfg):
+        self.check_blocks(seqlen, cfg)
+        d = float(cfg.get("density", -1))
+        if not 0 < d <= 1:
+            raise ValueError(f"{self.name} needs 0 < mask_params.density <= 1, got {cfg.get('density')!r}")
+
+    def sample(self, seqlen, cfg, rng, heads_q, heads_kv):
+        self.check(seqlen, cfg)
+        params = {
+            **self.block_params(cfg),
+            "density": float(cfg["density"]),
+            "granularity": cfg.get("granularity", "kv_head"),
+            "groups": self.groups(cfg, heads_q, heads_kv),
+            "heads_q": heads_q,
+            "seed": int(rng.integers(2**31 - 1)),
+        }
+        return self._realised(params, self.layout(seqlen, params))
+
     def _realised(self, params, lay):
         params["kept_blocks"] = int(lay.keep.sum())
         params["total_blocks"] = int(lay.keep.numel())
@@ -184,27 +210,11 @@ class BlockSparse(SparsePattern):
     cfg_keys = ("block_size", "density", "granularity")
     generator_keys = ("block_size", "density", "groups", "seed")
 
-    def check(self, seqlen, cfg):
-        b = int(cfg.get("block_size", 0))
-        if b < 1:
-            raise ValueError(f"block_sparse needs mask_params.block_size >= 1, got {cfg.get('block_size')!r}")
-        if seqlen % b:
-            raise ValueError(f"block_sparse: seqlen {seqlen} is not a multiple of block_size={b}")
-        d = float(cfg.get("density", -1))
-        if not 0 < d <= 1:
-            raise ValueError(f"block_sparse needs 0 < mask_params.density <= 1, got {cfg.get('density')!r}")
+    def check_blocks(self, seqlen, cfg):
+        check_block_multiple(self.name, cfg, "block_size", seqlen)
 
-    def sample(self, seqlen, cfg, rng, heads_q, heads_kv):
-        self.check(seqlen, cfg)
-        params = {
-            "block_size": int(cfg["block_size"]),
-            "density": float(cfg["density"]),
-            "granularity": cfg.get("granularity", "kv_head"),
-            "groups": self.groups(cfg, heads_q, heads_kv),
-            "heads_q": heads_q,
-            "seed": int(rng.integers(2**31 - 1)),
-        }
-        return self._realised(params, self.layout(seqlen, params))
+    def block_params(self, cfg):
+        return {"block_size": int(cfg["block_size"])}
 
     @staticmethod
     def generate(seqlen, params) -> BlockLayout:
@@ -223,7 +233,7 @@ class VariableBlockSparse(SparsePattern):
     cfg_keys = ("avg_block", "min_block", "density", "granularity")
     generator_keys = ("avg_block", "min_block", "density", "groups", "seed")
 
-    def check(self, seqlen, cfg):
+    def check_blocks(self, seqlen, cfg):
         a, m = int(cfg.get("avg_block", 0)), int(cfg.get("min_block", 128))
         if a < m or m < 1:
             raise ValueError(
@@ -231,22 +241,9 @@ class VariableBlockSparse(SparsePattern):
             )
         if seqlen < a:
             raise ValueError(f"variable_block_sparse: seqlen {seqlen} is shorter than avg_block={a}")
-        d = float(cfg.get("density", -1))
-        if not 0 < d <= 1:
-            raise ValueError(f"variable_block_sparse needs 0 < mask_params.density <= 1, got {cfg.get('density')!r}")
 
-    def sample(self, seqlen, cfg, rng, heads_q, heads_kv):
-        self.check(seqlen, cfg)
-        params = {
-            "avg_block": int(cfg["avg_block"]),
-            "min_block": int(cfg.get("min_block", 128)),
-            "density": float(cfg["density"]),
-            "granularity": cfg.get("granularity", "kv_head"),
-            "groups": self.groups(cfg, heads_q, heads_kv),
-            "heads_q": heads_q,
-            "seed": int(rng.integers(2**31 - 1)),
-        }
-        return self._realised(params, self.layout(seqlen, params))
+    def block_params(self, cfg):
+        return {"avg_block": int(cfg["avg_block"]), "min_block": int(cfg.get("min_block", 128))}
 
     @staticmethod
     def generate(seqlen, params) -> BlockLayout:

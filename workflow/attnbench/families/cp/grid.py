@@ -12,15 +12,7 @@ import itertools
 
 from ... import masks as M
 from ...cp import catalog
-from ...grid.expand import (
-    cell_path,
-    common_fields,
-    grid_products,
-    histograms_for,
-    mask_param_points,
-    mask_problems,
-    shape_problems,
-)
+from ...grid import expand as expansion  # the shared expansion (this module defines `expand`)
 
 
 def _cp(grid) -> dict:
@@ -29,8 +21,8 @@ def _cp(grid) -> dict:
 
 def problems(cfg, grid, prod, at) -> list[str]:
     """Everything wrong with one product of a CP grid."""
-    return (mask_problems(prod, "cp", M.CP_MASKS, at) + grid_problems(grid, prod, at)
-            + shape_problems(cfg, grid, prod, at))
+    return (expansion.mask_problems(prod, "cp", M.CP_MASKS, at) + grid_problems(grid, prod, at)
+            + expansion.shape_problems(cfg, grid, prod, at))
 
 
 def grid_problems(grid, prod, at) -> list[str]:
@@ -84,10 +76,10 @@ def _degrees(method, gpus, c) -> catalog.Degrees:
 def expand(cfg, gname) -> list[dict]:
     grid = cfg["grids"][gname]
     c, device = _cp(grid), grid["device"]
-    common = common_fields(grid)
+    common = expansion.common_fields(grid)
     kernel = catalog.resolve_local_kernel(c["local_kernel"], device)
     cells = {}
-    for prod in grid_products(grid):
+    for prod in expansion.grid_products(grid):
         for method, mask, tpg, gpus, (hq, hkv), d, dtype, direction in itertools.product(
             prod["methods"], prod["masks"], prod["tokens_per_gpu"], prod["gpus"], prod["heads"], prod["head_dim"],
             prod["dtype"], prod["direction"],
@@ -95,13 +87,13 @@ def expand(cfg, gname) -> list[dict]:
             deg = _degrees(method, gpus, c)
             nodes = -(-gpus // c["gpus_per_node"]) if device == "cuda" else 1
             seqlen = tpg * gpus
-            for mp in mask_param_points(mask, grid, prod):
+            for mp in expansion.mask_param_points(mask, grid, prod):
                 cell = {"grid": gname, "family": "cp", "impl": method, "mask": mask, "mask_params": mp,
                         "seqlen": seqlen, "tokens_per_gpu": tpg, "heads_q": hq, "heads_kv": hkv, "head_dim": d,
                         "dtype": dtype, "direction": direction, "gpus": gpus, **common,
-                        "histograms": histograms_for(cfg, mask, seqlen),
+                        "histograms": expansion.histograms_for(cfg, mask, seqlen),
                         "cp": {"local_kernel": kernel, **deg.to_json(), "gpus_per_node": c["gpus_per_node"],
                                "nodes": nodes, "nproc_per_node": gpus // nodes, "breakdown": c["breakdown"],
                                "timeout_s": c["timeout_s"]}}
-                cells[cell_path(cell)] = cell
+                cells[expansion.cell_path(cell)] = cell
     return list(cells.values())

@@ -6,15 +6,7 @@ from __future__ import annotations
 import itertools
 
 from ... import masks as M
-from ...grid.expand import (
-    cell_path,
-    common_fields,
-    grid_products,
-    histograms_for,
-    mask_param_points,
-    mask_problems,
-    shape_problems,
-)
+from ...grid import expand as expansion  # the shared expansion (this module defines `expand`)
 from ...kernels import catalog
 
 # Kernel grids may draw every single-GPU mask, and CP's patterns on one GPU.
@@ -23,7 +15,7 @@ VALID_MASKS = M.STATIC_MASKS + M.SPARSE_MASKS + tuple(M.CP_PATTERNS)
 
 def problems(cfg, grid, prod, at, family="kernel") -> list[str]:
     """Everything wrong with one product of a kernel grid."""
-    out = mask_problems(prod, family, VALID_MASKS, at)
+    out = expansion.mask_problems(prod, family, VALID_MASKS, at)
     if "kernels" not in prod:
         out.append(f"{at}: family {family} needs 'kernels' (valid kernels: {', '.join(catalog.KERNELS)})")
     for i, k in enumerate(prod.get("kernels", [])):
@@ -37,15 +29,15 @@ def problems(cfg, grid, prod, at, family="kernel") -> list[str]:
                        "(or your own, as 'module:Class')")
     if "seqlen" not in prod:
         out.append(f"{at}: family {family} needs 'seqlen'")
-    return out + shape_problems(cfg, grid, prod, at)
+    return out + expansion.shape_problems(cfg, grid, prod, at)
 
 
 def expand(cfg, gname) -> list[dict]:
     grid = cfg["grids"][gname]
     fam = grid["family"]
-    common = common_fields(grid)
+    common = expansion.common_fields(grid)
     cells = {}
-    for prod in grid_products(grid):
+    for prod in expansion.grid_products(grid):
         for impl, mask, seqlen, (hq, hkv), d, dtype, direction in itertools.product(
             prod["kernels"], prod["masks"], prod["seqlen"], prod["heads"], prod["head_dim"], prod["dtype"],
             prod["direction"],
@@ -54,10 +46,10 @@ def expand(cfg, gname) -> list[dict]:
             # processes that run and draw them
             own = {"kernel_class": impl} if ":" in impl else {}
             name = catalog.resolve(impl).name
-            for mp in mask_param_points(mask, grid, prod):
+            for mp in expansion.mask_param_points(mask, grid, prod):
                 cell = {"grid": gname, "family": fam, "impl": name, **own, "mask": mask, "mask_params": mp,
                         "seqlen": seqlen, "heads_q": hq, "heads_kv": hkv, "head_dim": d, "dtype": dtype,
                         "direction": direction, "gpus": 1, **common,
-                        "histograms": histograms_for(cfg, mask, seqlen)}
-                cells[cell_path(cell)] = cell
+                        "histograms": expansion.histograms_for(cfg, mask, seqlen)}
+                cells[expansion.cell_path(cell)] = cell
     return list(cells.values())
