@@ -19,6 +19,6 @@ include: "workflow/rules/cp_model.smk"
 
 
 rule all:
+    default_target: True
     input:
         report_outputs() + records_not_on_disk(),
-    default_target: True

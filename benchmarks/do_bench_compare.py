@@ -25,26 +25,40 @@ import numpy as np
 import pandas as pd
 import torch
 from attnbench.harness import inputs as I
+from attnbench.harness.measure import time_ms
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load
 from attnbench.masks import Mask
-from attnbench.harness.measure import time_ms
 
 
 def rebuild_call(record):
     """The timed call of a record's first sample, exactly as the cell built it."""
     spec, sample = record["cell"], record["samples"][0]
     dtype = I.torch_dtype(spec["dtype"])
-    kernel = load(catalog.get(spec["impl"]), device="cuda", dtype=dtype, heads_q=spec["heads_q"],
-                  heads_kv=spec["heads_kv"], head_dim=spec["head_dim"])
+    kernel = load(
+        catalog.get(spec["impl"]),
+        device="cuda",
+        dtype=dtype,
+        heads_q=spec["heads_q"],
+        heads_kv=spec["heads_kv"],
+        head_dim=spec["head_dim"],
+    )
     mask = Mask(spec["mask"], spec["seqlen"], sample["mask_params"], heads_q=spec["heads_q"])
-    q, k, v, dout = I.make_inputs(I.input_seed(record["data_seed"], 0, spec["seqlen"]), spec["seqlen"], spec["heads_q"], spec["heads_kv"],
-                                  spec["head_dim"], dtype, "cuda")
+    q, k, v, dout = I.make_inputs(
+        I.input_seed(record["data_seed"], 0, spec["seqlen"]),
+        spec["seqlen"],
+        spec["heads_q"],
+        spec["heads_kv"],
+        spec["head_dim"],
+        dtype,
+        "cuda",
+    )
     fn = kernel.prepare(mask)
     backward = spec["direction"] != "fwd"
     leaves = [from_thd(x, kernel.layout).requires_grad_(backward) for x in (q, k, v)]
     dout_l = from_thd(dout, kernel.layout)
     if spec["direction"] == "fwd":
+
         def call():
             with torch.no_grad():
                 return fn(*leaves)
@@ -54,8 +68,10 @@ def rebuild_call(record):
         def call():
             return torch.autograd.grad(out, leaves, dout_l, retain_graph=True)
     else:
+
         def call():
             return torch.autograd.grad(fn(*leaves), leaves, dout_l)
+
     return call
 
 
@@ -85,27 +101,43 @@ def protocol_variants(call, warmup: int, reps: int) -> dict:
         torch.cuda.synchronize()
         return float(np.median([a.elapsed_time(b) for a, b in events]))
 
-    return {"sync_each_ms": timed(True, None), "no_sync_ms": timed(False, None),
-            "flush256_ms": timed(True, 256 * 2**20), "no_sync_flush256_ms": timed(False, 256 * 2**20)}
+    return {
+        "sync_each_ms": timed(True, None),
+        "no_sync_ms": timed(False, None),
+        "flush256_ms": timed(True, 256 * 2**20),
+        "no_sync_flush256_ms": timed(False, 256 * 2**20),
+    }
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--cells", required=True, help="the tidy table of a GPU run")
     p.add_argument("--impls", nargs="*", default=["sdpa_cudnn", "sdpa_flash", "flex"])
     p.add_argument("--mask", default="causal")
     p.add_argument("--seqlen", type=int, default=16384)
     p.add_argument("--grid", help="only this grid's cells")
     p.add_argument("--pause-s", type=float, default=2.0, help="idle seconds before each timing")
-    p.add_argument("--variants", action="store_true", help="also time variations of the protocol (protocol_variants)")
+    p.add_argument(
+        "--variants",
+        action="store_true",
+        help="also time variations of the protocol (protocol_variants)",
+    )
     p.add_argument("--out", help="also write the comparison as CSV here")
     a = p.parse_args(argv)
     from triton.testing import do_bench
 
     df = pd.read_csv(a.cells)
-    sel = df[df["impl"].isin(a.impls) & (df["mask"] == a.mask) & (df["seqlen"] == a.seqlen)
-             & (df["status"] == "ok") & (df["device"] == "cuda") & (df["heads_q"] != df["heads_kv"])
-             & ((df["grid"] == a.grid) if a.grid else True)]
+    sel = df[
+        df["impl"].isin(a.impls)
+        & (df["mask"] == a.mask)
+        & (df["seqlen"] == a.seqlen)
+        & (df["status"] == "ok")
+        & (df["device"] == "cuda")
+        & (df["heads_q"] != df["heads_kv"])
+        & ((df["grid"] == a.grid) if a.grid else True)
+    ]
     rows = []
     for _, r in sel.sort_values(["impl", "direction"]).iterrows():
         record = json.loads(Path(r["record"]).read_text())
@@ -114,13 +146,27 @@ def main(argv=None):
         time.sleep(a.pause_s)
         ms = do_bench(call, warmup=25, rep=100, return_mode="median")
         time.sleep(a.pause_s)
-        now = time_ms(call, warmup=record["cell"]["warmup"], reps=record["cell"]["reps"], device="cuda")
+        now = time_ms(
+            call, warmup=record["cell"]["warmup"], reps=record["cell"]["reps"], device="cuda"
+        )
         now_ms = float(np.median(now))
-        rows.append({"impl": r["impl"], "mask": a.mask, "seqlen": a.seqlen, "direction": r["direction"],
-                     "pipeline_ms": pipeline_ms, "do_bench_ms": ms, "ratio": pipeline_ms / ms,
-                     "pipeline_now_ms": now_ms, "ratio_now": now_ms / ms})
+        rows.append(
+            {
+                "impl": r["impl"],
+                "mask": a.mask,
+                "seqlen": a.seqlen,
+                "direction": r["direction"],
+                "pipeline_ms": pipeline_ms,
+                "do_bench_ms": ms,
+                "ratio": pipeline_ms / ms,
+                "pipeline_now_ms": now_ms,
+                "ratio_now": now_ms / ms,
+            }
+        )
         if a.variants:
-            rows[-1].update(protocol_variants(call, record["cell"]["warmup"], max(record["cell"]["reps"], 20)))
+            rows[-1].update(
+                protocol_variants(call, record["cell"]["warmup"], max(record["cell"]["reps"], 20))
+            )
         del call
         torch.cuda.empty_cache()
     out = pd.DataFrame(rows)

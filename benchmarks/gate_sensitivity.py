@@ -26,30 +26,65 @@ sys.path.insert(0, str(ROOT / "workflow"))
 import attnbench.masks as M  # noqa: E402
 from attnbench.families.kernel.cell import check_correctness  # noqa: E402
 from attnbench.harness.inputs import make_inputs  # noqa: E402
+from attnbench.harness.perturb import perturbations  # noqa: E402
 from attnbench.kernels import catalog  # noqa: E402
 from attnbench.kernels.base import load  # noqa: E402
-from attnbench.harness.perturb import perturbations  # noqa: E402
 
 CP_ONLY = tuple(m for m in M.CP_MASKS if m not in M.STATIC_MASKS)
 
 
-def rows(kernel_name, mask_names, seqlen, cfg, heads, head_dim, dtypes, directions, factor, seed, histograms):
+def rows(
+    kernel_name,
+    mask_names,
+    seqlen,
+    cfg,
+    heads,
+    head_dim,
+    dtypes,
+    directions,
+    factor,
+    seed,
+    histograms,
+):
     hq, hkv = heads
     for name in mask_names:
         mask = M.sample_mask(name, seqlen, cfg, np.random.default_rng(seed), histograms, hq, hkv)
         for dtype in dtypes:
-            kernel = load(catalog.get(kernel_name), device="cpu", dtype=dtype, heads_q=hq, heads_kv=hkv,
-                          head_dim=head_dim)
+            kernel = load(
+                catalog.get(kernel_name),
+                device="cpu",
+                dtype=dtype,
+                heads_q=hq,
+                heads_kv=hkv,
+                head_dim=head_dim,
+            )
             q, k, v, dout = make_inputs(seed, seqlen, hq, hkv, head_dim, dtype, "cpu")
             for wrong in [None, *perturbations(mask)]:
                 for direction in directions:
-                    chk = check_correctness(kernel, kernel.prepare(wrong or mask), mask, q, k, v, dout, direction,
-                                            factor)
-                    yield name, "(none)" if wrong is None else wrong.label, str(dtype).split(".")[-1], direction, chk
+                    chk = check_correctness(
+                        kernel,
+                        kernel.prepare(wrong or mask),
+                        mask,
+                        q,
+                        k,
+                        v,
+                        dout,
+                        direction,
+                        factor,
+                    )
+                    yield (
+                        name,
+                        "(none)" if wrong is None else wrong.label,
+                        str(dtype).split(".")[-1],
+                        direction,
+                        chk,
+                    )
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--seqlen", type=int, default=4096)
     p.add_argument("--window", type=int, default=1024)
     p.add_argument("--block", type=int, default=1024, help="block_causal_document's block")
@@ -66,20 +101,36 @@ def main(argv=None):
     cfg = {"window": a.window, "block": a.block, "long_doc_range": [a.seqlen // 4, a.seqlen // 2]}
     heads = tuple(int(x) for x in a.heads.split(":"))
     dtypes = [getattr(torch, d) for d in a.dtypes]
-    print(f"S {a.seqlen}, heads {a.heads}, D {a.head_dim}, window {a.window}, block {a.block}, kernel {a.kernel}, "
-          f"factor {a.factor}; per quantity: largest per-row error / tolerance (flagged when > 1)")
+    print(
+        f"S {a.seqlen}, heads {a.heads}, D {a.head_dim}, window {a.window}, block {a.block}, kernel {a.kernel}, "
+        f"factor {a.factor}; per quantity: largest per-row error / tolerance (flagged when > 1)"
+    )
     print("| mask | perturbation | dtype | dir | flagged | out | dq | dk | dv | out, Frobenius |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     t0, missed = time.perf_counter(), 0
-    for name, label, dt, direction, chk in rows(a.kernel, a.masks, a.seqlen, cfg, heads, a.head_dim, dtypes,
-                                                 a.directions, a.factor, a.seed, histograms):
+    for name, label, dt, direction, chk in rows(
+        a.kernel,
+        a.masks,
+        a.seqlen,
+        cfg,
+        heads,
+        a.head_dim,
+        dtypes,
+        a.directions,
+        a.factor,
+        a.seed,
+        histograms,
+    ):
         flagged = not chk["passed"]
         if flagged == (label == "(none)"):
             missed += 1
         ratio = {n: chk["errors"][n] / chk["tolerance"][n] for n in chk["errors"]}
         cells = [f"{ratio[n]:.2f}" if n in ratio else "" for n in ("out", "dq", "dk", "dv")]
-        print(f"| {name} | {label} | {dt} | {direction} | {'yes' if flagged else 'NO'} | {' | '.join(cells)} | "
-              f"{chk['frobenius_errors']['out']:.4f} |", flush=True)
+        print(
+            f"| {name} | {label} | {dt} | {direction} | {'yes' if flagged else 'NO'} | {' | '.join(cells)} | "
+            f"{chk['frobenius_errors']['out']:.4f} |",
+            flush=True,
+        )
     print(f"{missed} wrong verdicts; {time.perf_counter() - t0:.0f} s")
     return 1 if missed else 0
 

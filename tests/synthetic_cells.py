@@ -8,14 +8,30 @@ every status, two heads settings and several lengths.
 from __future__ import annotations
 
 import pandas as pd
-
 from attnbench.report.collect import COLUMNS
 
-ENV = {"device": "cuda", "device_name": "Test GPU 80GB", "dtype": "bfloat16", "head_dim": 128, "gpus": 1,
-       "torch": "2.11.0+test", "triton": "3.5.0", "python": "3.11.7", "cuda": "12.8", "cudnn": "91002",
-       "driver": "570.00", "host": "testhost", "git_commit": "0123456789abcdef", "git_dirty": False,
-       "warmup": 5, "reps": 20, "samples": 2, "started_at": "2026-01-01T00:00:00+00:00",
-       "finished_at": "2026-01-01T01:00:00+00:00", "mem_source": None}
+ENV = {
+    "device": "cuda",
+    "device_name": "Test GPU 80GB",
+    "dtype": "bfloat16",
+    "head_dim": 128,
+    "gpus": 1,
+    "torch": "2.11.0+test",
+    "triton": "3.5.0",
+    "python": "3.11.7",
+    "cuda": "12.8",
+    "cudnn": "91002",
+    "driver": "570.00",
+    "host": "testhost",
+    "git_commit": "0123456789abcdef",
+    "git_dirty": False,
+    "warmup": 5,
+    "reps": 20,
+    "samples": 2,
+    "started_at": "2026-01-01T00:00:00+00:00",
+    "finished_at": "2026-01-01T01:00:00+00:00",
+    "mem_source": None,
+}
 
 
 def tidy(rows: list[dict], grid: str = "synthetic", family: str = "kernel") -> pd.DataFrame:
@@ -54,7 +70,13 @@ def kernel_status(impl, mask, seqlen, heads, direction) -> str:
         return "unsupported"
     if impl == "naive" and (seqlen == 16384 or (seqlen == 8192 and heads == (64, 64))):
         return "oom"
-    if impl == "flex" and mask == "causal" and seqlen == 4096 and heads == (64, 8) and direction == "fwd":
+    if (
+        impl == "flex"
+        and mask == "causal"
+        and seqlen == 4096
+        and heads == (64, 8)
+        and direction == "fwd"
+    ):
         return "incorrect"
     return "ok"
 
@@ -68,14 +90,32 @@ def kernel_table(lengths=LENGTHS) -> pd.DataFrame:
                     for d in ("fwd", "bwd"):
                         st = kernel_status(impl, mask, s, h, d)
                         tflops = 10.0 * (i + 1) + s / 1024  # arbitrary distinct numbers
-                        rows.append({"impl": impl, "mask": mask, "seqlen": s, "heads_q": h[0], "heads_kv": h[1],
-                                     "direction": d, "status": st, "tflops": tflops,
-                                     "tflops_p20": tflops - 0.5, "tflops_p80": tflops + 0.5,
-                                     "peak_mem_bytes": float(s * h[1] * (i + 1) * 2**12)})
+                        rows.append(
+                            {
+                                "impl": impl,
+                                "mask": mask,
+                                "seqlen": s,
+                                "heads_q": h[0],
+                                "heads_kv": h[1],
+                                "direction": d,
+                                "status": st,
+                                "tflops": tflops,
+                                "tflops_p20": tflops - 0.5,
+                                "tflops_p80": tflops + 0.5,
+                                "peak_mem_bytes": float(s * h[1] * (i + 1) * 2**12),
+                            }
+                        )
     return tidy(rows)
 
 
 def kernel_grid_config(lengths=LENGTHS) -> dict:
-    return {"family": "kernel", "device": "cuda", "description": "synthetic test grid", "kernels": list(KERNELS),
-            "masks": list(MASKS), "seqlen": list(lengths), "heads": [list(h) for h in HEADS],
-            "direction": ["fwd", "bwd"]}
+    return {
+        "family": "kernel",
+        "device": "cuda",
+        "description": "synthetic test grid",
+        "kernels": list(KERNELS),
+        "masks": list(MASKS),
+        "seqlen": list(lengths),
+        "heads": [list(h) for h in HEADS],
+        "direction": ["fwd", "bwd"],
+    }

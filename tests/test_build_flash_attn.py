@@ -24,12 +24,19 @@ SDIST_NAME = f"flash_attn-{VERSION}.tar.gz"
 KERNEL_DIR = "csrc/flash_attn/src"
 SUBSET_SOURCES = ["csrc/flash_attn/flash_api.cpp"] + [
     f"{KERNEL_DIR}/flash_{kind}_hdim{d}_bf16{causal}_sm80.cu"
-    for kind in ("fwd", "fwd_split", "bwd") for d in (64, 128) for causal in ("", "_causal")]
+    for kind in ("fwd", "fwd_split", "bwd")
+    for d in (64, 128)
+    for causal in ("", "_causal")
+]
 
 
 def run_script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), "--python", sys.executable, *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--python", sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def pypi_reachable() -> bool:
@@ -51,9 +58,13 @@ def sdist(request, tmp_path_factory) -> Path:
     if (folder / SDIST_NAME).is_file():
         return folder / SDIST_NAME
     if not pypi_reachable():
-        pytest.skip(f"{SDIST_NAME} is not available locally (set FLASH_ATTN_SDIST) and pypi.org is unreachable")
+        pytest.skip(
+            f"{SDIST_NAME} is not available locally (set FLASH_ATTN_SDIST) and pypi.org is unreachable"
+        )
     download = folder / "download"
-    result = run_script("--patch-only", "--version", VERSION, "--work-dir", str(download), timeout=300)
+    result = run_script(
+        "--patch-only", "--version", VERSION, "--work-dir", str(download), timeout=300
+    )
     assert result.returncode == 0, result.stderr
     shutil.move(download / "sdist" / SDIST_NAME, folder / SDIST_NAME)
     shutil.rmtree(download)
@@ -63,8 +74,9 @@ def sdist(request, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def patched(sdist, tmp_path_factory) -> tuple[Path, str]:
     """The patched source tree of the default build (bf16, head dims 64 and 128), and the output."""
-    result = run_script("--patch-only", "--sdist", str(sdist),
-                        "--work-dir", str(tmp_path_factory.mktemp("work")))
+    result = run_script(
+        "--patch-only", "--sdist", str(sdist), "--work-dir", str(tmp_path_factory.mktemp("work"))
+    )
     assert result.returncode == 0, result.stderr
     tree = re.search(r"Patched source tree: (\S+)", result.stdout)
     assert tree, result.stdout
@@ -73,9 +85,13 @@ def patched(sdist, tmp_path_factory) -> tuple[Path, str]:
 
 def cuda_extension_call(setup_py: Path) -> ast.Call:
     """The CUDA (not ROCm) extension: the CUDAExtension call whose sources are a literal list."""
-    calls = [node for node in ast.walk(ast.parse(setup_py.read_text()))
-             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "CUDAExtension"
-             and any(kw.arg == "sources" and isinstance(kw.value, ast.List) for kw in node.keywords)]
+    calls = [
+        node
+        for node in ast.walk(ast.parse(setup_py.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "CUDAExtension"
+        and any(kw.arg == "sources" and isinstance(kw.value, ast.List) for kw in node.keywords)
+    ]
     assert len(calls) == 1
     return calls[0]
 
@@ -92,12 +108,20 @@ def test_setup_py_compiles_only_the_twelve_bf16_kernels(patched):
 def test_setup_py_disables_the_features_for_both_compilers(patched):
     tree, _ = patched
     module = ast.parse((tree / "setup.py").read_text())
-    defines = next(node.value for node in module.body if isinstance(node, ast.Assign)
-                   and getattr(node.targets[0], "id", None) == "SUBSET_BUILD_DEFINES")
+    defines = next(
+        node.value
+        for node in module.body
+        if isinstance(node, ast.Assign)
+        and getattr(node.targets[0], "id", None) == "SUBSET_BUILD_DEFINES"
+    )
     assert [elt.value for elt in defines.elts] == [
-        f"-DFLASHATTENTION_DISABLE_{name}" for name in ("DROPOUT", "ALIBI", "SOFTCAP", "UNEVEN_K")]
-    args = next(kw.value for kw in cuda_extension_call(tree / "setup.py").keywords
-                if kw.arg == "extra_compile_args")
+        f"-DFLASHATTENTION_DISABLE_{name}" for name in ("DROPOUT", "ALIBI", "SOFTCAP", "UNEVEN_K")
+    ]
+    args = next(
+        kw.value
+        for kw in cuda_extension_call(tree / "setup.py").keywords
+        if kw.arg == "extra_compile_args"
+    )
     for compiler, flags in zip(args.keys, args.values):
         assert "SUBSET_BUILD_DEFINES" in ast.unparse(flags), compiler.value
 
@@ -145,11 +169,20 @@ def test_switches_dispatch_only_the_subset_and_reject_the_rest(patched, tmp_path
         pytest.skip("no C++ compiler to run the patched static_switch.h")
     tree, _ = patched
     (tmp_path / "switch.cpp").write_text(SWITCH_PROGRAM)
-    subprocess.run([compiler, "-std=c++17", f"-I{tree / KERNEL_DIR}", "switch.cpp", "-o", "switch"],
-                   cwd=tmp_path, check=True, capture_output=True, timeout=60)
-    lines = subprocess.run([tmp_path / "switch"], capture_output=True, text=True, check=True).stdout.splitlines()
-    only_dims = "This FlashAttention build has kernels for head dims 64, 128 only, got {}; " \
-                "other head dims need a full flash-attn build."
+    subprocess.run(
+        [compiler, "-std=c++17", f"-I{tree / KERNEL_DIR}", "switch.cpp", "-o", "switch"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    lines = subprocess.run(
+        [tmp_path / "switch"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    only_dims = (
+        "This FlashAttention build has kernels for head dims 64, 128 only, got {}; "
+        "other head dims need a full flash-attn build."
+    )
     assert lines == [
         "32 bf16 -> error: " + only_dims.format(32),
         "64 bf16 -> 64 bf16",
@@ -161,10 +194,13 @@ def test_switches_dispatch_only_the_subset_and_reject_the_rest(patched, tmp_path
     ]
 
 
-@pytest.mark.parametrize("option, value, choices", [
-    ("--head-dims", "64,80", "32 64 96 128 192 256"),
-    ("--archs", "90;86", "80 90 100 120"),
-])
+@pytest.mark.parametrize(
+    "option, value, choices",
+    [
+        ("--head-dims", "64,80", "32 64 96 128 192 256"),
+        ("--archs", "90;86", "80 90 100 120"),
+    ],
+)
 def test_choices_outside_flash_attn_are_rejected(option, value, choices):
     result = run_script(option, value, "--patch-only", timeout=30)
     bad = value.replace(";", ",").split(",")[-1]
@@ -176,9 +212,16 @@ def test_choices_outside_flash_attn_are_rejected(option, value, choices):
 def script_inputs(sdist) -> dict[str, bytes]:
     """The files of the real sdist that the script reads, by their path in the archive."""
     top = f"flash_attn-{VERSION}"
-    wanted = {f"{top}/{name}" for name in ["PKG-INFO", "setup.py", f"{KERNEL_DIR}/static_switch.h"] + SUBSET_SOURCES}
+    wanted = {
+        f"{top}/{name}"
+        for name in ["PKG-INFO", "setup.py", f"{KERNEL_DIR}/static_switch.h"] + SUBSET_SOURCES
+    }
     with tarfile.open(sdist) as source:
-        return {member.name: source.extractfile(member).read() for member in source if member.name in wanted}
+        return {
+            member.name: source.extractfile(member).read()
+            for member in source
+            if member.name in wanted
+        }
 
 
 def fake_sdist(files: dict[str, bytes], folder: Path, edit_file: str, old: str, new: str) -> Path:
@@ -195,16 +238,37 @@ def fake_sdist(files: dict[str, bytes], folder: Path, edit_file: str, old: str, 
     return fake
 
 
-@pytest.mark.parametrize("edit_file, old, new, message", [
-    ("static_switch.h", "HEADDIM <= 96", "HEADDIM <= 80", "HEADDIM_SWITCH dispatches to"),
-    ("static_switch.h", "using elem_type = cutlass::half_t;", "using elem_type = float;", "FP16_SWITCH"),
-    ("setup.py", '"csrc/flash_attn/src/flash_bwd_hdim96_bf16_sm80.cu",\n', "",
-     "missing ['csrc/flash_attn/src/flash_bwd_hdim96_bf16_sm80.cu']"),
-    ("setup.py", '"cxx": compiler_c17_flag,', '"cxx": compiler_c17_flag + ["-g"],', "compiler_c17_flag"),
-])
-def test_sources_of_another_layout_fail_loudly(script_inputs, tmp_path, edit_file, old, new, message):
+@pytest.mark.parametrize(
+    "edit_file, old, new, message",
+    [
+        ("static_switch.h", "HEADDIM <= 96", "HEADDIM <= 80", "HEADDIM_SWITCH dispatches to"),
+        (
+            "static_switch.h",
+            "using elem_type = cutlass::half_t;",
+            "using elem_type = float;",
+            "FP16_SWITCH",
+        ),
+        (
+            "setup.py",
+            '"csrc/flash_attn/src/flash_bwd_hdim96_bf16_sm80.cu",\n',
+            "",
+            "missing ['csrc/flash_attn/src/flash_bwd_hdim96_bf16_sm80.cu']",
+        ),
+        (
+            "setup.py",
+            '"cxx": compiler_c17_flag,',
+            '"cxx": compiler_c17_flag + ["-g"],',
+            "compiler_c17_flag",
+        ),
+    ],
+)
+def test_sources_of_another_layout_fail_loudly(
+    script_inputs, tmp_path, edit_file, old, new, message
+):
     fake = fake_sdist(script_inputs, tmp_path, edit_file, old, new)
-    result = run_script("--patch-only", "--sdist", str(fake), "--work-dir", str(tmp_path / "work"), timeout=30)
+    result = run_script(
+        "--patch-only", "--sdist", str(fake), "--work-dir", str(tmp_path / "work"), timeout=30
+    )
     assert result.returncode != 0
     assert f"{edit_file} does not look as expected" in result.stderr
     assert message in result.stderr
@@ -212,7 +276,15 @@ def test_sources_of_another_layout_fail_loudly(script_inputs, tmp_path, edit_fil
 
 def test_an_sdist_of_another_version_than_asked_is_rejected(script_inputs, tmp_path):
     fake = fake_sdist(script_inputs, tmp_path, "PKG-INFO", f"Version: {VERSION}", "Version: 2.9.0")
-    result = run_script("--patch-only", "--sdist", str(fake), "--version", VERSION,
-                        "--work-dir", str(tmp_path / "work"), timeout=30)
+    result = run_script(
+        "--patch-only",
+        "--sdist",
+        str(fake),
+        "--version",
+        VERSION,
+        "--work-dir",
+        str(tmp_path / "work"),
+        timeout=30,
+    )
     assert result.returncode != 0
     assert f"the sdist is flash-attn 2.9.0 but version {VERSION} was asked for" in result.stderr

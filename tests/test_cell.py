@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
+from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel import cell as C
 from attnbench.harness import faults as F
-from attnbench.record import record as R
-from attnbench.families import expand_cells, load_config
 from attnbench.kernels import catalog
 from attnbench.kernels.naive import Naive
+from attnbench.record import record as R
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +23,11 @@ def cells(repo):
 
 
 def pick(cells, impl, mask, seqlen=128, direction="fwd", **changes):
-    c = next(c for c in cells if (c["impl"], c["mask"], c["seqlen"], c["direction"]) == (impl, mask, seqlen, direction))
+    c = next(
+        c
+        for c in cells
+        if (c["impl"], c["mask"], c["seqlen"], c["direction"]) == (impl, mask, seqlen, direction)
+    )
     return {**c, **changes}
 
 
@@ -54,15 +57,24 @@ def test_ok_record_has_everything(cells):
         assert s["time_ms_p20"] <= s["time_ms_median"] <= s["time_ms_p80"]
     chk = r["samples"][0]["check"]
     assert chk["passed"] and set(chk["errors"]) == {"out", "dq", "dk", "dv"}
-    assert chk["criterion"] == {"tensors": "row_max_rel"} and set(chk["frobenius_errors"]) == set(chk["errors"])
+    assert chk["criterion"] == {"tensors": "row_max_rel"} and set(chk["frobenius_errors"]) == set(
+        chk["errors"]
+    )
     floor = 2.0**-24 * (32 + 256)  # float32 accumulation over D + n
-    assert all(chk["errors"][n] <= chk["tolerance"][n] == 5 * max(chk["naive_errors"][n], floor) for n in chk["errors"])
+    assert all(
+        chk["errors"][n] <= chk["tolerance"][n] == 5 * max(chk["naive_errors"][n], floor)
+        for n in chk["errors"]
+    )
     assert r["time_ms_p20"] <= r["time_ms_median"] <= r["time_ms_p80"]
     assert r["tflops_p20"] <= r["tflops"] <= r["tflops_p80"]
     assert r["fraction_of_peak"] == pytest.approx(r["tflops"])
     assert r["max_rel_err"] < 1e-5
     env = r["environment"]
-    assert env["torch"] == torch.__version__ and "git_commit" in env and env["libraries"]["torch"] != "missing"
+    assert (
+        env["torch"] == torch.__version__
+        and "git_commit" in env
+        and env["libraries"]["torch"] != "missing"
+    )
     json.dumps(R.json_safe(r), allow_nan=False)
 
 
@@ -71,15 +83,32 @@ def test_record_says_where_its_time_went(cells, tmp_path):
     check phases, which the throughput benchmark turns into a busy share."""
     r = C.run_cell(pick(cells, "naive", "causal", 256, "bwd"))
     phases = [s["phases_s"] for s in r["samples"]]
-    assert all(set(p) == {"mask", "inputs", "prepare", "first_call", "timed", "memory", "check"} for p in phases)
+    assert all(
+        set(p) == {"mask", "inputs", "prepare", "first_call", "timed", "memory", "check"}
+        for p in phases
+    )
     assert sum(sum(p.values()) for p in phases) <= r["wall_s"] <= r["process_s"]
     busy = sum(p["timed"] + p["memory"] + p["check"] for p in phases)
     assert r["device_busy_ms"] == pytest.approx(busy * 1e3)
     assert r["device_busy_ms"] >= sum(t for s in r["samples"] for t in s["time_ms"])
     (tmp_path / "r.json").write_text(json.dumps(R.json_safe(r)))
     bench = Path(__file__).parents[1] / "benchmarks" / "harness_throughput.py"
-    out = subprocess.run([sys.executable, str(bench), str(tmp_path), "--gpus", "2", "--wall-s", "60",
-                          "--json", str(tmp_path / "t.json")], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(bench),
+            str(tmp_path),
+            "--gpus",
+            "2",
+            "--wall-s",
+            "60",
+            "--json",
+            str(tmp_path / "t.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     t = json.loads((tmp_path / "t.json").read_text())
     assert t["timed"] == 1 and t["busy_share"] == pytest.approx(r["device_busy_ms"] / 1e3 / 120)
     assert t["cells_per_gpu_minute"] == pytest.approx(0.5) and "busy_share" in out.stdout
@@ -101,19 +130,33 @@ def test_same_seed_same_masks_across_kernels(cells):
 
 
 def test_incorrect_kernel_is_flagged_and_timed(cells, monkeypatch):
-    info = catalog.KernelInfo("buggy", "dense", "test kernel", "test_cell:CausalWhateverTheMask",
-                              catalog.DENSE_MASKS, {"cpu": ("fwd", "bwd")})
+    info = catalog.KernelInfo(
+        "buggy",
+        "dense",
+        "test kernel",
+        "test_cell:CausalWhateverTheMask",
+        catalog.DENSE_MASKS,
+        {"cpu": ("fwd", "bwd")},
+    )
     monkeypatch.setitem(catalog.KERNELS, "buggy", info)
     r = C.run_cell(with_impl(pick(cells, "naive", "full"), "buggy"))
-    assert r["status"] == "incorrect" and "disagree with the float64 reference" in r["status_reason"]
+    assert (
+        r["status"] == "incorrect" and "disagree with the float64 reference" in r["status_reason"]
+    )
     assert r["tflops"] > 0 and r["max_rel_err"] > 0.1
     # the same kernel on the mask it really computes is fine
     assert C.run_cell(with_impl(pick(cells, "naive", "causal"), "buggy"))["status"] == "ok"
 
 
 def test_reduced_length_correctness_check(cells):
-    spec = pick(cells, "sdpa", "block_causal_document", 256, "bwd", check={"max_seqlen": 200, "tolerance_factor": 5,
-                                                                          "samples": 1})
+    spec = pick(
+        cells,
+        "sdpa",
+        "block_causal_document",
+        256,
+        "bwd",
+        check={"max_seqlen": 200, "tolerance_factor": 5, "samples": 1},
+    )
     r = C.run_cell(spec)
     chk = r["samples"][0]["check"]
     assert r["status"] == "ok" and chk["seqlen"] == 192  # a multiple of the 64-token block
@@ -127,8 +170,13 @@ def run_cell_in_3_gib(spec, out, timeout):
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
 
-    p = subprocess.run([sys.executable, "-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out)],
-                       preexec_fn=limit, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out)],
+        preexec_fn=limit,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(out.read_text())
 
@@ -146,29 +194,66 @@ def test_reference_out_of_memory_retries_shorter_and_keeps_the_timings(cells, tm
     """SDPA at S = 16K fits in 3 GiB; the float64 reference there (4 GiB of scores per KV group)
     does not, nor at 8K: the check runs at 4K, the cell is `ok`, its timings are kept."""
     spec = pick(cells, "sdpa", "full")
-    spec.update(seqlen=16384, warmup=0, reps=1, check={**spec["check"], "max_seqlen": 16384, "samples": 1})
+    spec.update(
+        seqlen=16384, warmup=0, reps=1, check={**spec["check"], "max_seqlen": 16384, "samples": 1}
+    )
     r = run_cell_in_3_gib(spec, tmp_path / "check_oom.json", timeout=600)
     chk = r["samples"][0]["check"]
     assert r["status"] == "ok" and r["tflops"] > 0
-    assert chk["out_of_memory_at_seqlen"][0] == 16384 and chk["seqlen"] == chk["out_of_memory_at_seqlen"][-1] // 2
+    assert (
+        chk["out_of_memory_at_seqlen"][0] == 16384
+        and chk["seqlen"] == chk["out_of_memory_at_seqlen"][-1] // 2
+    )
     assert chk["passed"] and sum(1 for _ in chk["errors"]) == 1
 
 
 def test_document_masks_check_three_samples(cells):
-    spec = pick(cells, "sdpa", "causal_document", 128, "fwd", samples={"document": 4, "single": 1}, warmup=0, reps=1)
+    spec = pick(
+        cells,
+        "sdpa",
+        "causal_document",
+        128,
+        "fwd",
+        samples={"document": 4, "single": 1},
+        warmup=0,
+        reps=1,
+    )
     r = C.run_cell(spec)
-    assert spec["check"]["samples"] == 1 and [("check" in s) for s in r["samples"]] == [True, True, True, False]
+    assert spec["check"]["samples"] == 1 and [("check" in s) for s in r["samples"]] == [
+        True,
+        True,
+        True,
+        False,
+    ]
     r = C.run_cell({**spec, "samples": {"document": 2, "single": 1}})
     assert all("check" in s for s in r["samples"])  # fewer than 3: all of them
-    r = C.run_cell(pick(cells, "sdpa", "causal", 128, "fwd", samples={"document": 4, "single": 2}, warmup=0, reps=1))
-    assert [("check" in s) for s in r["samples"]] == [True, False]  # a single-sequence mask: check.samples
+    r = C.run_cell(
+        pick(
+            cells,
+            "sdpa",
+            "causal",
+            128,
+            "fwd",
+            samples={"document": 4, "single": 2},
+            warmup=0,
+            reps=1,
+        )
+    )
+    assert [("check" in s) for s in r["samples"]] == [
+        True,
+        False,
+    ]  # a single-sequence mask: check.samples
 
 
 def test_a_crash_writes_no_record(cells, tmp_path, monkeypatch):
     monkeypatch.setenv(F.CRASH_ENV, "naive/causal/s128")
     spec = pick(cells, "naive", "causal")
     out = tmp_path / "r.json"
-    p = subprocess.run([sys.executable, "-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode != 0 and "crash injected" in p.stderr
     assert not out.exists()

@@ -42,13 +42,22 @@ def test_imports_inside_functions_and_package_inits_count():
     # importing attnbench.families.cp.report runs the packages' __init__.py files too, with what
     # they import at module level (cp's grid checks), not what their functions import
     used = set(modules_used("attnbench.families.cp.report"))
-    assert {"attnbench", "attnbench.families", "attnbench.families.cp", "attnbench.families.cp.grid"} <= used
+    assert {
+        "attnbench",
+        "attnbench.families",
+        "attnbench.families.cp",
+        "attnbench.families.cp.grid",
+    } <= used
     assert "attnbench.report.tables" in used  # imported by cp.report itself
-    assert "attnbench.report.figures" not in used  # only families/__init__.py's functions import it
+    assert (
+        "attnbench.report.figures" not in used
+    )  # only families/__init__.py's functions import it
     # `from . import status as S` names a module: it is followed
     assert "attnbench.status" in direct_imports("attnbench.record.validate")
 
 
 def test_an_unknown_module_is_an_error_naming_it():
-    with pytest.raises(ValueError, match="'attnbench.no_such_module' is not a module of attnbench"):
+    with pytest.raises(
+        ValueError, match="'attnbench.no_such_module' is not a module of attnbench"
+    ):
         modules_used("attnbench.no_such_module")

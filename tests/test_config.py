@@ -3,7 +3,6 @@
 import copy
 
 import pytest
-
 from attnbench.families import expand_cells, load_config, validate
 from attnbench.grid.config import ConfigError
 from attnbench.grid.expand import point_id
@@ -28,7 +27,10 @@ def test_repo_config_is_valid(repo):
 
 def test_unknown_kernel(base):
     msg = bad(base, lambda c: c["grids"]["smoke"]["kernels"].append("flashy"))
-    assert "grids.smoke.kernels[3]: unknown kernel 'flashy'" in msg and "valid kernels: naive, sdpa" in msg
+    assert (
+        "grids.smoke.kernels[3]: unknown kernel 'flashy'" in msg
+        and "valid kernels: naive, sdpa" in msg
+    )
 
 
 def test_unknown_family_names_the_registered_ones(base):
@@ -38,7 +40,9 @@ def test_unknown_family_names_the_registered_ones(base):
 
 def test_unknown_mask(base):
     msg = bad(base, lambda c: c["grids"]["smoke"]["masks"].__setitem__(1, "cauzal"))
-    assert "grids.smoke.masks[1]: unknown mask 'cauzal'" in msg and "valid masks: full, causal" in msg
+    assert (
+        "grids.smoke.masks[1]: unknown mask 'cauzal'" in msg and "valid masks: full, causal" in msg
+    )
 
 
 def test_impossible_head_split(base):
@@ -48,7 +52,10 @@ def test_impossible_head_split(base):
 
 def test_seqlen_not_divisible_by_block(base):
     msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("seqlen", [100]))
-    assert "block_causal_document at seqlen 100" in msg and "not a multiple of mask_params.block=64" in msg
+    assert (
+        "block_causal_document at seqlen 100" in msg
+        and "not a multiple of mask_params.block=64" in msg
+    )
 
 
 def test_a_grid_that_checks_nothing_is_refused(base):
@@ -87,7 +94,9 @@ def test_a_key_given_twice_is_an_error(tmp_path, repo):
     text = (repo / "config.yaml").read_text()
     p = tmp_path / "c.yaml"
     p.write_text(text.replace("grids:\n", "grids:\n  smoke: {kernels: [naive]}\n", 1))
-    with pytest.raises(ConfigError, match=r"key 'smoke' appears twice in one mapping \(lines \d+ and \d+\)"):
+    with pytest.raises(
+        ConfigError, match=r"key 'smoke' appears twice in one mapping \(lines \d+ and \d+\)"
+    ):
         load_config(p)
 
 
@@ -103,10 +112,21 @@ def test_defaults_are_filled(base):
 def test_also_products_and_sparse_axes(base):
     cfg = copy.deepcopy(base)
     cfg["run"] = ["sp"]
-    cfg["grids"]["sp"] = {"family": "sparse", "device": "cpu", "kernels": ["naive"],
-                          "masks": ["block_sparse", "variable_block_sparse"], "seqlen": [1024],
-                          "block_size": [64, 128], "density": [0.2, 0.5], "avg_block": [256], "direction": ["fwd"]}
+    cfg["grids"]["sp"] = {
+        "family": "sparse",
+        "device": "cpu",
+        "kernels": ["naive"],
+        "masks": ["block_sparse", "variable_block_sparse"],
+        "seqlen": [1024],
+        "block_size": [64, 128],
+        "density": [0.2, 0.5],
+        "avg_block": [256],
+        "direction": ["fwd"],
+    }
     cells = expand_cells(validate(cfg))
     assert len(cells) == 4 + 2
     ids = sorted(point_id(c) for c in cells)
-    assert "s1024-h64x8-d128-bfloat16-fwd-b64-r0.2" in ids and "s1024-h64x8-d128-bfloat16-fwd-a256-r0.5" in ids
+    assert (
+        "s1024-h64x8-d128-bfloat16-fwd-b64-r0.2" in ids
+        and "s1024-h64x8-d128-bfloat16-fwd-a256-r0.5" in ids
+    )

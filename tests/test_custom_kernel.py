@@ -4,7 +4,6 @@ checked against float64 and drawn like a built-in one."""
 import json
 
 import pytest
-
 from attnbench.families import expand_cells, load_config, write_figures, write_tables
 from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.config import ConfigError
@@ -13,10 +12,22 @@ from attnbench.record.record import write_record
 from attnbench.report.collect import collect
 
 OWN = "tests.custom_kernel:RowBlockSDPA"
-GRID = {"description": "own kernel", "family": "kernel", "device": "cpu", "kernels": ["sdpa", OWN],
-        "masks": ["causal", "causal_document", "sliding_window"], "seqlen": [192], "heads": [[4, 2]],
-        "head_dim": [16], "dtype": ["float32"], "direction": ["fwd", "bwd"], "mask_params": {"window": 32},
-        "samples": {"document": 3, "single": 1}, "warmup": 1, "reps": 2}
+GRID = {
+    "description": "own kernel",
+    "family": "kernel",
+    "device": "cpu",
+    "kernels": ["sdpa", OWN],
+    "masks": ["causal", "causal_document", "sliding_window"],
+    "seqlen": [192],
+    "heads": [[4, 2]],
+    "head_dim": [16],
+    "dtype": ["float32"],
+    "direction": ["fwd", "bwd"],
+    "mask_params": {"window": 32},
+    "samples": {"document": 3, "single": 1},
+    "warmup": 1,
+    "reps": 2,
+}
 
 
 def config(repo, grid):
@@ -30,29 +41,41 @@ def test_own_kernel_is_measured_checked_and_drawn(repo, tmp_path):
     assert len(own) == 6 and all(c["kernel_class"] == OWN for c in own)
     for spec in cells:
         record = run_cell(spec)
-        write_record(record, tmp_path / "cells" / f"{spec['impl']}-{spec['mask']}-{spec['direction']}.json")
+        write_record(
+            record, tmp_path / "cells" / f"{spec['impl']}-{spec['mask']}-{spec['direction']}.json"
+        )
         if spec["impl"] == "row_block_sdpa":
             if spec["mask"] == "sliding_window":  # not in the masks its info claims
-                assert record["status"] == "unsupported" and "row_block_sdpa" in record["status_reason"]
+                assert (
+                    record["status"] == "unsupported"
+                    and "row_block_sdpa" in record["status_reason"]
+                )
             else:
                 assert record["status"] == "ok", record["status_reason"]
-                assert record["check_passed"] and len(record["samples"]) == (3 if "document" in spec["mask"] else 1)
+                assert record["check_passed"] and len(record["samples"]) == (
+                    3 if "document" in spec["mask"] else 1
+                )
                 assert record["kernel"]["summary"] == "SDPA over blocks of 64 query rows"
     csv = tmp_path / "cells.csv"
     collect(root=tmp_path / "cells").to_csv(csv, index=False)
     tables = write_tables(csv, tmp_path / "tables", grid="own", grid_cfg=cfg["grids"]["own"])
     tflops = next(p for p in tables if p.name == "tflops.md").read_text()
     assert "row_block_sdpa" in tflops
-    figures = write_figures(csv, tmp_path / "figures", cfg["figures"], grid="own", grid_cfg=cfg["grids"]["own"])
+    figures = write_figures(
+        csv, tmp_path / "figures", cfg["figures"], grid="own", grid_cfg=cfg["grids"]["own"]
+    )
     assert any(p.suffix == ".png" for p in figures)
     assert catalog.get("row_block_sdpa").colour == "#17becf"
 
 
-@pytest.mark.parametrize("entry, says", [
-    ("tests.custom_kernel:NoSuchClass", "cannot be imported"),
-    ("no_such_package.kernels:Mine", "cannot be imported"),
-    ("tests.custom_kernel:F", "no `info` attribute"),
-])
+@pytest.mark.parametrize(
+    "entry, says",
+    [
+        ("tests.custom_kernel:NoSuchClass", "cannot be imported"),
+        ("no_such_package.kernels:Mine", "cannot be imported"),
+        ("tests.custom_kernel:F", "no `info` attribute"),
+    ],
+)
 def test_a_bad_own_kernel_is_refused_naming_it(repo, entry, says):
     with pytest.raises(ConfigError) as e:
         config(repo, {**GRID, "kernels": [entry]})

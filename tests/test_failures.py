@@ -18,16 +18,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from attnbench import launch
+from attnbench.families import expand_cells, validate
 from attnbench.families.kernel.cell import run_cell
+from attnbench.grid.config import ConfigError, cell_timeout_s
+from attnbench.grid.expand import cell_path
 from attnbench.harness.faults import HANG_ENV
 from attnbench.record.record import write_record
 from attnbench.record.validate import record_problems
 from attnbench.report.collect import read_cells
-from attnbench.families import expand_cells, validate
-from attnbench.grid.config import ConfigError, cell_timeout_s
-from attnbench.grid.expand import cell_path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests/cp"))
@@ -35,16 +34,41 @@ from bounded import run_bounded  # noqa: E402
 
 PY = sys.executable
 # Two kernels on one mask and length: the cell that hangs, and one that must still run.
-GRID = {"description": "failure tests", "family": "kernel", "device": "cpu", "kernels": ["naive", "sdpa"],
-        "masks": ["causal"], "seqlen": [64], "heads": [[2, 1]], "head_dim": [16], "dtype": ["float32"],
-        "direction": ["fwd"], "samples": {"document": 1, "single": 1}, "warmup": 0, "reps": 2,
-        "runtime_min": 1, "cell_timeout_s": 10}
+GRID = {
+    "description": "failure tests",
+    "family": "kernel",
+    "device": "cpu",
+    "kernels": ["naive", "sdpa"],
+    "masks": ["causal"],
+    "seqlen": [64],
+    "heads": [[2, 1]],
+    "head_dim": [16],
+    "dtype": ["float32"],
+    "direction": ["fwd"],
+    "samples": {"document": 1, "single": 1},
+    "warmup": 0,
+    "reps": 2,
+    "runtime_min": 1,
+    "cell_timeout_s": 10,
+}
 HUNG = "naive/causal/s64-h2x1-d16-float32-fwd"
-CP_GRID = {"family": "cp", "device": "cpu", "methods": ["ring_p2p"], "masks": ["causal"], "tokens_per_gpu": [32],
-           "gpus": [2], "heads": [[2, 1]], "head_dim": [16], "dtype": ["float32"], "direction": ["fwd"],
-           "samples": {"document": 1, "single": 1}, "warmup": 0, "reps": 2,
-           "check": {"max_seqlen": 512, "tolerance_factor": 5, "samples": 1},
-           "cp": {"local_kernel": "cpu_flash", "timeout_s": 60}}
+CP_GRID = {
+    "family": "cp",
+    "device": "cpu",
+    "methods": ["ring_p2p"],
+    "masks": ["causal"],
+    "tokens_per_gpu": [32],
+    "gpus": [2],
+    "heads": [[2, 1]],
+    "head_dim": [16],
+    "dtype": ["float32"],
+    "direction": ["fwd"],
+    "samples": {"document": 1, "single": 1},
+    "warmup": 0,
+    "reps": 2,
+    "check": {"max_seqlen": 512, "tolerance_factor": 5, "samples": 1},
+    "cp": {"local_kernel": "cpu_flash", "timeout_s": 60},
+}
 
 
 def config(grids: dict, run=None) -> dict:
@@ -55,13 +79,29 @@ def config(grids: dict, run=None) -> dict:
 
 
 def env(**extra) -> dict:
-    return {**os.environ, "PATH": f"{Path(PY).parent}:{os.environ['PATH']}",
-            "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}", **extra}
+    return {
+        **os.environ,
+        "PATH": f"{Path(PY).parent}:{os.environ['PATH']}",
+        "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}",
+        **extra,
+    }
 
 
 def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
-    return [PY, "-m", "snakemake", "--profile", str(REPO / "profiles/local"), "-s", str(REPO / "Snakefile"),
-            "-d", str(workdir), "--configfile", str(workdir / "config.yaml"), *args]
+    return [
+        PY,
+        "-m",
+        "snakemake",
+        "--profile",
+        str(REPO / "profiles/local"),
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        *args,
+    ]
 
 
 def snakemake(workdir: Path, *args: str, timeout=600, **extra_env) -> subprocess.CompletedProcess:
@@ -75,7 +115,11 @@ def planned(workdir: Path) -> dict:
     if "Nothing to be done" in text:
         return {}
     stats = text.split("Job stats:")[1].split("\n\n")[0]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m.group(1) != "total"}
+    return {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)
+        if m.group(1) != "total"
+    }
 
 
 def records(root: Path) -> dict[str, str]:
@@ -117,9 +161,18 @@ def wait_for(predicate, limit_s: float, what: str):
 def test_time_budget_defaults_below_the_slurm_limit_and_a_budget_past_it_is_refused():
     cfg = validate(config({"g": {**GRID, "runtime_min": 10, "cell_timeout_s": "auto"}}))
     assert cell_timeout_s(cfg["grids"]["g"]) == 540  # 90% of 10 minutes
-    default = validate(config({"g": {k: v for k, v in GRID.items() if k not in ("runtime_min", "cell_timeout_s")}}))
-    assert default["grids"]["g"]["cell_timeout_s"] == "auto" and cell_timeout_s(default["grids"]["g"]) == 1620
-    with pytest.raises(ConfigError, match=r"grids\.g\.cell_timeout_s: 60 s is not below runtime_min \(60 s\)"):
+    default = validate(
+        config(
+            {"g": {k: v for k, v in GRID.items() if k not in ("runtime_min", "cell_timeout_s")}}
+        )
+    )
+    assert (
+        default["grids"]["g"]["cell_timeout_s"] == "auto"
+        and cell_timeout_s(default["grids"]["g"]) == 1620
+    )
+    with pytest.raises(
+        ConfigError, match=r"grids\.g\.cell_timeout_s: 60 s is not below runtime_min \(60 s\)"
+    ):
         validate(config({"g": {**GRID, "cell_timeout_s": 60}}))
     with pytest.raises(ConfigError, match="cell_timeout_s"):
         validate(config({"g": {**GRID, "cell_timeout_s": 0}}))
@@ -147,7 +200,9 @@ def test_a_hung_cell_is_stopped_at_its_budget_recorded_as_timeout_and_the_run_go
     hung = json.loads((workdir / f"results/cells/hang/kernel/{HUNG}.json").read_text())
     assert hung["status"] == "timeout" and hung["time_budget_s"] == 10
     assert "time budget" in hung["status_reason"] and hung["samples"] == []
-    assert not {"tflops", "time_ms_median", "peak_mem_bytes"} & set(hung)  # a timeout carries no timings
+    assert not {"tflops", "time_ms_median", "peak_mem_bytes"} & set(
+        hung
+    )  # a timeout carries no timings
     assert record_problems(hung) == [] and hung["environment"]["torch"]
     # The run went on: the other cell measured, the tidy table, tables and figures made.
     df = read_cells(workdir / "results/tables/cells.csv")
@@ -169,7 +224,9 @@ def test_timeout_is_drawn_in_tables_and_figures(hung_run):
     assert "| timeout" in (tables / "tflops.md").read_text()
     assert "timeout: stopped at the time budget" in (tables / "tflops.md").read_text()
     df = read_cells(workdir / "results/tables/cells.csv")
-    assert support_table(df).loc["naive", "causal"] == "\u2713"  # it ran (as an OOM does): the mask is supported
+    assert (
+        support_table(df).loc["naive", "causal"] == "\u2713"
+    )  # it ran (as an OOM does): the mask is supported
     _, drawn = bars_at_length(df, "t")
     assert drawn["marks"]["timeout"] == 1 and drawn["bars"] == 1
     _, counts = family_lines(df, ["causal"], "tflops", "TFLOP/s", "t")
@@ -178,25 +235,49 @@ def test_timeout_is_drawn_in_tables_and_figures(hung_run):
 
 
 def test_a_timeout_record_with_timings_or_an_unknown_status_is_not_a_record():
-    record = {"schema_version": 1, "status": "timeout", "cell": dict.fromkeys(
-        ("grid", "family", "impl", "mask", "seqlen", "direction", "device"), "x")}
+    record = {
+        "schema_version": 1,
+        "status": "timeout",
+        "cell": dict.fromkeys(
+            ("grid", "family", "impl", "mask", "seqlen", "direction", "device"), "x"
+        ),
+    }
     assert record_problems(record) == []
     assert "only ok, incorrect carry" in record_problems({**record, "tflops": 1.0})[0]
-    assert "none of ok, oom, unsupported, unavailable, incorrect, timeout" in record_problems(
-        {**record, "status": "hung"})[0]
+    assert (
+        "none of ok, oom, unsupported, unavailable, incorrect, timeout"
+        in record_problems({**record, "status": "hung"})[0]
+    )
 
 
 # ---------------------------------------------------------------- context parallelism
 
 
 def cp_cell(tokens_per_gpu=32) -> dict:
-    (cell,) = expand_cells(validate(config({"cp": {**CP_GRID, "tokens_per_gpu": [tokens_per_gpu]}})))
+    (cell,) = expand_cells(
+        validate(config({"cp": {**CP_GRID, "tokens_per_gpu": [tokens_per_gpu]}}))
+    )
     return cell
 
 
 def cp_launch(cell, out: Path, *launch_args: str) -> list[str]:
-    return [PY, "-m", "attnbench.launch", "--nproc-per-node", str(cell["gpus"]), *launch_args, "--",
-            PY, "-m", "attnbench", "cp-cell", "--spec", json.dumps(cell), "--out", str(out)]
+    return [
+        PY,
+        "-m",
+        "attnbench.launch",
+        "--nproc-per-node",
+        str(cell["gpus"]),
+        *launch_args,
+        "--",
+        PY,
+        "-m",
+        "attnbench",
+        "cp-cell",
+        "--spec",
+        json.dumps(cell),
+        "--out",
+        str(out),
+    ]
 
 
 @pytest.mark.slow
@@ -204,7 +285,11 @@ def test_a_hung_cp_cell_is_stopped_on_every_rank_and_recorded_as_timeout(tmp_pat
     cell = cp_cell()
     out = tmp_path / "cp.json"
     t0 = time.monotonic()
-    p = run_bounded(cp_launch(cell, out, "--time-limit-s", "10"), 180, env=env(**{HANG_ENV: "^ring_p2p/causal/"}))
+    p = run_bounded(
+        cp_launch(cell, out, "--time-limit-s", "10"),
+        180,
+        env=env(**{HANG_ENV: "^ring_p2p/causal/"}),
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert time.monotonic() - t0 < 10 + launch.STOP_GRACE_S + 60
     r = json.loads(out.read_text())
@@ -230,7 +315,9 @@ def rank_pids(launcher_pid: int) -> dict[int, int]:
 
 
 @pytest.mark.slow
-def test_a_cp_rank_killed_mid_cell_ends_every_rank_writes_no_record_and_a_rerun_completes(tmp_path):
+def test_a_cp_rank_killed_mid_cell_ends_every_rank_writes_no_record_and_a_rerun_completes(
+    tmp_path,
+):
     """Both ranks are inside the process group, running collectives (the hang hook keeps them in
     barriers), when rank 1 is killed with SIGKILL: every process of the cell ends within 60 s,
     the job fails, no record or half record is left; the same command again measures the cell."""
@@ -238,18 +325,27 @@ def test_a_cp_rank_killed_mid_cell_ends_every_rank_writes_no_record_and_a_rerun_
     out = tmp_path / "cp.json"
     marker = tmp_path / "cp.log"
     with marker.open("w") as log:
-        proc = subprocess.Popen(cp_launch(cell, out, "--time-limit-s", "300"), stdout=log, stderr=subprocess.STDOUT,
-                                env=env(**{HANG_ENV: "^ring_p2p/causal/"}), start_new_session=True)
+        proc = subprocess.Popen(
+            cp_launch(cell, out, "--time-limit-s", "300"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env(**{HANG_ENV: "^ring_p2p/causal/"}),
+            start_new_session=True,
+        )
     try:
         # both ranks have reached the hang: the process group is up and its barriers are running
-        wait_for(lambda: marker.read_text().count("hanging:") == 2, 120, "both ranks inside the cell")
+        wait_for(
+            lambda: marker.read_text().count("hanging:") == 2, 120, "both ranks inside the cell"
+        )
         ranks = rank_pids(proc.pid)
         assert set(ranks) == {0, 1}, ranks
         killed = time.monotonic()
         os.kill(ranks[1], signal.SIGKILL)
         rc = proc.wait(timeout=60)
         ended = time.monotonic() - killed
-        wait_for(lambda: not processes_mentioning(str(tmp_path)), 30, "every process of the cell ended")
+        wait_for(
+            lambda: not processes_mentioning(str(tmp_path)), 30, "every process of the cell ended"
+        )
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -264,8 +360,13 @@ def test_a_cp_rank_killed_mid_cell_ends_every_rank_writes_no_record_and_a_rerun_
 # ---------------------------------------------------------------- the workflow interrupted
 
 
-INTERRUPTED = {**GRID, "kernels": ["naive", "sdpa", "sdpa_math"], "seqlen": [64, 128], "runtime_min": 10,
-               "cell_timeout_s": 500}
+INTERRUPTED = {
+    **GRID,
+    "kernels": ["naive", "sdpa", "sdpa_math"],
+    "seqlen": [64, 128],
+    "runtime_min": 10,
+    "cell_timeout_s": 500,
+}
 STUCK = "sdpa/causal/s64-h2x1-d16-float32-fwd"
 
 
@@ -275,12 +376,16 @@ def in_flight(workdir: Path) -> set[str]:
     import base64
 
     marks = workdir / ".snakemake/incomplete"
-    return {base64.b64decode(m.name).decode() for m in marks.iterdir()} if marks.exists() else set()
+    return (
+        {base64.b64decode(m.name).decode() for m in marks.iterdir()} if marks.exists() else set()
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGINT to the process group (Ctrl-C)", "SIGTERM to snakemake"])
-def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_runs_only_the_rest(tmp_path, how):
+def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_runs_only_the_rest(
+    tmp_path, how
+):
     """Two jobs at a time; one cell is still running (hanging) when the interrupt comes, at least one
     is done, others have not started. Ctrl-C stops the running jobs at once; SIGTERM is Snakemake's
     graceful stop: it starts nothing new and lets the running jobs end, which the time budget bounds
@@ -292,17 +397,29 @@ def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_r
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config({"int": grid})))
     cells = [cell_path(c) for c in expand_cells(validate(config({"int": grid})))]
     results = tmp_path / "results"
-    stuck_log, log_path = results / f"logs/cells/int/kernel/{STUCK}.log", tmp_path / "snakemake.log"
+    stuck_log, log_path = (
+        results / f"logs/cells/int/kernel/{STUCK}.log",
+        tmp_path / "snakemake.log",
+    )
 
     def ready():
-        return ((stuck_log.exists() and "hanging:" in stuck_log.read_text()
-                 and "(Rule: kernel_cell)" in log_path.read_text()) or proc.poll() is not None)
+        return (
+            stuck_log.exists()
+            and "hanging:" in stuck_log.read_text()
+            and "(Rule: kernel_cell)" in log_path.read_text()
+        ) or proc.poll() is not None
 
     with log_path.open("w") as log:
         # --prioritize: the stuck cell starts first; the others run one at a time beside it
-        proc = subprocess.Popen(snakemake_cmd(tmp_path, "--cores", "2", "--prioritize",
-                                              f"results/cells/int/kernel/{STUCK}.json"), stdout=log,
-                                stderr=subprocess.STDOUT, env=env(**{HANG_ENV: f"^{STUCK}$"}), start_new_session=True)
+        proc = subprocess.Popen(
+            snakemake_cmd(
+                tmp_path, "--cores", "2", "--prioritize", f"results/cells/int/kernel/{STUCK}.json"
+            ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env(**{HANG_ENV: f"^{STUCK}$"}),
+            start_new_session=True,
+        )
     try:
         wait_for(ready, 300, "the stuck cell running and another cell finished")
         assert proc.poll() is None, log_path.read_text()[-3000:]
@@ -333,10 +450,14 @@ def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_r
     p = snakemake(tmp_path, "--cores", "2")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     after = records(results / "cells")
-    assert len(after) == len(cells) and {k: after[k] for k in finished} == finished  # not run again
+    assert (
+        len(after) == len(cells) and {k: after[k] for k in finished} == finished
+    )  # not run again
     assert len(pd.read_csv(results / "tables/cells.csv")) == len(cells)
-    print(f"\n{how}: {len(finished)} of {len(cells)} cells had their record after it, {again} run by the rerun "
-          f"({len(done) - len(finished)} of them had a whole record from a job that was ending)")
+    print(
+        f"\n{how}: {len(finished)} of {len(cells)} cells had their record after it, {again} run by the rerun "
+        f"({len(done) - len(finished)} of them had a whole record from a job that was ending)"
+    )
 
 
 # ---------------------------------------------------------------- a file that is not a record
@@ -351,17 +472,31 @@ def test_collect_stops_at_a_corrupted_or_foreign_json_naming_it_and_changes_noth
     good = records(root)
     assert len(good) == 2
     table = tmp_path / "cells.csv"
-    collect = [PY, "-m", "attnbench", "collect", "--root", str(root / "cells"), "--out", str(table)]
+    collect = [
+        PY,
+        "-m",
+        "attnbench",
+        "collect",
+        "--root",
+        str(root / "cells"),
+        "--out",
+        str(table),
+    ]
     assert run_bounded(collect, 120, env=env()).returncode == 0
     before = table.read_text()
 
     victim = root / cell_path(expand_cells(cfg)[0])
     bad_files = {
         "truncated": (victim, good[str(victim.relative_to(root))][:200]),
-        "foreign JSON object": (root / "cells/c/notes.json", json.dumps({"note": "ran on Tuesday"})),
+        "foreign JSON object": (
+            root / "cells/c/notes.json",
+            json.dumps({"note": "ran on Tuesday"}),
+        ),
         "JSON that is a list": (root / "cells/c/kernel/list.json", "[1, 2, 3]"),
-        "unknown status": (root / "cells/c/kernel/odd.json", json.dumps(
-            {**json.loads(good[str(victim.relative_to(root))]), "status": "hung"})),
+        "unknown status": (
+            root / "cells/c/kernel/odd.json",
+            json.dumps({**json.loads(good[str(victim.relative_to(root))]), "status": "hung"}),
+        ),
     }
     for what, (path, text) in bad_files.items():
         path.write_text(text)
@@ -373,7 +508,8 @@ def test_collect_stops_at_a_corrupted_or_foreign_json_naming_it_and_changes_noth
         # nothing else is lost: every other record is as it was
         now = records(root)
         assert {k: v for k, v in now.items() if Path(root / k) != path} == {
-            k: v for k, v in good.items() if Path(root / k) != path}
+            k: v for k, v in good.items() if Path(root / k) != path
+        }
         if path == victim:
             path.write_text(good[str(victim.relative_to(root))])
         else:

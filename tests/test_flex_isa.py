@@ -59,10 +59,21 @@ print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "adapte
 
 
 def run_as(capability, block, repo, tmp_path):
-    env = {"ATEN_CPU_CAPABILITY": capability, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor-{capability}"),
-           "PYTHONPATH": str(repo / "workflow"), "OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"}
-    p = subprocess.run([sys.executable, "-c", SCRIPT, str(block)], cwd=repo, env=env, capture_output=True, text=True,
-                       timeout=540)
+    env = {
+        "ATEN_CPU_CAPABILITY": capability,
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor-{capability}"),
+        "PYTHONPATH": str(repo / "workflow"),
+        "OMP_NUM_THREADS": "2",
+        "PATH": "/usr/bin:/bin",
+    }
+    p = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(block)],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
     if out["capability"] != capability.upper():
@@ -71,9 +82,13 @@ def run_as(capability, block, repo, tmp_path):
 
 
 @pytest.mark.parametrize("capability", ["avx2", "avx512"])
-def test_flex_block_sparse_is_right_and_the_gate_catches_the_library_bug(capability, repo, tmp_path):
+def test_flex_block_sparse_is_right_and_the_gate_catches_the_library_bug(
+    capability, repo, tmp_path
+):
     out = run_as(capability, 8, repo, tmp_path)
-    assert all(e < 2e-6 for e in out["adapter"]), out  # the adapter's BlockMask: right on either ISA
+    assert all(e < 2e-6 for e in out["adapter"]), (
+        out
+    )  # the adapter's BlockMask: right on either ISA
     raw_wrong = not all(e < 2e-6 for e in out["raw"])  # NaN is wrong too
     if capability == "avx512":
         assert not raw_wrong, out  # the library is right here: the bug is AVX2's

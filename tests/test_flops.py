@@ -2,12 +2,11 @@
 counter on the matmuls of attention (spec/masks.md: forward 4 * area * Hq * D, backward 2.5 x
 forward, forward+backward 3.5 x forward)."""
 
+import attnbench.masks as M
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
-
-import attnbench.masks as M
 from attnbench.harness.flops import attention_flops
+from torch.utils.flop_counter import FlopCounterMode
 
 
 def test_a_small_causal_case_worked_by_hand():
@@ -40,7 +39,9 @@ def test_full_mask_forward_is_what_torch_counts_for_the_two_matmuls():
     with FlopCounterMode(display=False) as bwd:
         out.backward(torch.ones_like(out))
     area = M.Mask("full", s).area * hq
-    assert attention_flops(area, d, "fwd") == fwd.get_total_flops() == 24576  # 2 matmuls x 3 heads x 2*16*16*8
+    assert (
+        attention_flops(area, d, "fwd") == fwd.get_total_flops() == 24576
+    )  # 2 matmuls x 3 heads x 2*16*16*8
     # The backward's four gradient matmuls are 2 x forward; FlashAttention-style kernels also recompute
     # q k^T (half a forward), which is where the spec's 2.5 comes from.
     assert bwd.get_total_flops() == 2 * fwd.get_total_flops()

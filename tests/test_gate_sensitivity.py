@@ -9,22 +9,29 @@ at the issue's size (S 4096, window 1024, bf16).
 
 import re
 
+import attnbench.masks as M
 import numpy as np
 import pytest
 import torch
-
-import attnbench.masks as M
-from attnbench.harness import gate
-from attnbench.families.kernel.cell import check_correctness
-from attnbench.harness.inputs import make_inputs
 from attnbench.cp.run import compare, local_inputs
-from attnbench.kernels import catalog
-from attnbench.kernels.base import load
+from attnbench.families.kernel.cell import check_correctness
+from attnbench.harness import gate
+from attnbench.harness.inputs import make_inputs
 from attnbench.harness.perturb import perturbations
 from attnbench.harness.reference import reference_attention
+from attnbench.kernels import catalog
+from attnbench.kernels.base import load
 
 S, HQ, HKV, D = 128, 4, 2, 32
-CFG = dict(window=16, block=16, block_size=16, density=0.4, avg_block=16, min_block=8, long_doc_range=[32, 64])
+CFG = dict(
+    window=16,
+    block=16,
+    block_size=16,
+    density=0.4,
+    avg_block=16,
+    min_block=8,
+    long_doc_range=[32, 64],
+)
 DTYPES = [torch.float32, torch.bfloat16]
 CP_ONLY = [m for m in M.CP_MASKS if m not in M.STATIC_MASKS]
 CPU_KERNELS = [k for k, info in catalog.KERNELS.items() if "cpu" in info.devices]
@@ -49,22 +56,45 @@ def test_every_one_token_perturbation_is_incorrect(mask_name, histograms):
     wrong = perturbations(mask)
     kinds = {re.sub(r" [+-]1$", "", w.label) for w in wrong}
     assert "missing diagonal" in kinds
-    expected = {"window": "window", "prefix": "prefix", "block": "block", "doc_lengths": "document boundary"}
-    assert {kind for key, kind in expected.items() if key in mask.params} <= kinds, (mask_name, kinds)
+    expected = {
+        "window": "window",
+        "prefix": "prefix",
+        "block": "block",
+        "doc_lengths": "document boundary",
+    }
+    assert {kind for key, kind in expected.items() if key in mask.params} <= kinds, (
+        mask_name,
+        kinds,
+    )
     for dtype in DTYPES:
         q, k, v, dout = make_inputs(7, S, HQ, HKV, D, dtype, "cpu")
         for impl in ("sdpa", "naive"):
             kern = kernel(impl, dtype)
             for direction in ("fwd", "bwd"):
-                right = check_correctness(kern, kern.prepare(mask), mask, q, k, v, dout, direction, 5.0)
-                assert right["passed"], (impl, mask_name, dtype, direction, right["errors"], right["tolerance"])
+                right = check_correctness(
+                    kern, kern.prepare(mask), mask, q, k, v, dout, direction, 5.0
+                )
+                assert right["passed"], (
+                    impl,
+                    mask_name,
+                    dtype,
+                    direction,
+                    right["errors"],
+                    right["tolerance"],
+                )
             for w in wrong:
                 fwd = check_correctness(kern, kern.prepare(w), mask, q, k, v, dout, "fwd", 5.0)
                 assert not fwd["passed"], (impl, w.name, dtype, fwd["errors"], fwd["tolerance"])
                 bwd = check_correctness(kern, kern.prepare(w), mask, q, k, v, dout, "bwd", 5.0)
                 # each gradient on its own is flagged too, not only the output
                 for n in ("dq", "dk", "dv"):
-                    assert bwd["errors"][n] > bwd["tolerance"][n], (impl, w.name, dtype, n, bwd["errors"])
+                    assert bwd["errors"][n] > bwd["tolerance"][n], (
+                        impl,
+                        w.name,
+                        dtype,
+                        n,
+                        bwd["errors"],
+                    )
 
 
 def test_the_old_frobenius_rule_missed_what_the_gate_catches():
@@ -89,8 +119,15 @@ def test_every_cpu_kernel_passes_on_every_mask_it_claims(impl, dtype, histograms
     torch._dynamo.config.recompile_limit = 64  # one process compiles flex for every mask here
     info = catalog.get(impl)
     masks = [m for m in catalog.DENSE_MASKS if m in info.masks]
-    if impl == "flex":  # compiling every mask is slow on a CPU (test_kernels_cpu.py has them all, in fp32)
-        masks = ["causal_document", "sliding_window_causal", "block_causal_document", "block_sparse"][:3 if dtype == torch.float32 else 2]
+    if (
+        impl == "flex"
+    ):  # compiling every mask is slow on a CPU (test_kernels_cpu.py has them all, in fp32)
+        masks = [
+            "causal_document",
+            "sliding_window_causal",
+            "block_causal_document",
+            "block_sparse",
+        ][: 3 if dtype == torch.float32 else 2]
     kern = kernel(impl, dtype)
     for name in masks:
         mask = sample(name, histograms, seed=1)
@@ -110,8 +147,13 @@ def gathered_from(mask, seed, dtype, wrong=None, ranks=2):
     attention on `wrong` (default: the true mask) and rounded to dtype as a kernel's would be."""
     q, k, v, dout = local_inputs(seed, np.arange(S), HQ, HKV, D, dtype, "cpu")
     out, lse, grads = reference_attention(q, k, v, wrong or mask, dout)
-    full = {"out": out.to(dtype), "lse": lse.float(), "dq": grads[0].to(dtype), "dk": grads[1].to(dtype),
-            "dv": grads[2].to(dtype)}
+    full = {
+        "out": out.to(dtype),
+        "lse": lse.float(),
+        "dq": grads[0].to(dtype),
+        "dk": grads[1].to(dtype),
+        "dv": grads[2].to(dtype),
+    }
     counted = {"sent": 0, "received": 0, "analytic": {"sent": 0, "received": 0}, "work_pairs": 0}
     out = []
     for r in range(ranks):
@@ -128,12 +170,18 @@ def test_cp_compare_uses_the_gate_and_flags_a_perturbed_mask(mask_name, histogra
         right = compare(gathered_from(mask, 5, dtype), mask, 5, HQ, HKV, D, dtype, True, 5.0)
         assert right["passed"], (mask_name, dtype, right["ranks"])
         assert right["criterion"] == {"tensors": "row_max_rel", "lse": "max_abs_fp32"}
-        if dtype == torch.float32:  # the kernel path above shows float32; bf16, the harder case, here
+        if (
+            dtype == torch.float32
+        ):  # the kernel path above shows float32; bf16, the harder case, here
             continue
         for w in perturbations(mask):
             v = compare(gathered_from(mask, 5, dtype, w), mask, 5, HQ, HKV, D, dtype, True, 5.0)
             assert not v["passed"], (w.name, dtype)
-            assert v["errors"]["lse"] > v["ranks"][0]["tolerance"]["lse"], (w.name, dtype, v["errors"])
+            assert v["errors"]["lse"] > v["ranks"][0]["tolerance"]["lse"], (
+                w.name,
+                dtype,
+                v["errors"],
+            )
 
 
 @pytest.mark.parametrize("mask_name", ["full", "causal_document"])
@@ -147,7 +195,9 @@ def test_a_head_or_row_permutation_of_the_lse_fails(mask_name, histograms):
         v = compare(g, mask, 5, HQ, HKV, D, dtype, True, 5.0)
         assert not v["passed"] and v["errors"]["lse"] > 100 * v["ranks"][0]["tolerance"]["lse"]
         # the other results are untouched and pass: the LSE alone decides
-        assert all(v["errors"][n] <= v["ranks"][0]["tolerance"][n] for n in ("out", "dq", "dk", "dv"))
+        assert all(
+            v["errors"][n] <= v["ranks"][0]["tolerance"][n] for n in ("out", "dq", "dk", "dv")
+        )
 
 
 def test_lse_bound_is_float32_rounding_sized():
@@ -155,5 +205,5 @@ def test_lse_bound_is_float32_rounding_sized():
     about 1e-4 at S 4096, D 128, far below the spread of the LSE across heads or rows."""
     q, k = torch.randn(4096, 2, 128), torch.randn(4096, 1, 128)
     lse = torch.full((2, 4096), 9.0, dtype=torch.float64)
-    b = gate.lse_bound(lse, q, k, 128 ** -0.5)
+    b = gate.lse_bound(lse, q, k, 128**-0.5)
     assert 1e-5 < b < 1e-3

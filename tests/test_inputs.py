@@ -4,18 +4,47 @@ of the whole-sequence tensors."""
 
 import numpy as np
 import torch
+from attnbench.harness.inputs import (
+    INPUT_BLOCK,
+    check_mask_rng,
+    data_seed,
+    input_seed,
+    local_inputs,
+    make_inputs,
+    mask_rng,
+)
 
-from attnbench.harness.inputs import (INPUT_BLOCK, check_mask_rng, data_seed, input_seed, local_inputs, make_inputs,
-                                      mask_rng)
-
-POINT = {"seed": 0, "mask": "causal_document", "mask_params": {}, "seqlen": INPUT_BLOCK + 96, "heads_q": 4,
-         "heads_kv": 2, "head_dim": 8, "dtype": "float32"}
+POINT = {
+    "seed": 0,
+    "mask": "causal_document",
+    "mask_params": {},
+    "seqlen": INPUT_BLOCK + 96,
+    "heads_q": 4,
+    "heads_kv": 2,
+    "head_dim": 8,
+    "dtype": "float32",
+}
 
 
 def test_a_kernel_cell_and_a_cp_cell_at_one_point_share_the_data_seed():
-    kernel = {**POINT, "grid": "k", "family": "kernel", "impl": "flex", "direction": "fwd", "gpus": 1}
-    cp = {**POINT, "grid": "c", "family": "cp", "impl": "ring_p2p", "direction": "bwd", "gpus": 4,
-          "tokens_per_gpu": POINT["seqlen"] // 4, "cp": {"local_kernel": "math"}}
+    kernel = {
+        **POINT,
+        "grid": "k",
+        "family": "kernel",
+        "impl": "flex",
+        "direction": "fwd",
+        "gpus": 1,
+    }
+    cp = {
+        **POINT,
+        "grid": "c",
+        "family": "cp",
+        "impl": "ring_p2p",
+        "direction": "bwd",
+        "gpus": 4,
+        "tokens_per_gpu": POINT["seqlen"] // 4,
+        "cp": {"local_kernel": "math"},
+    }
     assert data_seed(kernel) == data_seed(cp)
     assert data_seed({**kernel, "seqlen": 2048}) != data_seed(kernel)
     assert data_seed({**kernel, "seed": 1}) != data_seed(kernel)
@@ -43,7 +72,9 @@ def test_samples_lengths_and_tensors_get_their_own_values():
     assert not torch.equal(q0, q1) and not torch.equal(q0, q_short)
     assert not torch.equal(k0, v0) and not torch.equal(q0, d0)  # each tensor its own stream
     # the same sample at the same length: the same inputs (the timed run and its check)
-    assert torch.equal(q0, make_inputs(input_seed(base, 0, s), 64, 2, 2, 8, torch.float32, "cpu")[0])
+    assert torch.equal(
+        q0, make_inputs(input_seed(base, 0, s), 64, 2, 2, 8, torch.float32, "cpu")[0]
+    )
 
 
 def test_mask_streams_are_fixed_by_the_seed():

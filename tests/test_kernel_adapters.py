@@ -1,13 +1,12 @@
 """GPU-library adapters on a machine without them: `unavailable` records, and the arguments each
 builds for its library's documented API, checked against the mask's own predicate."""
 
+import attnbench.masks as M
 import numpy as np
 import pytest
 import torch
-
-import attnbench.masks as M
-from attnbench.families.kernel import cell as C
 from attnbench.families import expand_cells, load_config
+from attnbench.families.kernel import cell as C
 from attnbench.kernels import catalog
 from attnbench.kernels.flash_attn import flash_call_args
 from attnbench.kernels.flashmask import decode_encoding, flashmask_encoding
@@ -56,12 +55,23 @@ def test_varlen_keywords_follow_the_installed_signature(histograms):
     import inspect
 
     m = M.sample_mask("sliding_window_causal", 64, CFG, np.random.default_rng(0), histograms)
-    new = inspect.signature(lambda q, k, v, a, b, c, d, *, window_size=(-1, -1), enable_gqa=False: 0).parameters
+    new = inspect.signature(
+        lambda q, k, v, a, b, c, d, *, window_size=(-1, -1), enable_gqa=False: 0
+    ).parameters
     old = inspect.signature(lambda q, k, v, a, b, c, d, *, is_causal=False: 0).parameters
     bare = inspect.signature(lambda q, k, v, a, b, c, d: 0).parameters
-    assert varlen_kwargs(new, m.native_form(), gqa=True) == ({"enable_gqa": True, "window_size": (9, 0)}, None)
-    assert varlen_kwargs(old, m.native_form(), gqa=False)[1] == "this varlen_attn has no window_size (sliding windows)"
-    assert varlen_kwargs(old, M.Mask("causal", 8).native_form(), gqa=False) == ({"is_causal": True}, None)
+    assert varlen_kwargs(new, m.native_form(), gqa=True) == (
+        {"enable_gqa": True, "window_size": (9, 0)},
+        None,
+    )
+    assert (
+        varlen_kwargs(old, m.native_form(), gqa=False)[1]
+        == "this varlen_attn has no window_size (sliding windows)"
+    )
+    assert varlen_kwargs(old, M.Mask("causal", 8).native_form(), gqa=False) == (
+        {"is_causal": True},
+        None,
+    )
     assert "causal masks" in varlen_kwargs(bare, M.Mask("causal", 8).native_form(), gqa=False)[1]
     assert "GQA" in varlen_kwargs(old, M.Mask("full", 8).native_form(), gqa=True)[1]
 
@@ -72,7 +82,9 @@ def test_transformer_engine_arguments(histograms):
     assert ctor["attn_mask_type"] == "padding_causal" and ctor["qkv_format"] == "thd"
     assert ctor["num_gqa_groups"] == 2 and ctor["window_size"] == (-1, 0)
     assert call["cu_seqlens_q"].tolist() == [0, *np.cumsum(m.doc_lengths).tolist()]
-    ctor, _ = te_arguments(M.Mask("sliding_window", 100, {"window": 7}).native_form(), 8, 8, 64, "cpu")
+    ctor, _ = te_arguments(
+        M.Mask("sliding_window", 100, {"window": 7}).native_form(), 8, 8, 64, "cpu"
+    )
     assert ctor["attn_mask_type"] == "padding" and ctor["window_size"] == (7, 7)
 
 
@@ -87,12 +99,20 @@ def test_flashmask_encoding_is_exact(mask_name, histograms):
                 continue
             indices, causal = flashmask_encoding(m)
             assert indices.dtype == torch.int32 and indices.shape[:3] == (1, 1, s)
-            assert torch.equal(decode_encoding(indices, causal, s), m.dense()), (mask_name, s, seed)
+            assert torch.equal(decode_encoding(indices, causal, s), m.dense()), (
+                mask_name,
+                s,
+                seed,
+            )
 
 
 def test_flashmask_refuses_what_it_cannot_encode():
     # three visible runs in one column: not expressible as two row intervals
-    m = M.Mask("block_sparse", 256, {"block_size": 64, "density": 0.5, "groups": 1, "heads_q": 1, "seed": 3})
+    m = M.Mask(
+        "block_sparse",
+        256,
+        {"block_size": 64, "density": 0.5, "groups": 1, "heads_q": 1, "seed": 3},
+    )
     with pytest.raises(Unsupported, match="flashmask"):
         flashmask_encoding(m)
 
@@ -103,7 +123,9 @@ GPU_ONLY = [k for k, info in catalog.KERNELS.items() if "cpu" not in info.device
 @pytest.mark.parametrize("impl", GPU_ONLY)
 def test_gpu_kernels_are_unavailable_here(impl, repo):
     cfg = load_config(repo / "config.yaml")
-    spec = next(c for c in expand_cells(cfg, ["smoke"]) if c["impl"] == "naive" and c["mask"] == "causal")
+    spec = next(
+        c for c in expand_cells(cfg, ["smoke"]) if c["impl"] == "naive" and c["mask"] == "causal"
+    )
     r = C.run_cell({**spec, "impl": impl})
     assert r["status"] == "unavailable" and "runs only on cuda" in r["status_reason"]
     on_cuda = C.run_cell({**spec, "impl": impl, "device": "cuda", "dtype": "bfloat16"})
@@ -116,8 +138,21 @@ def test_gpu_kernels_are_unavailable_here(impl, repo):
 
 
 def test_every_kernel_declares_its_support():
-    assert {"naive", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex", "varlen", "fa2", "fa3",
-            "fa4", "cudnn_te", "flashmask"} <= set(catalog.KERNELS)
+    assert {
+        "naive",
+        "sdpa",
+        "sdpa_math",
+        "sdpa_flash",
+        "sdpa_efficient",
+        "sdpa_cudnn",
+        "flex",
+        "varlen",
+        "fa2",
+        "fa3",
+        "fa4",
+        "cudnn_te",
+        "flashmask",
+    } <= set(catalog.KERNELS)
     for info in catalog.KERNELS.values():
         assert info.masks and info.directions and info.summary
         assert all(set(d) <= set(catalog.ALL_DIRECTIONS) for d in info.directions.values())
@@ -135,8 +170,11 @@ def _install_fa3_fwd(tmp_path, monkeypatch, flags):
 def test_fa3_forward_only_build_limits_come_from_its_build_flags(tmp_path, monkeypatch):
     info = catalog.get("fa3")
     assert catalog.missing_module(info) == "flash_attn_interface|fa3_fwd_interface"
-    _install_fa3_fwd(tmp_path, monkeypatch, {"FLASHATTENTION_DISABLE_BACKWARD": True,
-                                             "FLASHATTENTION_DISABLE_LOCAL": True})
+    _install_fa3_fwd(
+        tmp_path,
+        monkeypatch,
+        {"FLASHATTENTION_DISABLE_BACKWARD": True, "FLASHATTENTION_DISABLE_LOCAL": True},
+    )
     assert catalog.missing_module(info) is None
     why = lambda mask, d: catalog.unsupported_reason(info, mask, d, "cuda", 64, 8)  # noqa: E731
     assert "FLASHATTENTION_DISABLE_BACKWARD" in why("causal", "bwd")
@@ -148,12 +186,17 @@ def test_fa3_forward_only_build_limits_come_from_its_build_flags(tmp_path, monke
 
 
 def test_fa3_build_with_backward_and_windows_has_no_limits(tmp_path, monkeypatch):
-    _install_fa3_fwd(tmp_path, monkeypatch, {"FLASHATTENTION_DISABLE_BACKWARD": False,
-                                             "FLASHATTENTION_DISABLE_LOCAL": False})
+    _install_fa3_fwd(
+        tmp_path,
+        monkeypatch,
+        {"FLASHATTENTION_DISABLE_BACKWARD": False, "FLASHATTENTION_DISABLE_LOCAL": False},
+    )
     info = catalog.get("fa3")
     assert catalog.unsupported_reason(info, "sliding_window_causal", "bwd", "cuda", 64, 8) is None
 
 
 def test_a_missing_alternative_is_named_in_the_record():
     spec = {"impl": "fa3", "device": "cuda"}
-    assert "'flash_attn_interface' or 'fa3_fwd_interface'" in C.availability_reason(catalog.get("fa3"), spec)
+    assert "'flash_attn_interface' or 'fa3_fwd_interface'" in C.availability_reason(
+        catalog.get("fa3"), spec
+    )

@@ -1,23 +1,32 @@
 """Each CPU kernel against the float64 reference, for every mask it claims, forward and backward."""
 
+import attnbench.masks as M
 import numpy as np
 import pytest
 import torch
-
-import attnbench.masks as M
+from attnbench.harness.reference import reference_attention, rel_err
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load, to_thd
-from attnbench.harness.reference import reference_attention, rel_err
 from attnbench.status import Unsupported
 
-CFG = dict(window=9, block=8, block_size=8, density=0.4, avg_block=16, min_block=8, long_doc_range=[20, 40])
+CFG = dict(
+    window=9,
+    block=8,
+    block_size=8,
+    density=0.4,
+    avg_block=16,
+    min_block=8,
+    long_doc_range=[20, 40],
+)
 S, HQ, HKV, D = 96, 4, 2, 16
 CPU_KERNELS = [k for k, info in catalog.KERNELS.items() if "cpu" in info.devices]
 
 
 def inputs(seed=0, s=S):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(sh, generator=g) for sh in [(s, HQ, D), (s, HKV, D), (s, HKV, D), (s, HQ, D)]]
+    return [
+        torch.randn(sh, generator=g) for sh in [(s, HQ, D), (s, HKV, D), (s, HKV, D), (s, HQ, D)]
+    ]
 
 
 def run(kernel, fn, q, k, v, dout, backward):
@@ -60,9 +69,8 @@ def test_kernel_matches_float64_reference(impl, mask_name, histograms):
 
 def test_flex_block_mask_equals_flex_own_builder(histograms):
     """Our O(block x S) BlockMask builder gives the same tiles as create_block_mask."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
     from attnbench.kernels.flex import block_mask_from_counts
+    from torch.nn.attention.flex_attention import create_block_mask
 
     for name in M.STATIC_MASKS:
         for s in (128, 200, 384):
@@ -71,7 +79,9 @@ def test_flex_block_mask_equals_flex_own_builder(histograms):
             except ValueError:
                 continue
             ours = block_mask_from_counts(m, 64, "cpu")
-            theirs = create_block_mask(m.mask_mod(), None, None, s, s, device="cpu", BLOCK_SIZE=64, _compile=False)
+            theirs = create_block_mask(
+                m.mask_mod(), None, None, s, s, device="cpu", BLOCK_SIZE=64, _compile=False
+            )
             assert torch.equal(ours.to_dense(), theirs.to_dense()), (name, s)
             # and the full/partial split: full tiles skip the mask_mod, so they must really be full
             assert torch.equal(ours.full_kv_num_blocks, theirs.full_kv_num_blocks), (name, s)
@@ -80,7 +90,15 @@ def test_flex_block_mask_equals_flex_own_builder(histograms):
 def test_sparse_flex_block_mask_is_built_from_indices():
     from attnbench.kernels.flex import block_mask_from_layout
 
-    m = M.sample_mask("block_sparse", 1024, {"block_size": 64, "density": 0.25}, np.random.default_rng(0), None, 8, 2)
+    m = M.sample_mask(
+        "block_sparse",
+        1024,
+        {"block_size": 64, "density": 0.25},
+        np.random.default_rng(0),
+        None,
+        8,
+        2,
+    )
     bm = block_mask_from_layout(m, "cpu")
     dense_blocks = bm.to_dense()[0]  # [Hq, nb, nb]
     keep = m.layout().keep.repeat_interleave(4, dim=0)
@@ -91,7 +109,14 @@ def test_flash_backend_refuses_document_masks_instead_of_computing_another_mask(
     """A kernel that cannot express a mask raises Unsupported: never a silently different computation."""
     from attnbench.kernels.sdpa import SDPAFlash
 
-    k = SDPAFlash(catalog.get("sdpa_flash"), device="cpu", dtype=torch.float32, heads_q=HQ, heads_kv=HKV, head_dim=D)
+    k = SDPAFlash(
+        catalog.get("sdpa_flash"),
+        device="cpu",
+        dtype=torch.float32,
+        heads_q=HQ,
+        heads_kv=HKV,
+        head_dim=D,
+    )
     mask = M.sample_mask("causal_document", S, CFG, np.random.default_rng(0), histograms)
     with pytest.raises(Unsupported, match="cannot run causal_document"):
         k.prepare(mask)
@@ -99,8 +124,8 @@ def test_flash_backend_refuses_document_masks_instead_of_computing_another_mask(
 
 def test_block_mask_at_48k_never_materialises_s_by_s(histograms):
     """The BlockMask comes from the predicate one row of tiles at a time: O(tile x S), not S x S."""
-    from attnbench.kernels.flex import block_mask_from_counts
     from attnbench.harness.measure import peak_memory
+    from attnbench.kernels.flex import block_mask_from_counts
 
     s = 49152
     m = M.sample_mask("causal_document", s, CFG, np.random.default_rng(0), histograms)

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from attnbench import launch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,7 +16,14 @@ ALLREDUCE = REPO / "tests/slurm/workflow/allreduce.py"
 
 def test_one_node_resources_hold_all_ranks_in_one_step():
     r = launch.resources(1, 4, "cuda", cpus_per_rank=2)
-    assert r == {"nodes": 1, "gpu": 4, "cpus_per_task": 8, "mpi": None, "tasks": None, "slurm_extra": None}
+    assert r == {
+        "nodes": 1,
+        "gpu": 4,
+        "cpus_per_task": 8,
+        "mpi": None,
+        "tasks": None,
+        "slurm_extra": None,
+    }
     assert launch.resources(1, 2, "cpu")["gpu"] is None  # no --gpus=0 for a CPU cell
 
 
@@ -37,17 +43,39 @@ def test_bad_placements_are_refused(args):
 
 
 def test_slurm_task_becomes_a_torch_rank():
-    env = {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8", "SLURM_NODEID": "2", "SLURM_STEP_NUM_NODES": "4"}
-    assert launch.task_environment(env) == {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "GROUP_RANK": "2",
-                                            "NODE_RANK": "2", "LOCAL_WORLD_SIZE": "2"}
+    env = {
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_NTASKS": "8",
+        "SLURM_NODEID": "2",
+        "SLURM_STEP_NUM_NODES": "4",
+    }
+    assert launch.task_environment(env) == {
+        "RANK": "5",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "8",
+        "GROUP_RANK": "2",
+        "NODE_RANK": "2",
+        "LOCAL_WORLD_SIZE": "2",
+    }
     with pytest.raises(SystemExit, match="SLURM_PROCID"):
         launch.task_environment({})
 
 
 def test_one_node_uses_torchrun_standalone_with_the_whole_command():
     cmd, env = launch.command(1, 2, ["python", "-m", "x", "--flag"])
-    assert cmd[1:] == ["-m", "torch.distributed.run", "--nproc-per-node=2", "--no-python", "--standalone",
-                       "--nnodes=1", "python", "-m", "x", "--flag"]
+    assert cmd[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=2",
+        "--no-python",
+        "--standalone",
+        "--nnodes=1",
+        "python",
+        "-m",
+        "x",
+        "--flag",
+    ]
     assert env == {}
 
 
@@ -65,9 +93,26 @@ def test_several_nodes_need_an_allocation_and_the_batch_step(monkeypatch):
 @pytest.mark.slow
 def test_two_ranks_on_this_machine(tmp_path):
     out = tmp_path / "allreduce.json"
-    p = subprocess.run([sys.executable, "-m", "attnbench.launch", "--nproc-per-node", "2", "--",
-                        sys.executable, str(ALLREDUCE), str(out)], capture_output=True, text=True, timeout=180,
-                       env={**os.environ, "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}"})
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnbench.launch",
+            "--nproc-per-node",
+            "2",
+            "--",
+            sys.executable,
+            str(ALLREDUCE),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}",
+        },
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["world_size"] == 2
@@ -78,12 +123,30 @@ def test_two_ranks_on_this_machine(tmp_path):
 def launched_devices(tmp_path, n_gpus, visible, hold_s=0.0):
     """Start `launch --gpus-per-node n` around a command that reports its CUDA_VISIBLE_DEVICES."""
     probe = f"import os, time; print(os.environ.get('CUDA_VISIBLE_DEVICES')); time.sleep({hold_s})"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible, "ATTNBENCH_GPU_LOCK_DIR": str(tmp_path / "locks"),
-           "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}"}
+    env = {
+        **os.environ,
+        "CUDA_VISIBLE_DEVICES": visible,
+        "ATTNBENCH_GPU_LOCK_DIR": str(tmp_path / "locks"),
+        "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}",
+    }
     env.pop("SLURM_JOB_ID", None)
-    return subprocess.Popen([sys.executable, "-m", "attnbench.launch", "--gpus-per-node", str(n_gpus), "--",
-                             sys.executable, "-c", probe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attnbench.launch",
+            "--gpus-per-node",
+            str(n_gpus),
+            "--",
+            sys.executable,
+            "-c",
+            probe,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def test_concurrent_cells_on_one_machine_get_different_gpus(tmp_path):
@@ -111,16 +174,43 @@ def test_no_gpu_here_runs_the_command_unchanged(tmp_path):
 def test_claim_after_import_starts_at_once_and_waits_for_the_gpu_inside(tmp_path):
     """--claim-after-import: the command starts at once (its imports overlap another cell's GPU time)
     and claims the GPU itself; two such cells on one GPU start together and measure one after the other."""
-    probe = ("import json, time; t0 = time.time(); from attnbench.launch import claim_from_environment; "
-             "g = claim_from_environment(); t1 = time.time(); time.sleep(2); "
-             "print(json.dumps({'gpus': g, 'started': t0, 'claimed': t1, 'released': time.time()}))")
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "4", "ATTNBENCH_GPU_LOCK_DIR": str(tmp_path / "locks"),
-           "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}"}
+    probe = (
+        "import json, time; t0 = time.time(); from attnbench.launch import claim_from_environment; "
+        "g = claim_from_environment(); t1 = time.time(); time.sleep(2); "
+        "print(json.dumps({'gpus': g, 'started': t0, 'claimed': t1, 'released': time.time()}))"
+    )
+    env = {
+        **os.environ,
+        "CUDA_VISIBLE_DEVICES": "4",
+        "ATTNBENCH_GPU_LOCK_DIR": str(tmp_path / "locks"),
+        "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}",
+    }
     env.pop("SLURM_JOB_ID", None)
-    procs = [subprocess.Popen([sys.executable, "-m", "attnbench.launch", "--gpus-per-node", "1", "--claim-after-import",
-                               "--", sys.executable, "-c", probe], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for _ in range(2)]
-    runs = sorted((json.loads(p.communicate(timeout=60)[0].splitlines()[-1]) for p in procs), key=lambda r: r["claimed"])
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "attnbench.launch",
+                "--gpus-per-node",
+                "1",
+                "--claim-after-import",
+                "--",
+                sys.executable,
+                "-c",
+                probe,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    runs = sorted(
+        (json.loads(p.communicate(timeout=60)[0].splitlines()[-1]) for p in procs),
+        key=lambda r: r["claimed"],
+    )
     assert [r["gpus"] for r in runs] == [["4"], ["4"]]
     assert abs(runs[0]["started"] - runs[1]["started"]) < 1.5  # both started at once
     assert runs[1]["claimed"] >= runs[0]["released"] - 0.05  # the GPU was never shared

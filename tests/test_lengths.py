@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from attnbench.masks import lengths as L
 
 
@@ -10,7 +9,9 @@ from attnbench.masks import lengths as L
 def test_lengths_sum_to_total_and_are_positive(total, histograms):
     name = L.choose_histogram(total, histograms)
     for seed in range(20):
-        docs = L.sample_doc_lengths(total, histograms[name]["buckets"], np.random.default_rng(seed))
+        docs = L.sample_doc_lengths(
+            total, histograms[name]["buckets"], np.random.default_rng(seed)
+        )
         assert sum(docs) == total
         assert min(docs) >= 1
 
@@ -47,7 +48,11 @@ def test_histogram_choice_by_length(histograms):
 
 
 def test_histograms_match_the_spec(histograms):
-    assert {k: len(v["buckets"]) for k, v in histograms.items()} == {"pile": 41, "prolong64k": 44, "prolong512k": 42}
+    assert {k: len(v["buckets"]) for k, v in histograms.items()} == {
+        "pile": 41,
+        "prolong64k": 44,
+        "prolong512k": 42,
+    }
     for h in histograms.values():
         for (a, b, w), nxt in zip(h["buckets"], h["buckets"][1:] + [None]):
             assert a < b and w > 0
@@ -61,7 +66,9 @@ def test_long_document_mix():
     assert sum(docs) == total
     long_docs = [d for d in docs if d >= 100]
     assert sum(long_docs) == round(0.6 * total)
-    assert all(d <= 30720 for d in docs) and sum(d >= 8192 for d in long_docs) >= len(long_docs) - 1
+    assert (
+        all(d <= 30720 for d in docs) and sum(d >= 8192 for d in long_docs) >= len(long_docs) - 1
+    )
     assert docs != sorted(docs, key=lambda d: d >= 100)  # shuffled, not short-then-long
 
 

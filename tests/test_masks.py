@@ -1,13 +1,14 @@
 """Every mask: range form == predicate, area exact, derived forms consistent, edge cases."""
 
+import attnbench.masks as M
 import numpy as np
 import pytest
 import torch
-
-import attnbench.masks as M
 from attnbench.masks.ranges import Slice, dense_from_slices
 
-CFG = dict(window=7, block=4, block_size=4, density=0.5, avg_block=8, min_block=4, long_doc_range=[5, 20])
+CFG = dict(
+    window=7, block=4, block_size=4, density=0.5, avg_block=8, min_block=4, long_doc_range=[5, 20]
+)
 LENGTHS = [1, 2, 3, 5, 7, 8, 12, 16, 31, 64, 100, 128]
 
 
@@ -19,7 +20,9 @@ def masks_over_seeds(name, lengths=LENGTHS, seeds=range(6), cfg=CFG, histograms=
     for s in lengths:
         for seed in seeds:
             try:
-                yield M.sample_mask(name, s, cfg, np.random.default_rng(seed), histograms, heads_q=4, heads_kv=2)
+                yield M.sample_mask(
+                    name, s, cfg, np.random.default_rng(seed), histograms, heads_q=4, heads_kv=2
+                )
             except ValueError:
                 # Only S not a multiple of a block size, or shorter than a block, may refuse.
                 assert name in ("block_causal_document", "block_sparse", "variable_block_sparse")
@@ -30,7 +33,11 @@ def test_static_ranges_equal_predicate(name, histograms):
     n = 0
     for m in masks_over_seeds(name, histograms=histograms):
         dense = m.dense()
-        assert torch.equal(dense_from_slices(m.slices(), m.seqlen), dense), (name, m.seqlen, m.params)
+        assert torch.equal(dense_from_slices(m.slices(), m.seqlen), dense), (
+            name,
+            m.seqlen,
+            m.params,
+        )
         assert m.area == int(dense.sum())
         n += 1
     assert n >= 30
@@ -55,14 +62,21 @@ def test_mask_mod_is_the_predicate_under_vmap(name, histograms):
     """FlexAttention calls mask_mod on scalar indices under vmap: it must give the dense matrix."""
     from torch.func import vmap
 
-    for m in masks_over_seeds(name, lengths=[16, 33] if "sparse" not in name else [16, 32], seeds=range(3),
-                              histograms=histograms):
+    for m in masks_over_seeds(
+        name,
+        lengths=[16, 33] if "sparse" not in name else [16, 32],
+        seeds=range(3),
+        histograms=histograms,
+    ):
         mod = m.mask_mod()
         s = m.seqlen
         q, k = torch.arange(s), torch.arange(s)
         heads = range(m.heads_q) if m.sparse else [0]
         for h in heads:
-            f = vmap(vmap(lambda qi, ki: mod(torch.tensor(0), torch.tensor(h), qi, ki), (None, 0)), (0, None))
+            f = vmap(
+                vmap(lambda qi, ki: mod(torch.tensor(0), torch.tensor(h), qi, ki), (None, 0)),
+                (0, None),
+            )
             got = f(q, k)
             want = m.dense()[h] if m.sparse else m.dense()
             assert torch.equal(got, want), (name, h)
@@ -94,14 +108,21 @@ def native_dense(form, s):
             vis &= j >= i - left
         if right >= 0:
             vis &= j <= i + right
-        out[a:a + n, a:a + n] = vis
+        out[a : a + n, a : a + n] = vis
         a += n
     return out
 
 
 @pytest.mark.parametrize("name", M.STATIC_MASKS)
 def test_native_form_matches_predicate(name, histograms):
-    regular = {"full", "causal", "full_document", "causal_document", "sliding_window", "sliding_window_causal"}
+    regular = {
+        "full",
+        "causal",
+        "full_document",
+        "causal_document",
+        "sliding_window",
+        "sliding_window_causal",
+    }
     for m in masks_over_seeds(name, seeds=range(3), histograms=histograms):
         form = m.native_form()
         if name not in regular:
@@ -165,7 +186,9 @@ def test_block_sizes_must_divide_seqlen():
     with pytest.raises(ValueError, match="not a multiple of mask_params.block=64"):
         M.sample_mask("block_causal_document", 100, {"block": 64}, np.random.default_rng(0))
     with pytest.raises(ValueError, match="not a multiple of mask_params.block_size=64"):
-        M.sample_mask("block_sparse", 100, {"block_size": 64, "density": 0.5}, np.random.default_rng(0))
+        M.sample_mask(
+            "block_sparse", 100, {"block_size": 64, "density": 0.5}, np.random.default_rng(0)
+        )
 
 
 def test_block_sparse_density_and_determinism():
@@ -185,7 +208,9 @@ def test_block_sparse_density_and_determinism():
 
 def test_variable_block_sizes():
     cfg = {"avg_block": 256, "min_block": 128, "density": 0.5}
-    m = M.sample_mask("variable_block_sparse", 4096, cfg, np.random.default_rng(2), heads_q=4, heads_kv=4)
+    m = M.sample_mask(
+        "variable_block_sparse", 4096, cfg, np.random.default_rng(2), heads_q=4, heads_kv=4
+    )
     lay = m.layout()
     sizes = lay.row_bounds.diff(dim=1)
     assert (sizes >= 128).all() and (sizes.sum(1) == 4096).all()
@@ -195,76 +220,136 @@ def test_variable_block_sizes():
 # Small masks written out by hand from the definitions in spec/masks.md (row i = query, column j = key),
 # with the visible pairs counted by hand: independent of the predicates, ranges and dense builders.
 HAND_MASKS = [
-    ("causal_document", 6, {"doc_lengths": [2, 3, 1]}, 10, """
+    (
+        "causal_document",
+        6,
+        {"doc_lengths": [2, 3, 1]},
+        10,
+        """
         100000
         110000
         001000
         001100
         001110
-        000001"""),
-    ("full_document", 6, {"doc_lengths": [2, 3, 1]}, 14, """
+        000001""",
+    ),
+    (
+        "full_document",
+        6,
+        {"doc_lengths": [2, 3, 1]},
+        14,
+        """
         110000
         110000
         001110
         001110
         001110
-        000001"""),
-    ("sliding_window", 6, {"window": 1}, 16, """
+        000001""",
+    ),
+    (
+        "sliding_window",
+        6,
+        {"window": 1},
+        16,
+        """
         110000
         111000
         011100
         001110
         000111
-        000011"""),
-    ("sliding_window_causal", 6, {"window": 2}, 15, """
+        000011""",
+    ),
+    (
+        "sliding_window_causal",
+        6,
+        {"window": 2},
+        15,
+        """
         100000
         110000
         111000
         011100
         001110
-        000111"""),
-    ("share_question", 6, {"doc_lengths": [2, 2, 2]}, 17, """
+        000111""",
+    ),
+    (
+        "share_question",
+        6,
+        {"doc_lengths": [2, 2, 2]},
+        17,
+        """
         100000
         110000
         111000
         111100
         110010
-        110011"""),
-    ("causal_blockwise", 6, {"doc_lengths": [2, 2, 2]}, 17, """
+        110011""",
+    ),
+    (
+        "causal_blockwise",
+        6,
+        {"doc_lengths": [2, 2, 2]},
+        17,
+        """
         100000
         110000
         001000
         001100
         111110
-        111111"""),
-    ("prefix_lm_causal", 6, {"prefix": 2}, 22, """
+        111111""",
+    ),
+    (
+        "prefix_lm_causal",
+        6,
+        {"prefix": 2},
+        22,
+        """
         110000
         110000
         111000
         111100
         111110
-        111111"""),
-    ("prefix_lm_document", 6, {"doc_lengths": [3, 3], "prefix": 2}, 14, """
+        111111""",
+    ),
+    (
+        "prefix_lm_document",
+        6,
+        {"doc_lengths": [3, 3], "prefix": 2},
+        14,
+        """
         110000
         110000
         111000
         000110
         000110
-        000111"""),
-    ("global_sliding_window", 6, {"window": 1, "global_tokens": 2}, 30, """
+        000111""",
+    ),
+    (
+        "global_sliding_window",
+        6,
+        {"window": 1, "global_tokens": 2},
+        30,
+        """
         111111
         111111
         111100
         111110
         110111
-        110011"""),
-    ("block_causal_document", 6, {"block": 2, "doc_lengths": [4, 2]}, 16, """
+        110011""",
+    ),
+    (
+        "block_causal_document",
+        6,
+        {"block": 2, "doc_lengths": [4, 2]},
+        16,
+        """
         110000
         110000
         111100
         111100
         000011
-        000011"""),
+        000011""",
+    ),
 ]
 
 

@@ -9,9 +9,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from snakemake.profiles import ProfileConfigFileParser
-
 from attnbench import launch
+from snakemake.profiles import ProfileConfigFileParser
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,7 +21,9 @@ def read_profile(name: str) -> dict:
 
 
 def fake_scontrol(tmp_path, monkeypatch, accounting: str):
-    (tmp_path / "scontrol").write_text(f"#!/bin/sh\necho 'AccountingStorageType   = {accounting}'\n")
+    (tmp_path / "scontrol").write_text(
+        f"#!/bin/sh\necho 'AccountingStorageType   = {accounting}'\n"
+    )
     (tmp_path / "scontrol").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
 
@@ -41,9 +42,13 @@ def test_slurm_profile_takes_partition_and_account_from_the_environment(tmp_path
     assert "runtime=20 * attempt" in defaults and "mem_mb=4000 * attempt" in defaults
 
 
-@pytest.mark.parametrize("accounting, command", [("accounting_storage/slurmdbd", "sacct"),
-                                                 ("accounting_storage/none", "squeue")])
-def test_slurm_profile_checks_states_with_what_the_cluster_answers(tmp_path, monkeypatch, accounting, command):
+@pytest.mark.parametrize(
+    "accounting, command",
+    [("accounting_storage/slurmdbd", "sacct"), ("accounting_storage/none", "squeue")],
+)
+def test_slurm_profile_checks_states_with_what_the_cluster_answers(
+    tmp_path, monkeypatch, accounting, command
+):
     fake_scontrol(tmp_path, monkeypatch, accounting)
     assert read_profile("slurm")["slurm-status-command"] == command
 
@@ -56,11 +61,19 @@ def test_slurm_profile_without_slurm_still_reads(monkeypatch):
 def test_slurm_profile_batches_cells_one_after_another():
     p = read_profile("slurm")
     assert p["groups"] == ["kernel_cell=cells"] and p["group-components"] == ["cells=20"]
-    assert p["resources"] == ["batch_slots=1"] and p["set-resource-scopes"] == ["batch_slots=local"]
+    assert p["resources"] == ["batch_slots=1"] and p["set-resource-scopes"] == [
+        "batch_slots=local"
+    ]
 
 
-@pytest.mark.parametrize("env, gpus", [({"ATTNBENCH_GPUS": "4"}, 4), ({"CUDA_VISIBLE_DEVICES": "2,3"}, 2),
-                                       ({"CUDA_VISIBLE_DEVICES": ""}, 0)])
+@pytest.mark.parametrize(
+    "env, gpus",
+    [
+        ({"ATTNBENCH_GPUS": "4"}, 4),
+        ({"CUDA_VISIBLE_DEVICES": "2,3"}, 2),
+        ({"CUDA_VISIBLE_DEVICES": ""}, 0),
+    ],
+)
 def test_local_profile_limits_gpu_cells_to_the_gpus_present(monkeypatch, env, gpus):
     for var in ("ATTNBENCH_GPUS", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(var, raising=False)
@@ -69,14 +82,17 @@ def test_local_profile_limits_gpu_cells_to_the_gpus_present(monkeypatch, env, gp
     assert read_profile("local")["resources"] == [f"gpu={gpus}"]
 
 
-@pytest.mark.parametrize("argv, env, named", [
-    (["-n"], {}, False),
-    (["--profile", "slurm", "-n"], {}, True),
-    (["--profile=profiles/slurm"], {}, True),
-    (["--prof", "local"], {}, True),  # argparse takes an abbreviation
-    (["--printshellcmds"], {}, False),
-    (["-n"], {"SNAKEMAKE_PROFILE": "slurm"}, True),
-])
+@pytest.mark.parametrize(
+    "argv, env, named",
+    [
+        (["-n"], {}, False),
+        (["--profile", "slurm", "-n"], {}, True),
+        (["--profile=profiles/slurm"], {}, True),
+        (["--prof", "local"], {}, True),  # argparse takes an abbreviation
+        (["--printshellcmds"], {}, False),
+        (["-n"], {"SNAKEMAKE_PROFILE": "slurm"}, True),
+    ],
+)
 def test_default_profile_is_the_local_one_unless_a_profile_is_named(monkeypatch, argv, env, named):
     monkeypatch.chdir(REPO)
     monkeypatch.delenv("SNAKEMAKE_PROFILE", raising=False)
@@ -124,7 +140,9 @@ class FakeJob:
 
     def __init__(self, threads=1, **resources):
         self.threads = threads
-        res = {k: v for k, v in resources.items() if v is not None}  # Snakemake drops None resources
+        res = {
+            k: v for k, v in resources.items() if v is not None
+        }  # Snakemake drops None resources
         self.resources = SimpleNamespace(**res)
         self.resources.get = res.get
         self.resources.keys = res.keys
@@ -135,8 +153,17 @@ def sbatch_and_srun(job):
     from snakemake_executor_plugin_slurm.utils import set_gres_string
     from snakemake_executor_plugin_slurm_jobstep import get_gpu_setting
 
-    params = {"run_uuid": "r", "slurm_logfile": "l", "comment_str": "c", "account": "", "partition": "", "workdir": ""}
-    return (get_submit_command(job, params) + set_gres_string(job)).split(), get_gpu_setting(job).split()
+    params = {
+        "run_uuid": "r",
+        "slurm_logfile": "l",
+        "comment_str": "c",
+        "account": "",
+        "partition": "",
+        "workdir": "",
+    }
+    return (get_submit_command(job, params) + set_gres_string(job)).split(), get_gpu_setting(
+        job
+    ).split()
 
 
 def test_a_cpu_kernel_cell_asks_slurm_for_no_gpu():
@@ -155,5 +182,11 @@ def test_distributed_cell_resources_become_the_right_allocation():
     assert {"--nodes=1", "--gpus=4", "--cpus-per-task=8"} <= set(sbatch) and srun == ["--gpus=4"]
     two_nodes = FakeJob(**launch.resources(2, 4, "cuda"), runtime=30, mem_mb=8000)
     sbatch, _ = sbatch_and_srun(two_nodes)
-    assert {"--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--gpus-per-node=4", "--cpus-per-task=1"} <= set(sbatch)
+    assert {
+        "--nodes=2",
+        "--ntasks=8",
+        "--ntasks-per-node=4",
+        "--gpus-per-node=4",
+        "--cpus-per-task=1",
+    } <= set(sbatch)
     assert not [a for a in sbatch if a.startswith(("--gpus=", "--ntasks-per-gpu", "--gres"))]

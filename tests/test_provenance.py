@@ -4,13 +4,12 @@ the tidy table and the captions repeat it."""
 import shutil
 
 import pytest
-
-from attnbench.report import captions
-from attnbench.families.kernel import cell as C
-from attnbench.record import record as R
-from attnbench.report.collect import collect
 from attnbench.families import expand_cells, load_config
+from attnbench.families.kernel import cell as C
 from attnbench.harness.environment import code_files, code_hash, tree_sha256
+from attnbench.record import record as R
+from attnbench.report import captions
+from attnbench.report.collect import collect
 from synthetic_cells import kernel_table
 
 
@@ -44,13 +43,17 @@ def test_results_tests_and_bytecode_do_not_change_the_hash(tree):
     assert tree_sha256(tree) == before
 
 
-@pytest.mark.parametrize("change", ["edit package", "add module", "rename module", "edit rule", "edit pins",
-                                    "edit schema"])
+@pytest.mark.parametrize(
+    "change",
+    ["edit package", "add module", "rename module", "edit rule", "edit pins", "edit schema"],
+)
 def test_every_code_change_changes_the_hash(tree, change):
     before = tree_sha256(tree)["code_sha256"]
     pkg = tree / "workflow" / "attnbench"
     if change == "edit package":
-        (pkg / "harness" / "flops.py").write_text((pkg / "harness" / "flops.py").read_text() + "\n")
+        (pkg / "harness" / "flops.py").write_text(
+            (pkg / "harness" / "flops.py").read_text() + "\n"
+        )
     elif change == "add module":
         (pkg / "kernels" / "extra.py").write_text("")
     elif change == "rename module":
@@ -75,23 +78,33 @@ def test_a_record_and_its_row_carry_the_code_and_config_hashes(cells, tmp_path):
     other = {**spec, "reps": spec["reps"] + 1}
     record, record2 = C.run_cell(spec), C.run_cell(other)
     assert record["environment"]["code_sha256"] == code_hash()["code_sha256"]
-    assert len(record["config_sha256"]) == 64 and record["config_sha256"] != record2["config_sha256"]
+    assert (
+        len(record["config_sha256"]) == 64 and record["config_sha256"] != record2["config_sha256"]
+    )
     assert C.run_cell(dict(spec))["config_sha256"] == record["config_sha256"]
     path = tmp_path / "r.json"
     R.write_record(record, path)
     row = collect([path]).iloc[0]
-    assert (row["code_sha256"], row["config_sha256"]) == (code_hash()["code_sha256"], record["config_sha256"])
+    assert (row["code_sha256"], row["config_sha256"]) == (
+        code_hash()["code_sha256"],
+        record["config_sha256"],
+    )
 
 
 def test_captions_name_the_commit_and_the_code_hash():
     df = kernel_table()
     df["code_sha256"] = "ab" * 32
     text = captions.code(df)
-    assert "commit 0123456789" in text and "code sha256 abababababab" in text and "cells)" not in text
+    assert (
+        "commit 0123456789" in text and "code sha256 abababababab" in text and "cells)" not in text
+    )
     df.loc[df.index[:2], "code_sha256"] = "cd" * 32
     df.loc[df.index[2], "code_sha256"] = None
     text = captions.code(df)
-    assert f"abababababab ({len(df) - 3} cells), cdcdcdcdcdcd (2 cells), not recorded (1 cells)" in text
+    assert (
+        f"abababababab ({len(df) - 3} cells), cdcdcdcdcdcd (2 cells), not recorded (1 cells)"
+        in text
+    )
 
 
 def test_captions_of_records_without_a_code_hash_say_so():

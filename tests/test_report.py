@@ -10,20 +10,16 @@ from collections import Counter
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
-from synthetic_cells import KERNELS, LENGTHS, kernel_grid_config, kernel_table, tidy
-
-from attnbench.report import captions
 from attnbench import families
+from attnbench.cp.catalog import METHODS as CP_METHODS
 from attnbench.families.kernel import figures
 from attnbench.families.kernel import tables as kernel_tables
-from attnbench.report import plotting
-from attnbench.report import style
-from attnbench.report import tables
 from attnbench.kernels.catalog import KERNELS as CATALOG
-from attnbench.cp.catalog import METHODS as CP_METHODS
 from attnbench.kernels.catalog import SPARSE_KERNELS
-from attnbench.status import TIMED
+from attnbench.report import captions, plotting, style, tables
 from attnbench.report.labels import mask_families
+from attnbench.status import TIMED
+from synthetic_cells import KERNELS, LENGTHS, kernel_grid_config, kernel_table, tidy
 
 GRID_CFG = kernel_grid_config()
 
@@ -74,7 +70,12 @@ def test_bars_match_the_data(df, direction):
     for gid, patch in bars:  # every bar has the height of its row
         _, impl, mask, heads = gid.split("|")
         hq, hkv = map(int, heads.split(":"))
-        row = at[(at["impl"] == impl) & (at["mask"] == mask) & (at["heads_q"] == hq) & (at["heads_kv"] == hkv)]
+        row = at[
+            (at["impl"] == impl)
+            & (at["mask"] == mask)
+            & (at["heads_q"] == hq)
+            & (at["heads_kv"] == hkv)
+        ]
         assert patch.get_height() == pytest.approx(row["tflops"].item())
         assert (patch.get_hatch() is not None) == (row["status"].item() == "incorrect")
     assert drawn["incorrect_bars"] == (counted["status"] == "incorrect").sum() == 0
@@ -83,8 +84,14 @@ def test_bars_match_the_data(df, direction):
         assert len(marks) == drawn["marks"][status] == (counted["status"] == status).sum()
         for _, text in marks:
             assert text.get_text() == style.BAR_MARK[status]
-    assert drawn["marks"]["oom"] == 3 and drawn["marks"]["unsupported"] == 2 + (direction == "bwd") * 2
-    assert any("Not measured on this machine" in t.get_text() and "sdpa_flash" in t.get_text() for t in fig.texts)
+    assert (
+        drawn["marks"]["oom"] == 3
+        and drawn["marks"]["unsupported"] == 2 + (direction == "bwd") * 2
+    )
+    assert any(
+        "Not measured on this machine" in t.get_text() and "sdpa_flash" in t.get_text()
+        for t in fig.texts
+    )
     plt.close(fig)
 
 
@@ -110,7 +117,11 @@ def test_family_lines_match_the_data(df, family):
     groups = timed.groupby(["impl", "mask", "heads_q", "heads_kv", "direction"]).ngroups
     assert len(artists(fig, "line|")) == drawn["lines"] == groups
     assert _line_points(fig, "line|") == drawn["points"] == len(timed)
-    assert _line_points(fig, "incorrect|") == drawn["incorrect_markers"] == (sub["status"] == "incorrect").sum()
+    assert (
+        _line_points(fig, "incorrect|")
+        == drawn["incorrect_markers"]
+        == (sub["status"] == "incorrect").sum()
+    )
     oom = sub[sub["status"] == "oom"]
     assert _line_points(fig, "oom|") == drawn["oom_markers"] == len(oom) > 0
     # each OOM mark sits at its length (categorical x, shifted less than half a step) on the floor
@@ -121,10 +132,15 @@ def test_family_lines_match_the_data(df, family):
         assert set(line.get_ydata()) == {0}
         for x in line.get_xdata():
             marked[(impl, mask, heads, direction, lengths[round(x)])] += 1
-    expected = Counter((r.impl, r.mask, f"{r.heads_q}:{r.heads_kv}", r.direction, r.seqlen) for r in oom.itertuples())
+    expected = Counter(
+        (r.impl, r.mask, f"{r.heads_q}:{r.heads_kv}", r.direction, r.seqlen)
+        for r in oom.itertuples()
+    )
     assert marked == expected
     notes = "\n".join(t.get_text() for t in fig.texts)
-    assert "unavailable (not measured on this machine): sdpa_flash: all panels" in notes.replace("\n", " ")
+    assert "unavailable (not measured on this machine): sdpa_flash: all panels" in notes.replace(
+        "\n", " "
+    )
     if family == "share_question":
         flat = notes.replace("\n", " ").replace("     ", " ")
         assert "Not drawn, unsupported: flex: share_question (bwd); fa2: all panels." in flat
@@ -137,7 +153,11 @@ def test_memory_lines_match_the_data(df, direction):
     fig, drawn = figures.memory_lines(sub, "mem_gib", "GiB", "t")
     assert len(fig.axes) == 3
     timed = sub[sub["status"].isin(TIMED)]
-    assert len(artists(fig, "line|")) == drawn["lines"] == timed.groupby(["impl", "mask", "heads_q", "heads_kv"]).ngroups
+    assert (
+        len(artists(fig, "line|"))
+        == drawn["lines"]
+        == timed.groupby(["impl", "mask", "heads_q", "heads_kv"]).ngroups
+    )
     assert _line_points(fig, "line|") == len(timed)
     assert _line_points(fig, "oom|") == (sub["status"] == "oom").sum()
     # two heads settings share a panel: two line styles, explained in the legend
@@ -149,36 +169,65 @@ def test_memory_lines_match_the_data(df, direction):
 
 def test_write_figures_writes_the_promised_files_and_captions(cells_csv, tmp_path, df):
     style_cfg = {"formats": ["png", "pdf"], "dpi": 60, "bar_seqlen": 8192}
-    paths = families.write_figures(cells_csv, tmp_path, style_cfg, grid="synthetic", grid_cfg=GRID_CFG)
-    promised = families.figure_names(GRID_CFG, style_cfg["formats"]) + families.figure_caption_names(GRID_CFG)
+    paths = families.write_figures(
+        cells_csv, tmp_path, style_cfg, grid="synthetic", grid_cfg=GRID_CFG
+    )
+    promised = families.figure_names(
+        GRID_CFG, style_cfg["formats"]
+    ) + families.figure_caption_names(GRID_CFG)
     assert sorted(p.name for p in paths) == sorted(promised)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(promised)
     assert all((tmp_path / n).stat().st_size > 0 for n in promised)
-    assert set(families.figure_stems(GRID_CFG)) == {"tflops_bars_fwd", "tflops_bars_bwd", "memory_vs_seqlen_fwd",
-                                                   "memory_vs_seqlen_bwd", "tflops_vs_seqlen_full_causal",
-                                                   "tflops_vs_seqlen_share_question"}
+    assert set(families.figure_stems(GRID_CFG)) == {
+        "tflops_bars_fwd",
+        "tflops_bars_bwd",
+        "memory_vs_seqlen_fwd",
+        "memory_vs_seqlen_bwd",
+        "tflops_vs_seqlen_full_causal",
+        "tflops_vs_seqlen_share_question",
+    }
     cap = (tmp_path / "tflops_bars_fwd.caption.rst").read_text()
-    for fact in ("Test GPU 80GB", "CUDA 12.8", "driver 570.00", "torch 2.11.0+test", "bfloat16",
-                 "S = 8K (the configured length)", "Fig. 3", "0123456789"):
+    for fact in (
+        "Test GPU 80GB",
+        "CUDA 12.8",
+        "driver 570.00",
+        "torch 2.11.0+test",
+        "bfloat16",
+        "S = 8K (the configured length)",
+        "Fig. 3",
+        "0123456789",
+    ):
         assert fact in cap.replace("\\", ""), fact
 
 
 def test_bar_caption_says_when_the_configured_length_is_absent(df):
     whats = figures.figure_captions(df[df["seqlen"] < 8192], {"bar_seqlen": 8192})
-    assert "S = 4K (the longest length in the grid, which lacks the configured 8K)" in whats["tflops_bars_bwd"]
+    assert (
+        "S = 4K (the longest length in the grid, which lacks the configured 8K)"
+        in whats["tflops_bars_bwd"]
+    )
 
 
 def test_captions_render_as_the_report_renders_them(df):
     jinja2 = pytest.importorskip("jinja2")
     from docutils.core import publish_parts
 
-    text = captions.caption_text("A {{ braces }} and sliding_window_causal | *star*", df, "synthetic", GRID_CFG)
-    rendered = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(text).render(snakemake=None)
+    text = captions.caption_text(
+        "A {{ braces }} and sliding_window_causal | *star*", df, "synthetic", GRID_CFG
+    )
+    rendered = (
+        jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+        .from_string(text)
+        .render(snakemake=None)
+    )
     html = publish_parts(rendered, writer="html", settings_overrides={"report_level": 2})["body"]
     assert "{{ braces }}" in html and "sliding_window_causal | *star*" in html
     assert "Test GPU 80GB" in html and "System Message" not in html
-    assert re.search(r"\d+ cells \(\d+ ok, \d+ oom, \d+ unsupported, \d+ unavailable, 1 "
-                                             r"incorrect\)", html)
+    assert re.search(
+        r"\d+ cells \(\d+ ok, \d+ oom, \d+ unsupported, \d+ unavailable, 1 "
+        r"incorrect\)",
+        html,
+    )
 
 
 def test_captions_show_mixed_versions_with_their_counts(df):
@@ -208,12 +257,21 @@ def test_kernel_tables_have_rows_per_length_and_a_column_per_kernel(cells_csv, t
     assert len(sections) == 3 * 2 * 2  # masks x heads x directions
     title, t = sections[2]
     assert title == "full, MHA 64:64, forward"
-    assert list(t.index) == ["1K", "4K", "8K", "16K"] and list(t.columns) == ["naive", "sdpa_flash", "flex", "fa2"]
+    assert list(t.index) == ["1K", "4K", "8K", "16K"] and list(t.columns) == [
+        "naive",
+        "sdpa_flash",
+        "flex",
+        "fa2",
+    ]
     assert t.loc["8K", "naive"] == "OOM" and t.loc["16K", "sdpa_flash"] == "n/a"
     # the median with its p20-p80 (naive is kernel 1: 10 + 1 TFLOP/s at 1K, the spread +-0.5)
     assert t.loc["1K", "naive"] == "11.0 [10.5-11.5]"
     md = (tmp_path / "tflops.md").read_text()
-    assert "### causal, GQA 64:8, forward" in md and "(wrong)" in md and "p20-p80" in md.split("\n", 1)[0]
+    assert (
+        "### causal, GQA 64:8, forward" in md
+        and "(wrong)" in md
+        and "p20-p80" in md.split("\n", 1)[0]
+    )
     tex = (tmp_path / "support.tex").read_text()
     assert r"$\checkmark$" in tex and r"$\times$" in tex and r"share\_question" in tex
     assert (tmp_path / "tflops.tex").read_text().count(r"\begin{table}") == 12
@@ -223,6 +281,7 @@ def test_kernel_tables_have_rows_per_length_and_a_column_per_kernel(cells_csv, t
 
 def test_a_family_without_captions_gets_generic_ones(cells_csv, tmp_path, monkeypatch):
     """The report machinery is family-agnostic: a family module that only draws still gets captions."""
+
     def draw(df, out, st, only=None):
         fig, ax = plt.subplots()
         ax.plot([1, 2], [1, 2])
@@ -230,10 +289,16 @@ def test_a_family_without_captions_gets_generic_ones(cells_csv, tmp_path, monkey
 
     # a family registered like the built-in ones (one registry line), whose figures say nothing
     monkeypatch.setitem(families.FAMILIES, "testfam", "testfam")
-    monkeypatch.setitem(sys.modules, "attnbench.families.testfam", types.SimpleNamespace(
-        __name__="attnbench.families.testfam", FIGURES="figures"))
-    monkeypatch.setitem(sys.modules, "attnbench.families.testfam.figures", types.SimpleNamespace(
-        figures=draw, figure_captions=lambda df, st: {}))
+    monkeypatch.setitem(
+        sys.modules,
+        "attnbench.families.testfam",
+        types.SimpleNamespace(__name__="attnbench.families.testfam", FIGURES="figures"),
+    )
+    monkeypatch.setitem(
+        sys.modules,
+        "attnbench.families.testfam.figures",
+        types.SimpleNamespace(figures=draw, figure_captions=lambda df, st: {}),
+    )
     df = pd.read_csv(cells_csv).assign(family="testfam")
     csv = tmp_path / "cells.csv"
     df.to_csv(csv, index=False)
@@ -247,12 +312,16 @@ def test_every_kernel_and_method_keeps_one_distinct_style():
     dense_sparse = list(CATALOG) + list(SPARSE_KERNELS)
     pairs = [(style.colour(n), style.marker(n)) for n in dict.fromkeys(dense_sparse)]
     assert len(set(pairs)) == len(pairs)
-    assert len({style.colour(n) for n in dict.fromkeys(dense_sparse)}) == len(pairs)  # colours alone differ too
+    assert len({style.colour(n) for n in dict.fromkeys(dense_sparse)}) == len(
+        pairs
+    )  # colours alone differ too
     cp = [(style.colour(n), style.marker(n)) for n in CP_METHODS]
     assert len(set(cp)) == len(cp)
     # the status marks stay unambiguous: no kernel is drawn with the out-of-memory X
     assert all(style.marker(n) not in ("X", "x") for n in dense_sparse + list(CP_METHODS))
-    assert style.colour("some_new_kernel") == style.colour("some_new_kernel")  # deterministic fallback
+    assert style.colour("some_new_kernel") == style.colour(
+        "some_new_kernel"
+    )  # deterministic fallback
     # the looks come from the registries: every entry carries its own (none falls back)
     for info in [*CATALOG.values(), *CP_METHODS.values()]:
         assert info.colour.startswith("#") and info.marker, info.name
@@ -267,8 +336,21 @@ def test_synthetic_lengths_drive_the_axis(df):
 
 
 def test_tidy_helper_blanks_numbers_of_untimed_rows():
-    t = tidy([{"impl": "fa2", "mask": "causal", "seqlen": 8, "heads_q": 1, "heads_kv": 1, "direction": "fwd",
-               "status": "unsupported", "tflops": 3.0, "peak_mem_bytes": 5.0}])
+    t = tidy(
+        [
+            {
+                "impl": "fa2",
+                "mask": "causal",
+                "seqlen": 8,
+                "heads_q": 1,
+                "heads_kv": 1,
+                "direction": "fwd",
+                "status": "unsupported",
+                "tflops": 3.0,
+                "peak_mem_bytes": 5.0,
+            }
+        ]
+    )
     assert t["tflops"].isna().all() and t["peak_mem_bytes"].isna().all()
 
 
@@ -280,13 +362,14 @@ def test_a_grid_varying_another_axis_is_refused_not_averaged(df, tmp_path):
         kernel_tables.tables(two.assign(peak_mem_gib=1.0), tmp_path)
 
 
-
 def test_a_difference_inside_the_spread_is_not_called_one():
     def r(impl, med, lo, hi):
         return {"impl": impl, "tflops": med, "tflops_p20": lo, "tflops_p80": hi}
 
     a, b, c = r("a", 100.0, 98.0, 102.0), r("b", 97.0, 95.0, 98.0), r("c", 90.0, 88.0, 94.0)
-    assert tables.within_spread(a, b) and not tables.within_spread(a, c)  # touching at 98 counts as overlap
+    assert tables.within_spread(a, b) and not tables.within_spread(
+        a, c
+    )  # touching at 98 counts as overlap
     assert tables.ratio_text(b, a, lambda x: f"{x:.2f}") == "~ 0.97 (within spread)"
     assert tables.ratio_text(c, a, lambda x: f"{x:.2f}") == "0.90"
     # no spread recorded: compared by medians alone, never declared a tie

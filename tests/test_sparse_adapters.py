@@ -4,11 +4,10 @@ documented API and against the mask itself (expanded back to tokens, it is the s
 
 import inspect
 
+import attnbench.masks as M
 import numpy as np
 import pytest
 import torch
-
-import attnbench.masks as M
 from attnbench.families.kernel import cell as C
 from attnbench.kernels import catalog
 from attnbench.kernels.base import load
@@ -21,17 +20,50 @@ LIBRARIES = {"vsa": "vsa", "flashinfer": "flashinfer", "fa2_sparse": "block_spar
 
 # The documented signatures (vsa 0.0.4 block_sparse_wrapper; flashinfer.sparse
 # VariableBlockSparseAttentionWrapper.plan; block_sparse_attn.block_sparse_attn_func).
-FLASHINFER_PLAN = ("block_mask_map", "block_row_sz", "block_col_sz", "num_qo_heads", "num_kv_heads", "head_dim",
-                   "causal", "pos_encoding_mode", "use_fp16_qk_reduction", "logits_soft_cap", "sm_scale",
-                   "rope_scale", "rope_theta", "non_blocking", "q_data_type", "kv_data_type")
-FA2_SPARSE_FUNC = ("cu_seqlens_q", "cu_seqlens_k", "head_mask_type", "streaming_info", "base_blockmask",
-                   "max_seqlen_q_", "max_seqlen_k_", "p_dropout", "deterministic", "softmax_scale", "is_causal",
-                   "exact_streaming", "return_attn_probs")
+FLASHINFER_PLAN = (
+    "block_mask_map",
+    "block_row_sz",
+    "block_col_sz",
+    "num_qo_heads",
+    "num_kv_heads",
+    "head_dim",
+    "causal",
+    "pos_encoding_mode",
+    "use_fp16_qk_reduction",
+    "logits_soft_cap",
+    "sm_scale",
+    "rope_scale",
+    "rope_theta",
+    "non_blocking",
+    "q_data_type",
+    "kv_data_type",
+)
+FA2_SPARSE_FUNC = (
+    "cu_seqlens_q",
+    "cu_seqlens_k",
+    "head_mask_type",
+    "streaming_info",
+    "base_blockmask",
+    "max_seqlen_q_",
+    "max_seqlen_k_",
+    "p_dropout",
+    "deterministic",
+    "softmax_scale",
+    "is_causal",
+    "exact_streaming",
+    "return_attn_probs",
+)
 
 
 def uniform(s, block, hq, hkv, density=0.5, seed=0, granularity="kv_head"):
-    return M.sample_mask("block_sparse", s, dict(block_size=block, density=density, granularity=granularity),
-                         np.random.default_rng(seed), heads_q=hq, heads_kv=hkv)
+    return M.sample_mask(
+        "block_sparse",
+        s,
+        dict(block_size=block, density=density, granularity=granularity),
+        np.random.default_rng(seed),
+        heads_q=hq,
+        heads_kv=hkv,
+    )
 
 
 def expand_blocks(block_map, row_sizes, col_sizes):
@@ -47,7 +79,9 @@ def test_absent_library_gives_an_unavailable_record(impl, repo):
     from attnbench.families import expand_grid, load_config
 
     cfg = load_config(repo / "config.yaml")
-    spec = next(c for c in expand_grid(cfg, "h200_sparse") if c["impl"] == impl and c["direction"] == "fwd")
+    spec = next(
+        c for c in expand_grid(cfg, "h200_sparse") if c["impl"] == impl and c["direction"] == "fwd"
+    )
     r = C.run_cell(spec)
     assert r["status"] == "unavailable"
     assert f"needs the Python module {LIBRARIES[impl]!r}" in r["status_reason"]
@@ -72,10 +106,24 @@ def test_sparse_kernels_accept_exactly_what_their_libraries_document(impl):
         for direction in ("fwd", "bwd"):
             for block in (64, 128):
                 for hq, hkv in ((64, 64), (64, 8)):
-                    why = catalog.unsupported_reason(info, mask, direction, "cuda", hq, hkv, {"block_size": block})
-                    documented = (mask in masks and direction in directions
-                                  and (blocks is None or block in blocks) and (gqa or hq == hkv))
-                    assert (why is None) == documented, (impl, mask, direction, block, hq, hkv, why)
+                    why = catalog.unsupported_reason(
+                        info, mask, direction, "cuda", hq, hkv, {"block_size": block}
+                    )
+                    documented = (
+                        mask in masks
+                        and direction in directions
+                        and (blocks is None or block in blocks)
+                        and (gqa or hq == hkv)
+                    )
+                    assert (why is None) == documented, (
+                        impl,
+                        mask,
+                        direction,
+                        block,
+                        hq,
+                        hkv,
+                        why,
+                    )
 
 
 def test_vsa_arguments_encode_the_mask():
@@ -87,10 +135,14 @@ def test_vsa_arguments_encode_the_mask():
 
 
 def test_vsa_refuses_what_it_cannot_run_before_importing_it():
-    k = load(catalog.get("vsa"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=4, head_dim=32)
+    k = load(
+        catalog.get("vsa"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=4, head_dim=32
+    )
     with pytest.raises(Unsupported, match="64-token blocks"):
         k.prepare(uniform(256, 128, 4, 4))
-    k = load(catalog.get("vsa"), device="cpu", dtype=torch.float16, heads_q=4, heads_kv=4, head_dim=32)
+    k = load(
+        catalog.get("vsa"), device="cpu", dtype=torch.float16, heads_q=4, heads_kv=4, head_dim=32
+    )
     with pytest.raises(Unsupported, match="bfloat16 only"):
         k.prepare(uniform(256, 64, 4, 4))
 
@@ -99,20 +151,30 @@ def test_vsa_refuses_what_it_cannot_run_before_importing_it():
 def test_flashinfer_plan_arguments_encode_the_mask(variable):
     hq, hkv, s = 8, 2, 512
     if variable:
-        m = M.sample_mask("variable_block_sparse", s, dict(avg_block=128, min_block=64, density=0.5),
-                          np.random.default_rng(1), heads_q=hq, heads_kv=hkv)
+        m = M.sample_mask(
+            "variable_block_sparse",
+            s,
+            dict(avg_block=128, min_block=64, density=0.5),
+            np.random.default_rng(1),
+            heads_q=hq,
+            heads_kv=hkv,
+        )
     else:
         m = uniform(s, 64, hq, hkv)
     args = plan_arguments(m, hq, hkv, 32, torch.bfloat16)
     assert set(args) <= set(FLASHINFER_PLAN)
     assert args["num_qo_heads"] == hq and args["num_kv_heads"] == hkv and args["head_dim"] == 32
-    assert args["q_data_type"] == args["kv_data_type"] == torch.bfloat16 and args["causal"] is False
+    assert (
+        args["q_data_type"] == args["kv_data_type"] == torch.bfloat16 and args["causal"] is False
+    )
     mm, rows, cols = args["block_mask_map"], args["block_row_sz"], args["block_col_sz"]
     assert mm.dtype == torch.bool and mm.shape[0] == hkv and rows.shape == mm.shape[:2]
     assert cols.shape == (hkv, mm.shape[2]) and rows.dtype == cols.dtype == torch.int32
     assert (rows.sum(1) == s).all() and (cols.sum(1) == s).all()
     dense = m.dense()
-    for h in range(hq):  # a query head uses its KV head's map (documented: a group shares the pattern)
+    for h in range(
+        hq
+    ):  # a query head uses its KV head's map (documented: a group shares the pattern)
         g = h // (hq // hkv)
         assert torch.equal(expand_blocks(mm[g], rows[g], cols[g]), dense[h])
 
@@ -134,9 +196,14 @@ def test_fa2_sparse_arguments_encode_the_mask(granularity):
     assert args["cu_seqlens_q"].tolist() == [0, s] and args["cu_seqlens_q"].dtype == torch.int32
     assert args["max_seqlen_q_"] == args["max_seqlen_k_"] == s and args["p_dropout"] == 0.0
     assert args["head_mask_type"].tolist() == [1] * hq  # every head block-sparse
-    assert args["streaming_info"].shape == (2 * hq,) and args["streaming_info"].dtype == torch.int32
+    assert (
+        args["streaming_info"].shape == (2 * hq,) and args["streaming_info"].dtype == torch.int32
+    )
     bm = args["base_blockmask"]
-    assert bm.shape == (1, hq, s // FA2_SPARSE_BLOCK, s // FA2_SPARSE_BLOCK) and bm.dtype == torch.bool
+    assert (
+        bm.shape == (1, hq, s // FA2_SPARSE_BLOCK, s // FA2_SPARSE_BLOCK)
+        and bm.dtype == torch.bool
+    )
     sizes = torch.full((s // FA2_SPARSE_BLOCK,), FA2_SPARSE_BLOCK)
     assert torch.equal(expand_blocks(bm[0], sizes, sizes), m.dense())
 
@@ -147,21 +214,34 @@ def test_a_library_that_fails_to_import_makes_the_cell_unavailable(tmp_path, mon
 
     pkg = tmp_path / "vsa"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("raise RuntimeError('Found no NVIDIA driver on your system.')\n")
+    (pkg / "__init__.py").write_text(
+        "raise RuntimeError('Found no NVIDIA driver on your system.')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(__import__("sys").modules, "vsa", raising=False)
-    k = load(catalog.get("vsa"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=4, head_dim=32)
+    k = load(
+        catalog.get("vsa"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=4, head_dim=32
+    )
     with pytest.raises(Unavailable, match="importing vsa failed: Found no NVIDIA driver"):
         k.prepare(uniform(256, 64, 4, 4))
 
 
 def test_fa2_sparse_refuses_64_token_blocks_before_importing_it():
-    k = load(catalog.get("fa2_sparse"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=2, head_dim=32)
+    k = load(
+        catalog.get("fa2_sparse"),
+        device="cpu",
+        dtype=torch.bfloat16,
+        heads_q=4,
+        heads_kv=2,
+        head_dim=32,
+    )
     with pytest.raises(Unsupported, match="128-token blocks"):
         k.prepare(uniform(256, 64, 4, 2))
 
 
-@pytest.mark.parametrize("impl,func", [("fa2_sparse", "block_sparse_attn_func"), ("flashinfer", None)])
+@pytest.mark.parametrize(
+    "impl,func", [("fa2_sparse", "block_sparse_attn_func"), ("flashinfer", None)]
+)
 def test_installed_library_matches_the_documented_signature(impl, func):
     """Where the library is installed, its real signature still has the keywords we pass."""
     if catalog.missing_module(catalog.get(impl)):

@@ -1,16 +1,15 @@
 """Every kernel of a grid point receives the identical mask; FlexAttention on block-sparse masks
 matches the float64 reference (CPU forward; on a GPU forward and backward)."""
 
+import attnbench.masks as M
 import numpy as np
 import pytest
 import torch
-
-import attnbench.masks as M
-from attnbench.families.kernel import cell as C
 from attnbench.families import expand_grid, load_config
+from attnbench.families.kernel import cell as C
+from attnbench.harness.reference import reference_attention, rel_err
 from attnbench.kernels import base, catalog
 from attnbench.kernels.naive import Naive
-from attnbench.harness.reference import reference_attention, rel_err
 
 
 class Recorder(Naive):
@@ -29,16 +28,36 @@ def grid_cells(repo):
 
 
 @pytest.mark.parametrize("mask_name", M.SPARSE_MASKS)
-def test_every_kernel_of_a_grid_point_receives_the_identical_mask(grid_cells, monkeypatch, mask_name):
+def test_every_kernel_of_a_grid_point_receives_the_identical_mask(
+    grid_cells, monkeypatch, mask_name
+):
     # One point of the paper's grid (shrunk to CPU size), every kernel and direction at it.
-    specs = [c for c in grid_cells if c["mask"] == mask_name and c["seqlen"] == 16384 and c["heads_kv"] == 8
-             and c["mask_params"].get("density") == 0.5 and c["mask_params"].get("block_size", 128) == 128
-             and c["mask_params"].get("avg_block", 256) == 256]
+    specs = [
+        c
+        for c in grid_cells
+        if c["mask"] == mask_name
+        and c["seqlen"] == 16384
+        and c["heads_kv"] == 8
+        and c["mask_params"].get("density") == 0.5
+        and c["mask_params"].get("block_size", 128) == 128
+        and c["mask_params"].get("avg_block", 256) == 256
+    ]
     kernels = {c["impl"] for c in specs}
-    assert kernels == {"flex", "flashinfer"} | ({"triton_block_sparse", "vsa", "fa2_sparse"}
-                                               if mask_name == "block_sparse" else set())
-    small = {"seqlen": 1024, "heads_q": 4, "heads_kv": 2, "head_dim": 16, "dtype": "float32", "device": "cpu",
-             "warmup": 0, "reps": 1, "samples": {"document": 1, "single": 2}, "check": {**specs[0]["check"], "samples": 0}}
+    assert kernels == {"flex", "flashinfer"} | (
+        {"triton_block_sparse", "vsa", "fa2_sparse"} if mask_name == "block_sparse" else set()
+    )
+    small = {
+        "seqlen": 1024,
+        "heads_q": 4,
+        "heads_kv": 2,
+        "head_dim": 16,
+        "dtype": "float32",
+        "device": "cpu",
+        "warmup": 0,
+        "reps": 1,
+        "samples": {"document": 1, "single": 2},
+        "check": {**specs[0]["check"], "samples": 0},
+    }
     monkeypatch.setattr(C, "availability_reason", lambda info, spec: None)
     monkeypatch.setattr(catalog, "unsupported_reason", lambda *a, **k: None)
     monkeypatch.setattr(base, "load", lambda info, **kw: Recorder(info, **kw))
@@ -67,16 +86,21 @@ def test_every_kernel_of_a_grid_point_receives_the_identical_mask(grid_cells, mo
 
     mask = by_sample[0][0][1]
     per_head = mask.layout().keep.repeat_interleave(2, dim=0)
-    assert torch.equal(plan_arguments(mask, 4, 2, 16, torch.float32)["block_mask_map"].repeat_interleave(2, 0), per_head)
+    assert torch.equal(
+        plan_arguments(mask, 4, 2, 16, torch.float32)["block_mask_map"].repeat_interleave(2, 0),
+        per_head,
+    )
     if mask_name == "block_sparse":
         assert torch.equal(vsa_arguments(mask)[0][0], per_head)
         assert torch.equal(call_arguments(mask, 4)["base_blockmask"][0], per_head)
 
 
-FLEX_CASES = [("block_sparse", dict(block_size=64, density=0.5)),
-              ("block_sparse", dict(block_size=128, density=0.3, granularity="head")),
-              ("variable_block_sparse", dict(avg_block=96, min_block=48, density=0.5)),
-              ("variable_block_sparse", dict(avg_block=128, min_block=64, density=0.4, granularity="head"))]
+FLEX_CASES = [
+    ("block_sparse", dict(block_size=64, density=0.5)),
+    ("block_sparse", dict(block_size=128, density=0.3, granularity="head")),
+    ("variable_block_sparse", dict(avg_block=96, min_block=48, density=0.5)),
+    ("variable_block_sparse", dict(avg_block=128, min_block=64, density=0.4, granularity="head")),
+]
 
 
 @pytest.mark.parametrize("name,cfg", FLEX_CASES)
@@ -85,10 +109,15 @@ def test_flex_on_block_sparse_matches_float64_reference(name, cfg):
     s, hq, hkv, d = 384 if name == "variable_block_sparse" else 512, 4, 2, 16
     device = "cuda" if torch.cuda.is_available() else "cpu"
     info = catalog.get("flex")
-    kernel = base.load(info, device=device, dtype=torch.float32, heads_q=hq, heads_kv=hkv, head_dim=d)
+    kernel = base.load(
+        info, device=device, dtype=torch.float32, heads_q=hq, heads_kv=hkv, head_dim=d
+    )
     mask = M.sample_mask(name, s, cfg, np.random.default_rng(0), heads_q=hq, heads_kv=hkv)
     g = torch.Generator().manual_seed(0)
-    q, k, v, dout = [torch.randn(sh, generator=g).to(device) for sh in [(s, hq, d), (s, hkv, d), (s, hkv, d), (s, hq, d)]]
+    q, k, v, dout = [
+        torch.randn(sh, generator=g).to(device)
+        for sh in [(s, hq, d), (s, hkv, d), (s, hkv, d), (s, hq, d)]
+    ]
     fn = kernel.prepare(mask)
     for direction in info.directions[device]:
         if direction == "fwdbwd":

@@ -1,20 +1,24 @@
 """Block-sparse masks: exact area from the kept blocks, FLOPs from it, realised density, exact
 rebuild from the seed, and the O(blocks) forms (tile counts, transposed lists, Flex BlockMask)."""
 
+import attnbench.masks as M
 import numpy as np
 import pytest
 import torch
-
-import attnbench.masks as M
 from attnbench.families.kernel import cell as C
 from attnbench.harness.flops import attention_flops
 
 HQ, HKV = 4, 2
 CFGS = {
-    "block_sparse": [dict(block_size=16, density=0.5), dict(block_size=32, density=0.3),
-                     dict(block_size=16, density=0.8, granularity="head")],
-    "variable_block_sparse": [dict(avg_block=32, min_block=16, density=0.5),
-                              dict(avg_block=48, min_block=16, density=0.3, granularity="head")],
+    "block_sparse": [
+        dict(block_size=16, density=0.5),
+        dict(block_size=32, density=0.3),
+        dict(block_size=16, density=0.8, granularity="head"),
+    ],
+    "variable_block_sparse": [
+        dict(avg_block=32, min_block=16, density=0.5),
+        dict(avg_block=48, min_block=16, density=0.3, granularity="head"),
+    ],
 }
 
 
@@ -23,7 +27,9 @@ def masks(name, lengths=(96, 160, 256), seeds=range(4)):
         for s in lengths:
             for seed in seeds:
                 try:
-                    yield M.sample_mask(name, s, cfg, np.random.default_rng(seed), heads_q=HQ, heads_kv=HKV)
+                    yield M.sample_mask(
+                        name, s, cfg, np.random.default_rng(seed), heads_q=HQ, heads_kv=HKV
+                    )
                 except ValueError:
                     assert name == "block_sparse" and s % cfg["block_size"]
 
@@ -49,7 +55,15 @@ def test_realised_area_is_the_dense_count_and_flops_use_it(name):
 
 def test_flops_are_from_kept_blocks_not_nominal_density():
     # 160 / 32 = 5 key blocks: density 0.5 keeps floor(2.5) = 2 of them, a realised 0.4.
-    m = M.sample_mask("block_sparse", 160, dict(block_size=32, density=0.5), np.random.default_rng(0), None, HQ, HKV)
+    m = M.sample_mask(
+        "block_sparse",
+        160,
+        dict(block_size=32, density=0.5),
+        np.random.default_rng(0),
+        None,
+        HQ,
+        HKV,
+    )
     assert m.params["realised_density"] == pytest.approx(0.4)
     assert m.area == 5 * 2 * 32 * 32 != 0.5 * 160**2
 
@@ -81,7 +95,10 @@ def test_rebuilding_from_the_recorded_params_is_exact(name):
 
 def test_same_seed_same_blocks_other_seed_other_blocks():
     cfg = dict(block_size=16, density=0.5)
-    a, b, c = (M.sample_mask("block_sparse", 256, cfg, np.random.default_rng(s), None, HQ, HKV) for s in (7, 7, 8))
+    a, b, c = (
+        M.sample_mask("block_sparse", 256, cfg, np.random.default_rng(s), None, HQ, HKV)
+        for s in (7, 7, 8)
+    )
     assert a.params == b.params and a.params["layout_sha256"] != c.params["layout_sha256"]
 
 
@@ -103,7 +120,7 @@ def test_key_block_lists_are_the_transpose(name):
         assert offsets[-1] == lay.keep.sum() == rows.numel()  # O(kept blocks)
         back = torch.zeros_like(lay.keep)
         for i in range(g * ncb):
-            r = rows[offsets[i]:offsets[i + 1]]
+            r = rows[offsets[i] : offsets[i + 1]]
             assert (r.diff() > 0).all()
             back[i // ncb, r, i % ncb] = True
         assert torch.equal(back, lay.keep)
@@ -113,28 +130,35 @@ def test_key_block_lists_are_the_transpose(name):
 def test_flex_block_masks_equal_flex_own_builder(name):
     """Our BlockMasks (from indices, or from tile counts) match create_block_mask over the mask_mod,
     including which tiles are full (those skip the mask_mod, so they must really be full)."""
+    from attnbench.kernels.flex import block_mask_from_layout, block_mask_from_layout_tiles
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from attnbench.kernels.flex import block_mask_from_layout, block_mask_from_layout_tiles
-
     for m in masks(name, lengths=(128, 256), seeds=range(2)):
-        theirs128 = create_block_mask(m.mask_mod(), 1, HQ, m.seqlen, m.seqlen, device="cpu", BLOCK_SIZE=128,
-                                      _compile=False)
+        theirs128 = create_block_mask(
+            m.mask_mod(), 1, HQ, m.seqlen, m.seqlen, device="cpu", BLOCK_SIZE=128, _compile=False
+        )
         ours = block_mask_from_layout_tiles(m, 128, "cpu")
         assert torch.equal(ours.to_dense(), theirs128.to_dense())
         assert torch.equal(ours.full_kv_num_blocks, theirs128.full_kv_num_blocks)
         if name == "block_sparse":
             b = m.params["block_size"]
-            theirs = create_block_mask(m.mask_mod(), 1, HQ, m.seqlen, m.seqlen, device="cpu", BLOCK_SIZE=b,
-                                       _compile=False)
+            theirs = create_block_mask(
+                m.mask_mod(), 1, HQ, m.seqlen, m.seqlen, device="cpu", BLOCK_SIZE=b, _compile=False
+            )
             ours = block_mask_from_layout(m, "cpu")
             assert torch.equal(ours.to_dense(), theirs.to_dense())
             assert torch.equal(ours.full_kv_num_blocks, theirs.full_kv_num_blocks)
 
 
 def test_variable_blocks_with_per_head_partitions():
-    m = M.sample_mask("variable_block_sparse", 512, dict(avg_block=64, min_block=32, density=0.5, granularity="head"),
-                      np.random.default_rng(3), heads_q=4, heads_kv=1)
+    m = M.sample_mask(
+        "variable_block_sparse",
+        512,
+        dict(avg_block=64, min_block=32, density=0.5, granularity="head"),
+        np.random.default_rng(3),
+        heads_q=4,
+        heads_kv=1,
+    )
     lay = m.layout()
     assert lay.groups == 4
     assert len({tuple(b) for b in lay.row_bounds.tolist()}) == 4  # each head its own partition

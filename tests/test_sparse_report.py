@@ -4,7 +4,6 @@ unavailable kernels listed, dense references at equal area, exactly the files th
 import itertools
 
 import pandas as pd
-
 from attnbench import families as outputs
 from attnbench.families.sparse import report as sparse_report
 from attnbench.report.plotting import DEFAULT_STYLE
@@ -22,9 +21,14 @@ def spread_of(tflops, rel) -> dict:
 def tidy_table() -> pd.DataFrame:
     """Rows shaped like collect.py's (the statuses and numbers are test data, not measurements)."""
     rows = []
-    settings = [("block_sparse", 64, None), ("block_sparse", 128, None), ("variable_block_sparse", None, 256)]
+    settings = [
+        ("block_sparse", 64, None),
+        ("block_sparse", 128, None),
+        ("variable_block_sparse", None, 256),
+    ]
     for (mask, b, a), (hq, hkv), direction, s, rho in itertools.product(
-            settings, [(64, 8), (64, 64)], ["fwd", "bwd"], [16384, 32768, 65536], [0.2, 0.5, 0.8]):
+        settings, [(64, 8), (64, 64)], ["fwd", "bwd"], [16384, 32768, 65536], [0.2, 0.5, 0.8]
+    ):
         area = rho * s * s
         for impl in ("flex", "triton_block_sparse", "vsa", "flashinfer"):
             status, tflops = "ok", 100.0 + s / 1024 * rho
@@ -39,25 +43,74 @@ def tidy_table() -> pd.DataFrame:
             at = (mask, b, hq, hkv, direction, s, rho)
             if impl == "flex" and at == ("block_sparse", 64, 64, 8, "fwd", 32768, 0.5):
                 status = "incorrect"  # timed, but disagrees with the float64 reference
-            if impl == "triton_block_sparse" and at == ("block_sparse", 128, 64, 8, "fwd", 65536, 0.5):
+            if impl == "triton_block_sparse" and at == (
+                "block_sparse",
+                128,
+                64,
+                8,
+                "fwd",
+                65536,
+                0.5,
+            ):
                 tflops = 402.0  # inside the dense reference's spread
-            rows.append(dict(grid="g", family="sparse", impl=impl, mask=mask, seqlen=s, heads_q=hq, heads_kv=hkv,
-                             head_dim=128, dtype="bfloat16", direction=direction, device="cuda",
-                             device_name="NVIDIA H200", status=status, tflops=tflops,
-                             **spread_of(tflops, 0.01), peak_mem_bytes=None if tflops is None else 2**30 * s / 16384,
-                             mem_source="cuda_allocator", block_size=b, avg_block=a, density=rho,
-                             realised_density=rho, mask_area_mean=area))
+            rows.append(
+                dict(
+                    grid="g",
+                    family="sparse",
+                    impl=impl,
+                    mask=mask,
+                    seqlen=s,
+                    heads_q=hq,
+                    heads_kv=hkv,
+                    head_dim=128,
+                    dtype="bfloat16",
+                    direction=direction,
+                    device="cuda",
+                    device_name="NVIDIA H200",
+                    status=status,
+                    tflops=tflops,
+                    **spread_of(tflops, 0.01),
+                    peak_mem_bytes=None if tflops is None else 2**30 * s / 16384,
+                    mem_source="cuda_allocator",
+                    block_size=b,
+                    avg_block=a,
+                    density=rho,
+                    realised_density=rho,
+                    mask_area_mean=area,
+                )
+            )
     # dense kernels on the full mask at the lengths of area ~ 0.5 S^2 (S' = 23170, 46341): sdpa_flash
     # everywhere; at 23170 forward also fa3 (slower, inside sdpa_flash's spread) and flashmask (faster,
     # but incorrect: never the reference)
     dense = [("sdpa_flash", s, d, "ok", 400.0) for s in (23170, 46341) for d in ("fwd", "bwd")]
     dense += [("fa3", 23170, "fwd", "ok", 398.0), ("flashmask", 23170, "fwd", "incorrect", 900.0)]
     for impl, s, direction, status, tflops in dense:
-        rows.append(dict(grid="g", family="sparse", impl=impl, mask="full", seqlen=s, heads_q=64, heads_kv=8,
-                         head_dim=128, dtype="bfloat16", direction=direction, device="cuda", device_name="NVIDIA H200",
-                         status=status, tflops=tflops, **spread_of(tflops, 0.01), peak_mem_bytes=2**30 * s / 16384,
-                         mem_source="cuda_allocator", block_size=None, avg_block=None, density=None,
-                         realised_density=None, mask_area_mean=float(s * s)))
+        rows.append(
+            dict(
+                grid="g",
+                family="sparse",
+                impl=impl,
+                mask="full",
+                seqlen=s,
+                heads_q=64,
+                heads_kv=8,
+                head_dim=128,
+                dtype="bfloat16",
+                direction=direction,
+                device="cuda",
+                device_name="NVIDIA H200",
+                status=status,
+                tflops=tflops,
+                **spread_of(tflops, 0.01),
+                peak_mem_bytes=2**30 * s / 16384,
+                mem_source="cuda_allocator",
+                block_size=None,
+                avg_block=None,
+                density=None,
+                realised_density=None,
+                mask_area_mean=float(s * s),
+            )
+        )
     df = pd.DataFrame(rows)
     df["peak_mem_gib"] = df["peak_mem_bytes"] / 2**30
     return df
@@ -67,9 +120,20 @@ def test_tables_are_the_listed_files_with_statuses_and_dense_ratio(tmp_path):
     paths = sparse_report.tables(tidy_table(), tmp_path)
     assert sorted(p.name for p in paths) == sorted(outputs.table_names(GRID))
     md = (tmp_path / "sparse_tflops.md").read_text()
-    for text in ("B=64", "B=128", "var A=256", "OOM", "unsup.", "n/a", "triton_block_sparse bwd", "realised density"):
+    for text in (
+        "B=64",
+        "B=128",
+        "var A=256",
+        "OOM",
+        "unsup.",
+        "n/a",
+        "triton_block_sparse bwd",
+        "realised density",
+    ):
         assert text in md
-    ratio = pd.read_csv(tmp_path / "sparse_vs_dense.md", sep="|", skipinitialspace=True, skiprows=[1, 3])
+    ratio = pd.read_csv(
+        tmp_path / "sparse_vs_dense.md", sep="|", skipinitialspace=True, skiprows=[1, 3]
+    )
     text = (tmp_path / "sparse_vs_dense.md").read_text()
     assert "sdpa_flash (full, S=23170)" in text and "sdpa_flash (full, S=46341)" in text
     assert "64:64" not in text  # no dense reference for MHA here: those rows are left out
@@ -80,17 +144,29 @@ def test_tables_are_the_listed_files_with_statuses_and_dense_ratio(tmp_path):
 def test_dense_ratio_pairs_equal_area_only():
     sparse, dense = sparse_report.split(tidy_table())
     r = sparse_report.dense_ratio(sparse, dense)
-    assert set(r["density"]) == {0.5} and set(r["seqlen"]) == {32768, 65536} and set(r["heads"]) == {"64:8"}
-    row = r[(r["kernel"] == "flex") & (r["seqlen"] == 65536) & (r["direction"] == "fwd")
-            & (r["blocks"] == "B=64")].iloc[0]
+    assert (
+        set(r["density"]) == {0.5}
+        and set(r["seqlen"]) == {32768, 65536}
+        and set(r["heads"]) == {"64:8"}
+    )
+    row = r[
+        (r["kernel"] == "flex")
+        & (r["seqlen"] == 65536)
+        & (r["direction"] == "fwd")
+        & (r["blocks"] == "B=64")
+    ].iloc[0]
     # flex at 64K, density 0.5: 100 + 64 x 0.5 = 132 TFLOP/s against sdpa_flash's 400
     assert row["tflops"] == "132 [130.7-133.3]" and row["dense tflops"] == "400 [396-404]"
-    assert row["fraction of dense"] == "0.330" and row["dense kernel"] == "sdpa_flash (full, S=46341)"
+    assert (
+        row["fraction of dense"] == "0.330" and row["dense kernel"] == "sdpa_flash (full, S=46341)"
+    )
 
 
 def test_dense_ratio_uses_only_correct_cells_and_says_what_is_within_spread():
     sparse, dense = sparse_report.split(tidy_table())
-    r = sparse_report.dense_ratio(sparse, dense).set_index(["kernel", "blocks", "seqlen", "direction"])
+    r = sparse_report.dense_ratio(sparse, dense).set_index(
+        ["kernel", "blocks", "seqlen", "direction"]
+    )
     # the fastest dense cell at 23170 forward is flashmask's 900, but it is incorrect: sdpa_flash is the
     # reference, and fa3's interval [394-402] overlaps sdpa_flash's [396-404]: not told apart
     fwd32 = r.loc[("triton_block_sparse", "B=64", 32768, "fwd")]
@@ -100,8 +176,16 @@ def test_dense_ratio_uses_only_correct_cells_and_says_what_is_within_spread():
     wrong = r.loc[("flex", "B=64", 32768, "fwd")]
     assert wrong["tflops"].endswith("(wrong)") and wrong["fraction of dense"] == "none (wrong)"
     # 402 [398-406] against 400 [396-404]: the ratio is not called a difference
-    assert r.loc[("triton_block_sparse", "B=128", 65536, "fwd"), "fraction of dense"] == "~ 1.005 (within spread)"
-    assert not r["fraction of dense"].str.startswith("~").drop(("triton_block_sparse", "B=128", 65536, "fwd")).any()
+    assert (
+        r.loc[("triton_block_sparse", "B=128", 65536, "fwd"), "fraction of dense"]
+        == "~ 1.005 (within spread)"
+    )
+    assert (
+        not r["fraction of dense"]
+        .str.startswith("~")
+        .drop(("triton_block_sparse", "B=128", 65536, "fwd"))
+        .any()
+    )
 
 
 def test_dense_references_are_drawn_at_their_own_length():
@@ -117,7 +201,9 @@ def test_dense_references_are_drawn_at_their_own_length():
 def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):
     df = tidy_table()
     paths = sparse_report.figures(df, tmp_path, DEFAULT_STYLE)
-    assert sorted(p.name for p in paths) == sorted(outputs.figure_names(GRID, DEFAULT_STYLE["formats"]))
+    assert sorted(p.name for p in paths) == sorted(
+        outputs.figure_names(GRID, DEFAULT_STYLE["formats"])
+    )
     assert all(p.stat().st_size > 0 for p in paths)
     sparse, dense = sparse_report.split(df)
     sparse["mem_gib"] = sparse["peak_mem_bytes"] / 2**30
@@ -126,12 +212,19 @@ def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):
     _, drawn = sparse_report._figure(at_half, ref, "seqlen", "tflops", "TFLOP/s", "t")
     assert drawn["panels"] == 3 * 2 * 2  # (B=64, B=128, var A=256) x (GQA, MHA) x (fwd, bwd)
     missing = drawn["missing"][("var A=256", "64:8", "fwd")]
-    assert missing == {"unsupported": ["triton_block_sparse"], "unavailable": ["vsa"], "timeout": []}
+    assert missing == {
+        "unsupported": ["triton_block_sparse"],
+        "unavailable": ["vsa"],
+        "timeout": [],
+    }
     assert drawn["missing"][("B=64", "64:8", "bwd")]["unsupported"] == ["flashinfer"]
     # sdpa_flash: 2 lengths x 2 directions, and fa3 once (fwd), in each GQA panel (3 settings); never the
     # incorrect flashmask cell
     assert drawn["dense_points"] == (2 * 2 + 1) * 3
     at_dense = sparse[(sparse["seqlen"] == 65536)]
-    _, drawn = sparse_report._figure(at_dense.assign(x=at_dense["density"]), None, "x", "tflops", "TFLOP/s", "t",
-                                     xlog=False)
-    assert drawn["oom_markers"] == 3 * 2  # flashinfer fwd at 64K, density 0.8: each setting, both head counts
+    _, drawn = sparse_report._figure(
+        at_dense.assign(x=at_dense["density"]), None, "x", "tflops", "TFLOP/s", "t", xlog=False
+    )
+    assert (
+        drawn["oom_markers"] == 3 * 2
+    )  # flashinfer fwd at 64K, density 0.8: each setting, both head counts

@@ -7,15 +7,14 @@ On a CPU it runs under Triton's interpreter (TRITON_INTERPRET=1) at tiny sizes; 
 import math
 import os
 
+import attnbench.masks as M
 import numpy as np
 import pytest
 import torch
-
-import attnbench.masks as M
 from attnbench.families.kernel import cell as C
+from attnbench.harness.reference import reference_attention, rel_err
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load, to_thd
-from attnbench.harness.reference import reference_attention, rel_err
 
 triton = pytest.importorskip("triton")
 CUDA = torch.cuda.is_available()
@@ -43,7 +42,9 @@ def bsa(request):
         yield mod, "cuda"
         return
     if not INTERPRET:
-        pytest.skip("no GPU and TRITON_INTERPRET is not 1 (tests/conftest.py sets it before triton is imported)")
+        pytest.skip(
+            "no GPU and TRITON_INTERPRET is not 1 (tests/conftest.py sets it before triton is imported)"
+        )
     import triton.runtime.interpreter as interp
 
     original = interp._patch_lang_tensor
@@ -56,7 +57,10 @@ def bsa(request):
 
 def inputs(s, hq, hkv, d, dtype, device, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(sh, generator=g).to(device=device, dtype=dtype) for sh in [(s, hq, d), (s, hkv, d), (s, hkv, d), (s, hq, d)]]
+    return [
+        torch.randn(sh, generator=g).to(device=device, dtype=dtype)
+        for sh in [(s, hq, d), (s, hkv, d), (s, hkv, d), (s, hq, d)]
+    ]
 
 
 def run(mod, mask, q, k, v, dout):
@@ -69,16 +73,27 @@ def run(mod, mask, q, k, v, dout):
 
 
 # (block, S, Hq, Hkv, D, granularity): MHA, GQA, MQA; masks per KV head and per query head
-SHAPES = [(16, 96, 4, 2, 16, "kv_head"), (16, 64, 4, 1, 32, "head"), (32, 128, 2, 2, 16, "kv_head"),
-          (64, 256, 4, 2, 16, "kv_head"), (128, 256, 2, 1, 16, "head")]
+SHAPES = [
+    (16, 96, 4, 2, 16, "kv_head"),
+    (16, 64, 4, 1, 32, "head"),
+    (32, 128, 2, 2, 16, "kv_head"),
+    (64, 256, 4, 2, 16, "kv_head"),
+    (128, 256, 2, 1, 16, "head"),
+]
 
 
 @pytest.mark.parametrize("block,s,hq,hkv,d,gran", SHAPES)
 def test_fp32_matches_float64_reference_fwd_and_bwd(bsa, block, s, hq, hkv, d, gran):
     mod, device = bsa
     for seed in range(2):
-        mask = M.sample_mask("block_sparse", s, dict(block_size=block, density=0.5, granularity=gran),
-                             np.random.default_rng(seed), heads_q=hq, heads_kv=hkv)
+        mask = M.sample_mask(
+            "block_sparse",
+            s,
+            dict(block_size=block, density=0.5, granularity=gran),
+            np.random.default_rng(seed),
+            heads_q=hq,
+            heads_kv=hkv,
+        )
         q, k, v, dout = inputs(s, hq, hkv, d, torch.float32, device, seed)
         out, grads = run(mod, mask, q, k, v, dout)
         ref_out, _, ref_grads = reference_attention(q, k, v, mask, dout)
@@ -89,11 +104,19 @@ def test_fp32_matches_float64_reference_fwd_and_bwd(bsa, block, s, hq, hkv, d, g
 
 def test_lse_is_the_masked_log_sum_exp(bsa):
     mod, device = bsa
-    mask = M.sample_mask("block_sparse", 128, dict(block_size=32, density=0.3), np.random.default_rng(1),
-                         heads_q=2, heads_kv=1)
+    mask = M.sample_mask(
+        "block_sparse",
+        128,
+        dict(block_size=32, density=0.3),
+        np.random.default_rng(1),
+        heads_q=2,
+        heads_kv=1,
+    )
     q, k, v, _ = inputs(128, 2, 1, 16, torch.float32, device)
     index = mod.BlockIndex.from_layout(mask.layout(), 32, device)
-    _, lse2 = mod.forward(from_thd(q, "bhsd"), from_thd(k, "bhsd"), from_thd(v, "bhsd"), index, 1 / math.sqrt(16))
+    _, lse2 = mod.forward(
+        from_thd(q, "bhsd"), from_thd(k, "bhsd"), from_thd(v, "bhsd"), index, 1 / math.sqrt(16)
+    )
     _, ref_lse, _ = reference_attention(q, k, v, mask)
     assert torch.allclose(lse2[0].double() * math.log(2), ref_lse, atol=1e-5)
 
@@ -104,11 +127,26 @@ def test_half_precision_within_the_acceptance_rule(bsa, dtype):
     rule every measured cell is checked with), through the harness' own check."""
     mod, device = bsa
     if device == "cpu" and dtype == torch.bfloat16:
-        pytest.skip("triton 3.6's interpreter computes tl.dot on bfloat16 tiles wrongly (raw bits); bf16 runs on CUDA")
-    kernel = load(catalog.get("triton_block_sparse"), device=device, dtype=dtype, heads_q=4, heads_kv=2, head_dim=32)
+        pytest.skip(
+            "triton 3.6's interpreter computes tl.dot on bfloat16 tiles wrongly (raw bits); bf16 runs on CUDA"
+        )
+    kernel = load(
+        catalog.get("triton_block_sparse"),
+        device=device,
+        dtype=dtype,
+        heads_q=4,
+        heads_kv=2,
+        head_dim=32,
+    )
     for block in (64, 128):
-        mask = M.sample_mask("block_sparse", 256, dict(block_size=block, density=0.5), np.random.default_rng(0),
-                             heads_q=4, heads_kv=2)
+        mask = M.sample_mask(
+            "block_sparse",
+            256,
+            dict(block_size=block, density=0.5),
+            np.random.default_rng(0),
+            heads_q=4,
+            heads_kv=2,
+        )
         q, k, v, dout = inputs(256, 4, 2, 32, dtype, device)
         fn = kernel.prepare(mask)
         chk = C.check_correctness(kernel, fn, mask, q, k, v, dout, "bwd", 5)
@@ -119,26 +157,52 @@ def test_kernel_adapter_refuses_other_masks_and_bad_inputs(bsa):
     mod, device = bsa
     from attnbench.status import Unsupported
 
-    kernel = load(catalog.get("triton_block_sparse"), device=device, dtype=torch.float32, heads_q=2, heads_kv=1,
-                  head_dim=16)
-    var = M.sample_mask("variable_block_sparse", 256, dict(avg_block=64, min_block=32, density=0.5),
-                        np.random.default_rng(0), heads_q=2, heads_kv=1)
+    kernel = load(
+        catalog.get("triton_block_sparse"),
+        device=device,
+        dtype=torch.float32,
+        heads_q=2,
+        heads_kv=1,
+        head_dim=16,
+    )
+    var = M.sample_mask(
+        "variable_block_sparse",
+        256,
+        dict(avg_block=64, min_block=32, density=0.5),
+        np.random.default_rng(0),
+        heads_q=2,
+        heads_kv=1,
+    )
     with pytest.raises(Unsupported, match="uniform block_sparse"):
         kernel.prepare(var)
-    mask = M.sample_mask("block_sparse", 128, dict(block_size=32, density=0.5), np.random.default_rng(0),
-                         heads_q=2, heads_kv=1)
+    mask = M.sample_mask(
+        "block_sparse",
+        128,
+        dict(block_size=32, density=0.5),
+        np.random.default_rng(0),
+        heads_q=2,
+        heads_kv=1,
+    )
     index = mod.BlockIndex.from_layout(mask.layout(), 32, device)
     q, k, v, _ = (from_thd(x, "bhsd") for x in inputs(128, 2, 1, 32, torch.float32, device))
     with pytest.raises(ValueError, match="head dim 24"):
-        mod.block_sparse_attention(q[..., :24].contiguous(), k[..., :24].contiguous(), v[..., :24].contiguous(), index)
+        mod.block_sparse_attention(
+            q[..., :24].contiguous(), k[..., :24].contiguous(), v[..., :24].contiguous(), index
+        )
     with pytest.raises(ValueError, match="sequence length 96"):
         mod.block_sparse_attention(q[:, :, :96], k[:, :, :96], v[:, :, :96], index)
 
 
 def test_index_is_proportional_to_kept_blocks(bsa):
     mod, device = bsa
-    mask = M.sample_mask("block_sparse", 1024, dict(block_size=64, density=0.25), np.random.default_rng(0),
-                         heads_q=8, heads_kv=2)
+    mask = M.sample_mask(
+        "block_sparse",
+        1024,
+        dict(block_size=64, density=0.25),
+        np.random.default_rng(0),
+        heads_q=8,
+        heads_kv=2,
+    )
     index = mod.BlockIndex.from_layout(mask.layout(), 64, device)
     kept = mask.params["kept_blocks"]
     assert index.kv_indices.numel() == kept and index.q_indices.numel() == kept

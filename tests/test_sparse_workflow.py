@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from attnbench import families as outputs
 from test_workflow import TINY, planned_jobs, snakemake, workflow_copy
 
@@ -25,7 +24,11 @@ TINY_SPARSE = {
     "samples": {"document": 1, "single": 2},
     "also": [
         {"density": [0.25], "seqlen": [256]},
-        {"kernels": ["triton_block_sparse", "flashinfer"], "masks": ["block_sparse"], "seqlen": [128]},
+        {
+            "kernels": ["triton_block_sparse", "flashinfer"],
+            "masks": ["block_sparse"],
+            "seqlen": [128],
+        },
         # a dense reference whose area equals the density-0.5 masks' at 256: 181^2 ~ 0.5 x 256^2
         {"kernels": ["sdpa"], "masks": ["full"], "seqlen": [181]},
     ],

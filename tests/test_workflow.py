@@ -32,9 +32,25 @@ N_CELLS = 2 * 2 * 2 + 1
 
 
 def snakemake(workdir, *args, env=None, timeout=600):
-    e = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **(env or {})}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(workdir / "code/Snakefile"), "-d", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    e = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        **(env or {}),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(workdir / "code/Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
 
 
@@ -45,7 +61,11 @@ def planned_jobs(p) -> dict:
     if "Nothing to be done" in text:
         return {}
     stats = text.split("Job stats:")[1]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m.group(1) != "total"}
+    return {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)
+        if m.group(1) != "total"
+    }
 
 
 def workflow_copy(d, grid_name, grid):
@@ -53,7 +73,9 @@ def workflow_copy(d, grid_name, grid):
     run the installed package), and d/config.yaml: the repository's, running only this one grid."""
     (d / "code").mkdir()
     shutil.copy(REPO / "Snakefile", d / "code/Snakefile")
-    shutil.copytree(REPO / "workflow", d / "code/workflow", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "workflow", d / "code/workflow", ignore=shutil.ignore_patterns("__pycache__")
+    )
     # the rules' conda environments: Snakemake records each job's, so the files must be there
     shutil.copytree(REPO / "envs", d / "code/envs")
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -87,10 +109,16 @@ def test_crash_keep_going_then_rerun_only_the_crashed_cell(workdir):
     assert len(df) == N_CELLS
     assert set(df["status"]) == {"ok", "unavailable"}
     assert (df[df["impl"] == "fa2"]["status"] == "unavailable").all()
-    for f in ("tables/tiny/tflops.md", "tables/tiny/support.tex", "tables/tiny/support.caption.rst",
-              "figures/tiny/tflops_bars_fwd.pdf", "figures/tiny/tflops_vs_seqlen_full_causal.png",
-              "figures/tiny/tflops_vs_seqlen_document.png", "figures/tiny/memory_vs_seqlen_fwd.png",
-              "figures/tiny/tflops_bars_fwd.caption.rst"):
+    for f in (
+        "tables/tiny/tflops.md",
+        "tables/tiny/support.tex",
+        "tables/tiny/support.caption.rst",
+        "figures/tiny/tflops_bars_fwd.pdf",
+        "figures/tiny/tflops_vs_seqlen_full_causal.png",
+        "figures/tiny/tflops_vs_seqlen_document.png",
+        "figures/tiny/memory_vs_seqlen_fwd.png",
+        "figures/tiny/tflops_bars_fwd.caption.rst",
+    ):
         assert (workdir / "results" / f).stat().st_size > 0
     assert planned_jobs(snakemake(workdir, "-n")) == {}
 
@@ -113,22 +141,46 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
         pytest.skip("needs the run of the previous test")
     # The figure rule's code files (what its command imports) are inputs: edited plotting code
     # reruns only the figures.
-    for module in ("families/kernel/figures.py", "report/figures.py", "report/plotting.py", "report/style.py"):
+    for module in (
+        "families/kernel/figures.py",
+        "report/figures.py",
+        "report/plotting.py",
+        "report/style.py",
+    ):
         assert set(plan_after_edit(workdir, module)) == {"figures_tiny", "all"}, module
     # ... and edited table code only the tables; the shared names and captions both, never a cell.
     for module in ("families/kernel/tables.py", "report/tables.py"):
         assert set(plan_after_edit(workdir, module)) == {"tables_tiny", "all"}, module
-    for module in ("report/labels.py", "report/captions.py", "report/outputs.py", "kernels/catalog.py"):
-        assert set(plan_after_edit(workdir, module)) == {"figures_tiny", "tables_tiny", "all"}, module
+    for module in (
+        "report/labels.py",
+        "report/captions.py",
+        "report/outputs.py",
+        "kernels/catalog.py",
+    ):
+        assert set(plan_after_edit(workdir, module)) == {"figures_tiny", "tables_tiny", "all"}, (
+            module
+        )
     # the tidy table's code reruns it and everything read from it
-    assert set(plan_after_edit(workdir, "report/collect.py")) == {"collect", "figures_tiny", "tables_tiny", "all"}
+    assert set(plan_after_edit(workdir, "report/collect.py")) == {
+        "collect",
+        "figures_tiny",
+        "tables_tiny",
+        "all",
+    }
     # another family's code is no input here (a kernel grid)
     assert plan_after_edit(workdir, "families/cp/report.py") == {}
     # A style setting is a parameter of the figure rule only.
     for style in ("figures: {dpi: 80}", "figures: {bar_seqlen: 64}"):
         (workdir / "style.yaml").write_text(style + "\n")
-        plan = planned_jobs(snakemake(workdir, "-n", "--configfile", str(workdir / "config.yaml"),
-                                      str(workdir / "style.yaml")))
+        plan = planned_jobs(
+            snakemake(
+                workdir,
+                "-n",
+                "--configfile",
+                str(workdir / "config.yaml"),
+                str(workdir / "style.yaml"),
+            )
+        )
         assert set(plan) == {"figures_tiny", "all"}, style
     # The named target regenerates figures and tables without running a cell.
     p = snakemake(workdir, "figures", "tables", "--forcerun", "figures_tiny", "tables_tiny")
@@ -145,7 +197,9 @@ def test_report_has_a_caption_per_figure_and_table_from_the_records(workdir):
     df = pd.read_csv(workdir / "results/tables/cells.csv")
     figures = sorted((workdir / "results/figures/tiny").glob("*.png"))
     tables = sorted((workdir / "results/tables/tiny").glob("*.md"))
-    assert len(figures) == 4 and len(tables) == 3  # bars, memory, 2 mask families; tflops, memory, support
+    assert (
+        len(figures) == 4 and len(tables) == 3
+    )  # bars, memory, 2 mask families; tflops, memory, support
     for f in figures + tables:
         assert f'"{f.name}"' in html, f.name  # each is in the report ...
     # ... with a caption naming the machine and software of the records
@@ -160,8 +214,14 @@ def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
     """`make figures` / `make report`: everything again from the records, in seconds, no cell run."""
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the first test")
-    promised = [workdir / "results" / f for f in ("tables/tiny/support.md", "figures/tiny/tflops_bars_fwd.png",
-                                                  "figures/tiny/tflops_bars_fwd.caption.rst")]
+    promised = [
+        workdir / "results" / f
+        for f in (
+            "tables/tiny/support.md",
+            "figures/tiny/tflops_bars_fwd.png",
+            "figures/tiny/tflops_bars_fwd.caption.rst",
+        )
+    ]
     for f in promised:
         f.unlink()
     records = sorted((workdir / "results/cells").rglob("*.json"))
@@ -172,9 +232,24 @@ def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
     cells = pd.read_csv(table)
     pd.concat([cells, cells.head(1).assign(grid="other")]).to_csv(table, index=False)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    p = subprocess.run([sys.executable, "-m", "attnbench", "regenerate", "--config", "config.yaml", "--report",
-                        "--snakefile", str(workdir / "code/Snakefile")], cwd=workdir, capture_output=True, text=True,
-                       env=env, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnbench",
+            "regenerate",
+            "--config",
+            "config.yaml",
+            "--report",
+            "--snakefile",
+            str(workdir / "code/Snakefile"),
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     print(p.stdout)  # the phases and their seconds
     assert all(f.stat().st_size > 0 for f in promised)
@@ -198,15 +273,27 @@ def test_cells_missing_after_a_partial_regenerate_are_still_run(workdir):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     regenerate = [sys.executable, "-m", "attnbench", "regenerate", "--config", "config.yaml"]
     try:
-        p = subprocess.run(regenerate, cwd=workdir, capture_output=True, text=True, env=env, timeout=600)
-        assert p.returncode == 0 and "1 of 9 cells have no record yet" in p.stdout, p.stdout + p.stderr
+        p = subprocess.run(
+            regenerate, cwd=workdir, capture_output=True, text=True, env=env, timeout=600
+        )
+        assert p.returncode == 0 and "1 of 9 cells have no record yet" in p.stdout, (
+            p.stdout + p.stderr
+        )
         assert len(pd.read_csv(workdir / "results/tables/cells.csv")) == N_CELLS - 1
         p = snakemake(workdir, "-n", "--printshellcmds")
-        assert planned_jobs(p) == {"kernel_cell": 1, "collect": 1, "tables_tiny": 1, "figures_tiny": 1, "all": 1}
+        assert planned_jobs(p) == {
+            "kernel_cell": 1,
+            "collect": 1,
+            "tables_tiny": 1,
+            "figures_tiny": 1,
+            "all": 1,
+        }
         assert "/sdpa/causal/s128-" in p.stdout
     finally:
         shutil.move(aside, record)
-        subprocess.run(regenerate, cwd=workdir, capture_output=True, env=env, timeout=600, check=True)
+        subprocess.run(
+            regenerate, cwd=workdir, capture_output=True, env=env, timeout=600, check=True
+        )
 
 
 @pytest.mark.slow
@@ -236,6 +323,8 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
     assert "grids.tiny.kernels[1]: unknown kernel 'flashy'; valid kernels:" in p.stdout + p.stderr
     # a grid given twice (plain YAML would keep the second silently)
     text = (tmp_path / "config.yaml").read_text()
-    (tmp_path / "config.yaml").write_text(text.replace("grids:\n", "grids:\n  tiny: {kernels: [naive]}\n", 1))
+    (tmp_path / "config.yaml").write_text(
+        text.replace("grids:\n", "grids:\n  tiny: {kernels: [naive]}\n", 1)
+    )
     p = snakemake(tmp_path, "-n")
     assert p.returncode != 0 and "key 'tiny' appears twice in one mapping" in p.stdout + p.stderr

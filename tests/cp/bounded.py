@@ -7,12 +7,20 @@ import subprocess
 
 
 def run_bounded(cmd, timeout, env=None):
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        raise AssertionError(f"timed out after {timeout} s: {' '.join(cmd[:8])} ...\n{out[-2000:]}\n{err[-2000:]}")
+        raise AssertionError(
+            f"timed out after {timeout} s: {' '.join(cmd[:8])} ...\n{out[-2000:]}\n{err[-2000:]}"
+        )
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)

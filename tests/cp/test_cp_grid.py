@@ -3,15 +3,23 @@
 import copy
 
 import pytest
-
+from attnbench.cp import catalog
 from attnbench.families import expand_cells, load_config, validate
 from attnbench.grid.config import ConfigError
 from attnbench.grid.expand import cell_path
-from attnbench.cp import catalog
 
-TINY = {"family": "cp", "device": "cpu", "methods": ["ring_p2p", "usp"], "masks": ["causal"],
-        "tokens_per_gpu": [32], "gpus": [2, 4], "heads": [[4, 2]], "head_dim": [16], "dtype": ["float32"],
-        "direction": ["fwd"]}
+TINY = {
+    "family": "cp",
+    "device": "cpu",
+    "methods": ["ring_p2p", "usp"],
+    "masks": ["causal"],
+    "tokens_per_gpu": [32],
+    "gpus": [2, 4],
+    "heads": [[4, 2]],
+    "head_dim": [16],
+    "dtype": ["float32"],
+    "direction": ["fwd"],
+}
 
 
 def with_grid(base, **changes):
@@ -28,10 +36,26 @@ def problems(base, **changes) -> str:
 
 
 def test_degrees():
-    assert catalog.degrees("ulysses", 8).to_json() == {"ulysses": 8, "ring": 1, "windows": 1, "placement": "contiguous"}
-    assert catalog.degrees("usp", 96).ulysses == 8 and catalog.degrees("usp", 96).ring == 12  # paper: U = min(N, 8)
+    assert catalog.degrees("ulysses", 8).to_json() == {
+        "ulysses": 8,
+        "ring": 1,
+        "windows": 1,
+        "placement": "contiguous",
+    }
+    assert (
+        catalog.degrees("usp", 96).ulysses == 8 and catalog.degrees("usp", 96).ring == 12
+    )  # paper: U = min(N, 8)
     assert catalog.degrees("usp", 4, gpus_per_node=8).ring == 1
-    assert [catalog.default_windows(r) for r in (1, 2, 3, 4, 6, 8, 9, 12)] == [1, 1, 1, 2, 2, 2, 3, 3]
+    assert [catalog.default_windows(r) for r in (1, 2, 3, 4, 6, 8, 9, 12)] == [
+        1,
+        1,
+        1,
+        2,
+        2,
+        2,
+        3,
+        3,
+    ]
     lt = catalog.degrees("loongtrain", 32, ulysses_degree=2, placement="strided")
     assert (lt.ulysses, lt.ring, lt.windows, lt.window_size) == (2, 16, 4, 4)
     with pytest.raises(ValueError, match="ulysses_degree 3 does not divide the 8 GPUs"):
@@ -53,40 +77,72 @@ def test_expansion(base):
     assert len(cells) == 4
     usp4 = next(c for c in cells if c["impl"] == "usp" and c["gpus"] == 4)
     assert usp4["seqlen"] == 128 and usp4["tokens_per_gpu"] == 32
-    assert usp4["cp"] == {"local_kernel": "cpu_flash", "ulysses": 4, "ring": 1, "windows": 1, "placement": "contiguous",
-                          "gpus_per_node": 8, "nodes": 1, "nproc_per_node": 4, "breakdown": True, "timeout_s": 600}
+    assert usp4["cp"] == {
+        "local_kernel": "cpu_flash",
+        "ulysses": 4,
+        "ring": 1,
+        "windows": 1,
+        "placement": "contiguous",
+        "gpus_per_node": 8,
+        "nodes": 1,
+        "nproc_per_node": 4,
+        "breakdown": True,
+        "timeout_s": 600,
+    }
     assert cell_path(usp4) == "cells/t/cp/usp/causal/s128-h4x2-d16-float32-fwd-g4.json"
 
 
 def test_gpu_grid_nodes(base):
-    cfg = with_grid(base, device="cuda", gpus=[8, 16], cp={"gpus_per_node": 8, "local_kernel": "sdpa_flash"})
+    cfg = with_grid(
+        base, device="cuda", gpus=[8, 16], cp={"gpus_per_node": 8, "local_kernel": "sdpa_flash"}
+    )
     c16 = next(c for c in expand_cells(validate(cfg)) if c["gpus"] == 16 and c["impl"] == "usp")
-    assert (c16["cp"]["nodes"], c16["cp"]["nproc_per_node"], c16["cp"]["ulysses"], c16["cp"]["ring"]) == (2, 8, 8, 2)
+    assert (
+        c16["cp"]["nodes"],
+        c16["cp"]["nproc_per_node"],
+        c16["cp"]["ulysses"],
+        c16["cp"]["ring"],
+    ) == (2, 8, 8, 2)
 
 
 def test_repo_cp_grids(repo):
     cfg = load_config(repo / "config.yaml")
     assert "smoke_cp" in cfg["run"]
     smoke = expand_cells(cfg, ["smoke_cp"])
-    assert 10 <= len(smoke) <= 25 and {c["impl"] for c in smoke} >= set(catalog.METHODS) - {"torch_cp"}
+    assert 10 <= len(smoke) <= 25 and {c["impl"] for c in smoke} >= set(catalog.METHODS) - {
+        "torch_cp"
+    }
     assert {c["device"] for c in smoke} == {"cpu"} and max(c["gpus"] for c in smoke) == 4
     paper = expand_cells(cfg, ["paper_cp"])
     assert {c["tokens_per_gpu"] for c in paper} == {8192} and min(c["gpus"] for c in paper) == 8
-    assert max(c["gpus"] for c in paper) == 96 and {(c["heads_q"], c["heads_kv"]) for c in paper} == {(64, 8)}
+    assert max(c["gpus"] for c in paper) == 96 and {
+        (c["heads_q"], c["heads_kv"]) for c in paper
+    } == {(64, 8)}
     assert {c["reps"] for c in paper} == {15} and {c["warmup"] for c in paper} == {5}
-    assert {c["mask"] for c in paper} == {"full", "causal", "full_document_long", "causal_document_long"}
+    assert {c["mask"] for c in paper} == {
+        "full",
+        "causal",
+        "full_document_long",
+        "causal_document_long",
+    }
     u96 = next(c for c in paper if c["impl"] == "usp" and c["gpus"] == 96)
     assert (u96["cp"]["ulysses"], u96["cp"]["ring"], u96["cp"]["nodes"]) == (8, 12, 12)
 
 
 def test_unknown_method(base):
     msg = problems(base, methods=["ring_p2p", "ringy"])
-    assert "grids.t.methods[1]: unknown method 'ringy'; valid methods: local, ulysses, ring_p2p, ring_allgather" in msg
+    assert (
+        "grids.t.methods[1]: unknown method 'ringy'; valid methods: local, ulysses, ring_p2p, ring_allgather"
+        in msg
+    )
 
 
 def test_bad_ulysses_degree(base):
     msg = problems(base, cp={"ulysses_degree": 3})
-    assert "grids.t.gpus[0] (2 GPUs): usp: ulysses_degree 3 does not divide the 2 GPUs (valid degrees: 1, 2)" in msg
+    assert (
+        "grids.t.gpus[0] (2 GPUs): usp: ulysses_degree 3 does not divide the 2 GPUs (valid degrees: 1, 2)"
+        in msg
+    )
 
 
 def test_impossible_head_split(base):
@@ -99,7 +155,10 @@ def test_bad_windows_and_kernel_and_axes(base):
     msg = problems(base, methods=["loongtrain"], gpus=[4], cp={"ulysses_degree": 1, "windows": 3})
     assert "windows 3 does not divide the ring degree 4 (valid: 1, 2, 4)" in msg
     msg = problems(base, cp={"local_kernel": "flashy"})
-    assert "grids.t.cp.local_kernel: unknown local kernel 'flashy'; valid local kernels: auto, math, cpu_flash" in msg
+    assert (
+        "grids.t.cp.local_kernel: unknown local kernel 'flashy'; valid local kernels: auto, math, cpu_flash"
+        in msg
+    )
     msg = problems(base, cp={"local_kernel": "sdpa_flash"})
     assert "sdpa_flash runs only on cuda, not on the grid's device cpu" in msg
     msg = problems(base, seqlen=[128])
@@ -118,19 +177,25 @@ def test_ulysses_head_limit_is_a_record_not_a_config_error(base):
     (cell,) = expand_cells(cfg)
     from attnbench.cp.cell import degrees_of
 
-    reason = catalog.unsupported_reason("ulysses", cell["cp"]["local_kernel"], "causal", "fwd", "cpu",
-                                        degrees_of(cell), 4, 2)
+    reason = catalog.unsupported_reason(
+        "ulysses", cell["cp"]["local_kernel"], "causal", "fwd", "cpu", degrees_of(cell), 4, 2
+    )
     assert reason == "Ulysses degree 3 does not divide the 4 query heads"
 
 
 def test_torch_cp_needs_an_sdpa_local_kernel():
     """torch_cp is pinned to the SDPA backend named by cp.local_kernel; any other kernel is refused."""
     deg = catalog.degrees("torch_cp", 2)
-    assert catalog.unsupported_reason("torch_cp", "sdpa_flash", "causal", "fwd", "cuda", deg, 8, 2) is None
+    assert (
+        catalog.unsupported_reason("torch_cp", "sdpa_flash", "causal", "fwd", "cuda", deg, 8, 2)
+        is None
+    )
     why = catalog.unsupported_reason("torch_cp", "flex", "causal", "fwd", "cuda", deg, 8, 2)
     assert "local kernel 'flex'" in why and "valid: sdpa_flash, sdpa_cudnn" in why
     # SDPA's is_causal is all it can be told: documents are refused (cp.verify once ran them unmasked)
-    why = catalog.unsupported_reason("torch_cp", "sdpa_flash", "causal_document", "bwd", "cuda", deg, 8, 2)
+    why = catalog.unsupported_reason(
+        "torch_cp", "sdpa_flash", "causal_document", "bwd", "cuda", deg, 8, 2
+    )
     assert why == "torch_cp cannot express the causal_document mask (it runs: full, causal)"
     # and building the method refuses it too, before anything else (whoever calls: cell or verify)
     from attnbench.cp.base import load
@@ -138,4 +203,12 @@ def test_torch_cp_needs_an_sdpa_local_kernel():
     from attnbench.status import Unsupported
 
     with pytest.raises(Unsupported, match="torch_cp cannot express the causal_document mask"):
-        load(catalog.method("torch_cp"), None, Mask("causal_document", 64, {"doc_lengths": [30, 34]}), 8, 2, 16, None)
+        load(
+            catalog.method("torch_cp"),
+            None,
+            Mask("causal_document", 64, {"doc_lengths": [30, 34]}),
+            8,
+            2,
+            16,
+            None,
+        )

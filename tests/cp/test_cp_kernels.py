@@ -6,13 +6,12 @@ forward and the SUM of the two backward shares must be attention over the union,
 
 import pytest
 import torch
-
 from attnbench.cp import catalog
 from attnbench.cp.chunks import Chunk
 from attnbench.cp.kernels import MathRecompute, load
 from attnbench.cp.merge import merge_into, new_accumulator
-from attnbench.masks.ranges import Slice
 from attnbench.harness.reference import reference_attention, rel_err
+from attnbench.masks.ranges import Slice
 
 QL, KL, HQ, HKV, D = 24, 30, 4, 2, 8
 # two chunks of one query block: a causal bottom-right rectangle with more keys than queries, a
@@ -30,7 +29,10 @@ def kernel(name, dtype):
 
 def data(dtype):
     g = torch.Generator().manual_seed(3)
-    return [torch.randn(s, generator=g).to(dtype) for s in [(QL, HQ, D), (KL, HKV, D), (KL, HKV, D), (QL, HQ, D)]]
+    return [
+        torch.randn(s, generator=g).to(dtype)
+        for s in [(QL, HQ, D), (KL, HKV, D), (KL, HKV, D), (QL, HQ, D)]
+    ]
 
 
 def test_cpu_local_kernels_are_the_catalogs():
@@ -49,14 +51,19 @@ def test_split_chunks_merge_to_attention_over_the_union(name):
     ref_out, ref_lse, ref_grads = reference_attention(q, k, v, visible=union, dout=dout)
     seen = union.any(1)
     tol = 1e-12 if dtype == torch.float64 else 1e-5
-    assert rel_err(out[seen], ref_out[seen]) < tol and rel_err(lse[:, seen], ref_lse[:, seen]) < tol
+    assert (
+        rel_err(out[seen], ref_out[seen]) < tol and rel_err(lse[:, seen], ref_lse[:, seen]) < tol
+    )
     assert torch.isneginf(lse[:, ~seen]).all() and (out[~seen] == 0).all()
     if "bwd" not in catalog.local_kernel(name.replace("_recompute", "")).directions["cpu"]:
         with pytest.raises(Exception, match="no backward on CPU"):
             kern.backward(dout, q, k, v, out.to(dtype), lse, FIRST)
         return
     final = out.to(dtype)
-    shares = [kern.backward(dout, q, k, v, final, lse.masked_fill(torch.isinf(lse), 0), ch) for ch in (FIRST, SECOND)]
+    shares = [
+        kern.backward(dout, q, k, v, final, lse.masked_fill(torch.isinf(lse), 0), ch)
+        for ch in (FIRST, SECOND)
+    ]
     for i, n in enumerate(("dq", "dk", "dv")):
         total = sum(s[i].to(torch.float64) for s in shares)
         assert rel_err(total, ref_grads[i]) < tol, n

@@ -3,13 +3,12 @@
 import numpy as np
 import pytest
 import torch
-
 from attnbench.cp.chunks import Chunk, allgather_chunks, document_lengths, ring_step_chunk
 from attnbench.cp.layout import ShardLayout
 from attnbench.cp.merge import merge_into, new_accumulator
+from attnbench.harness.reference import reference_attention
 from attnbench.masks import CP_MASKS, Mask
 from attnbench.masks.ranges import Slice
-from attnbench.harness.reference import reference_attention
 
 
 def random_docs(rng, total, longest=30):
@@ -30,13 +29,18 @@ def test_every_token_lives_on_exactly_one_rank(ring, ulysses, rng):
     for _ in range(20):
         docs = random_docs(rng, int(rng.integers(1, 120)))
         lay = ShardLayout(docs, ring, ulysses)
-        pos = np.concatenate([lay.piece_positions(r, u) for r in range(ring) for u in range(ulysses)])
+        pos = np.concatenate(
+            [lay.piece_positions(r, u) for r in range(ring) for u in range(ulysses)]
+        )
         assert sorted(pos[pos >= 0]) == list(range(sum(docs)))
         assert lay.shard_len % ulysses == 0 and len(pos) == ring * lay.shard_len
         if ring > 1:  # each document padded to a multiple of 2R, split in 2R equal chunks
             for d, ch in enumerate(lay.chunks):
                 assert len(ch) == 2 * ring and len({p.length for p in ch}) == 1
-                assert sum(p.length for p in ch) % (2 * ring) == 0 and sum(p.real for p in ch) == docs[d]
+                assert (
+                    sum(p.length for p in ch) % (2 * ring) == 0
+                    and sum(p.real for p in ch) == docs[d]
+                )
         # real tokens of a document come first in its run on every rank (padding last)
         for r in range(ring):
             p = lay.positions(r)
@@ -65,7 +69,12 @@ def test_ring_step_chunks_are_the_mask_predicate(ring, ulysses, rng):
             for r in range(ring):
                 for src in range(ring):
                     ch = ring_step_chunk(lay, r, src, causal)
-                    assert torch.equal(ch.visible(), ch.predicate_visible(mask)), (mask.name, docs, r, src)
+                    assert torch.equal(ch.visible(), ch.predicate_visible(mask)), (
+                        mask.name,
+                        docs,
+                        r,
+                        src,
+                    )
                     total += ch.area
             assert total == mask.area  # padding never counts, nothing twice
 
@@ -83,7 +92,9 @@ def test_allgather_chunks_are_the_mask_predicate(ring, rng):
             total = 0
             for r in range(ring):
                 first, second = allgather_chunks(lay, r, "causal" in mask.name)
-                assert not (first.rows_with_keys() & second.rows_with_keys()).any()  # the two query chunks
+                assert not (
+                    first.rows_with_keys() & second.rows_with_keys()
+                ).any()  # the two query chunks
                 union = first.visible() | second.visible()
                 assert torch.equal(union, first.predicate_visible(mask)), (mask.name, docs, r)
                 total += first.area + second.area
@@ -101,8 +112,21 @@ def test_varlen_form_is_the_chunk():
     gives the chunk's matrix back (what a cu_seqlens kernel computes)."""
     ch = Chunk(10, 12, [Slice(0, 3, 2, 5, "causal"), Slice(6, 9, 7, 12, "causal")], True)
     vl = ch.varlen("cpu")
-    assert vl.q_index.tolist() == [0, 1, 2, 6, 7, 8] and vl.k_index.tolist() == [2, 3, 4, 7, 8, 9, 10, 11]
-    assert vl.cu_q.tolist() == [0, 3, 6] and vl.cu_k.tolist() == [0, 3, 8] and (vl.max_q, vl.max_k) == (3, 5)
+    assert vl.q_index.tolist() == [0, 1, 2, 6, 7, 8] and vl.k_index.tolist() == [
+        2,
+        3,
+        4,
+        7,
+        8,
+        9,
+        10,
+        11,
+    ]
+    assert (
+        vl.cu_q.tolist() == [0, 3, 6]
+        and vl.cu_k.tolist() == [0, 3, 8]
+        and (vl.max_q, vl.max_k) == (3, 5)
+    )
     packed = torch.zeros(6, 8, dtype=torch.bool)
     for i in range(2):
         q0, q1, k0, k1 = vl.cu_q[i], vl.cu_q[i + 1], vl.cu_k[i], vl.cu_k[i + 1]
@@ -110,7 +134,9 @@ def test_varlen_form_is_the_chunk():
         c = torch.arange(k1 - k0).unsqueeze(0)
         packed[q0:q1, k0:k1] = c <= r + (k1 - k0) - (q1 - q0)
     assert torch.equal(ch.visible()[vl.q_index][:, vl.k_index], packed)
-    tiled = Chunk(4, 4, [Slice(0, 2, 0, 3, "full"), Slice(2, 4, 3, 4, "full")], False).varlen("cpu")
+    tiled = Chunk(4, 4, [Slice(0, 2, 0, 3, "full"), Slice(2, 4, 3, 4, "full")], False).varlen(
+        "cpu"
+    )
     assert tiled.q_index is None and tiled.k_index is None
 
 

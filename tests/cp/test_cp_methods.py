@@ -8,7 +8,6 @@ import json
 import sys
 
 import pytest
-
 from attnbench.cp import catalog
 from attnbench.masks import CP_MASKS
 from bounded import run_bounded
@@ -19,9 +18,26 @@ D = 16  # attnbench.cp.verify's default head dim
 
 def verify(world, tmp_path, *extra):
     out = tmp_path / f"verify{world}.jsonl"
-    cmd = [sys.executable, "-m", "attnbench.launch", "--nproc-per-node", str(world), "--",
-           sys.executable, "-m", "attnbench.cp.verify", "--device", "cpu", "--out", str(out), "--heads", f"{HQ}:{HKV}",
-           "--timeout-s", "60", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnbench.launch",
+        "--nproc-per-node",
+        str(world),
+        "--",
+        sys.executable,
+        "-m",
+        "attnbench.cp.verify",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--heads",
+        f"{HQ}:{HKV}",
+        "--timeout-s",
+        "60",
+        *extra,
+    ]
     p = run_bounded(cmd, 420)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return [json.loads(line) for line in out.read_text().splitlines()]
@@ -43,7 +59,9 @@ def test_every_case_is_correct_or_says_why_not(matrix):
     for r in rows:
         what = f"{r['method']} {r['degrees']} {r['mask']} {r['local_kernel']}"
         if expected_unsupported(r):
-            assert r["status"] == "unsupported" and "does not divide the 8 query heads" in r["reason"], what
+            assert (
+                r["status"] == "unsupported" and "does not divide the 8 query heads" in r["reason"]
+            ), what
             continue
         assert r["status"] == "ok", f"{what}: {r.get('reason') or r.get('errors')}"
         assert r["passed"] and r["every_row_once"] and r["backward"], what
@@ -63,12 +81,20 @@ def test_the_matrix_covers_what_the_issue_asks(matrix):
     docs = [r for r in ok if r["doc_lengths"]]
     assert any(any(n % (2 * world) for n in r["doc_lengths"]) for r in docs)
     if world == 4:
-        two_d = {(r["method"], r["degrees"]["placement"]) for r in ok if r["degrees"]["ulysses"] == 2}
+        two_d = {
+            (r["method"], r["degrees"]["placement"]) for r in ok if r["degrees"]["ulysses"] == 2
+        }
         assert two_d == {(m, p) for m in ("usp", "loongtrain") for p in ("contiguous", "strided")}
         assert any(r["method"] == "loongtrain" and r["degrees"]["windows"] == 2 for r in ok)
-        assert any(r["method"] == "ulysses" and r["degrees"]["ulysses"] == 4 for r in ok)  # U > Hkv: replicated
+        assert any(
+            r["method"] == "ulysses" and r["degrees"]["ulysses"] == 4 for r in ok
+        )  # U > Hkv: replicated
     if world == 3:
-        assert {r["method"] for r in rows if r["status"] == "unsupported"} == {"ulysses", "usp", "loongtrain"}
+        assert {r["method"] for r in rows if r["status"] == "unsupported"} == {
+            "ulysses",
+            "usp",
+            "loongtrain",
+        }
 
 
 def test_counted_bytes_equal_the_analytic_volume(matrix):
@@ -94,13 +120,21 @@ def test_ring_bytes_are_the_papers_volume(matrix):
     world, rows = matrix
     checked = set()
     for r in rows:
-        if r["status"] != "ok" or r["method"] not in ("ring_p2p", "ring_allgather") or r["degrees"]["ulysses"] != 1:
+        if (
+            r["status"] != "ok"
+            or r["method"] not in ("ring_p2p", "ring_allgather")
+            or r["degrees"]["ulysses"] != 1
+        ):
             continue
         ring = r["degrees"]["ring"]
         assert r["dtype"] == "float32" and r["backward"]
         kv_shard = 2 * padded_tokens(r["doc_lengths"], r["seqlen"], ring) // ring * HKV * D * 4
         expected = (ring - 1) * kv_shard * 3  # fwd KV, bwd KV, bwd dKV (both methods, fp32 dKV)
-        assert all(b["sent"] == b["received"] == expected for b in r["bytes"]), (r["method"], r["mask"], r["bytes"])
+        assert all(b["sent"] == b["received"] == expected for b in r["bytes"]), (
+            r["method"],
+            r["mask"],
+            r["bytes"],
+        )
         checked.add(r["method"])
     assert checked == {"ring_p2p", "ring_allgather"}
 
@@ -116,8 +150,25 @@ def test_ranks_compute_exactly_the_mask(matrix):
 def test_mha_and_the_flex_local_kernel(tmp_path):
     """MHA (4:4, so Ulysses splits KV heads 2 per rank) with cpu_flash forward and backward, and
     FlexAttention (eager on the CPU, forward only there) under the same methods."""
-    rows = verify(2, tmp_path, "--heads", "4:4", "--kernels", "cpu_flash", "flex", "--methods", "ulysses", "ring_p2p",
-                  "ring_allgather", "usp", "--masks", "full_document", "causal_document_long")
-    assert len(rows) == 5 * 2 * 2 and all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
+    rows = verify(
+        2,
+        tmp_path,
+        "--heads",
+        "4:4",
+        "--kernels",
+        "cpu_flash",
+        "flex",
+        "--methods",
+        "ulysses",
+        "ring_p2p",
+        "ring_allgather",
+        "usp",
+        "--masks",
+        "full_document",
+        "causal_document_long",
+    )
+    assert len(rows) == 5 * 2 * 2 and all(r["status"] == "ok" for r in rows), [
+        r for r in rows if r["status"] != "ok"
+    ]
     assert all(r["backward"] == (r["local_kernel"] == "cpu_flash") for r in rows)
     assert all(r["bytes_match_analytic"] for r in rows)

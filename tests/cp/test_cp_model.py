@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from attnbench.families import load_config
 from attnbench.cp import catalog, schedule
 from attnbench.cp.chunks import ring_step_chunk
 from attnbench.cp.layout import ShardLayout
+from attnbench.families import load_config
 from attnbench.families.cp.model.kernel_time import KernelTime
 from attnbench.families.cp.model.network import Network
 from attnbench.families.cp.model.predict import Setting, predict
@@ -26,15 +25,36 @@ H200 = ROOT / "results" / "h200"
 
 def verify(world, tmp_path, *extra):
     out = tmp_path / f"verify{world}.jsonl"
-    cmd = [sys.executable, "-m", "attnbench.launch", "--nproc-per-node", str(world), "--", sys.executable, "-m",
-           "attnbench.cp.verify", "--device", "cpu", "--out", str(out), "--heads", "8:2", "--timeout-s", "60",
-           "--kernels", "cpu_flash", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnbench.launch",
+        "--nproc-per-node",
+        str(world),
+        "--",
+        sys.executable,
+        "-m",
+        "attnbench.cp.verify",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--heads",
+        "8:2",
+        "--timeout-s",
+        "60",
+        "--kernels",
+        "cpu_flash",
+        *extra,
+    ]
     p = run_bounded(cmd, 300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("world,methods", [(2, ["ulysses", "ring_p2p", "ring_allgather"]), (4, ["usp", "loongtrain"])])
+@pytest.mark.parametrize(
+    "world,methods", [(2, ["ulysses", "ring_p2p", "ring_allgather"]), (4, ["usp", "loongtrain"])]
+)
 def test_schedule_bytes_by_counter_are_what_real_runs_count(world, methods, tmp_path):
     """Forward and backward on real gloo processes: every rank's counted bytes per counter
     (ring_kv, ring_dkv, ulysses, all_gather, reduce_scatter) equal its schedule's, and the
@@ -47,7 +67,9 @@ def test_schedule_bytes_by_counter_are_what_real_runs_count(world, methods, tmp_
             assert b["by_kind"] == b["analytic_by_kind"], (r["method"], r["degrees"], b)
         assert r["work_pairs_total"] == r["mask_area_all_heads"] * 8
     if world == 4:
-        assert any(r["degrees"]["windows"] == 2 for r in ok)  # LoongTrain's outer ring is exercised
+        assert any(
+            r["degrees"]["windows"] == 2 for r in ok
+        )  # LoongTrain's outer ring is exercised
 
 
 @pytest.mark.parametrize("ring,windows", [(4, 1), (4, 2), (6, 2), (9, 3)])
@@ -58,10 +80,13 @@ def test_every_rank_meets_every_shard_once_and_steps_tile_the_mask(ring, windows
     total = 0
     for rank in range(deg.world):
         r, _ = deg.coords(rank)
-        assert sorted(o for _, _, o in schedule.ring_origins(r, ring, windows)) == list(range(ring))
+        assert sorted(o for _, _, o in schedule.ring_origins(r, ring, windows)) == list(
+            range(ring)
+        )
         chunks = {s: ring_step_chunk(layout, r, s, True) for s in range(ring)}
-        phases = schedule.hybrid_schedule(deg, rank, chunks, layout.shard_len, layout.piece_len, 8, 2, 16, 4, 4,
-                                          "fwdbwd")
+        phases = schedule.hybrid_schedule(
+            deg, rank, chunks, layout.shard_len, layout.piece_len, 8, 2, 16, 4, 4, "fwdbwd"
+        )
         total += schedule.work(phases["fwd"])
         kinds = schedule.volume(phases)["by_kind"]
         kv = 2 * layout.shard_len * 1 * 16 * 4  # 2 KV heads over U = 2: one per rank
@@ -88,7 +113,7 @@ def test_kernel_fit_reproduces_measured_lengths_and_interpolates_within_a_third(
 
 def test_network_charges_the_nic_only_across_nodes():
     net = Network("t", 8, 400, 5, 50, 10)
-    gb = 10 ** 9
+    gb = 10**9
     intra = schedule.Transfer("ring_kv", "p2p", gb, (1, 7))
     inter = schedule.Transfer("ring_kv", "p2p", gb, (8, 7))
     assert net.seconds(intra, 0) == pytest.approx(5e-6 + 1 / 400)
@@ -101,14 +126,17 @@ def test_predictions_follow_the_schedules(kernel_time):
     s = Setting(64, 8, 128, "bfloat16")
     net = Network("h100", 8, 450, 5, 50, 10)
     full = Mask("full", 8192 * 8, {})
-    assert predict("ulysses", 128, Mask("full", 8192 * 128, {}), s, "fwd", kernel_time, net).bottleneck.startswith(
-        "unsupported")
+    assert predict(
+        "ulysses", 128, Mask("full", 8192 * 128, {}), s, "fwd", kernel_time, net
+    ).bottleneck.startswith("unsupported")
     one = kernel_time.seconds("fwd", "full", 8192 * 8, 64)
     ring = predict("ring_p2p", 8, full, s, "fwd", kernel_time, net)
     # 8 steps of an 8K x 64K / 8 rectangle each, on 64 heads: the whole mask's work over 8 GPUs
     assert ring.compute_s == pytest.approx(one / 8, rel=0.15)
     slow = Network("slow", 8, 0.5, 5, 0.5, 10)
-    assert predict("ring_p2p", 8, full, s, "fwd", kernel_time, slow).bottleneck == "intra-node comm"
+    assert (
+        predict("ring_p2p", 8, full, s, "fwd", kernel_time, slow).bottleneck == "intra-node comm"
+    )
 
 
 def test_h200_validation_median_within_ten_percent(tmp_path):
@@ -120,8 +148,18 @@ def test_h200_validation_median_within_ten_percent(tmp_path):
     val = pd.read_csv(tmp_path / "tables" / "cp_model_validation.csv")
     assert len(val) >= 30 and val["relative_error"].abs().median() < 0.10
     table = pd.read_csv(tmp_path / "tables" / "cp_model.csv")
-    assert list(table.columns[:10]) == ["method", "mask", "direction", "gpus", "nodes", "tokens_per_gpu", "network",
-                                        "predicted_tflops_per_gpu", "measured_tflops_per_gpu", "bottleneck"]
+    assert list(table.columns[:10]) == [
+        "method",
+        "mask",
+        "direction",
+        "gpus",
+        "nodes",
+        "tokens_per_gpu",
+        "network",
+        "predicted_tflops_per_gpu",
+        "measured_tflops_per_gpu",
+        "bottleneck",
+    ]
     assert table["measured_tflops_per_gpu"].notna().any()
     assert res["checks"] and all("passed" in c for c in res["checks"])
     with pytest.raises(ValueError, match="grid 'smoke' is not modelled"):
@@ -130,13 +168,32 @@ def test_h200_validation_median_within_ten_percent(tmp_path):
 
 def test_comm_bench_at_world_size_two(tmp_path):
     out = tmp_path / "comm.json"
-    cmd = [sys.executable, "-m", "attnbench.launch", "--nproc-per-node", "2", "--", sys.executable, "-m",
-           "attnbench.families.cp.model.commbench", "--device", "cpu", "--out", str(out), "--sizes-mib", "0.25", "1",
-           "--reps", "2", "--warmup", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnbench.launch",
+        "--nproc-per-node",
+        "2",
+        "--",
+        sys.executable,
+        "-m",
+        "attnbench.families.cp.model.commbench",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--sizes-mib",
+        "0.25",
+        "1",
+        "--reps",
+        "2",
+        "--warmup",
+        "1",
+    ]
     p = run_bounded(cmd, 120)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["backend"] == "gloo" and res["world"] == 2
     assert set(res["fit"]) == {"all_to_all", "p2p", "all_gather"}
     p2p = res["patterns"]["p2p"]
-    assert [x["bytes_sent"] for x in p2p] == [2 ** 18, 2 ** 20] and all(x["seconds"] > 0 for x in p2p)
+    assert [x["bytes_sent"] for x in p2p] == [2**18, 2**20] and all(x["seconds"] > 0 for x in p2p)

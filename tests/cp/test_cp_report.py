@@ -1,47 +1,109 @@
 """The CP tables' derived columns, from tidy-table rows (synthetic numbers, not measurements)."""
 
 import pandas as pd
-
 from attnbench.families.cp.report import breakdown_table, tflops_table, vs_single_gpu_table
 
 
-def row(impl, gpus, tflops, time_ms=100.0, comp=None, comm=None, ratio=None, tpg=4096, mask="full", status="ok",
-        rel=0.01):
+def row(
+    impl,
+    gpus,
+    tflops,
+    time_ms=100.0,
+    comp=None,
+    comm=None,
+    ratio=None,
+    tpg=4096,
+    mask="full",
+    status="ok",
+    rel=0.01,
+):
     """One tidy row; p20/p80 of TFLOP/s and time at +-rel around the median."""
     if tflops is None:  # a cell that did not run: no numbers
-        return {**row(impl, gpus, 1.0, time_ms, comp, comm, ratio, tpg, mask, status, rel),
-                **dict.fromkeys(("tflops", "tflops_p20", "tflops_p80", "time_ms_median", "time_ms_p20", "time_ms_p80"))}
-    return {"impl": impl, "mask": mask, "direction": "fwd", "tokens_per_gpu": tpg, "gpus": gpus, "status": status,
-            "heads_q": 64, "heads_kv": 8, "head_dim": 128, "dtype": "bfloat16",
-            "tflops": tflops, "tflops_p20": tflops * (1 - rel), "tflops_p80": tflops * (1 + rel),
-            "time_ms_median": time_ms, "time_ms_p20": time_ms * (1 - rel), "time_ms_p80": time_ms * (1 + rel),
-            "compute_only_ms": comp, "comm_only_ms": comm,
-            "overlap_ratio": ratio, "ulysses_degree": 1, "ring_degree": gpus, "windows": 1, "placement": "contiguous",
-            "load_balance": 1.0, "bytes_sent_max": 0, "bytes_match_analytic": True, "peak_mem_bytes": 2**30}
+        return {
+            **row(impl, gpus, 1.0, time_ms, comp, comm, ratio, tpg, mask, status, rel),
+            **dict.fromkeys(
+                (
+                    "tflops",
+                    "tflops_p20",
+                    "tflops_p80",
+                    "time_ms_median",
+                    "time_ms_p20",
+                    "time_ms_p80",
+                )
+            ),
+        }
+    return {
+        "impl": impl,
+        "mask": mask,
+        "direction": "fwd",
+        "tokens_per_gpu": tpg,
+        "gpus": gpus,
+        "status": status,
+        "heads_q": 64,
+        "heads_kv": 8,
+        "head_dim": 128,
+        "dtype": "bfloat16",
+        "tflops": tflops,
+        "tflops_p20": tflops * (1 - rel),
+        "tflops_p80": tflops * (1 + rel),
+        "time_ms_median": time_ms,
+        "time_ms_p20": time_ms * (1 - rel),
+        "time_ms_p80": time_ms * (1 + rel),
+        "compute_only_ms": comp,
+        "comm_only_ms": comm,
+        "overlap_ratio": ratio,
+        "ulysses_degree": 1,
+        "ring_degree": gpus,
+        "windows": 1,
+        "placement": "contiguous",
+        "load_balance": 1.0,
+        "bytes_sent_max": 0,
+        "bytes_match_analytic": True,
+        "peak_mem_bytes": 2**30,
+    }
 
 
 def shares(df) -> dict:
     t = vs_single_gpu_table(pd.DataFrame(df)).reset_index()
-    return {(r["method"], r["gpus"], r["tokens_per_gpu"]): r["share of 1 GPU"] for _, r in t.iterrows()}
+    return {
+        (r["method"], r["gpus"], r["tokens_per_gpu"]): r["share of 1 GPU"] for _, r in t.iterrows()
+    }
 
 
 def test_share_is_against_the_bare_kernel_only_and_says_when_it_is_missing():
-    df = [row("local", 1, 200.0), row("ulysses", 1, 180.0), row("ring_p2p", 2, 150.0),
-          row("ulysses", 1, 190.0, tpg=8192), row("ring_p2p", 2, 90.0, tpg=8192)]
+    df = [
+        row("local", 1, 200.0),
+        row("ulysses", 1, 180.0),
+        row("ring_p2p", 2, 150.0),
+        row("ulysses", 1, 190.0, tpg=8192),
+        row("ring_p2p", 2, 90.0, tpg=8192),
+    ]
     s = shares(df)
     assert s[("ring_p2p", 2, 4096)] == "75%"
-    assert s[("ulysses", 1, 4096)] == "90%"  # the CP framework on one rank, against the bare kernel
+    assert (
+        s[("ulysses", 1, 4096)] == "90%"
+    )  # the CP framework on one rank, against the bare kernel
     # 8192 tokens per GPU: no `local` cell; the 1-GPU Ulysses cell is not used in its place
     assert s[("ring_p2p", 2, 8192)] == s[("ulysses", 1, 8192)] == "none (no local cell)"
     t = vs_single_gpu_table(pd.DataFrame(df)).reset_index()
     assert "local" not in set(t["method"])  # the baseline is a column, not a row
-    assert t[t["tokens_per_gpu"] == 4096]["1 GPU, bare kernel (TFLOP/s)"].iloc[0] == "200 [198-202]"
+    assert (
+        t[t["tokens_per_gpu"] == 4096]["1 GPU, bare kernel (TFLOP/s)"].iloc[0] == "200 [198-202]"
+    )
 
 
 def test_incorrect_cells_get_no_share():
-    s = shares([row("local", 1, 200.0), row("ring_p2p", 2, 150.0, status="incorrect"), row("ulysses", 2, 150.0),
-                row("local", 1, 200.0, tpg=8192, status="incorrect"), row("ulysses", 2, 150.0, tpg=8192),
-                row("local", 1, None, tpg=16384, status="oom"), row("ulysses", 2, 150.0, tpg=16384)])
+    s = shares(
+        [
+            row("local", 1, 200.0),
+            row("ring_p2p", 2, 150.0, status="incorrect"),
+            row("ulysses", 2, 150.0),
+            row("local", 1, 200.0, tpg=8192, status="incorrect"),
+            row("ulysses", 2, 150.0, tpg=8192),
+            row("local", 1, None, tpg=16384, status="oom"),
+            row("ulysses", 2, 150.0, tpg=16384),
+        ]
+    )
     assert s[("ring_p2p", 2, 4096)] == "none (wrong)" and s[("ulysses", 2, 4096)] == "75%"
     assert s[("ulysses", 2, 8192)] == "none (wrong)"  # the baseline itself is wrong
     assert s[("ulysses", 2, 16384)] == "none (baseline OOM)"
@@ -49,26 +111,46 @@ def test_incorrect_cells_get_no_share():
 
 def test_a_share_inside_the_spread_is_not_called_a_difference():
     # 196 [192-200] against 200 [198-202]: the intervals overlap; 190 [186-194] does not reach 198
-    s = shares([row("local", 1, 200.0), row("ulysses", 2, 196.0, rel=0.02), row("ring_p2p", 2, 190.0, rel=0.02)])
+    s = shares(
+        [
+            row("local", 1, 200.0),
+            row("ulysses", 2, 196.0, rel=0.02),
+            row("ring_p2p", 2, 190.0, rel=0.02),
+        ]
+    )
     assert s[("ulysses", 2, 4096)] == "~ 98% (within spread)" and s[("ring_p2p", 2, 4096)] == "95%"
 
 
 def test_fastest_names_ties_within_spread_and_skips_wrong_cells_and_the_baseline():
-    df = pd.DataFrame([row("local", 1, 300.0), row("ulysses", 1, 280.0),
-                       row("ulysses", 2, 200.0), row("ring_p2p", 2, 198.0), row("usp", 2, 150.0),
-                       row("torch_cp", 2, 400.0, status="incorrect"),
-                       row("ulysses", 2, 200.0, tpg=8192), row("ring_p2p", 2, 150.0, tpg=8192)])
+    df = pd.DataFrame(
+        [
+            row("local", 1, 300.0),
+            row("ulysses", 1, 280.0),
+            row("ulysses", 2, 200.0),
+            row("ring_p2p", 2, 198.0),
+            row("usp", 2, 150.0),
+            row("torch_cp", 2, 400.0, status="incorrect"),
+            row("ulysses", 2, 200.0, tpg=8192),
+            row("ring_p2p", 2, 150.0, tpg=8192),
+        ]
+    )
     t = tflops_table(df).reset_index().set_index(["tokens_per_gpu", "gpus"])
     assert t.loc[(4096, 2), "fastest (ok cells)"] == "ulysses ~ ring_p2p (within spread)"
     assert t.loc[(8192, 2), "fastest (ok cells)"] == "ulysses"
-    assert t.loc[(4096, 1), "fastest (ok cells)"] == ""  # the bare kernel is not a contender: Ulysses is alone
+    assert (
+        t.loc[(4096, 1), "fastest (ok cells)"] == ""
+    )  # the bare kernel is not a contender: Ulysses is alone
     assert t.loc[(4096, 2), "torch_cp"] == "400 [396-404] (wrong)"
     assert t.loc[(4096, 1), "local (1 GPU, bare kernel)"] == "300 [297-303]"
 
 
 def test_overlap_is_shown_only_where_communication_is_not_negligible():
-    df = pd.DataFrame([row("ring_p2p", 2, 1.0, time_ms=105.0, comp=100.0, comm=20.0, ratio=0.75),
-                       row("ulysses", 2, 1.0, time_ms=109.0, comp=100.0, comm=1.0, ratio=-8.0)])
+    df = pd.DataFrame(
+        [
+            row("ring_p2p", 2, 1.0, time_ms=105.0, comp=100.0, comm=20.0, ratio=0.75),
+            row("ulysses", 2, 1.0, time_ms=109.0, comp=100.0, comm=1.0, ratio=-8.0),
+        ]
+    )
     t = breakdown_table(df).reset_index().set_index("method")
     assert t.loc["ring_p2p", "overlap"] == "0.75" and t.loc["ulysses", "overlap"] == "(comm 1.0%)"
     assert t.loc["ulysses", "measured / compute-only"] == "1.090"

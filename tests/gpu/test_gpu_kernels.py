@@ -1,17 +1,19 @@
 """On a CUDA machine: every available GPU kernel against float64, forward and backward, for every
 mask it claims; OOM as a record; the GPU timing protocol. Skipped without CUDA."""
 
+import attnbench.masks as M
 import numpy as np
 import pytest
 import torch
-
-import attnbench.masks as M
 from attnbench.families.kernel import cell as C
 from attnbench.harness import inputs as I
 from attnbench.kernels import catalog
 from attnbench.kernels.base import load
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 CFG = dict(window=100, block=128, block_size=64, density=0.3, avg_block=256, min_block=128)
 S, HQ, HKV, D = 1024, 8, 2, 128
@@ -33,7 +35,9 @@ def test_gpu_kernel_matches_float64(impl, histograms):
     # GQA and MHA: some backends (SDPA's efficient one) refuse GQA, so they are checked at MHA
     for hq, hkv in ((HQ, HKV), (HQ, HQ)):
         try:
-            kernel = load(info, device="cuda", dtype=torch.bfloat16, heads_q=hq, heads_kv=hkv, head_dim=D)
+            kernel = load(
+                info, device="cuda", dtype=torch.bfloat16, heads_q=hq, heads_kv=hkv, head_dim=D
+            )
         except C.S.Unavailable as e:  # installed, but cannot load here (vsa's wheel wants CUDA 12)
             pytest.skip(f"{impl}: {e.reason}")
         for mask_name in info.masks:
@@ -52,21 +56,46 @@ def test_gpu_kernel_matches_float64(impl, histograms):
                 except C.S.Unsupported as e:
                     print(f"{impl} {hq}:{hkv} {mask_name} {direction}: unsupported ({e.reason})")
                     continue
-                assert chk["passed"], (impl, hq, hkv, mask_name, direction, chk["errors"], chk["tolerance"])
+                assert chk["passed"], (
+                    impl,
+                    hq,
+                    hkv,
+                    mask_name,
+                    direction,
+                    chk["errors"],
+                    chk["tolerance"],
+                )
                 ran += 1
     assert ran > 0
 
 
 def test_oom_is_a_record_and_the_next_cell_runs(histograms):
-    base = dict(grid="t", family="kernel", mask="full", mask_params={}, heads_q=64, heads_kv=8, head_dim=128,
-                dtype="bfloat16", direction="fwd", gpus=1, device="cuda", samples={"document": 1, "single": 1},
-                warmup=1, reps=2, seed=0, check={"max_seqlen": 2048, "tolerance_factor": 5, "samples": 1},
-                histograms=None)
+    base = dict(
+        grid="t",
+        family="kernel",
+        mask="full",
+        mask_params={},
+        heads_q=64,
+        heads_kv=8,
+        head_dim=128,
+        dtype="bfloat16",
+        direction="fwd",
+        gpus=1,
+        device="cuda",
+        samples={"document": 1, "single": 1},
+        warmup=1,
+        reps=2,
+        seed=0,
+        check={"max_seqlen": 2048, "tolerance_factor": 5, "samples": 1},
+        histograms=None,
+    )
     free = torch.cuda.mem_get_info()[0]
     s = 1024
     while 64 * s * s * 2 < 2 * free:  # naive scores alone exceed twice the free memory
         s *= 2
-    r = C.run_cell({**base, "impl": "naive", "seqlen": s, "check": {**base["check"], "samples": 0}})
+    r = C.run_cell(
+        {**base, "impl": "naive", "seqlen": s, "check": {**base["check"], "samples": 0}}
+    )
     assert r["status"] == "oom", r.get("status_reason")
     r = C.run_cell({**base, "impl": "sdpa_flash", "seqlen": 4096})
     assert r["status"] == "ok" and r["tflops"] > 0

@@ -27,7 +27,9 @@ MARK = "# attnbench throwaway cluster"
 
 
 def _installed(package: str) -> bool:
-    p = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
+    p = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True
+    )
     return p.returncode == 0 and "ok installed" in p.stdout
 
 
@@ -39,14 +41,22 @@ def why_no_cluster(accounting: bool = False) -> str | None:
         return "a throwaway Slurm cluster needs root on Linux (daemons, /etc/slurm, mknod)"
     if not shutil.which("dpkg-query"):
         return "a throwaway Slurm cluster needs Debian's Slurm packages (no dpkg here)"
-    missing = [p for p in PACKAGES + (ACCOUNTING_PACKAGES if accounting else []) if not _installed(p)]
+    missing = [
+        p for p in PACKAGES + (ACCOUNTING_PACKAGES if accounting else []) if not _installed(p)
+    ]
     if missing:
-        return (f"Debian packages missing: {' '.join(missing)} (.ci/run installs them: "
-                f"apt-get install --no-install-recommends {' '.join(missing)})")
+        return (
+            f"Debian packages missing: {' '.join(missing)} (.ci/run installs them: "
+            f"apt-get install --no-install-recommends {' '.join(missing)})"
+        )
     conf = Path("/etc/slurm/slurm.conf")
     if conf.exists() and MARK not in conf.read_text():
-        return "/etc/slurm/slurm.conf belongs to a real Slurm installation; the tests leave it alone"
-    running = subprocess.run(["pgrep", "-x", "slurmctld"], capture_output=True, text=True).stdout.split()
+        return (
+            "/etc/slurm/slurm.conf belongs to a real Slurm installation; the tests leave it alone"
+        )
+    running = subprocess.run(
+        ["pgrep", "-x", "slurmctld"], capture_output=True, text=True
+    ).stdout.split()
     if running:
         return f"a slurmctld is already running here (pid {', '.join(running)})"
     return None
@@ -61,38 +71,77 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def slurm_cluster(state: Path, nodes: int = 1, gpus: int = 0, accounting: bool = False, cpus: int | None = None):
+def slurm_cluster(
+    state: Path, nodes: int = 1, gpus: int = 0, accounting: bool = False, cpus: int | None = None
+):
     """Start a cluster (skip the tests if it cannot be started here), yield it, always stop it.
     cpus: what each node declares (default: this machine's); more lets tiny jobs run side by side."""
     reason = why_no_cluster(accounting)
     if reason:
         pytest.skip(f"Slurm tests skipped: {reason}")
-    args = ["--state", str(state), "--nodes", str(nodes), "--gpus", str(gpus)] + (["--accounting"] if accounting else [])
+    args = ["--state", str(state), "--nodes", str(nodes), "--gpus", str(gpus)] + (
+        ["--accounting"] if accounting else []
+    )
     args += ["--cpus", str(cpus)] if cpus else []
     try:
-        p = subprocess.run([str(SCRIPTS / "start.sh"), *args], capture_output=True, text=True, timeout=300)
+        p = subprocess.run(
+            [str(SCRIPTS / "start.sh"), *args], capture_output=True, text=True, timeout=300
+        )
         if p.returncode != 0:
-            pytest.fail(f"start.sh {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+            pytest.fail(
+                f"start.sh {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+            )
         yield Cluster(state, nodes, gpus, accounting)
     finally:
-        subprocess.run([str(SCRIPTS / "stop.sh"), "--state", str(state)], capture_output=True, timeout=180)
+        subprocess.run(
+            [str(SCRIPTS / "stop.sh"), "--state", str(state)], capture_output=True, timeout=180
+        )
 
 
 class Snakemake:
     """`snakemake --profile profiles/slurm` in workdir, started now, interrupted with SIGINT (which
     makes it scancel its jobs) after limit_s seconds; `.result()` waits for it."""
 
-    def __init__(self, workdir: Path, *args: str, snakefile: Path = REPO / "Snakefile", limit_s: int = 300,
-                 env: dict | None = None):
-        e = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-             "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}", **(env or {})}
-        self.cmd = ["timeout", "-s", "INT", "-k", "60", str(limit_s), sys.executable, "-m", "snakemake",
-                    "--profile", str(REPO / "profiles/slurm"), "-s", str(snakefile), "-d", str(workdir),
-                    # Tiny test jobs: look at them soon (the plugin's default is 40 s, +10 s per idle look).
-                    "--slurm-init-seconds-before-status-checks", "2", *args]
+    def __init__(
+        self,
+        workdir: Path,
+        *args: str,
+        snakefile: Path = REPO / "Snakefile",
+        limit_s: int = 300,
+        env: dict | None = None,
+    ):
+        e = {
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}",
+            **(env or {}),
+        }
+        self.cmd = [
+            "timeout",
+            "-s",
+            "INT",
+            "-k",
+            "60",
+            str(limit_s),
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--profile",
+            str(REPO / "profiles/slurm"),
+            "-s",
+            str(snakefile),
+            "-d",
+            str(workdir),
+            # Tiny test jobs: look at them soon (the plugin's default is 40 s, +10 s per idle look).
+            "--slurm-init-seconds-before-status-checks",
+            "2",
+            *args,
+        ]
         self.workdir, self.limit_s = workdir, limit_s
         # Output to files, not pipes: several runs at once must never block on a full pipe.
-        self.out, self.err = (open(workdir / f"snakemake-{os.getpid()}-{id(self)}.{n}", "w+") for n in ("out", "err"))
+        self.out, self.err = (
+            open(workdir / f"snakemake-{os.getpid()}-{id(self)}.{n}", "w+") for n in ("out", "err")
+        )
         self.proc = subprocess.Popen(self.cmd, stdout=self.out, stderr=self.err, text=True, env=e)
 
     def result(self) -> subprocess.CompletedProcess:
@@ -108,7 +157,9 @@ class Snakemake:
         p = subprocess.CompletedProcess(self.cmd, self.proc.returncode, out, err)
         with (self.workdir / "snakemake-runs.log").open("a") as log:
             log.write(f"$ {' '.join(self.cmd)}\n{out}{err}\nrc={p.returncode}\n")
-        assert p.returncode not in (124, 137, -9), f"snakemake ran past {self.limit_s}s and was stopped:\n{err[-4000:]}"
+        assert p.returncode not in (124, 137, -9), (
+            f"snakemake ran past {self.limit_s}s and was stopped:\n{err[-4000:]}"
+        )
         return p
 
 
@@ -127,19 +178,35 @@ def submitted_jobs(p: subprocess.CompletedProcess) -> dict[str, Path]:
 
 def slurm_states() -> dict[str, dict]:
     """Every job the controller still knows (MinJobAge keeps finished ones an hour): id -> fields."""
-    out = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i|%T|%P|%j|%D|%C"], capture_output=True,
-                         text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        ["squeue", "--states=all", "-h", "-o", "%i|%T|%P|%j|%D|%C"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     jobs = {}
     for line in out.splitlines():
         job_id, state, partition, name, nodes, cpus = line.split("|")
-        jobs[job_id] = {"state": state, "partition": partition, "name": name, "nodes": int(nodes), "cpus": int(cpus)}
+        jobs[job_id] = {
+            "state": state,
+            "partition": partition,
+            "name": name,
+            "nodes": int(nodes),
+            "cpus": int(cpus),
+        }
     return jobs
 
 
 def sacct(job_ids, fields: str = "JobID,State,NodeList,AllocTRES") -> dict[str, dict]:
     """Accounting records (slurmdbd) of whole jobs: id -> {field: value}."""
-    out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", fields], capture_output=True,
-                         text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", fields],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     names = fields.split(",")
     rows = [dict(zip(names, line.split("|"))) for line in out.splitlines() if line.strip()]
     return {r["JobID"]: r for r in rows}
@@ -153,4 +220,8 @@ def planned(workdir: Path, *args: str, snakefile: Path = REPO / "Snakefile") -> 
     if "Nothing to be done" in text:
         return {}
     stats = text.split("Job stats:")[1].split("\n\n")[0]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m.group(1) != "total"}
+    return {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)
+        if m.group(1) != "total"
+    }

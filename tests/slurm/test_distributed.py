@@ -13,7 +13,6 @@ import json
 
 import pytest
 import yaml
-
 from slurmtools import REPO, Snakemake, sacct, slurm_cluster, submitted_jobs
 
 TEST_WORKFLOW = REPO / "tests/slurm/workflow/Snakefile"
@@ -27,7 +26,9 @@ CASES = {
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     # Four CPUs per emulated node (more than this machine has): every job here starts at once.
-    with slurm_cluster(tmp_path_factory.mktemp("slurm-2nodes"), nodes=2, gpus=2, accounting=True, cpus=4) as c:
+    with slurm_cluster(
+        tmp_path_factory.mktemp("slurm-2nodes"), nodes=2, gpus=2, accounting=True, cpus=4
+    ) as c:
         yield c
 
 
@@ -39,21 +40,46 @@ def runs(cluster, tmp_path_factory):
     (launches / "config.yaml").write_text(yaml.safe_dump({"cases": CASES}))
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     cfg["run"] = ["gpu"]
-    cfg["grids"] = {"gpu": {"description": "one CUDA cell", "family": "kernel", "device": "cuda",
-                            "kernels": ["sdpa_flash"], "masks": ["causal"], "seqlen": [128], "heads": [[2, 1]],
-                            "head_dim": [16], "dtype": ["float16"], "direction": ["fwd"], "warmup": 0, "reps": 2,
-                            "runtime_min": 5, "mem_mb": 1000}}
+    cfg["grids"] = {
+        "gpu": {
+            "description": "one CUDA cell",
+            "family": "kernel",
+            "device": "cuda",
+            "kernels": ["sdpa_flash"],
+            "masks": ["causal"],
+            "seqlen": [128],
+            "heads": [[2, 1]],
+            "head_dim": [16],
+            "dtype": ["float16"],
+            "direction": ["fwd"],
+            "warmup": 0,
+            "reps": 2,
+            "runtime_min": 5,
+            "mem_mb": 1000,
+        }
+    }
     (gpu_cell / "config.yaml").write_text(yaml.safe_dump(cfg))
     # A real context-parallel cell of the benchmark's own workflow: Ring P2P on 2 ranks (gloo).
     cp = yaml.safe_load((REPO / "config.yaml").read_text())
     smoke_cp = cp["grids"]["smoke_cp"]
     cp["run"] = ["cp"]
-    cp["grids"] = {"cp": {**smoke_cp, "methods": ["ring_p2p"], "masks": ["causal"], "gpus": [2], "also": []}}
+    cp["grids"] = {
+        "cp": {**smoke_cp, "methods": ["ring_p2p"], "masks": ["causal"], "gpus": [2], "also": []}
+    }
     (cp_cell / "config.yaml").write_text(yaml.safe_dump(cp))
-    started = {"launches": Snakemake(launches, "--configfile", str(launches / "config.yaml"),
-                                     snakefile=TEST_WORKFLOW, limit_s=300),
-               "gpu_cell": Snakemake(gpu_cell, "--configfile", str(gpu_cell / "config.yaml"), limit_s=300),
-               "cp_cell": Snakemake(cp_cell, "--configfile", str(cp_cell / "config.yaml"), limit_s=300)}
+    started = {
+        "launches": Snakemake(
+            launches,
+            "--configfile",
+            str(launches / "config.yaml"),
+            snakefile=TEST_WORKFLOW,
+            limit_s=300,
+        ),
+        "gpu_cell": Snakemake(
+            gpu_cell, "--configfile", str(gpu_cell / "config.yaml"), limit_s=300
+        ),
+        "cp_cell": Snakemake(cp_cell, "--configfile", str(cp_cell / "config.yaml"), limit_s=300),
+    }
     return {name: (run.workdir, run.result()) for name, run in started.items()}
 
 
@@ -76,7 +102,9 @@ def completed(runs, name):
 def test_distributed_jobs_find_their_ranks_and_rendezvous_inside_slurm(runs):
     tmp_path, jobs, accounted = completed(runs, "launches")
     assert len(jobs) == len(CASES)
-    job_of_case = {log.parent.name: j for j, log in jobs.items()}  # logs: rule_distributed/<case>/<id>.log
+    job_of_case = {
+        log.parent.name: j for j, log in jobs.items()
+    }  # logs: rule_distributed/<case>/<id>.log
 
     for case, placement in CASES.items():
         result = json.loads((tmp_path / "out" / f"{case}.json").read_text())
@@ -87,17 +115,26 @@ def test_distributed_jobs_find_their_ranks_and_rendezvous_inside_slurm(runs):
         assert all(r["sum"] == world * (world + 1) / 2 for r in ranks)
         # The ranks ran on as many Slurm nodes as the cell asked for, nproc on each.
         nodes = [r["node"] for r in ranks]
-        assert len(set(nodes)) == placement["nodes"] and all(nodes.count(n) == placement["nproc"] for n in set(nodes))
-        assert sorted(r["local_rank"] for r in ranks) == sorted(list(range(placement["nproc"])) * placement["nodes"])
+        assert len(set(nodes)) == placement["nodes"] and all(
+            nodes.count(n) == placement["nproc"] for n in set(nodes)
+        )
+        assert sorted(r["local_rank"] for r in ranks) == sorted(
+            list(range(placement["nproc"])) * placement["nodes"]
+        )
         assert all(r["local_world_size"] == placement["nproc"] for r in ranks)
         alloc = tres(accounted[job_of_case[case]])
         assert int(alloc["node"]) == placement["nodes"]
         if placement["device"] == "cuda":
             # Slurm gave each node its GPUs and told every rank which ones (CUDA_VISIBLE_DEVICES).
             assert int(alloc["gres/gpu"]) == world
-            assert all(r["cuda_visible_devices"] == ",".join(map(str, range(placement["nproc"]))) for r in ranks)
+            assert all(
+                r["cuda_visible_devices"] == ",".join(map(str, range(placement["nproc"])))
+                for r in ranks
+            )
         else:
-            assert "gres/gpu" not in alloc and all(r["cuda_visible_devices"] is None for r in ranks)
+            assert "gres/gpu" not in alloc and all(
+                r["cuda_visible_devices"] is None for r in ranks
+            )
 
 
 @pytest.mark.slurm

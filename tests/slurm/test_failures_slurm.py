@@ -19,23 +19,50 @@ import time
 
 import pytest
 import yaml
-
-from attnbench.harness.faults import HANG_ENV
-from attnbench.record.validate import record_problems
 from attnbench.families import expand_cells, validate
 from attnbench.grid.expand import cell_path
+from attnbench.harness.faults import HANG_ENV
+from attnbench.record.validate import record_problems
+from slurmtools import (
+    REPO,
+    Snakemake,
+    planned,
+    slurm_cluster,
+    slurm_states,
+    snakemake,
+    submitted_jobs,
+)
 
-from slurmtools import REPO, Snakemake, planned, slurm_cluster, slurm_states, snakemake, submitted_jobs
-
-GRID = {"description": "Slurm failure tests", "family": "kernel", "device": "cpu", "kernels": ["naive", "sdpa"],
-        "masks": ["causal"], "seqlen": [64, 128], "heads": [[2, 1]], "head_dim": [16], "dtype": ["float32"],
-        "direction": ["fwd"], "samples": {"document": 1, "single": 1}, "warmup": 0, "reps": 2, "runtime_min": 10,
-        "mem_mb": 1000}
+GRID = {
+    "description": "Slurm failure tests",
+    "family": "kernel",
+    "device": "cpu",
+    "kernels": ["naive", "sdpa"],
+    "masks": ["causal"],
+    "seqlen": [64, 128],
+    "heads": [[2, 1]],
+    "head_dim": [16],
+    "dtype": ["float32"],
+    "direction": ["fwd"],
+    "samples": {"document": 1, "single": 1},
+    "warmup": 0,
+    "reps": 2,
+    "runtime_min": 10,
+    "mem_mb": 1000,
+}
 HUNG = "naive/causal/s64-h2x1-d16-float32-fwd"
 # One cell per job, each allowed one minute by Slurm; two jobs submitted at a time, the hanging
 # cell's among the first two.
-ARGS = ("--group-components", "cells=1", "--set-resources", "kernel_cell:runtime=1", "--jobs", "2", "--prioritize",
-        f"results/cells/slurmfail/kernel/{HUNG}.json")
+ARGS = (
+    "--group-components",
+    "cells=1",
+    "--set-resources",
+    "kernel_cell:runtime=1",
+    "--jobs",
+    "2",
+    "--prioritize",
+    f"results/cells/slurmfail/kernel/{HUNG}.json",
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,17 +73,25 @@ def cluster(tmp_path_factory):
 
 
 def node_name() -> str:
-    return subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=60,
-                          check=True).stdout.split()[0]
+    return subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()[0]
 
 
 def node_state(node: str) -> str:
-    return subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True, timeout=60,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["sinfo", "-h", "-n", node, "-o", "%T"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
 
 
 def scontrol_update(*args: str):
-    subprocess.run(["scontrol", "update", *args], capture_output=True, text=True, timeout=60, check=True)
+    subprocess.run(
+        ["scontrol", "update", *args], capture_output=True, text=True, timeout=60, check=True
+    )
 
 
 def wait_for(predicate, limit_s: float, what: str):
@@ -86,20 +121,35 @@ def test_time_limit_and_drained_node_then_a_rerun_runs_only_the_missing_cells(cl
 
     run = Snakemake(tmp_path, *args, limit_s=420, env={HANG_ENV: f"^{HUNG}$"})
     try:
-        wait_for(lambda: hung_log.exists() and "hanging:" in hung_log.read_text() and records(results / "cells"),
-                 240, "the hanging cell running and another cell finished")
+        wait_for(
+            lambda: (
+                hung_log.exists()
+                and "hanging:" in hung_log.read_text()
+                and records(results / "cells")
+            ),
+            240,
+            "the hanging cell running and another cell finished",
+        )
         scontrol_update(f"NodeName={node}", "State=DRAIN", "Reason=attnbench-failure-test")
         drained_at = records(results / "cells")
         # Slurm stops the hanging job at its 1-minute limit (checked every 30 s, SIGTERM then SIGKILL).
-        wait_for(lambda: "TIMEOUT" in {j["state"] for j in slurm_states().values()}, 180,
-                 "Slurm stopping the hanging job at its time limit")
+        wait_for(
+            lambda: "TIMEOUT" in {j["state"] for j in slurm_states().values()},
+            180,
+            "Slurm stopping the hanging job at its time limit",
+        )
         # jobs that were running when the node was drained have ended; the waiting ones still wait
-        wait_for(lambda: not {"RUNNING", "COMPLETING"} & {j["state"] for j in slurm_states().values()}, 120,
-                 "the jobs running at the drain ending")
+        wait_for(
+            lambda: not {"RUNNING", "COMPLETING"} & {j["state"] for j in slurm_states().values()},
+            120,
+            "the jobs running at the drain ending",
+        )
         assert "PENDING" in {j["state"] for j in slurm_states().values()}
         assert node_state(node) == "drained"
     finally:
-        run.proc.send_signal(2)  # SIGINT (to `timeout`, which passes it on): Snakemake cancels its jobs
+        run.proc.send_signal(
+            2
+        )  # SIGINT (to `timeout`, which passes it on): Snakemake cancels its jobs
         first = run.result()
         scontrol_update(f"NodeName={node}", "State=RESUME")
     states = slurm_states()
@@ -110,10 +160,16 @@ def test_time_limit_and_drained_node_then_a_rerun_runs_only_the_missing_cells(cl
     done = records(results / "cells")
     for text in done.values():
         assert record_problems(json.loads(text)) == []  # whole records only
-    assert f"slurmfail/kernel/{HUNG}.json" not in done  # stopped by Slurm: no record, not a timeout record
-    assert set(drained_at) <= set(done) and len(done) < len(cells) - 1  # cells waited on the drained node
+    assert (
+        f"slurmfail/kernel/{HUNG}.json" not in done
+    )  # stopped by Slurm: no record, not a timeout record
+    assert (
+        set(drained_at) <= set(done) and len(done) < len(cells) - 1
+    )  # cells waited on the drained node
     marks = tmp_path / ".snakemake/incomplete"
-    in_flight = {base64.b64decode(m.name).decode() for m in marks.iterdir()} if marks.exists() else set()
+    in_flight = (
+        {base64.b64decode(m.name).decode() for m in marks.iterdir()} if marks.exists() else set()
+    )
     finished = {k: v for k, v in done.items() if f"results/cells/{k}" not in in_flight}
     plan = planned(tmp_path, *args)
     assert plan.get("kernel_cell") == len(cells) - len(finished), (plan, sorted(done), in_flight)
@@ -121,11 +177,15 @@ def test_time_limit_and_drained_node_then_a_rerun_runs_only_the_missing_cells(cl
     second = snakemake(tmp_path, *args, limit_s=420)
     assert second.returncode == 0, second.stderr[-3000:]
     after = records(results / "cells")
-    assert len(after) == len(cells) and {k: after[k] for k in finished} == finished  # none of these ran again
+    assert (
+        len(after) == len(cells) and {k: after[k] for k in finished} == finished
+    )  # none of these ran again
     states = slurm_states()
     rerun = submitted_jobs(second)
     assert rerun and all(states[j]["state"] == "COMPLETED" for j in rerun)
     assert json.loads(after[f"slurmfail/kernel/{HUNG}.json"])["status"] == "ok"
     assert planned(tmp_path, *args) == {}
-    print(f"\nSlurm failures: {len(finished)} of {len(cells)} cells kept from the first run, "
-          f"{len(cells) - len(finished)} run again ({len(rerun)} jobs with the tables and figures)")
+    print(
+        f"\nSlurm failures: {len(finished)} of {len(cells)} cells kept from the first run, "
+        f"{len(cells) - len(finished)} run again ({len(rerun)} jobs with the tables and figures)"
+    )

@@ -16,11 +16,9 @@ import time
 import pandas as pd
 import pytest
 import yaml
-
 from attnbench import families as outputs
 from attnbench.families import expand_cells, validate
 from attnbench.grid.expand import cell_path
-
 from slurmtools import REPO, planned, slurm_cluster, slurm_states, snakemake, submitted_jobs
 
 CRASHED = "sdpa/causal_document/s128-h4x2-d32-float32-fwd"
@@ -52,7 +50,9 @@ def test_smoke_grid_as_slurm_jobs_crash_keep_going_and_rerun(cluster, tmp_path):
     assert crashed.relative_to(tmp_path / "results").as_posix() in cells
 
     t0 = time.monotonic()
-    first = snakemake(tmp_path, *args, limit_s=900, env={**env, "ATTNBENCH_CRASH_CELLS": f"^{CRASHED}$"})
+    first = snakemake(
+        tmp_path, *args, limit_s=900, env={**env, "ATTNBENCH_CRASH_CELLS": f"^{CRASHED}$"}
+    )
     t_first = time.monotonic() - t0
     assert first.returncode == 1, first.stderr[-3000:]
     jobs = submitted_jobs(first)
@@ -66,25 +66,39 @@ def test_smoke_grid_as_slurm_jobs_crash_keep_going_and_rerun(cluster, tmp_path):
     # states with squeue (with sacct the plugin would have waited for ever).
     assert subprocess.run(["sacct", "-X"], capture_output=True, timeout=60).returncode != 0
     failed = [j for j in jobs if states[j]["state"] != "COMPLETED"]
-    assert len(failed) == 1 and states[failed[0]]["state"] == "FAILED", {j: states[j]["state"] for j in jobs}
+    assert len(failed) == 1 and states[failed[0]]["state"] == "FAILED", {
+        j: states[j]["state"] for j in jobs
+    }
     # The batch that failed holds the crashed cell; its Slurm log says why.
     batch_log = jobs[failed[0]].read_text()
-    assert "crash injected by ATTNBENCH_CRASH_CELLS" in (tmp_path / "results/logs/cells/smoke/kernel" /
-                                                         f"{CRASHED}.log").read_text()
+    assert (
+        "crash injected by ATTNBENCH_CRASH_CELLS"
+        in (tmp_path / "results/logs/cells/smoke/kernel" / f"{CRASHED}.log").read_text()
+    )
     assert f"point={CRASHED.split('/')[-1]}" in batch_log
     # --keep-going: every other cell finished, those of the crashed cell's batch too (inside a batch
     # Snakemake keeps going as well: workflow/rules/common.smk); only the crashed cell has no record,
     # and no table was made.
     missing = {p for p in cells if not (tmp_path / "results" / p).exists()}
     assert missing == {f"cells/smoke/kernel/{CRASHED}.json"}
-    batch = {f"cells/smoke/kernel/{i}/{m}/{pt}.json"
-             for i, m, pt in re.findall(r"impl=(\w+),mask=(\w+),point=([\w.\-]+)", batch_log)}
-    assert len(batch) > 1 and batch - missing  # the failed batch ran more cells than the crashed one
+    batch = {
+        f"cells/smoke/kernel/{i}/{m}/{pt}.json"
+        for i, m, pt in re.findall(r"impl=(\w+),mask=(\w+),point=([\w.\-]+)", batch_log)
+    }
+    assert (
+        len(batch) > 1 and batch - missing
+    )  # the failed batch ran more cells than the crashed one
     assert not (tmp_path / "results/tables/cells.csv").exists()
 
     # The same command again would submit exactly the crashed cell and the aggregation.
     plan = planned(tmp_path, *args)
-    assert plan == {"kernel_cell": 1, "collect": 1, "tables_smoke": 1, "figures_smoke": 1, "all": 1}
+    assert plan == {
+        "kernel_cell": 1,
+        "collect": 1,
+        "tables_smoke": 1,
+        "figures_smoke": 1,
+        "all": 1,
+    }
 
     t0 = time.monotonic()
     second = snakemake(tmp_path, *args, limit_s=600, env=env)
@@ -110,5 +124,7 @@ def test_smoke_grid_as_slurm_jobs_crash_keep_going_and_rerun(cluster, tmp_path):
     for name in outputs.figure_names(grid, cfg["figures"]["formats"]):
         assert (tmp_path / "results/figures/smoke" / name).stat().st_size > 0
     assert planned(tmp_path, *args) == {}
-    print(f"\nsmoke grid via Slurm: {len(cells)} cells, first run {t_first:.0f} s ({len(jobs)} jobs), "
-          f"rerun {t_second:.0f} s ({len(rerun)} jobs)")
+    print(
+        f"\nsmoke grid via Slurm: {len(cells)} cells, first run {t_first:.0f} s ({len(jobs)} jobs), "
+        f"rerun {t_second:.0f} s ({len(rerun)} jobs)"
+    )

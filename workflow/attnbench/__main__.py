@@ -16,9 +16,8 @@ def claim_gpu_after_start(device, kernel=None):
     if device == "cuda":
         import torch  # noqa: F401
 
-        from .launch import claim_from_environment
-
         from .harness.environment import prefetch
+        from .launch import claim_from_environment
 
         prefetch()
         if kernel:
@@ -30,15 +29,18 @@ def claim_gpu_after_start(device, kernel=None):
 
 
 def say_outcome(record, out):
-    print(f"{record['status']}: {out}" + (f" ({record['status_reason']})" if record.get("status_reason") else ""))
+    print(
+        f"{record['status']}: {out}"
+        + (f" ({record['status_reason']})" if record.get("status_reason") else "")
+    )
 
 
 def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None) -> None:
     """The record of a cell that attnbench.launch stopped at its time budget: no timings. A record
     the stopped run had already written (it was stopped while exiting) is kept."""
+    from . import status as S
     from .families import family
     from .harness.environment import fingerprint
-    from . import status as S
     from .record.record import now, write_record
 
     if spec["device"] == "cuda":
@@ -47,10 +49,17 @@ def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None)
         print(f"{out} was written before the cell was stopped; kept")
         return
     record = family(spec["family"]).record_skeleton(spec)  # CP's: also its tables' columns
-    record.update(status=S.TIMEOUT, started_at=None, time_budget_s=budget_s,
-                  status_reason=f"still running after {budget_s:g} s, the grid's time budget (cell_timeout_s); stopped")
-    record.update(matmul_peak=json.loads(Path(peak_path).read_text()) if peak_path else None,
-                  environment=fingerprint(spec["device"]), finished_at=now())
+    record.update(
+        status=S.TIMEOUT,
+        started_at=None,
+        time_budget_s=budget_s,
+        status_reason=f"still running after {budget_s:g} s, the grid's time budget (cell_timeout_s); stopped",
+    )
+    record.update(
+        matmul_peak=json.loads(Path(peak_path).read_text()) if peak_path else None,
+        environment=fingerprint(spec["device"]),
+        finished_at=now(),
+    )
     write_record(record, out)
     say_outcome(record, out)
 
@@ -98,7 +107,11 @@ def cmd_peak(a):
     device = a.device
     claim_gpu_after_start(device)
     if device == "cuda" and not torch.cuda.is_available():
-        result = {"device": device, "matmul_peak_tflops": None, "reason": "no CUDA device is visible"}
+        result = {
+            "device": device,
+            "matmul_peak_tflops": None,
+            "reason": "no CUDA device is visible",
+        }
     else:
         result = {"device": device, **matmul_peak_tflops(device, torch_dtype(a.dtype))}
     env = fingerprint(device)
@@ -146,8 +159,15 @@ def _regenerate_part(task):
     else:
         from .families import write_figures
 
-        write_figures(cells, out_dir, cfg["figures"], grid=grid, grid_cfg=cfg["grids"][grid], only=only,
-                      strict=complete)
+        write_figures(
+            cells,
+            out_dir,
+            cfg["figures"],
+            grid=grid,
+            grid_cfg=cfg["grids"][grid],
+            only=only,
+            strict=complete,
+        )
     return task
 
 
@@ -162,9 +182,13 @@ def regeneration_tasks(cfg, grids, out: Path, complete: bool = True) -> list:
     for g in grids:
         grid = cfg["grids"][g]
         stems = figure_stems(grid) if grid["family"] == "kernel" else [None]
-        stems.sort(key=lambda s: (not str(s).startswith("memory"), not str(s).startswith("tflops_vs")))
-        tasks += [("figures", cells, out / "figures" / g, cfg, g, None if s is None else {s}, complete)
-                  for s in stems]
+        stems.sort(
+            key=lambda s: (not str(s).startswith("memory"), not str(s).startswith("tflops_vs"))
+        )
+        tasks += [
+            ("figures", cells, out / "figures" / g, cfg, g, None if s is None else {s}, complete)
+            for s in stems
+        ]
         tasks.append(("tables", cells, out / "tables" / g, cfg, g, None, complete))
     return tasks
 
@@ -174,10 +198,10 @@ def cmd_regenerate(a):
     import time
     from concurrent.futures import ProcessPoolExecutor
 
-    from .report.collect import RecordError, collect
     from .families import expand_cells, load_config
     from .grid.config import ConfigError
     from .grid.expand import cell_path
+    from .report.collect import RecordError, collect
 
     t0 = time.perf_counter()
     try:
@@ -190,9 +214,13 @@ def cmd_regenerate(a):
     expected = [out / cell_path(c) for c in expand_cells(cfg, grids)]
     records = [p for p in expected if p.exists()]
     if not records:
-        sys.exit(f"none of the {len(expected)} records of grids {', '.join(grids)} is under {out}/cells")
+        sys.exit(
+            f"none of the {len(expected)} records of grids {', '.join(grids)} is under {out}/cells"
+        )
     if len(records) < len(expected):
-        print(f"{len(expected) - len(records)} of {len(expected)} cells have no record yet; they are left out")
+        print(
+            f"{len(expected) - len(records)} of {len(expected)} cells have no record yet; they are left out"
+        )
     try:
         df = collect(records)
     except RecordError as e:
@@ -221,7 +249,9 @@ def cmd_regenerate(a):
         for t in tasks:
             _regenerate_part(t)
     t2 = time.perf_counter()
-    print(f"tables and figures of {', '.join(grids)} ({len(tasks)} tasks, {a.jobs} processes) in {t2 - t1:.1f} s")
+    print(
+        f"tables and figures of {', '.join(grids)} ({len(tasks)} tasks, {a.jobs} processes) in {t2 - t1:.1f} s"
+    )
     if a.report is not None:
         report = Path(a.report) if a.report else out / "report.html"
         write_report(cfg, grids, report, a.snakefile)
@@ -239,8 +269,19 @@ def write_report(cfg: dict, grids: list, report: Path, snakefile: str):
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump({**cfg, "run": list(grids)}, f)
     try:
-        cmd = [sys.executable, "-m", "snakemake", "--snakefile", snakefile, "--configfile", f.name,
-               "--cores", "1", "--report", str(report)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--snakefile",
+            snakefile,
+            "--configfile",
+            f.name,
+            "--cores",
+            "1",
+            "--report",
+            str(report),
+        ]
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode:
             sys.exit(f"snakemake --report failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
@@ -278,8 +319,10 @@ def cmd_records(a):
     out = Path(cfg["output_dir"])
     for cell in expand_cells(cfg, a.grids):
         path = out / cell_path(cell)
-        wanted = all(getattr(a, axis) is None or cell.get(key) in getattr(a, axis)
-                     for axis, key in (("seqlen", "seqlen"), ("kernels", "impl"), ("masks", "mask")))
+        wanted = all(
+            getattr(a, axis) is None or cell.get(key) in getattr(a, axis)
+            for axis, key in (("seqlen", "seqlen"), ("kernels", "impl"), ("masks", "mask"))
+        )
         if wanted and (a.all or not path.exists()):
             print(path)
 
@@ -287,23 +330,36 @@ def cmd_records(a):
 def cmd_predict(a):
     """The CP throughput model (families/cp/model): table, validation, checks and figures of one cp grid."""
     from .families import load_config
-    from .grid.config import ConfigError
     from .families.cp.model.run import run_predict
+    from .grid.config import ConfigError
 
     try:
         cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
         out = Path(a.output_dir or cfg["output_dir"])
-        res = run_predict(cfg, a.grid, out, Path(a.tables_dir or out / "tables" / a.grid),
-                          None if a.no_figures else Path(a.figures_dir or out / "figures" / a.grid),
-                          cfg.get("figures", {}), progress=lambda m: print(m, file=sys.stderr))
+        res = run_predict(
+            cfg,
+            a.grid,
+            out,
+            Path(a.tables_dir or out / "tables" / a.grid),
+            None if a.no_figures else Path(a.figures_dir or out / "figures" / a.grid),
+            cfg.get("figures", {}),
+            progress=lambda m: print(m, file=sys.stderr),
+        )
     except (ConfigError, ValueError) as e:
         sys.exit(f"predict: {e}")
     print("\n".join(res["files"]))
-    print("\n".join(f"{'PASS' if c['passed'] else 'FAIL'}: {c['name']}: {c['detail']}" for c in res["checks"]))
+    print(
+        "\n".join(
+            f"{'PASS' if c['passed'] else 'FAIL'}: {c['name']}: {c['detail']}"
+            for c in res["checks"]
+        )
+    )
 
 
-TIMED_OUT_HELP = ("only write the cell's `timeout` record: attnbench.launch --time-limit-s stopped it after "
-                  "SECONDS (run nothing)")
+TIMED_OUT_HELP = (
+    "only write the cell's `timeout` record: attnbench.launch --time-limit-s stopped it after "
+    "SECONDS (run nothing)"
+)
 
 
 def _report_parser(sub, name, what, fn, grid_config_help):
@@ -327,7 +383,9 @@ def main(argv=None):
     c.add_argument("--threads", type=int, help="CPU threads for torch (Snakemake's threads)")
     c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
     c.set_defaults(fn=cmd_cell)
-    c = sub.add_parser("cp-cell", help="one rank of a context-parallel cell (under attnbench.launch / torchrun)")
+    c = sub.add_parser(
+        "cp-cell", help="one rank of a context-parallel cell (under attnbench.launch / torchrun)"
+    )
     c.add_argument("--spec", required=True, help="the cell's parameters as JSON")
     c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
     c.add_argument("--out", required=True, help="the record (written by rank 0)")
@@ -343,25 +401,48 @@ def main(argv=None):
     c.add_argument("--root", help="collect every record under this folder instead")
     c.add_argument("--out", required=True)
     c.set_defaults(fn=cmd_collect)
-    _report_parser(sub, "tables", "tidy CSV -> Markdown and LaTeX tables", cmd_tables,
-                   "the grid's config as JSON (its family and description)")
-    c = _report_parser(sub, "figures", "tidy CSV -> PNG and PDF figures", cmd_figures,
-                       "the grid's config as JSON (checks the expected files were written)")
+    _report_parser(
+        sub,
+        "tables",
+        "tidy CSV -> Markdown and LaTeX tables",
+        cmd_tables,
+        "the grid's config as JSON (its family and description)",
+    )
+    c = _report_parser(
+        sub,
+        "figures",
+        "tidy CSV -> PNG and PDF figures",
+        cmd_figures,
+        "the grid's config as JSON (checks the expected files were written)",
+    )
     c.add_argument("--style", help="figure style settings as JSON")
     c = sub.add_parser("check-config", help="validate a config file and count its cells")
     c.add_argument("config")
     c.add_argument("--overrides", help="JSON merged over the file (like snakemake --config)")
     c.set_defaults(fn=cmd_check_config)
-    c = sub.add_parser("regenerate", help="tidy table, tables and figures from the records on disk (no cell runs)")
+    c = sub.add_parser(
+        "regenerate", help="tidy table, tables and figures from the records on disk (no cell runs)"
+    )
     c.add_argument("--config", default="config.yaml")
     c.add_argument("--grids", nargs="*", help="default: the config's run list")
     c.add_argument("--overrides", help="JSON merged over the config file")
-    c.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes drawing (default 2)")
-    c.add_argument("--report", nargs="?", const="", help="also write the Snakemake HTML report "
-                   "(default path: <output_dir>/report.html)")
+    c.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="processes drawing (default 2)",
+    )
+    c.add_argument(
+        "--report",
+        nargs="?",
+        const="",
+        help="also write the Snakemake HTML report (default path: <output_dir>/report.html)",
+    )
     c.add_argument("--snakefile", default="Snakefile", help="for --report")
     c.set_defaults(fn=cmd_regenerate)
-    c = sub.add_parser("records", help="record paths of the grids' cells not on disk (Snakemake targets)")
+    c = sub.add_parser(
+        "records", help="record paths of the grids' cells not on disk (Snakemake targets)"
+    )
     c.add_argument("--config", default="config.yaml")
     c.add_argument("--grids", nargs="*", help="default: the config's run list")
     c.add_argument("--overrides", help="JSON merged over the config file")
@@ -370,7 +451,10 @@ def main(argv=None):
     c.add_argument("--masks", nargs="*", help="only these masks")
     c.add_argument("--all", action="store_true", help="also the records already on disk")
     c.set_defaults(fn=cmd_records)
-    c = sub.add_parser("predict", help="CP throughput model to 1024 GPUs for one cp grid (cp_model in config.yaml)")
+    c = sub.add_parser(
+        "predict",
+        help="CP throughput model to 1024 GPUs for one cp grid (cp_model in config.yaml)",
+    )
     c.add_argument("--config", default="config.yaml")
     c.add_argument("--overrides", help="JSON merged over the config")
     c.add_argument("--grid", required=True, help="a cp grid named in cp_model.grids")

@@ -49,7 +49,10 @@ def _import_nodes(tree, module_level: bool):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
         for child in ast.iter_child_nodes(node):
-            if not (module_level and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))):
+            if not (
+                module_level
+                and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            ):
                 todo.append(child)
 
 

@@ -70,16 +70,32 @@ def resources(nodes: int, nproc_per_node: int, device: str, cpus_per_rank: int =
     `gpu` would ask for GPUs in total and add --ntasks-per-gpu, not per node).
     """
     if nodes < 1 or nproc_per_node < 1 or cpus_per_rank < 1:
-        raise ValueError(f"nodes, nproc_per_node and cpus_per_rank must be >= 1, got {nodes}, {nproc_per_node}, {cpus_per_rank}")
+        raise ValueError(
+            f"nodes, nproc_per_node and cpus_per_rank must be >= 1, got {nodes}, {nproc_per_node}, {cpus_per_rank}"
+        )
     if device not in ("cuda", "cpu"):
         raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
     cuda = device == "cuda"
     if nodes == 1:
-        return {"nodes": 1, "gpu": nproc_per_node if cuda else None, "cpus_per_task": nproc_per_node * cpus_per_rank,
-                "mpi": None, "tasks": None, "slurm_extra": None}
-    extra = f"--ntasks-per-node={nproc_per_node}" + (f" --gpus-per-node={nproc_per_node}" if cuda else "")
-    return {"nodes": nodes, "gpu": None, "cpus_per_task": cpus_per_rank, "mpi": "srun",
-            "tasks": nodes * nproc_per_node, "slurm_extra": extra}
+        return {
+            "nodes": 1,
+            "gpu": nproc_per_node if cuda else None,
+            "cpus_per_task": nproc_per_node * cpus_per_rank,
+            "mpi": None,
+            "tasks": None,
+            "slurm_extra": None,
+        }
+    extra = f"--ntasks-per-node={nproc_per_node}" + (
+        f" --gpus-per-node={nproc_per_node}" if cuda else ""
+    )
+    return {
+        "nodes": nodes,
+        "gpu": None,
+        "cpus_per_task": cpus_per_rank,
+        "mpi": "srun",
+        "tasks": nodes * nproc_per_node,
+        "slurm_extra": extra,
+    }
 
 
 RESOURCE_NAMES = tuple(resources(1, 1, "cpu"))
@@ -104,13 +120,20 @@ def slurm_allocation() -> dict:
     """The job this process runs in: node names, first node's address, CPUs per task, batch host."""
     job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
     if not job_id:
-        raise LaunchError("several nodes need a Slurm allocation: SLURM_JOB_ID is not set "
-                          "(run the workflow with --profile profiles/slurm, or inside sbatch/salloc)")
+        raise LaunchError(
+            "several nodes need a Slurm allocation: SLURM_JOB_ID is not set "
+            "(run the workflow with --profile profiles/slurm, or inside sbatch/salloc)"
+        )
     job = _fields(_scontrol("show", "job", "-o", job_id))
     hosts = _scontrol("show", "hostnames", job["NodeList"]).split()
     node = _fields(_scontrol("show", "node", "-o", hosts[0]))
-    return {"job_id": job_id, "hosts": hosts, "master_addr": node.get("NodeAddr") or hosts[0],
-            "batch_host": job.get("BatchHost"), "cpus_per_task": int(job.get("CPUs/Task", "1") or 1)}
+    return {
+        "job_id": job_id,
+        "hosts": hosts,
+        "master_addr": node.get("NodeAddr") or hosts[0],
+        "batch_host": job.get("BatchHost"),
+        "cpus_per_task": int(job.get("CPUs/Task", "1") or 1),
+    }
 
 
 def free_port() -> int:
@@ -119,27 +142,50 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def command(nodes: int, nproc: int, cmd: list[str], port: int | None = None) -> tuple[list[str], dict]:
+def command(
+    nodes: int, nproc: int, cmd: list[str], port: int | None = None
+) -> tuple[list[str], dict]:
     """The command line and extra environment that start nodes x nproc ranks of `cmd`."""
     if nodes == 1:
         # --no-python: the command is a whole command line (python -m ..., a binary), not a script.
-        torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--no-python"]
+        torchrun = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={nproc}",
+            "--no-python",
+        ]
         return [*torchrun, "--standalone", "--nnodes=1", *cmd], {}
     step = os.environ.get("SLURM_STEP_ID")
     if step is not None and step not in ("batch", "4294967294"):
-        raise LaunchError(f"several nodes cannot be started from inside job step {step}: its srun would wait "
-                          "for CPUs the step holds. Give the rule the `mpi` resource (see attnbench.launch."
-                          "resources) so that the Slurm executor runs it in the batch step")
+        raise LaunchError(
+            f"several nodes cannot be started from inside job step {step}: its srun would wait "
+            "for CPUs the step holds. Give the rule the `mpi` resource (see attnbench.launch."
+            "resources) so that the Slurm executor runs it in the batch step"
+        )
     alloc = slurm_allocation()
     if len(alloc["hosts"]) < nodes:
-        raise LaunchError(f"the allocation has {len(alloc['hosts'])} nodes ({', '.join(alloc['hosts'])}); "
-                          f"the cell needs {nodes}")
+        raise LaunchError(
+            f"the allocation has {len(alloc['hosts'])} nodes ({', '.join(alloc['hosts'])}); "
+            f"the cell needs {nodes}"
+        )
     if port is None:
         # Rank 0 (and its TCPStore) lives on the first node, where this batch step normally runs:
         # a port free there; else one derived from the job id.
-        port = free_port() if alloc["batch_host"] == alloc["hosts"][0] else 29500 + int(alloc["job_id"]) % 1000
-    srun = ["srun", f"--nodes={nodes}", f"--ntasks={nodes * nproc}", f"--ntasks-per-node={nproc}",
-            f"--cpus-per-task={alloc['cpus_per_task']}", "--kill-on-bad-exit=1", "--export=ALL"]
+        port = (
+            free_port()
+            if alloc["batch_host"] == alloc["hosts"][0]
+            else 29500 + int(alloc["job_id"]) % 1000
+        )
+    srun = [
+        "srun",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes * nproc}",
+        f"--ntasks-per-node={nproc}",
+        f"--cpus-per-task={alloc['cpus_per_task']}",
+        "--kill-on-bad-exit=1",
+        "--export=ALL",
+    ]
     env = {"MASTER_ADDR": alloc["master_addr"], "MASTER_PORT": str(port)}
     return [*srun, sys.executable, "-m", "attnbench.launch", "--slurm-task", "--", *cmd], env
 
@@ -152,7 +198,9 @@ def task_environment(env: dict) -> dict:
     out = {name: env[var] for name, var in TASK_ENV.items()}
     # srun --ntasks-per-node sets SLURM_NTASKS_PER_NODE; tasks are spread evenly over the step's nodes.
     out["LOCAL_WORLD_SIZE"] = env.get("SLURM_NTASKS_PER_NODE") or str(
-        int(env["SLURM_NTASKS"]) // int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES", "1")))
+        int(env["SLURM_NTASKS"])
+        // int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES", "1"))
+    )
     return out
 
 
@@ -161,10 +209,14 @@ def visible_gpus() -> list[str]:
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         return [d.strip() for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [str(i) for i, line in enumerate(ln for ln in out.splitlines() if ln.startswith("GPU "))]
+    return [
+        str(i) for i, line in enumerate(ln for ln in out.splitlines() if ln.startswith("GPU "))
+    ]
 
 
 def claim_gpus(n: int, lock_dir: Path, wait_s: float = 600.0) -> tuple[list[str], list[int]]:
@@ -172,8 +224,10 @@ def claim_gpus(n: int, lock_dir: Path, wait_s: float = 600.0) -> tuple[list[str]
     descriptors: the locks last as long as this process or the command it execs)."""
     gpus = visible_gpus()
     if n > len(gpus):
-        raise LaunchError(f"{n} GPUs asked for, {len(gpus)} visible ({', '.join(gpus) or 'none'}; "
-                          "CUDA_VISIBLE_DEVICES or nvidia-smi -L)")
+        raise LaunchError(
+            f"{n} GPUs asked for, {len(gpus)} visible ({', '.join(gpus) or 'none'}; "
+            "CUDA_VISIBLE_DEVICES or nvidia-smi -L)"
+        )
     lock_dir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + wait_s
     while True:
@@ -193,8 +247,10 @@ def claim_gpus(n: int, lock_dir: Path, wait_s: float = 600.0) -> tuple[list[str]
         for _, fd in held:
             os.close(fd)
         if time.monotonic() > deadline:
-            raise LaunchError(f"no {n} free GPUs among {', '.join(gpus)} after {wait_s:.0f} s; other processes hold "
-                              f"their locks in {lock_dir} (limit Snakemake's `gpu` resource to the GPUs present)")
+            raise LaunchError(
+                f"no {n} free GPUs among {', '.join(gpus)} after {wait_s:.0f} s; other processes hold "
+                f"their locks in {lock_dir} (limit Snakemake's `gpu` resource to the GPUs present)"
+            )
         time.sleep(1.0)
 
 
@@ -203,7 +259,9 @@ CLAIM_WAIT_S = None  # seconds this process waited for its GPUs (claim_from_envi
 
 
 def lock_dir() -> Path:
-    return Path(os.environ.get("ATTNBENCH_GPU_LOCK_DIR", f"/tmp/attnbench-gpu-locks-{os.getuid()}"))
+    return Path(
+        os.environ.get("ATTNBENCH_GPU_LOCK_DIR", f"/tmp/attnbench-gpu-locks-{os.getuid()}")
+    )
 
 
 def claim_from_environment() -> list[str]:
@@ -227,7 +285,9 @@ TIMED_OUT_FLAG = "--timed-out-after"
 STOP_GRACE_S = 10.0
 
 
-def _run(full: list[str], extra_env: dict, limit_s: float | None = None, cmd: list[str] | None = None) -> int:
+def _run(
+    full: list[str], extra_env: dict, limit_s: float | None = None, cmd: list[str] | None = None
+) -> int:
     """Run the launcher's child, passing on the signals that stop a job (scancel, Ctrl-C). With
     limit_s: past it, stop the child's whole process tree and record the timeout with `cmd`."""
     proc = subprocess.Popen(full, env={**os.environ, **extra_env})
@@ -241,7 +301,10 @@ def _run(full: list[str], extra_env: dict, limit_s: float | None = None, cmd: li
         return proc.wait(timeout=limit_s)
     except subprocess.TimeoutExpired:
         pass
-    print(f"launch: still running after {limit_s:g} s, the cell's time budget: stopping it", flush=True)
+    print(
+        f"launch: still running after {limit_s:g} s, the cell's time budget: stopping it",
+        flush=True,
+    )
     stop_tree(proc, STOP_GRACE_S)
     record = [*cmd, TIMED_OUT_FLAG, f"{limit_s:g}"]
     _show({}, record)
@@ -284,7 +347,9 @@ def stop_tree(proc: subprocess.Popen, grace_s: float) -> None:
     tree = [proc.pid, *descendants(proc.pid)]
     _signal_all(tree, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and (proc.poll() is None or any(_alive(p) for p in tree[1:])):
+    while time.monotonic() < deadline and (
+        proc.poll() is None or any(_alive(p) for p in tree[1:])
+    ):
         time.sleep(0.1)
     survivors = [p for p in tree if _alive(p)]
     _signal_all(survivors + [d for p in survivors for d in descendants(p)], signal.SIGKILL)
@@ -292,20 +357,41 @@ def stop_tree(proc: subprocess.Popen, grace_s: float) -> None:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m attnbench.launch", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m attnbench.launch",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--nproc-per-node", type=int, help="ranks per node (absent: run the command once, no torchrun)")
-    p.add_argument("--gpus-per-node", type=int, default=0,
-                   help="GPUs the command uses on each node; without Slurm they are claimed on this machine")
-    p.add_argument("--port", type=int, help="rendezvous port on the first node (default: a free one)")
-    p.add_argument("--slurm-task", action="store_true", help="internal: one srun task becomes one torch rank")
-    p.add_argument("--claim-after-import", action="store_true",
-                   help="one process: let the command claim its GPUs itself once it has started (more cells than "
-                        "GPUs may then start at once, each waiting for a GPU only after its imports)")
-    p.add_argument("--time-limit-s", type=float,
-                   help="stop the command after this many seconds and run it once more with "
-                        f"{TIMED_OUT_FLAG} SECONDS appended (it writes the cell's timeout record)")
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        help="ranks per node (absent: run the command once, no torchrun)",
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=0,
+        help="GPUs the command uses on each node; without Slurm they are claimed on this machine",
+    )
+    p.add_argument(
+        "--port", type=int, help="rendezvous port on the first node (default: a free one)"
+    )
+    p.add_argument(
+        "--slurm-task", action="store_true", help="internal: one srun task becomes one torch rank"
+    )
+    p.add_argument(
+        "--claim-after-import",
+        action="store_true",
+        help="one process: let the command claim its GPUs itself once it has started (more cells than "
+        "GPUs may then start at once, each waiting for a GPU only after its imports)",
+    )
+    p.add_argument(
+        "--time-limit-s",
+        type=float,
+        help="stop the command after this many seconds and run it once more with "
+        f"{TIMED_OUT_FLAG} SECONDS appended (it writes the cell's timeout record)",
+    )
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command every rank runs")
     a = p.parse_args(argv)
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
@@ -315,7 +401,11 @@ def main(argv=None):
         env = task_environment(os.environ)
         os.environ.update(env)
         os.execvp(cmd[0], cmd)
-    if a.nodes < 1 or a.gpus_per_node < 0 or (a.nproc_per_node is not None and a.nproc_per_node < 1):
+    if (
+        a.nodes < 1
+        or a.gpus_per_node < 0
+        or (a.nproc_per_node is not None and a.nproc_per_node < 1)
+    ):
         p.error("--nodes and --nproc-per-node must be >= 1, --gpus-per-node >= 0")
     if a.nodes > 1 and a.nproc_per_node is None:
         p.error("several nodes need --nproc-per-node")
@@ -339,7 +429,9 @@ def main(argv=None):
         _show(env, cmd)
         os.environ.update(env)
         os.execvp(cmd[0], cmd)
-    full, more = (cmd, {}) if a.nproc_per_node is None else command(a.nodes, a.nproc_per_node, cmd, a.port)
+    full, more = (
+        (cmd, {}) if a.nproc_per_node is None else command(a.nodes, a.nproc_per_node, cmd, a.port)
+    )
     env.update(more)
     _show(env, full)
     sys.exit(_run(full, env, a.time_limit_s, cmd))

@@ -49,4 +49,8 @@ def is_oom(exc: BaseException) -> bool:
     except (ImportError, AttributeError):
         pass
     text = str(exc).lower()
-    return "out of memory" in text or "can't allocate memory" in text or "cudaerrormemoryallocation" in text
+    return (
+        "out of memory" in text
+        or "can't allocate memory" in text
+        or "cudaerrormemoryallocation" in text
+    )

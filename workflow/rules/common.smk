@@ -57,7 +57,9 @@ def cell_of(wc, family=None):
     try:
         return CELLS[path]
     except KeyError:
-        raise WorkflowError(f"{path} is not a cell of the grids {', '.join(RUN)} in this config") from None
+        raise WorkflowError(
+            f"{path} is not a cell of the grids {', '.join(RUN)} in this config"
+        ) from None
 
 
 def cell_env(cell):
@@ -84,7 +86,10 @@ def table_files(grid):
 
 
 def figure_files(grid):
-    return [f"{OUT}/figures/{grid}/{n}" for n in families.figure_names(GRIDS[grid], CFG["figures"]["formats"])]
+    return [
+        f"{OUT}/figures/{grid}/{n}"
+        for n in families.figure_names(GRIDS[grid], CFG["figures"]["formats"])
+    ]
 
 
 def rule_code(*modules):
@@ -101,7 +106,11 @@ def report_code(grid, part):
 
 def caption_files(grid, kind):
     """The report caption written beside each table (kind 'tables') or figure ('figures')."""
-    names = families.table_caption_names(GRIDS[grid]) if kind == "tables" else families.figure_caption_names(GRIDS[grid])
+    names = (
+        families.table_caption_names(GRIDS[grid])
+        if kind == "tables"
+        else families.figure_caption_names(GRIDS[grid])
+    )
     return [f"{OUT}/{kind}/{grid}/{n}" for n in names]
 
 
@@ -116,7 +125,8 @@ def _for_report(path, grid, kind, stem):
 def table_outputs(grid):
     """Tables and captions; the Markdown of each table goes into `snakemake --report`."""
     out = [
-        _for_report(f, grid, "tables", Path(f).stem) if f.endswith(".md") else f for f in table_files(grid)
+        _for_report(f, grid, "tables", Path(f).stem) if f.endswith(".md") else f
+        for f in table_files(grid)
     ]
     return out + caption_files(grid, "tables")
 
@@ -125,7 +135,8 @@ def figure_outputs(grid):
     """Figures and captions; one format of each figure (PNG where made) goes into the report."""
     shown = outputs.report_format(CFG["figures"]["formats"])
     out = [
-        _for_report(f, grid, "figures", Path(f).stem) if f.endswith(f".{shown}") else f for f in figure_files(grid)
+        _for_report(f, grid, "figures", Path(f).stem) if f.endswith(f".{shown}") else f
+        for f in figure_files(grid)
     ]
     return out + caption_files(grid, "figures")
 
@@ -134,7 +145,10 @@ def report_outputs():
     return [f"{OUT}/tables/cells.csv"] + [
         f
         for g in RUN
-        for f in table_files(g) + figure_files(g) + caption_files(g, "tables") + caption_files(g, "figures")
+        for f in table_files(g)
+        + figure_files(g)
+        + caption_files(g, "tables")
+        + caption_files(g, "figures")
     ]
 
 

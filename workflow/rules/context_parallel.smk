@@ -12,11 +12,6 @@ rule cp_cell:
         f"{OUT}/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.json",
     log:
         f"{OUT}/logs/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.log",
-    params:
-        spec=lambda wc: json.dumps(cp_cell_of(wc), sort_keys=True),
-        launch=lambda wc: cp_launch_args(wc),
-        # The local kernel's library version: installing a missing one reruns exactly its cells.
-        library=lambda wc: cp_library(cp_cell_of(wc)["cp"]["local_kernel"]),
     conda:
         lambda wc: cell_env(cp_cell_of(wc))
     # CPU: one core per rank (Snakemake lowers it to --cores when there are fewer)
@@ -29,6 +24,11 @@ rule cp_cell:
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
         # the time budget: a resource, not a param, so that changing it reruns no finished cell
         cell_timeout_s=lambda wc: cell_timeout_s(GRIDS[wc.grid]),
+    params:
+        spec=lambda wc: json.dumps(cp_cell_of(wc), sort_keys=True),
+        launch=lambda wc: cp_launch_args(wc),
+        # The local kernel's library version: installing a missing one reruns exactly its cells.
+        library=lambda wc: cp_library(cp_cell_of(wc)["cp"]["local_kernel"]),
     shell:
         "python -m attnbench.launch {params.launch} --time-limit-s {resources.cell_timeout_s} --"
         " python -m attnbench cp-cell --spec {params.spec:q} --peak {input.peak} --out {output} > {log} 2>&1"

@@ -16,10 +16,10 @@ rule cp_model:
         summary=f"{OUT}/tables/{{model_grid}}/cp_model.md",
     log:
         f"{OUT}/logs/cp_model/{{model_grid}}.log",
-    params:
-        overrides=lambda wc: json.dumps({"cp_model": CFG["cp_model"], "output_dir": OUT}),
     conda:
         "../../envs/cpu.yaml"
+    params:
+        overrides=lambda wc: json.dumps({"cp_model": CFG["cp_model"], "output_dir": OUT}),
     shell:
         "python -m attnbench predict --grid {wildcards.model_grid} --overrides {params.overrides:q}"
         " > {log} 2>&1"
@@ -35,11 +35,11 @@ rule comm_bench:
     wildcard_constraints:
         device="cpu|cuda",
         ranks=r"\d+",
-    params:
-        gpus=lambda wc: wc.ranks if wc.device == "cuda" else 0,
     conda:
         "../../envs/{device}.yaml"
     threads: lambda wc: int(wc.ranks) if wc.device == "cpu" else 1
+    params:
+        gpus=lambda wc: wc.ranks if wc.device == "cuda" else 0,
     shell:
         "python -m attnbench.launch --nproc-per-node {wildcards.ranks}"
         " --gpus-per-node {params.gpus} --"

@@ -27,17 +27,12 @@ rule kernel_cell:
         f"{OUT}/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.json",
     log:
         f"{OUT}/logs/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.log",
-    params:
-        spec=lambda wc: json.dumps(cell_of(wc), sort_keys=True),
-        # The library's version: installing a missing library changes it, so Snakemake's
-        # params trigger reruns exactly that kernel's (unavailable) cells.
-        library=lambda wc: catalog.library_version(catalog.get(wc.impl)),
-    conda:
-        lambda wc: cell_env(cell_of(wc))
-    threads: 1
     # shortest cells first: a run cut short (a session's device time, a wall-clock limit) is
     # missing only its longest lengths
     priority: lambda wc: run_priority(cell_of(wc))
+    conda:
+        lambda wc: cell_env(cell_of(wc))
+    threads: 1
     resources:
         # a GPU only for cells that will run on one (unavailable/unsupported ones end before)
         gpu=lambda wc: int(catalog.needs_device(catalog.get(wc.impl), cell_of(wc))),
@@ -48,6 +43,11 @@ rule kernel_cell:
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
         # the time budget: a resource, not a param, so that changing it reruns no finished cell
         cell_timeout_s=lambda wc: cell_timeout_s(GRIDS[wc.grid]),
+    params:
+        spec=lambda wc: json.dumps(cell_of(wc), sort_keys=True),
+        # The library's version: installing a missing library changes it, so Snakemake's
+        # params trigger reruns exactly that kernel's (unavailable) cells.
+        library=lambda wc: catalog.library_version(catalog.get(wc.impl)),
     shell:
         "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import"
         " --time-limit-s {resources.cell_timeout_s} --"

@@ -4,6 +4,7 @@
 # code only the table rules, and a family's own module only that family's rules.
 # `snakemake --report report.html` shows every figure and table with its caption (any family).
 
+
 rule collect:
     input:
         records=[p for g in RUN for p in grid_records(g)],
@@ -31,15 +32,15 @@ for _grid in RUN:
             table_outputs(_grid),
         log:
             f"{OUT}/logs/tables_{_grid}.log",
+        group:
+            "report"
+        conda:
+            "../../envs/cpu.yaml"
         params:
             grid=_grid,
             # the folder of the outputs, from them (Snakemake's lint: not a second, hardcoded path)
             outdir=lambda wc, output: os.path.dirname(output[0]),
             grid_cfg=json.dumps(GRIDS[_grid]),
-        group:
-            "report"
-        conda:
-            "../../envs/cpu.yaml"
         shell:
             "python -m attnbench tables --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
             " --grid-config {params.grid_cfg:q} > {log} 2>&1"
@@ -54,16 +55,16 @@ for _grid in RUN:
             figure_outputs(_grid),
         log:
             f"{OUT}/logs/figures_{_grid}.log",
+        group:
+            "report"
+        conda:
+            "../../envs/cpu.yaml"
         params:
             grid=_grid,
             # the folder of the outputs, from them (Snakemake's lint: not a second, hardcoded path)
             outdir=lambda wc, output: os.path.dirname(output[0]),
             style=json.dumps(CFG["figures"]),
             grid_cfg=json.dumps(GRIDS[_grid]),
-        group:
-            "report"
-        conda:
-            "../../envs/cpu.yaml"
         shell:
             "python -m attnbench figures --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
             " --style {params.style:q} --grid-config {params.grid_cfg:q} > {log} 2>&1"

@@ -16,15 +16,24 @@ def main(out):
     rank, world = dist.get_rank(), dist.get_world_size()
     total = torch.tensor([rank + 1.0])
     dist.all_reduce(total)
-    me = {"rank": rank, "world_size": world, "local_rank": int(os.environ["LOCAL_RANK"]),
-          "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]),
-          "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
-          "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "sum": total.item()}
+    me = {
+        "rank": rank,
+        "world_size": world,
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]),
+        "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "sum": total.item(),
+    }
     seen = [None] * world
     dist.all_gather_object(seen, me)
     if rank == 0:
         with open(out, "w") as f:
-            json.dump({"world_size": world, "expected_sum": world * (world + 1) / 2, "ranks": seen}, f, indent=1)
+            json.dump(
+                {"world_size": world, "expected_sum": world * (world + 1) / 2, "ranks": seen},
+                f,
+                indent=1,
+            )
     dist.destroy_process_group()
 
 

@@ -32,13 +32,24 @@ class RankContext:
     comm: Comm
     guard: Guard
     kernel: object  # LocalKernel (None for torch_cp, which runs SDPA itself)
-    kernel_name: str | None = None  # torch_cp: the SDPA backend to pin (sdpa_flash, sdpa_cudnn, sdpa_efficient)
+    kernel_name: str | None = (
+        None  # torch_cp: the SDPA backend to pin (sdpa_flash, sdpa_cudnn, sdpa_efficient)
+    )
 
 
 class CPMethod:
     name = ""
 
-    def __init__(self, info: MethodInfo, rc: RankContext, mask, heads_q: int, heads_kv: int, head_dim: int, dtype):
+    def __init__(
+        self,
+        info: MethodInfo,
+        rc: RankContext,
+        mask,
+        heads_q: int,
+        heads_kv: int,
+        head_dim: int,
+        dtype,
+    ):
         self.info, self.rc, self.mask = info, rc, mask
         self.hq, self.hkv, self.d, self.dtype = heads_q, heads_kv, head_dim, dtype
         self.acc = accumulator_dtype(dtype)
@@ -93,5 +104,6 @@ def load(info: MethodInfo, rc: RankContext, mask, heads_q, heads_kv, head_dim, d
     if why:
         raise Unsupported(why)
     module, cls = info.impl.split(":")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)(info, rc, mask, heads_q, heads_kv,
-                                                                           head_dim, dtype)
+    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)(
+        info, rc, mask, heads_q, heads_kv, head_dim, dtype
+    )

@@ -31,7 +31,9 @@ class MethodInfo(CPImplementation):
     masks: tuple = CP_MASKS
     label: str = ""  # how tables and legends name it, where not by `name`
     max_gpus: int | None = None  # None: any number of ranks
-    colour: str = ""  # how every figure draws it (its order in legends and tables: its place in METHODS)
+    colour: str = (
+        ""  # how every figure draws it (its order in legends and tables: its place in METHODS)
+    )
     marker: str = ""
 
 
@@ -42,20 +44,66 @@ METHODS = {
     m.name: m
     for m in (
         # `local` (the bare kernel on one GPU) first: the baseline the methods are read against
-        MethodInfo(BARE_KERNEL, "the local kernel alone over the whole sequence on one device, no CP framework "
-                   "(the baseline of cp_vs_single_gpu)", "local:BareKernel", ("cpu", "cuda"),
-                   label="1 GPU, bare kernel", max_gpus=1, colour="#000000", marker="*"),
-        MethodInfo("ulysses", "all-to-all sequence <-> heads, one local attention per head group",
-                   "ulysses:Ulysses", ("cpu", "cuda"), colour="#377eb8", marker="o"),
-        MethodInfo("ring_p2p", "ring of R steps, batched isend/irecv overlapped with compute, zigzag",
-                   "ring_p2p:RingP2P", ("cpu", "cuda"), colour="#e41a1c", marker="s"),
-        MethodInfo("ring_allgather", "all-gather K and V once, local q chunks against the visible prefix",
-                   "ring_allgather:RingAllGather", ("cpu", "cuda"), colour="#ff7f00", marker="^"),
-        MethodInfo("usp", "Ulysses inside groups of U, Ring P2P across the R groups", "usp:USP", ("cpu", "cuda"), colour="#4daf4a", marker="D"),
-        MethodInfo("loongtrain", "Ulysses inside groups of U, double ring (W windows) across the R groups",
-                   "loongtrain:LoongTrain", ("cpu", "cuda"), colour="#984ea3", marker="v"),
-        MethodInfo("torch_cp", "torch.distributed.tensor.experimental.context_parallel (SDPA)",
-                   "torch_cp:TorchCP", ("cuda",), masks=("full", "causal"), colour="#a65628", marker="P"),
+        MethodInfo(
+            BARE_KERNEL,
+            "the local kernel alone over the whole sequence on one device, no CP framework "
+            "(the baseline of cp_vs_single_gpu)",
+            "local:BareKernel",
+            ("cpu", "cuda"),
+            label="1 GPU, bare kernel",
+            max_gpus=1,
+            colour="#000000",
+            marker="*",
+        ),
+        MethodInfo(
+            "ulysses",
+            "all-to-all sequence <-> heads, one local attention per head group",
+            "ulysses:Ulysses",
+            ("cpu", "cuda"),
+            colour="#377eb8",
+            marker="o",
+        ),
+        MethodInfo(
+            "ring_p2p",
+            "ring of R steps, batched isend/irecv overlapped with compute, zigzag",
+            "ring_p2p:RingP2P",
+            ("cpu", "cuda"),
+            colour="#e41a1c",
+            marker="s",
+        ),
+        MethodInfo(
+            "ring_allgather",
+            "all-gather K and V once, local q chunks against the visible prefix",
+            "ring_allgather:RingAllGather",
+            ("cpu", "cuda"),
+            colour="#ff7f00",
+            marker="^",
+        ),
+        MethodInfo(
+            "usp",
+            "Ulysses inside groups of U, Ring P2P across the R groups",
+            "usp:USP",
+            ("cpu", "cuda"),
+            colour="#4daf4a",
+            marker="D",
+        ),
+        MethodInfo(
+            "loongtrain",
+            "Ulysses inside groups of U, double ring (W windows) across the R groups",
+            "loongtrain:LoongTrain",
+            ("cpu", "cuda"),
+            colour="#984ea3",
+            marker="v",
+        ),
+        MethodInfo(
+            "torch_cp",
+            "torch.distributed.tensor.experimental.context_parallel (SDPA)",
+            "torch_cp:TorchCP",
+            ("cuda",),
+            masks=("full", "causal"),
+            colour="#a65628",
+            marker="P",
+        ),
     )
 }
 
@@ -72,21 +120,60 @@ _ALL = ("fwd", "bwd", "fwdbwd")
 LOCAL_KERNELS = {
     k.name: k
     for k in (
-        LocalKernelInfo("math", "explicit softmax(q k^T) v and its backward, float32 (float64 for float64 inputs)",
-                        "kernels:MathKernel", ("cpu", "cuda"), {"cpu": _ALL, "cuda": _ALL}),
-        LocalKernelInfo("cpu_flash", "aten._scaled_dot_product_flash_attention_for_cpu (+ _backward)",
-                        "kernels:CpuFlash", ("cpu",), {"cpu": _ALL}),
-        LocalKernelInfo("sdpa_flash", "aten._flash_attention_forward/_backward with cu_seqlens (varlen)",
-                        "kernels:SdpaFlashVarlen", ("cuda",), {"cuda": _ALL}),
-        LocalKernelInfo("sdpa_cudnn", "aten._scaled_dot_product_cudnn_attention (+ _backward), one rectangle per call",
-                        "kernels:SdpaCudnn", ("cuda",), {"cuda": _ALL}, masks=("full", "causal")),
-        LocalKernelInfo("flex", "FlexAttention with return_lse; backward by recomputation with the LSE gradient",
-                        "kernels:Flex", ("cpu", "cuda"), {"cpu": ("fwd",), "cuda": _ALL}),
-        LocalKernelInfo("fa2", "flash_attn varlen (FlashAttention-2)", "kernels:FA2Varlen", ("cuda",),
-                        {"cuda": _ALL}, modules=("flash_attn",), dists=("flash-attn", "flash_attn")),
-        LocalKernelInfo("fa3", "flash_attn_interface varlen (FlashAttention-3, Hopper)", "kernels:FA3Varlen",
-                        ("cuda",), {"cuda": _ALL}, modules=("flash_attn_interface",),
-                        dists=("flash-attn-3", "flash_attn_3")),
+        LocalKernelInfo(
+            "math",
+            "explicit softmax(q k^T) v and its backward, float32 (float64 for float64 inputs)",
+            "kernels:MathKernel",
+            ("cpu", "cuda"),
+            {"cpu": _ALL, "cuda": _ALL},
+        ),
+        LocalKernelInfo(
+            "cpu_flash",
+            "aten._scaled_dot_product_flash_attention_for_cpu (+ _backward)",
+            "kernels:CpuFlash",
+            ("cpu",),
+            {"cpu": _ALL},
+        ),
+        LocalKernelInfo(
+            "sdpa_flash",
+            "aten._flash_attention_forward/_backward with cu_seqlens (varlen)",
+            "kernels:SdpaFlashVarlen",
+            ("cuda",),
+            {"cuda": _ALL},
+        ),
+        LocalKernelInfo(
+            "sdpa_cudnn",
+            "aten._scaled_dot_product_cudnn_attention (+ _backward), one rectangle per call",
+            "kernels:SdpaCudnn",
+            ("cuda",),
+            {"cuda": _ALL},
+            masks=("full", "causal"),
+        ),
+        LocalKernelInfo(
+            "flex",
+            "FlexAttention with return_lse; backward by recomputation with the LSE gradient",
+            "kernels:Flex",
+            ("cpu", "cuda"),
+            {"cpu": ("fwd",), "cuda": _ALL},
+        ),
+        LocalKernelInfo(
+            "fa2",
+            "flash_attn varlen (FlashAttention-2)",
+            "kernels:FA2Varlen",
+            ("cuda",),
+            {"cuda": _ALL},
+            modules=("flash_attn",),
+            dists=("flash-attn", "flash_attn"),
+        ),
+        LocalKernelInfo(
+            "fa3",
+            "flash_attn_interface varlen (FlashAttention-3, Hopper)",
+            "kernels:FA3Varlen",
+            ("cuda",),
+            {"cuda": _ALL},
+            modules=("flash_attn_interface",),
+            dists=("flash-attn-3", "flash_attn_3"),
+        ),
     )
 }
 DEFAULT_LOCAL_KERNEL = {"cpu": "cpu_flash", "cuda": "sdpa_flash"}
@@ -99,7 +186,9 @@ def method(name: str) -> MethodInfo:
     try:
         return METHODS[name]
     except KeyError:
-        raise ValueError(f"unknown context-parallel method {name!r}; valid methods: {', '.join(METHODS)}") from None
+        raise ValueError(
+            f"unknown context-parallel method {name!r}; valid methods: {', '.join(METHODS)}"
+        ) from None
 
 
 def method_label(name: str) -> str:
@@ -111,8 +200,9 @@ def local_kernel(name: str) -> LocalKernelInfo:
     try:
         return LOCAL_KERNELS[name]
     except KeyError:
-        raise ValueError(f"unknown local kernel {name!r}; valid local kernels: auto, {', '.join(LOCAL_KERNELS)}") \
-            from None
+        raise ValueError(
+            f"unknown local kernel {name!r}; valid local kernels: auto, {', '.join(LOCAL_KERNELS)}"
+        ) from None
 
 
 def library_version(kernel_name: str) -> str:
@@ -156,7 +246,12 @@ class Degrees:
         return r * self.ulysses + u if self.placement == "contiguous" else u * self.ring + r
 
     def to_json(self) -> dict:
-        return {"ulysses": self.ulysses, "ring": self.ring, "windows": self.windows, "placement": self.placement}
+        return {
+            "ulysses": self.ulysses,
+            "ring": self.ring,
+            "windows": self.windows,
+            "placement": self.placement,
+        }
 
 
 def default_windows(ring: int) -> int:
@@ -164,13 +259,21 @@ def default_windows(ring: int) -> int:
     return max(w for w in range(1, math.isqrt(ring) + 1) if ring % w == 0)
 
 
-def degrees(name: str, gpus: int, ulysses_degree="auto", windows="auto", placement="contiguous",
-            gpus_per_node: int = 8) -> Degrees:
+def degrees(
+    name: str,
+    gpus: int,
+    ulysses_degree="auto",
+    windows="auto",
+    placement="contiguous",
+    gpus_per_node: int = 8,
+) -> Degrees:
     """The degrees a method runs with on `gpus` ranks; ValueError names an impossible setting."""
     info = method(name)
     if info.max_gpus is not None and gpus > info.max_gpus:
-        raise ValueError(f"{name} ({info.label}) runs on at most {info.max_gpus} GPU, not {gpus}; "
-                         f"put it in an `also:` entry with gpus: [{info.max_gpus}]")
+        raise ValueError(
+            f"{name} ({info.label}) runs on at most {info.max_gpus} GPU, not {gpus}; "
+            f"put it in an `also:` entry with gpus: [{info.max_gpus}]"
+        )
     if placement not in PLACEMENTS:
         raise ValueError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
     if name == "ulysses":
@@ -179,15 +282,19 @@ def degrees(name: str, gpus: int, ulysses_degree="auto", windows="auto", placeme
         return Degrees(1, gpus, 1, placement)
     u = min(gpus, gpus_per_node) if ulysses_degree == "auto" else int(ulysses_degree)
     if u < 1 or gpus % u:
-        raise ValueError(f"{name}: ulysses_degree {u} does not divide the {gpus} GPUs "
-                         f"(valid degrees: {', '.join(str(d) for d in range(1, gpus + 1) if gpus % d == 0)})")
+        raise ValueError(
+            f"{name}: ulysses_degree {u} does not divide the {gpus} GPUs "
+            f"(valid degrees: {', '.join(str(d) for d in range(1, gpus + 1) if gpus % d == 0)})"
+        )
     ring = gpus // u
     if name == "usp":
         return Degrees(u, ring, 1, placement)
     w = default_windows(ring) if windows == "auto" else int(windows)
     if w < 1 or ring % w:
-        raise ValueError(f"{name}: windows {w} does not divide the ring degree {ring} "
-                         f"(valid: {', '.join(str(d) for d in range(1, ring + 1) if ring % d == 0)})")
+        raise ValueError(
+            f"{name}: windows {w} does not divide the ring degree {ring} "
+            f"(valid: {', '.join(str(d) for d in range(1, ring + 1) if ring % d == 0)})"
+        )
     return Degrees(u, ring, w, placement)
 
 
@@ -196,8 +303,10 @@ def head_split_reason(ulysses: int, heads_q: int, heads_kv: int) -> str | None:
     if heads_q % ulysses:
         return f"Ulysses degree {ulysses} does not divide the {heads_q} query heads"
     if heads_kv % ulysses and ulysses % heads_kv:
-        return (f"Ulysses degree {ulysses} and {heads_kv} KV heads: KV heads can be neither split evenly "
-                f"nor replicated evenly")
+        return (
+            f"Ulysses degree {ulysses} and {heads_kv} KV heads: KV heads can be neither split evenly "
+            f"nor replicated evenly"
+        )
     return None
 
 
@@ -222,18 +331,32 @@ def unavailable_reason(method_name: str, kernel_name: str, device: str) -> str |
 
 def mask_reason(m: MethodInfo, mask: str) -> str | None:
     """Why the method cannot express the mask, or None."""
-    return None if mask in m.masks else f"{m.name} cannot express the {mask} mask (it runs: {', '.join(m.masks)})"
+    return (
+        None
+        if mask in m.masks
+        else f"{m.name} cannot express the {mask} mask (it runs: {', '.join(m.masks)})"
+    )
 
 
-def unsupported_reason(method_name: str, kernel_name: str, mask: str, direction: str, device: str,
-                       deg: Degrees, heads_q: int, heads_kv: int) -> str | None:
+def unsupported_reason(
+    method_name: str,
+    kernel_name: str,
+    mask: str,
+    direction: str,
+    device: str,
+    deg: Degrees,
+    heads_q: int,
+    heads_kv: int,
+) -> str | None:
     """Why the method cannot run this configuration natively, or None. Static facts only."""
     m = method(method_name)
     if why := mask_reason(m, mask):
         return why
     if m.name == "torch_cp" and kernel_name not in TORCH_CP_BACKENDS:
-        return (f"torch_cp runs SDPA under one pinned backend; local kernel {kernel_name!r} is none "
-                f"(valid: {', '.join(TORCH_CP_BACKENDS)})")
+        return (
+            f"torch_cp runs SDPA under one pinned backend; local kernel {kernel_name!r} is none "
+            f"(valid: {', '.join(TORCH_CP_BACKENDS)})"
+        )
     if m.name != "torch_cp":
         k = local_kernel(kernel_name)
         if mask not in k.masks:

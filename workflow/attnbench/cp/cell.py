@@ -22,13 +22,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .. import status as S
 from ..harness.faults import crash_if_asked, hang_if_asked
 from ..harness.flops import attention_flops
 from ..harness.inputs import check_mask_rng, input_seed, local_inputs, mask_rng, torch_dtype
 from ..harness.measure import peak_memory, quantiles, synchronize, time_ms
 from ..harness.samples import CheckOutOfMemory, checked_samples, n_samples
 from ..masks import sample_mask
-from .. import status as S
 from ..record.record import base_record, environment, now, summarise, write_record
 from . import catalog, run
 from .base import load
@@ -54,10 +54,18 @@ def limit_memory_if_asked(rank: int):
 def implementation(spec) -> dict:
     info = catalog.method(spec["impl"])
     kern = spec["cp"]["local_kernel"]
-    return {"name": info.name, "family": "cp", "summary": info.summary, "local_kernel": kern,
-            "local_kernel_summary": catalog.local_kernel(kern).summary if kern in catalog.LOCAL_KERNELS else None,
-            "library_version": catalog.library_version(kern) if kern in catalog.LOCAL_KERNELS
-            else f"torch {torch.__version__}"}
+    return {
+        "name": info.name,
+        "family": "cp",
+        "summary": info.summary,
+        "local_kernel": kern,
+        "local_kernel_summary": catalog.local_kernel(kern).summary
+        if kern in catalog.LOCAL_KERNELS
+        else None,
+        "library_version": catalog.library_version(kern)
+        if kern in catalog.LOCAL_KERNELS
+        else f"torch {torch.__version__}",
+    }
 
 
 def degrees_of(spec) -> catalog.Degrees:
@@ -73,8 +81,16 @@ def static_outcome(spec):
         return S.UNAVAILABLE, reason
     if spec["device"] == "cuda" and not torch.cuda.is_available():
         return S.UNAVAILABLE, "no CUDA device is visible"
-    reason = catalog.unsupported_reason(spec["impl"], c["local_kernel"], spec["mask"], spec["direction"],
-                                        spec["device"], degrees_of(spec), spec["heads_q"], spec["heads_kv"])
+    reason = catalog.unsupported_reason(
+        spec["impl"],
+        c["local_kernel"],
+        spec["mask"],
+        spec["direction"],
+        spec["device"],
+        degrees_of(spec),
+        spec["heads_q"],
+        spec["heads_kv"],
+    )
     if reason:
         return S.UNSUPPORTED, reason
     return None, None
@@ -129,12 +145,15 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
     q, k, v, dout = inputs
 
     if direction == "fwd":
+
         def call():
             return method.forward(q, k, v)
     elif direction == "bwd":
+
         def call():
             return method.backward(dout)
     else:
+
         def call():
             method.forward(q, k, v)
             return method.backward(dout)
@@ -156,30 +175,54 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
         t_comm = time_ms(call, 1, spec["reps"], device, before=before)
         g.compute = True
         _agree(rc, "the compute-only / communication-only runs")
-        split = {"compute_only_ms": _max_over_ranks(t_compute, device), "comm_only_ms": _max_over_ranks(t_comm, device)}
+        split = {
+            "compute_only_ms": _max_over_ranks(t_compute, device),
+            "comm_only_ms": _max_over_ranks(t_comm, device),
+        }
 
     rc.comm.reset()
     mem = peak_memory(call, device)
-    counted = {"sent": rc.comm.total_sent, "received": rc.comm.total_received,
-               "by_kind_sent": dict(rc.comm.sent), "by_kind_received": dict(rc.comm.received)}
+    counted = {
+        "sent": rc.comm.total_sent,
+        "received": rc.comm.total_received,
+        "by_kind_sent": dict(rc.comm.sent),
+        "by_kind_received": dict(rc.comm.received),
+    }
     _agree(rc, "the memory and byte-count run")
 
-    mine = {"rank": session.rank, "coords": list(rc.deg.coords(session.rank)), **mem,
-            "time_ms_median": quantiles(times)["median"], "bytes": counted, "bytes_analytic": method.volume(direction),
-            "work_pairs": method.work(), "describe": method.describe()}
+    mine = {
+        "rank": session.rank,
+        "coords": list(rc.deg.coords(session.rank)),
+        **mem,
+        "time_ms_median": quantiles(times)["median"],
+        "bytes": counted,
+        "bytes_analytic": method.volume(direction),
+        "work_pairs": method.work(),
+        "describe": method.describe(),
+    }
     if hasattr(method, "replication_bytes"):
         mine["kv_replication_extra_bytes"] = method.replication_bytes(direction)
     ranks = _gather(mine)
 
     flops = attention_flops(sum(mask.area_per_head), d, direction)
     tq = quantiles(max_times)
-    sample = {"index": index, "mask_params": mask.params, "mask_area": mask.area, "flops": flops,
-              "time_ms": max_times, **{f"time_ms_{k}": v for k, v in tq.items()},
-              "tflops_median": flops / (tq["median"] * 1e-3) / 1e12 / session.world,
-              "peak_mem_bytes": max((r["peak_mem_bytes"] or 0) for r in ranks) if ranks[0]["peak_mem_bytes"] is not None else None,
-              "peak_mem_increment_bytes": max((r["peak_mem_increment_bytes"] or 0) for r in ranks)
-              if ranks[0]["peak_mem_increment_bytes"] is not None else None,
-              "mem_source": ranks[0]["mem_source"], "ranks": ranks}
+    sample = {
+        "index": index,
+        "mask_params": mask.params,
+        "mask_area": mask.area,
+        "flops": flops,
+        "time_ms": max_times,
+        **{f"time_ms_{k}": v for k, v in tq.items()},
+        "tflops_median": flops / (tq["median"] * 1e-3) / 1e12 / session.world,
+        "peak_mem_bytes": max((r["peak_mem_bytes"] or 0) for r in ranks)
+        if ranks[0]["peak_mem_bytes"] is not None
+        else None,
+        "peak_mem_increment_bytes": max((r["peak_mem_increment_bytes"] or 0) for r in ranks)
+        if ranks[0]["peak_mem_increment_bytes"] is not None
+        else None,
+        "mem_source": ranks[0]["mem_source"],
+        "ranks": ranks,
+    }
     sample.update(_split_summary(split, tq["median"]))
     sample.update(_bytes_summary(ranks))
     work = [r["work_pairs"] for r in ranks]
@@ -191,12 +234,19 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
 def _split_summary(split, full_ms) -> dict:
     if not split:
         return {}
-    c, m = quantiles(split["compute_only_ms"])["median"], quantiles(split["comm_only_ms"])["median"]
+    c, m = (
+        quantiles(split["compute_only_ms"])["median"],
+        quantiles(split["comm_only_ms"])["median"],
+    )
     hidden = c + m - full_ms
-    return {"compute_only_ms": split["compute_only_ms"], "comm_only_ms": split["comm_only_ms"],
-            "compute_only_ms_median": c, "comm_only_ms_median": m,
-            # the share of the shorter of the two that the schedule hid behind the other
-            "overlap_ratio": hidden / min(c, m) if min(c, m) > 0 else None}
+    return {
+        "compute_only_ms": split["compute_only_ms"],
+        "comm_only_ms": split["comm_only_ms"],
+        "compute_only_ms_median": c,
+        "comm_only_ms_median": m,
+        # the share of the shorter of the two that the schedule hid behind the other
+        "overlap_ratio": hidden / min(c, m) if min(c, m) > 0 else None,
+    }
 
 
 def _bytes_summary(ranks) -> dict:
@@ -204,10 +254,18 @@ def _bytes_summary(ranks) -> dict:
     analytic = [r["bytes_analytic"]["sent"] for r in ranks]
     if analytic[0] is None:
         return {"bytes_counted": False}
-    match = all(r["bytes"]["sent"] == r["bytes_analytic"]["sent"]
-                and r["bytes"]["received"] == r["bytes_analytic"]["received"] for r in ranks)
-    return {"bytes_counted": True, "bytes_sent_max": max(sent), "bytes_received_max": max(r["bytes"]["received"] for r in ranks),
-            "bytes_analytic_max": max(analytic), "bytes_match_analytic": bool(match)}
+    match = all(
+        r["bytes"]["sent"] == r["bytes_analytic"]["sent"]
+        and r["bytes"]["received"] == r["bytes_analytic"]["received"]
+        for r in ranks
+    )
+    return {
+        "bytes_counted": True,
+        "bytes_sent_max": max(sent),
+        "bytes_received_max": max(r["bytes"]["received"] for r in ranks),
+        "bytes_analytic_max": max(analytic),
+        "bytes_match_analytic": bool(match),
+    }
 
 
 def check_sample(session, spec, index, histograms) -> dict:
@@ -219,12 +277,24 @@ def check_sample(session, spec, index, histograms) -> dict:
         if spec["impl"] == "torch_cp":
             s -= s % (2 * spec["gpus"])
         if s < 1:
-            raise CheckOutOfMemory(f"the float64 check ran out of memory at every length down to {too_long[-1]}")
+            raise CheckOutOfMemory(
+                f"the float64 check ran out of memory at every length down to {too_long[-1]}"
+            )
         mask = _check_mask(spec, index, s, histograms)
-        verdict = run.check_method(session, spec["impl"], spec["cp"]["local_kernel"], degrees_of(spec), mask,
-                                   input_seed(spec["_data_seed"], index, s), spec["heads_q"],
-                                   spec["heads_kv"], spec["head_dim"], torch_dtype(spec["dtype"]),
-                                   spec["direction"] != "fwd", c["tolerance_factor"])
+        verdict = run.check_method(
+            session,
+            spec["impl"],
+            spec["cp"]["local_kernel"],
+            degrees_of(spec),
+            mask,
+            input_seed(spec["_data_seed"], index, s),
+            spec["heads_q"],
+            spec["heads_kv"],
+            spec["head_dim"],
+            torch_dtype(spec["dtype"]),
+            spec["direction"] != "fwd",
+            c["tolerance_factor"],
+        )
         if verdict["status"] != run.CHECK_OOM:
             break
         too_long.append(s)
@@ -239,24 +309,51 @@ def _check_mask(spec, index, s, histograms):
     if s == spec["seqlen"]:
         rng = mask_rng(spec["_data_seed"])
         for _ in range(index + 1):
-            mask = sample_mask(spec["mask"], s, spec.get("mask_params", {}), rng, histograms, spec["heads_q"],
-                               spec["heads_kv"])
+            mask = sample_mask(
+                spec["mask"],
+                s,
+                spec.get("mask_params", {}),
+                rng,
+                histograms,
+                spec["heads_q"],
+                spec["heads_kv"],
+            )
         return mask
     rng = check_mask_rng(spec["_data_seed"], index, s)
-    return sample_mask(spec["mask"], s, spec.get("mask_params", {}), rng, histograms, spec["heads_q"], spec["heads_kv"])
+    return sample_mask(
+        spec["mask"],
+        s,
+        spec.get("mask_params", {}),
+        rng,
+        histograms,
+        spec["heads_q"],
+        spec["heads_kv"],
+    )
 
 
 def measure(record, session, spec, peak):
     spec = {**spec, "_data_seed": record["data_seed"]}
-    rc = session.context(degrees_of(spec), spec["cp"]["local_kernel"], torch_dtype(spec["dtype"]), spec["head_dim"],
-                         load_kernel_too=spec["impl"] != "torch_cp")
+    rc = session.context(
+        degrees_of(spec),
+        spec["cp"]["local_kernel"],
+        torch_dtype(spec["dtype"]),
+        spec["head_dim"],
+        load_kernel_too=spec["impl"] != "torch_cp",
+    )
     limit_memory_if_asked(session.rank)  # after the groups (and their threads) exist
     rng = mask_rng(record["data_seed"])
     hist = spec.get("histograms")
     try:
         for i in range(n_samples(spec)):
-            mask = sample_mask(spec["mask"], spec["seqlen"], spec.get("mask_params", {}), rng, hist, spec["heads_q"],
-                               spec["heads_kv"])
+            mask = sample_mask(
+                spec["mask"],
+                spec["seqlen"],
+                spec.get("mask_params", {}),
+                rng,
+                hist,
+                spec["heads_q"],
+                spec["heads_kv"],
+            )
             sample = measure_sample(session, rc, spec, i, mask)
             if i < checked_samples(spec):
                 verdict = check_sample(session, spec, i, hist)
@@ -268,34 +365,72 @@ def measure(record, session, spec, peak):
         return e.status, e.reason
     failed = [s["index"] for s in record["samples"] if not s.get("check", {}).get("passed", True)]
     if failed:
-        return S.INCORRECT, f"samples {failed} disagree with the float64 reference beyond tolerance"
+        return (
+            S.INCORRECT,
+            f"samples {failed} disagree with the float64 reference beyond tolerance",
+        )
     return S.OK, None
 
 
 def cp_summary(record, spec):
     """Cell-level CP facts (medians over samples), and the tidy-table columns."""
     samples = record["samples"]
-    med = lambda key: float(np.median([s[key] for s in samples])) if samples and all(  # noqa: E731
-        s.get(key) is not None for s in samples) else None
+
+    def med(key):
+        values = [s.get(key) for s in samples]
+        return float(np.median(values)) if samples and all(v is not None for v in values) else None
+
     c = spec["cp"]
-    out = {"degrees": {"ulysses": c["ulysses"], "ring": c["ring"], "windows": c["windows"], "placement": c["placement"]},
-           "local_kernel": c["local_kernel"], "nodes": c["nodes"], "nproc_per_node": c["nproc_per_node"]}
+    out = {
+        "degrees": {
+            "ulysses": c["ulysses"],
+            "ring": c["ring"],
+            "windows": c["windows"],
+            "placement": c["placement"],
+        },
+        "local_kernel": c["local_kernel"],
+        "nodes": c["nodes"],
+        "nproc_per_node": c["nproc_per_node"],
+    }
     if samples:
-        out.update(compute_only_ms=med("compute_only_ms_median"), comm_only_ms=med("comm_only_ms_median"),
-                   overlap_ratio=med("overlap_ratio"), load_balance=med("load_balance"),
-                   bytes_sent_max=med("bytes_sent_max"), bytes_analytic_max=med("bytes_analytic_max"),
-                   bytes_match_analytic=all(s.get("bytes_match_analytic", False) for s in samples)
-                   if samples[0].get("bytes_counted") else None,
-                   kv_replication_extra_bytes=max(r.get("kv_replication_extra_bytes", 0) for s in samples
-                                                  for r in s["ranks"]))
+        out.update(
+            compute_only_ms=med("compute_only_ms_median"),
+            comm_only_ms=med("comm_only_ms_median"),
+            overlap_ratio=med("overlap_ratio"),
+            load_balance=med("load_balance"),
+            bytes_sent_max=med("bytes_sent_max"),
+            bytes_analytic_max=med("bytes_analytic_max"),
+            bytes_match_analytic=all(s.get("bytes_match_analytic", False) for s in samples)
+            if samples[0].get("bytes_counted")
+            else None,
+            kv_replication_extra_bytes=max(
+                r.get("kv_replication_extra_bytes", 0) for s in samples for r in s["ranks"]
+            ),
+        )
     record["cp"] = out
     record["table_extra"] = {
-        "method": spec["impl"], "local_kernel": c["local_kernel"], "ulysses_degree": c["ulysses"],
-        "ring_degree": c["ring"], "windows": c["windows"], "placement": c["placement"], "nodes": c["nodes"],
+        "method": spec["impl"],
+        "local_kernel": c["local_kernel"],
+        "ulysses_degree": c["ulysses"],
+        "ring_degree": c["ring"],
+        "windows": c["windows"],
+        "placement": c["placement"],
+        "nodes": c["nodes"],
         "tokens_per_gpu": spec["tokens_per_gpu"],
         "tflops_per_gpu": record.get("tflops"),
-        **{k: out.get(k) for k in ("compute_only_ms", "comm_only_ms", "overlap_ratio", "load_balance", "bytes_sent_max",
-                                   "bytes_analytic_max", "bytes_match_analytic", "kv_replication_extra_bytes")},
+        **{
+            k: out.get(k)
+            for k in (
+                "compute_only_ms",
+                "comm_only_ms",
+                "overlap_ratio",
+                "load_balance",
+                "bytes_sent_max",
+                "bytes_analytic_max",
+                "bytes_match_analytic",
+                "kv_replication_extra_bytes",
+            )
+        },
     }
 
 
@@ -309,7 +444,9 @@ def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
     if status is None:
         device = run.init(spec["device"], spec["cp"]["timeout_s"])
         session = run.Session(device)
-        hang_if_asked(spec, keep_alive=dist.barrier)  # a hang inside the process group, collectives running
+        hang_if_asked(
+            spec, keep_alive=dist.barrier
+        )  # a hang inside the process group, collectives running
         status, reason = measure(record, session, spec, peak)
     record["status"], record["status_reason"] = status, reason
     if status in S.TIMED:

@@ -44,7 +44,10 @@ class Chunk:
         for s in self.segments:
             if s.kind != kind or not (0 <= s.q0 < s.q1 <= ql and 0 <= s.k0 < s.k1 <= kl):
                 raise ValueError(f"bad segment {s} for a {kind} chunk of {ql} x {kl}")
-        for a, b in zip(sorted(self.segments, key=lambda s: s.q0)[:-1], sorted(self.segments, key=lambda s: s.q0)[1:]):
+        for a, b in zip(
+            sorted(self.segments, key=lambda s: s.q0)[:-1],
+            sorted(self.segments, key=lambda s: s.q0)[1:],
+        ):
             if b.q0 < a.q1:
                 raise ValueError(f"segments {a} and {b} share query rows")
         self.q_pos, self.k_pos = q_pos, k_pos  # global positions (numpy, -1 = padding), for checks
@@ -79,7 +82,9 @@ class Chunk:
 
         out = torch.zeros(self.ql, dtype=torch.bool, device=device)
         for s in self.segments:
-            out[s.q0 : s.q1] = True  # full: every row; causal bottom-right with kl >= ql: every row too
+            out[s.q0 : s.q1] = (
+                True  # full: every row; causal bottom-right with kl >= ql: every row too
+            )
         return out
 
     def predicate_visible(self, mask, device="cpu"):
@@ -109,13 +114,26 @@ class Chunk:
                 pos = b
             if tiles and pos == total:
                 return None
-            return torch.as_tensor(np.concatenate([np.arange(a, b) for a, b in ranges]), device=device)
+            return torch.as_tensor(
+                np.concatenate([np.arange(a, b) for a, b in ranges]), device=device
+            )
 
         lq = [s.ql for s in segs]
         lk = [s.kl for s in segs]
-        cu = lambda ls: torch.as_tensor(np.concatenate([[0], np.cumsum(ls)]), dtype=torch.int32, device=device)  # noqa: E731
-        return Varlen(index([(s.q0, s.q1) for s in segs], self.ql), index([(s.k0, s.k1) for s in segs], self.kl),
-                      cu(lq), cu(lk), max(lq), max(lk))
+
+        def cu(lengths):
+            return torch.as_tensor(
+                np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32, device=device
+            )
+
+        return Varlen(
+            index([(s.q0, s.q1) for s in segs], self.ql),
+            index([(s.k0, s.k1) for s in segs], self.kl),
+            cu(lq),
+            cu(lk),
+            max(lq),
+            max(lk),
+        )
 
 
 def is_causal(mask_name: str) -> bool:
@@ -165,6 +183,14 @@ def allgather_chunks(layout: ShardLayout, r: int, causal: bool) -> tuple[Chunk, 
                 segs.append(Slice(q0, q0 + p.real, k0, k0 + p.offset_in_doc + p.real, "causal"))
             else:
                 segs.append(Slice(q0, q0 + p.real, k0, k0 + layout.doc_lengths[d], "full"))
-        out.append(Chunk(layout.shard_len, layout.padded_len, segs, causal, layout.positions(r),
-                         layout.padded_positions))
+        out.append(
+            Chunk(
+                layout.shard_len,
+                layout.padded_len,
+                segs,
+                causal,
+                layout.positions(r),
+                layout.padded_positions,
+            )
+        )
     return out[0], out[1]

@@ -57,7 +57,9 @@ class Groups:
                 self.ring = g
         # Separate communicators for the inner and outer ring, forward KV and backward dKV, so
         # that their transfers do not queue behind each other.
-        self.kv_inner, self.kv_outer, self.dkv_inner, self.dkv_outer = (new(world) for _ in range(4))
+        self.kv_inner, self.kv_outer, self.dkv_inner, self.dkv_outer = (
+            new(world) for _ in range(4)
+        )
 
     def peer(self, ring_rank: int) -> int:
         """Global rank of ring rank `ring_rank` in this rank's ring (same Ulysses rank)."""

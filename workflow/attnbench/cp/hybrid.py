@@ -16,11 +16,11 @@ from __future__ import annotations
 import torch
 
 from ..status import Unsupported
+from . import schedule
 from .base import CPMethod
 from .catalog import head_split_reason, kv_replication
 from .chunks import document_lengths, is_causal, ring_step_chunk
 from .layout import ShardLayout
-from . import schedule
 from .ring import DoubleRing
 
 
@@ -139,7 +139,9 @@ class Hybrid(CPMethod):
         if g.go:
             with g:
                 dq = self.dq_recv.transpose(0, 1).reshape(m, self.hq, self.d)
-                dkv = self.dkv_recv.permute(1, 2, 0, 3, 4).reshape(2, m, self.hkv * self.rep, self.d)
+                dkv = self.dkv_recv.permute(1, 2, 0, 3, 4).reshape(
+                    2, m, self.hkv * self.rep, self.d
+                )
                 if self.rep > 1:
                     dkv = dkv.float().view(2, m, self.hkv, self.rep, self.d).sum(3).to(self.dtype)
                 return dq, dkv[0], dkv[1]
@@ -149,9 +151,19 @@ class Hybrid(CPMethod):
 
     def schedule(self, direction: str) -> dict:
         """This rank's steps (cp/schedule.py): chunks computed and bytes moved, per phase."""
-        return schedule.hybrid_schedule(self.rc.deg, self.rc.rank, self.chunks, self.layout.shard_len,
-                                        self.layout.piece_len, self.hq, self.hkv, self.d, self.elem, self.acc_elem,
-                                        direction)
+        return schedule.hybrid_schedule(
+            self.rc.deg,
+            self.rc.rank,
+            self.chunks,
+            self.layout.shard_len,
+            self.layout.piece_len,
+            self.hq,
+            self.hkv,
+            self.d,
+            self.elem,
+            self.acc_elem,
+            direction,
+        )
 
     def volume(self, direction: str) -> dict:
         """The schedule's bytes per rank (sent = received, every pattern here is symmetric)."""
@@ -165,13 +177,29 @@ class Hybrid(CPMethod):
         """Extra bytes this rank sends because KV heads are replicated (U > Hkv)."""
         if self.rep == 1:
             return 0
-        per = (self.U - 1) * 2 * self.layout.piece_len * self.hkv * (self.rep - 1) * self.d * self.elem // self.U
+        per = (
+            (self.U - 1)
+            * 2
+            * self.layout.piece_len
+            * self.hkv
+            * (self.rep - 1)
+            * self.d
+            * self.elem
+            // self.U
+        )
         return per * (("fwd" in direction) + ("bwd" in direction))
 
     def work(self) -> int:
         return schedule.work(self.schedule("fwd")["fwd"])
 
     def describe(self) -> dict:
-        return {"layout": self.layout.to_json(), "kv_replication": self.rep, "heads_q_local": self.hq_l,
-                "heads_kv_local": self.hkv_l, "ring_rank": self.r, "ulysses_rank": self.u,
-                "window": self.ring.i, "window_position": self.ring.j}
+        return {
+            "layout": self.layout.to_json(),
+            "kv_replication": self.rep,
+            "heads_q_local": self.hq_l,
+            "heads_kv_local": self.hkv_l,
+            "ring_rank": self.r,
+            "ulysses_rank": self.u,
+            "window": self.ring.i,
+            "window_position": self.ring.j,
+        }

@@ -32,7 +32,9 @@ from .merge import accumulator_dtype, merge_into
 
 def load(info: LocalKernelInfo, device, dtype, head_dim) -> "LocalKernel":
     module, cls = info.impl.split(":")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)(info, device, dtype, head_dim)
+    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)(
+        info, device, dtype, head_dim
+    )
 
 
 def finite_lse(lse):
@@ -50,8 +52,12 @@ class LocalKernel:
 
     def forward(self, q, k, v, chunk: Chunk):
         if chunk.empty:
-            return (q.new_zeros(q.shape),
-                    torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=self.acc, device=q.device))
+            return (
+                q.new_zeros(q.shape),
+                torch.full(
+                    (q.shape[1], q.shape[0]), float("-inf"), dtype=self.acc, device=q.device
+                ),
+            )
         return self._forward(q, k, v, chunk)
 
     def backward(self, dout, q, k, v, out, lse, chunk: Chunk):
@@ -94,7 +100,9 @@ class MathKernel(LocalKernel):
         _, s = self._scores(q, k, chunk)
         # logsumexp of a row of -inf has a NaN gradient: take it over zeros there, then set -inf.
         has = chunk.rows_with_keys(q.device).view(1, 1, -1, 1)
-        lse = torch.logsumexp(torch.where(has, s, torch.zeros_like(s)), dim=-1).masked_fill(~has[..., 0], float("-inf"))
+        lse = torch.logsumexp(torch.where(has, s, torch.zeros_like(s)), dim=-1).masked_fill(
+            ~has[..., 0], float("-inf")
+        )
         p = torch.exp(s - finite_lse(lse).unsqueeze(-1))
         out = torch.einsum("hgqk,hkd->hgqd", p, v.to(self.acc).permute(1, 0, 2))
         return _ungroup(out).to(q.dtype), lse.reshape(-1, q.shape[0])
@@ -124,20 +132,36 @@ class CpuFlash(LocalKernel):
         cache = chunk.__dict__.setdefault("_cpu_flash_mask", {})
         if dtype not in cache:
             vis = chunk.visible(device)
-            cache[dtype] = torch.zeros(vis.shape, dtype=dtype, device=device).masked_fill_(~vis, float("-inf"))
+            cache[dtype] = torch.zeros(vis.shape, dtype=dtype, device=device).masked_fill_(
+                ~vis, float("-inf")
+            )
         return cache[dtype]
 
     def _forward(self, q, k, v, chunk):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            bhsd_view(q), bhsd_view(k), bhsd_view(v), attn_mask=self._mask(chunk, q.dtype, q.device), scale=self.scale)
+            bhsd_view(q),
+            bhsd_view(k),
+            bhsd_view(v),
+            attn_mask=self._mask(chunk, q.dtype, q.device),
+            scale=self.scale,
+        )
         lse = lse[0].to(self.acc).masked_fill(~chunk.rows_with_keys(q.device), float("-inf"))
         return to_thd(out, "bhsd"), lse
 
     def _backward(self, dout, q, k, v, out, lse, chunk):
         lse_k = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32).unsqueeze(0)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            bhsd_view(dout), bhsd_view(q), bhsd_view(k), bhsd_view(v), bhsd_view(out), lse_k, 0.0, False,
-            attn_mask=self._mask(chunk, q.dtype, q.device), scale=self.scale)
+            bhsd_view(dout),
+            bhsd_view(q),
+            bhsd_view(k),
+            bhsd_view(v),
+            bhsd_view(out),
+            lse_k,
+            0.0,
+            False,
+            attn_mask=self._mask(chunk, q.dtype, q.device),
+            scale=self.scale,
+        )
         return to_thd(dq, "bhsd"), to_thd(dk, "bhsd"), to_thd(dv, "bhsd")
 
 
@@ -159,21 +183,33 @@ class VarlenKernel(LocalKernel):
         vl, qg, kg, vg = self._pack(chunk, q, k, v)
         out, lse = self.varlen_forward(qg, kg, vg, vl, chunk.causal)
         if lse.shape != (q.shape[1], qg.shape[0]):
-            raise RuntimeError(f"{self.name}: expected a varlen LSE of shape {(q.shape[1], qg.shape[0])}, "
-                               f"got {tuple(lse.shape)}")
+            raise RuntimeError(
+                f"{self.name}: expected a varlen LSE of shape {(q.shape[1], qg.shape[0])}, "
+                f"got {tuple(lse.shape)}"
+            )
         lse = lse.to(self.acc)
         if vl.q_index is None:
             return out, lse
         full_out = q.new_zeros(q.shape).index_copy_(0, vl.q_index, out)
-        full_lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=self.acc, device=q.device)
+        full_lse = torch.full(
+            (q.shape[1], q.shape[0]), float("-inf"), dtype=self.acc, device=q.device
+        )
         return full_out, full_lse.index_copy_(1, vl.q_index, lse)
 
     def _backward(self, dout, q, k, v, out, lse, chunk):
         vl, qg, kg, vg = self._pack(chunk, q, k, v)
         sel = (lambda x: x) if vl.q_index is None else (lambda x: x.index_select(0, vl.q_index))
         lse_g = lse.float() if vl.q_index is None else lse.float().index_select(1, vl.q_index)
-        dq, dk, dv = self.varlen_backward(sel(dout).contiguous(), qg, kg, vg, sel(out).contiguous(),
-                                          lse_g.contiguous(), vl, chunk.causal)
+        dq, dk, dv = self.varlen_backward(
+            sel(dout).contiguous(),
+            qg,
+            kg,
+            vg,
+            sel(out).contiguous(),
+            lse_g.contiguous(),
+            vl,
+            chunk.causal,
+        )
         if vl.q_index is not None:
             dq = q.new_zeros(q.shape).index_copy_(0, vl.q_index, dq)
         if vl.k_index is not None:
@@ -194,15 +230,30 @@ class SdpaFlashVarlen(VarlenKernel):
 
     def varlen_forward(self, q, k, v, vl, causal):
         out, lse, _, _, _ = torch.ops.aten._flash_attention_forward(
-            q, k, v, vl.cu_q, vl.cu_k, vl.max_q, vl.max_k, 0.0, causal, False, scale=self.scale)
+            q, k, v, vl.cu_q, vl.cu_k, vl.max_q, vl.max_k, 0.0, causal, False, scale=self.scale
+        )
         return out, lse
 
     def varlen_backward(self, dout, q, k, v, out, lse, vl, causal):
         rng_state = torch.zeros(2, dtype=torch.uint64, device=q.device)  # dropout is 0: unused
         unused = torch.empty(0, device=q.device)
         return torch.ops.aten._flash_attention_backward(
-            dout, q, k, v, out, lse, vl.cu_q, vl.cu_k, vl.max_q, vl.max_k, 0.0, causal, rng_state, unused,
-            scale=self.scale)
+            dout,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            vl.cu_q,
+            vl.cu_k,
+            vl.max_q,
+            vl.max_k,
+            0.0,
+            causal,
+            rng_state,
+            unused,
+            scale=self.scale,
+        )
 
 
 def _kwargs_for(fn, **candidates):
@@ -220,18 +271,50 @@ class FA2Varlen(VarlenKernel):
         self.iface = importlib.import_module("flash_attn.flash_attn_interface")
 
     def varlen_forward(self, q, k, v, vl, causal):
-        res = self.iface.flash_attn_varlen_func(q, k, v, vl.cu_q, vl.cu_k, vl.max_q, vl.max_k, dropout_p=0.0,
-                                                softmax_scale=self.scale, causal=causal, return_attn_probs=True)
+        res = self.iface.flash_attn_varlen_func(
+            q,
+            k,
+            v,
+            vl.cu_q,
+            vl.cu_k,
+            vl.max_q,
+            vl.max_k,
+            dropout_p=0.0,
+            softmax_scale=self.scale,
+            causal=causal,
+            return_attn_probs=True,
+        )
         return res[0], res[1]
 
     def varlen_backward(self, dout, q, k, v, out, lse, vl, causal):
         fn = self.iface._flash_attn_varlen_backward
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        kw = _kwargs_for(fn, dout=dout, q=q, k=k, v=v, out=out, softmax_lse=lse, dq=dq, dk=dk, dv=dv,
-                         cu_seqlens_q=vl.cu_q, cu_seqlens_k=vl.cu_k, max_seqlen_q=vl.max_q, max_seqlen_k=vl.max_k,
-                         dropout_p=0.0, softmax_scale=self.scale, causal=causal, window_size=(-1, -1),
-                         window_size_left=-1, window_size_right=-1, softcap=0.0, alibi_slopes=None,
-                         deterministic=False, rng_state=None)
+        kw = _kwargs_for(
+            fn,
+            dout=dout,
+            q=q,
+            k=k,
+            v=v,
+            out=out,
+            softmax_lse=lse,
+            dq=dq,
+            dk=dk,
+            dv=dv,
+            cu_seqlens_q=vl.cu_q,
+            cu_seqlens_k=vl.cu_k,
+            max_seqlen_q=vl.max_q,
+            max_seqlen_k=vl.max_k,
+            dropout_p=0.0,
+            softmax_scale=self.scale,
+            causal=causal,
+            window_size=(-1, -1),
+            window_size_left=-1,
+            window_size_right=-1,
+            softcap=0.0,
+            alibi_slopes=None,
+            deterministic=False,
+            rng_state=None,
+        )
         fn(**kw)
         return dq, dk, dv
 
@@ -246,17 +329,43 @@ class FA3Varlen(VarlenKernel):
 
     def varlen_forward(self, q, k, v, vl, causal):
         fn = self.iface._flash_attn_forward
-        kw = _kwargs_for(fn, q=q, k=k, v=v, cu_seqlens_q=vl.cu_q, cu_seqlens_k=vl.cu_k, max_seqlen_q=vl.max_q,
-                         max_seqlen_k=vl.max_k, softmax_scale=self.scale, causal=causal)
+        kw = _kwargs_for(
+            fn,
+            q=q,
+            k=k,
+            v=v,
+            cu_seqlens_q=vl.cu_q,
+            cu_seqlens_k=vl.cu_k,
+            max_seqlen_q=vl.max_q,
+            max_seqlen_k=vl.max_k,
+            softmax_scale=self.scale,
+            causal=causal,
+        )
         res = fn(**kw)
         return res[0], res[1]
 
     def varlen_backward(self, dout, q, k, v, out, lse, vl, causal):
         fn = self.iface._flash_attn_backward
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        kw = _kwargs_for(fn, dout=dout, q=q, k=k, v=v, out=out, softmax_lse=lse, cu_seqlens_q=vl.cu_q,
-                         cu_seqlens_k=vl.cu_k, max_seqlen_q=vl.max_q, max_seqlen_k=vl.max_k, dq=dq, dk=dk, dv=dv,
-                         softmax_scale=self.scale, causal=causal, deterministic=False)
+        kw = _kwargs_for(
+            fn,
+            dout=dout,
+            q=q,
+            k=k,
+            v=v,
+            out=out,
+            softmax_lse=lse,
+            cu_seqlens_q=vl.cu_q,
+            cu_seqlens_k=vl.cu_k,
+            max_seqlen_q=vl.max_q,
+            max_seqlen_k=vl.max_k,
+            dq=dq,
+            dk=dk,
+            dv=dv,
+            softmax_scale=self.scale,
+            causal=causal,
+            deterministic=False,
+        )
         fn(**kw)
         return dq, dk, dv
 
@@ -270,7 +379,10 @@ def bottom_right_parts(seg: Slice):
     extra = seg.kl - seg.ql
     if seg.kind != "causal" or extra <= 0:
         return [seg]
-    return [Slice(seg.q0, seg.q1, seg.k0, seg.k0 + extra, "full"), Slice(seg.q0, seg.q1, seg.k0 + extra, seg.k1, "causal")]
+    return [
+        Slice(seg.q0, seg.q1, seg.k0, seg.k0 + extra, "full"),
+        Slice(seg.q0, seg.q1, seg.k0 + extra, seg.k1, "causal"),
+    ]
 
 
 class RectangleKernel(LocalKernel):
@@ -284,7 +396,9 @@ class RectangleKernel(LocalKernel):
         out = torch.zeros(q.shape, dtype=self.acc, device=q.device)
         lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=self.acc, device=q.device)
         for s in self.rectangles(chunk):
-            o, rect_lse = self.rect_forward(q[s.q0 : s.q1], k[s.k0 : s.k1], v[s.k0 : s.k1], s.kind == "causal")
+            o, rect_lse = self.rect_forward(
+                q[s.q0 : s.q1], k[s.k0 : s.k1], v[s.k0 : s.k1], s.kind == "causal"
+            )
             merge_into(out[s.q0 : s.q1], lse[:, s.q0 : s.q1], o, rect_lse)
         return out.to(q.dtype), lse
 
@@ -293,8 +407,15 @@ class RectangleKernel(LocalKernel):
         dk = torch.zeros(k.shape, dtype=self.acc, device=q.device)
         dv = torch.zeros(v.shape, dtype=self.acc, device=q.device)
         for s in self.rectangles(chunk):
-            a, b, c = self.rect_backward(dout[s.q0 : s.q1], q[s.q0 : s.q1], k[s.k0 : s.k1], v[s.k0 : s.k1],
-                                         out[s.q0 : s.q1], lse[:, s.q0 : s.q1], s.kind == "causal")
+            a, b, c = self.rect_backward(
+                dout[s.q0 : s.q1],
+                q[s.q0 : s.q1],
+                k[s.k0 : s.k1],
+                v[s.k0 : s.k1],
+                out[s.q0 : s.q1],
+                lse[:, s.q0 : s.q1],
+                s.kind == "causal",
+            )
             dq[s.q0 : s.q1] += a
             dk[s.k0 : s.k1] += b
             dv[s.k0 : s.k1] += c
@@ -313,7 +434,16 @@ class SdpaCudnn(RectangleKernel):
     def rect_forward(self, q, k, v, causal):
         hq = q.shape[1]
         res = torch.ops.aten._scaled_dot_product_cudnn_attention(
-            self._bhsd(q), self._bhsd(k, hq), self._bhsd(v, hq), None, True, 0.0, causal, False, scale=self.scale)
+            self._bhsd(q),
+            self._bhsd(k, hq),
+            self._bhsd(v, hq),
+            None,
+            True,
+            0.0,
+            causal,
+            False,
+            scale=self.scale,
+        )
         out, lse = res[0], res[1]
         return to_thd(out, "bhsd"), lse.reshape(hq, q.shape[0]).to(self.acc)
 
@@ -322,9 +452,11 @@ class SdpaCudnn(RectangleKernel):
         # non-optional attn_bias, and the empty tensor Python must pass for "none" makes it fail
         # (IndexError: Dimension out of range). Until there is a way to call it without a bias,
         # the backward of this local kernel is refused rather than crashing the job.
-        raise Unsupported("sdpa_cudnn local kernel: no callable cuDNN backward entry point without an attention "
-                          "bias in this torch (IndexError in _scaled_dot_product_cudnn_attention_backward on an "
-                          "H200 with torch 2.11); use local_kernel sdpa_flash or flex for backward")
+        raise Unsupported(
+            "sdpa_cudnn local kernel: no callable cuDNN backward entry point without an attention "
+            "bias in this torch (IndexError in _scaled_dot_product_cudnn_attention_backward on an "
+            "H200 with torch 2.11); use local_kernel sdpa_flash or flex for backward"
+        )
 
 
 # ---------------------------------------------------------------- FlexAttention
@@ -343,11 +475,17 @@ class RecomputeBackward:
         leaves = [x.detach().requires_grad_() for x in (q, k, v)]
         with torch.enable_grad():
             out_t, lse_t = self.differentiable_forward(*leaves, chunk)
-            w = torch.exp(lse_t.detach().to(self.acc) - lse.to(self.acc))  # [H, ql]; 0 where lse_t = -inf
+            w = torch.exp(
+                lse_t.detach().to(self.acc) - lse.to(self.acc)
+            )  # [H, ql]; 0 where lse_t = -inf
             wt = w.transpose(0, 1).unsqueeze(-1)
             g_out = (dout.to(self.acc) * wt).to(out_t.dtype)
-            g_lse = (w * (dout.to(self.acc) * (out_t.detach().to(self.acc) - out.to(self.acc))).sum(-1)
-                     .transpose(0, 1)).to(lse_t.dtype)
+            g_lse = (
+                w
+                * (dout.to(self.acc) * (out_t.detach().to(self.acc) - out.to(self.acc)))
+                .sum(-1)
+                .transpose(0, 1)
+            ).to(lse_t.dtype)
             return torch.autograd.grad((out_t, lse_t), leaves, (g_out, g_lse))
 
 
@@ -386,7 +524,9 @@ class Flex(RecomputeBackward, LocalKernel):
         for i, s in enumerate(chunk.segments):
             q_seg[s.q0 : s.q1] = i
             k_seg[s.k0 : s.k1] = i
-            q_off[s.q0 : s.q1] = torch.arange(s.ql, device=device, dtype=torch.int32) + (s.kl - s.ql)
+            q_off[s.q0 : s.q1] = torch.arange(s.ql, device=device, dtype=torch.int32) + (
+                s.kl - s.ql
+            )
             k_off[s.k0 : s.k1] = torch.arange(s.kl, device=device, dtype=torch.int32)
         causal = chunk.causal
 
@@ -402,8 +542,15 @@ class Flex(RecomputeBackward, LocalKernel):
         from torch.nn.attention.flex_attention import flex_attention
 
         fn = _compiled_flex() if q.device.type == "cuda" else flex_attention
-        out, lse = fn(bhsd_view(q), bhsd_view(k), bhsd_view(v), block_mask=self._block_mask(chunk, q.device),
-                      scale=self.scale, enable_gqa=q.shape[1] != k.shape[1], return_lse=True)
+        out, lse = fn(
+            bhsd_view(q),
+            bhsd_view(k),
+            bhsd_view(v),
+            block_mask=self._block_mask(chunk, q.device),
+            scale=self.scale,
+            enable_gqa=q.shape[1] != k.shape[1],
+            return_lse=True,
+        )
         lse = lse[0].to(self.acc).masked_fill(~chunk.rows_with_keys(q.device), float("-inf"))
         return to_thd(out, "bhsd"), lse
 

@@ -46,9 +46,13 @@ class ShardLayout:
         self.seqlen = int(sum(lengths))
         self.chunks = [self._doc_chunks(s, n) for s, n in zip(self.doc_starts, lengths)]
         pair = [self.pair_rows(d) for d in range(len(lengths))]
-        self.doc_offsets = [int(x) for x in np.concatenate([[0], np.cumsum(pair)[:-1]])]  # same on every ring rank
+        self.doc_offsets = [
+            int(x) for x in np.concatenate([[0], np.cumsum(pair)[:-1]])
+        ]  # same on every ring rank
         body = int(sum(pair))
-        self.shard_len = body + (-body) % ulysses  # rows of one ring shard, tail-padded for Ulysses
+        self.shard_len = (
+            body + (-body) % ulysses
+        )  # rows of one ring shard, tail-padded for Ulysses
         self.piece_len = self.shard_len // ulysses
         padded = [sum(p.length for p in ch) for ch in self.chunks]
         self.padded_doc_starts = [int(x) for x in np.concatenate([[0], np.cumsum(padded)[:-1]])]
@@ -107,7 +111,9 @@ class ShardLayout:
         out = np.full(self.padded_len, -1, dtype=np.int64)
         for d, ch in enumerate(self.chunks):
             p0 = self.padded_doc_starts[d]
-            out[p0 : p0 + self.doc_lengths[d]] = np.arange(self.doc_starts[d], self.doc_starts[d] + self.doc_lengths[d])
+            out[p0 : p0 + self.doc_lengths[d]] = np.arange(
+                self.doc_starts[d], self.doc_starts[d] + self.doc_lengths[d]
+            )
         return out
 
     @cached_property
@@ -138,5 +144,10 @@ class ShardLayout:
         return out
 
     def to_json(self) -> dict:
-        return {"ring": self.ring, "ulysses": self.ulysses, "shard_len": self.shard_len, "piece_len": self.piece_len,
-                "padding_rows": self.ring * self.shard_len - self.seqlen}
+        return {
+            "ring": self.ring,
+            "ulysses": self.ulysses,
+            "shard_len": self.shard_len,
+            "piece_len": self.piece_len,
+            "padding_rows": self.ring * self.shard_len - self.seqlen,
+        }

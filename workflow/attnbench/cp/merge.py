@@ -17,8 +17,10 @@ def accumulator_dtype(dtype):
 def new_accumulator(rows: int, heads: int, head_dim: int, dtype, device):
     """out [rows, heads, head_dim] zeros and lse [heads, rows] -inf, in the accumulation dtype."""
     acc = accumulator_dtype(dtype)
-    return (torch.zeros(rows, heads, head_dim, dtype=acc, device=device),
-            torch.full((heads, rows), float("-inf"), dtype=acc, device=device))
+    return (
+        torch.zeros(rows, heads, head_dim, dtype=acc, device=device),
+        torch.full((heads, rows), float("-inf"), dtype=acc, device=device),
+    )
 
 
 def merge_into(out, lse, out_t, lse_t):
@@ -32,5 +34,7 @@ def merge_into(out, lse, out_t, lse_t):
     safe_new = torch.where(seen, new, torch.zeros_like(new))
     w_old = torch.exp(lse - safe_new)  # exp(-inf) = 0 where a side saw nothing
     w_new = torch.exp(lse_t - safe_new)
-    out.mul_(w_old.transpose(0, 1).unsqueeze(-1)).add_(out_t.to(out.dtype) * w_new.transpose(0, 1).unsqueeze(-1))
+    out.mul_(w_old.transpose(0, 1).unsqueeze(-1)).add_(
+        out_t.to(out.dtype) * w_new.transpose(0, 1).unsqueeze(-1)
+    )
     lse.copy_(new)

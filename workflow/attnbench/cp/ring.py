@@ -30,7 +30,9 @@ class DoubleRing:
         self.R, self.W = ring, windows
         self.w = ring // windows
         self.i, self.j = divmod(r, self.w)
-        self.chunks = chunks  # origin ring rank -> Chunk (queries of this shard vs that shard's keys)
+        self.chunks = (
+            chunks  # origin ring rank -> Chunk (queries of this shard vs that shard's keys)
+        )
         peer = method.rc.groups.peer
         nb = ring_neighbours(r, ring, windows)
         self.inner_next, self.inner_prev = peer(nb["inner_next"]), peer(nb["inner_prev"])
@@ -49,8 +51,12 @@ class DoubleRing:
         self.inner = [e(*kv_shape) for _ in range(2)] if self.w > 1 else []
         self.outer = [e(*kv_shape) for _ in range(2)] if self.W > 1 else []
         # [send, receive] accumulators of dK, dV travelling home (float32 or better)
-        self.dkv_inner = [e(*kv_shape, dtype=acc) for _ in range(2)] if backward and self.w > 1 else []
-        self.dkv_outer = [e(*kv_shape, dtype=acc) for _ in range(2)] if backward and self.W > 1 else []
+        self.dkv_inner = (
+            [e(*kv_shape, dtype=acc) for _ in range(2)] if backward and self.w > 1 else []
+        )
+        self.dkv_outer = (
+            [e(*kv_shape, dtype=acc) for _ in range(2)] if backward and self.W > 1 else []
+        )
 
     def _kv_transfer(self, send, buf, nxt, prv, group):
         return self.m.comm.p2p([(send, nxt)], [(buf, prv)], group, "ring_kv")
@@ -66,15 +72,21 @@ class DoubleRing:
         for o in range(self.W):
             outer = Pending()
             if o < self.W - 1:
-                outer = self._kv_transfer(head, self.outer[o % 2], self.outer_next, self.outer_prev, grp.kv_outer)
+                outer = self._kv_transfer(
+                    head, self.outer[o % 2], self.outer_next, self.outer_prev, grp.kv_outer
+                )
             cur = head
             for t in range(self.w):
                 inner = Pending()
                 if t < self.w - 1:
-                    inner = self._kv_transfer(cur, self.inner[t % 2], self.inner_next, self.inner_prev, grp.kv_inner)
+                    inner = self._kv_transfer(
+                        cur, self.inner[t % 2], self.inner_next, self.inner_prev, grp.kv_inner
+                    )
                 if g.go:
                     with g:
-                        out_t, lse_t = m.rc.kernel.forward(q, cur[0], cur[1], self.chunks[self.origin(o, t)])
+                        out_t, lse_t = m.rc.kernel.forward(
+                            q, cur[0], cur[1], self.chunks[self.origin(o, t)]
+                        )
                         merge_into(acc[0], acc[1], out_t, lse_t)
                 inner.wait()
                 if t < self.w - 1:
@@ -97,16 +109,22 @@ class DoubleRing:
         for o in range(self.W):
             outer = Pending()
             if o < self.W - 1:
-                outer = self._kv_transfer(head, self.outer[o % 2], self.outer_next, self.outer_prev, grp.kv_outer)
+                outer = self._kv_transfer(
+                    head, self.outer[o % 2], self.outer_next, self.outer_prev, grp.kv_outer
+                )
             cur, window_total, inner_dkv = head, None, Pending()
             for t in range(self.w):
                 inner = Pending()
                 if t < self.w - 1:
-                    inner = self._kv_transfer(cur, self.inner[t % 2], self.inner_next, self.inner_prev, grp.kv_inner)
+                    inner = self._kv_transfer(
+                        cur, self.inner[t % 2], self.inner_next, self.inner_prev, grp.kv_inner
+                    )
                 res = None
                 if g.go:
                     with g:
-                        res = m.rc.kernel.backward(dout, q, cur[0], cur[1], out, lse, self.chunks[self.origin(o, t)])
+                        res = m.rc.kernel.backward(
+                            dout, q, cur[0], cur[1], out, lse, self.chunks[self.origin(o, t)]
+                        )
                         if res is not None:
                             dq += res[0]
                 if t == 0:  # the shard this window started with: its total collects here
@@ -119,8 +137,12 @@ class DoubleRing:
                     if g.go:
                         with g:
                             _pass_on(*self.dkv_inner, t == 1, lambda buf: _add_dkv(buf, res))
-                    inner_dkv = comm.p2p([(self.dkv_inner[0], self.inner_next)],
-                                         [(self.dkv_inner[1], self.inner_prev)], grp.dkv_inner, "ring_dkv")
+                    inner_dkv = comm.p2p(
+                        [(self.dkv_inner[0], self.inner_next)],
+                        [(self.dkv_inner[1], self.inner_prev)],
+                        grp.dkv_inner,
+                        "ring_dkv",
+                    )
                 inner.wait()
                 if t < self.w - 1:
                     cur = self.inner[t % 2]
@@ -135,8 +157,12 @@ class DoubleRing:
                 if g.go:
                     with g:
                         _pass_on(*self.dkv_outer, o == 1, lambda buf: buf.add_(window_total))
-                outer_dkv = comm.p2p([(self.dkv_outer[0], self.outer_next)], [(self.dkv_outer[1], self.outer_prev)],
-                                     grp.dkv_outer, "ring_dkv")
+                outer_dkv = comm.p2p(
+                    [(self.dkv_outer[0], self.outer_next)],
+                    [(self.dkv_outer[1], self.outer_prev)],
+                    grp.dkv_outer,
+                    "ring_dkv",
+                )
             outer.wait()
             if o < self.W - 1:
                 head = self.outer[o % 2]

@@ -87,17 +87,32 @@ class RingAllGather(CPMethod):
                 flat.zero_()
                 flat.index_copy_(0, self.k_rows, dk)
                 flat.index_copy_(0, self.v_rows, dv)
-        self.comm.reduce_scatter(self.dkv_local, self.dkv_shards, self.rc.groups.ring, "reduce_scatter")
+        self.comm.reduce_scatter(
+            self.dkv_local, self.dkv_shards, self.rc.groups.ring, "reduce_scatter"
+        )
         if g.go:
             with g:
-                return dq.to(self.dtype), self.dkv_local[0].to(self.dtype), self.dkv_local[1].to(self.dtype)
+                return (
+                    dq.to(self.dtype),
+                    self.dkv_local[0].to(self.dtype),
+                    self.dkv_local[1].to(self.dtype),
+                )
         return None
 
     def schedule(self, direction: str) -> dict:
         """This rank's steps (cp/schedule.py): chunks computed and bytes moved, per phase."""
-        return schedule.allgather_schedule(self.R, self.rc.rank, self.chunks, self.layout.shard_len, self.hq, self.hkv,
-                                           self.d, self.elem, torch.empty((), dtype=self.acc).element_size(),
-                                           direction)
+        return schedule.allgather_schedule(
+            self.R,
+            self.rc.rank,
+            self.chunks,
+            self.layout.shard_len,
+            self.hq,
+            self.hkv,
+            self.d,
+            self.elem,
+            torch.empty((), dtype=self.acc).element_size(),
+            direction,
+        )
 
     def volume(self, direction: str) -> dict:
         return schedule.volume(self.schedule(direction))
@@ -106,4 +121,8 @@ class RingAllGather(CPMethod):
         return schedule.work(self.schedule("fwd")["fwd"])
 
     def describe(self) -> dict:
-        return {"layout": self.layout.to_json(), "ring_rank": self.r, "gathered_rows": self.layout.padded_len}
+        return {
+            "layout": self.layout.to_json(),
+            "ring_rank": self.r,
+            "gathered_rows": self.layout.padded_len,
+        }

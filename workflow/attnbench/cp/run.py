@@ -15,15 +15,17 @@ import torch.distributed as dist
 from .. import status as S
 from ..harness.gate import judge, lse_bound
 from ..harness.inputs import local_inputs
-from ..kernels.base import bhsd_view, to_thd
 from ..harness.reference import reference_attention
+from ..kernels.base import bhsd_view, to_thd
 from . import catalog
 from .base import RankContext, load
 from .comm import Comm, Groups, Guard
 from .kernels import load as load_kernel
 
 TIMEOUT = None  # the job's process-group timeout (init), also given to every group made later
-CHECK_OOM = "check_oom"  # a verdict's status when the float64 check itself ran out of memory (rank 0)
+CHECK_OOM = (
+    "check_oom"  # a verdict's status when the float64 check itself ran out of memory (rank 0)
+)
 
 
 # ---------------------------------------------------------------- process group
@@ -52,7 +54,9 @@ class Session:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self._groups = {}
 
-    def context(self, deg: catalog.Degrees, kernel_name: str | None, dtype, head_dim, load_kernel_too=True) -> RankContext:
+    def context(
+        self, deg: catalog.Degrees, kernel_name: str | None, dtype, head_dim, load_kernel_too=True
+    ) -> RankContext:
         if deg.world != self.world:
             raise ValueError(f"degrees {deg} need {deg.world} ranks, the job has {self.world}")
         if deg not in self._groups:
@@ -60,8 +64,16 @@ class Session:
         kernel = None
         if kernel_name is not None and load_kernel_too:
             kernel = load_kernel(catalog.local_kernel(kernel_name), self.device, dtype, head_dim)
-        return RankContext(self.rank, self.device, deg, self._groups[deg], Comm(self.device), Guard(), kernel,
-                           kernel_name)
+        return RankContext(
+            self.rank,
+            self.device,
+            deg,
+            self._groups[deg],
+            Comm(self.device),
+            Guard(),
+            kernel,
+            kernel_name,
+        )
 
 
 def agree(guard: Guard, where: str) -> tuple[str | None, str | None]:
@@ -71,7 +83,10 @@ def agree(guard: Guard, where: str) -> tuple[str | None, str | None]:
     if guard.error is not None:
         e = guard.error
         st = e.status if isinstance(e, S.CellOutcome) else S.OOM
-        mine = (st, f"rank {dist.get_rank()} in {where}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}")
+        mine = (
+            st,
+            f"rank {dist.get_rank()} in {where}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}",
+        )
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     failed = [x for x in everyone if x is not None]
@@ -96,12 +111,29 @@ def run_once(method, inputs, backward: bool) -> dict:
     if backward:
         grads = method.backward(dout)
         if method.guard.go:
-            res.update(dq=grads[0].detach().clone(), dk=grads[1].detach().clone(), dv=grads[2].detach().clone())
+            res.update(
+                dq=grads[0].detach().clone(),
+                dk=grads[1].detach().clone(),
+                dv=grads[2].detach().clone(),
+            )
     return res
 
 
-def check_method(session: Session, method_name: str, kernel_name: str, deg, mask, seed, hq, hkv, d, dtype,
-                 backward: bool, factor: float, dense_reference=True) -> dict:
+def check_method(
+    session: Session,
+    method_name: str,
+    kernel_name: str,
+    deg,
+    mask,
+    seed,
+    hq,
+    hkv,
+    d,
+    dtype,
+    backward: bool,
+    factor: float,
+    dense_reference=True,
+) -> dict:
     """Run the method once on this rank and compare every rank's results with the float64
     reference (computed on rank 0). Every rank returns the same dict: status and errors."""
     info = catalog.method(method_name)
@@ -117,22 +149,34 @@ def check_method(session: Session, method_name: str, kernel_name: str, deg, mask
                 method.setup(backward)
         inputs = local_inputs(seed, method.positions, hq, hkv, d, dtype, session.device)
         res = run_once(method, inputs, backward)
-        res["bytes"] = {"sent": rc.comm.total_sent, "received": rc.comm.total_received, "by_kind": dict(rc.comm.sent),
-                        "analytic": method.volume("fwdbwd" if backward else "fwd"), "work_pairs": method.work()}
+        res["bytes"] = {
+            "sent": rc.comm.total_sent,
+            "received": rc.comm.total_received,
+            "by_kind": dict(rc.comm.sent),
+            "analytic": method.volume("fwdbwd" if backward else "fwd"),
+            "work_pairs": method.work(),
+        }
     st, reason = agree(rc.guard, "the correctness run")
     if st is not None:
         return {"status": st, "reason": reason}
     gathered = [None] * session.world
-    dist.all_gather_object(gathered, {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in res.items()})
+    dist.all_gather_object(
+        gathered, {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in res.items()}
+    )
     verdict = None
     if session.rank == 0:
         try:
-            verdict = compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, session.device)
+            verdict = compare(
+                gathered, mask, seed, hq, hkv, d, dtype, backward, factor, session.device
+            )
         except Exception as e:  # noqa: BLE001 - the reference's OOM is the check's, not the method's
             if not S.is_oom(e):
                 raise
-            verdict = {"status": CHECK_OOM, "reason": f"rank 0, float64 check at {mask.seqlen}: "
-                                                      f"{str(e).splitlines()[0][:300]}"}
+            verdict = {
+                "status": CHECK_OOM,
+                "reason": f"rank 0, float64 check at {mask.seqlen}: "
+                f"{str(e).splitlines()[0][:300]}",
+            }
         if verdict["status"] == CHECK_OOM and session.device.type == "cuda":
             torch.cuda.empty_cache()
     box = [verdict]
@@ -151,7 +195,11 @@ def naive_in_dtype(q, k, v, dout, visible):
     g = q.shape[1] // k.shape[1]
     s = (leaves[0] @ leaves[1].repeat_interleave(g, dim=1).transpose(-1, -2)) * q.shape[-1] ** -0.5
     lse = torch.logsumexp(s.detach().masked_fill(~visible, float("-inf")), dim=-1)[0]
-    return to_thd(out.detach(), "bhsd"), lse, tuple(to_thd(x, "bhsd") for x in grads) if grads is not None else None
+    return (
+        to_thd(out.detach(), "bhsd"),
+        lse,
+        tuple(to_thd(x, "bhsd") for x in grads) if grads is not None else None,
+    )
 
 
 def compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device="cpu") -> dict:
@@ -162,7 +210,7 @@ def compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device="c
     S_ = mask.seqlen
     q, k, v, dout = local_inputs(seed, np.arange(S_), hq, hkv, d, dtype, device)
     ref_out, ref_lse, ref_grads = reference_attention(q, k, v, mask, dout if backward else None)
-    lse_tol = lse_bound(ref_lse, q, k, d ** -0.5)
+    lse_tol = lse_bound(ref_lse, q, k, d**-0.5)
     vis = mask.dense(device)
     nv_out, nv_lse, nv_grads = naive_in_dtype(q, k, v, dout if backward else None, vis)
     names = tuple(n for n in ("out", "lse", "dq", "dk", "dv") if n in gathered[0])
@@ -180,22 +228,52 @@ def compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device="c
         keep = pos >= 0
         p = pos[keep]
         mine = {n: (res[n].transpose(0, 1) if n == "lse" else res[n])[keep] for n in names}
-        verdict = judge(mine, {n: nv[n][p] for n in names}, {n: ref[n][p] for n in names}, dtype, factor, S_,
-                        lse_tolerance=lse_tol)
+        verdict = judge(
+            mine,
+            {n: nv[n][p] for n in names},
+            {n: ref[n][p] for n in names},
+            dtype,
+            factor,
+            S_,
+            lse_tolerance=lse_tol,
+        )
         passed &= verdict["passed"]
-        per_rank.append({"rank": r, "rows": int(keep.sum()), **{k_: verdict[k_] for k_ in (
-            "errors", "naive_errors", "tolerance", "frobenius_errors", "passed")}})
+        per_rank.append(
+            {
+                "rank": r,
+                "rows": int(keep.sum()),
+                **{
+                    k_: verdict[k_]
+                    for k_ in ("errors", "naive_errors", "tolerance", "frobenius_errors", "passed")
+                },
+            }
+        )
         criterion = verdict["criterion"]
     covered = sorted(int(x) for res in gathered for x in res["positions"] if x >= 0)
     if covered != list(range(S_)):
         passed = False
     worst = {n: max(pr["errors"][n] for pr in per_rank) for n in names}
     counted = [res["bytes"] for res in gathered]
-    bytes_match = None if counted[0]["analytic"]["sent"] is None else all(
-        b["sent"] == b["analytic"]["sent"] and b["received"] == b["analytic"]["received"] for b in counted)
-    return {"status": S.OK if passed else S.INCORRECT, "seqlen": S_, "errors": worst, "ranks": per_rank,
-            "criterion": criterion, "tolerance_factor": factor, "lse_bound": lse_tol if "lse" in names else None,
-            "passed": bool(passed), "every_row_once": covered == list(range(S_)),
-            "bytes": counted, "bytes_match_analytic": bytes_match,
-            "work_pairs_total": sum(b["work_pairs"] for b in counted),
-            "mask_area_all_heads": int(sum(mask.area_per_head))}
+    bytes_match = (
+        None
+        if counted[0]["analytic"]["sent"] is None
+        else all(
+            b["sent"] == b["analytic"]["sent"] and b["received"] == b["analytic"]["received"]
+            for b in counted
+        )
+    )
+    return {
+        "status": S.OK if passed else S.INCORRECT,
+        "seqlen": S_,
+        "errors": worst,
+        "ranks": per_rank,
+        "criterion": criterion,
+        "tolerance_factor": factor,
+        "lse_bound": lse_tol if "lse" in names else None,
+        "passed": bool(passed),
+        "every_row_once": covered == list(range(S_)),
+        "bytes": counted,
+        "bytes_match_analytic": bytes_match,
+        "work_pairs_total": sum(b["work_pairs"] for b in counted),
+        "mask_area_all_heads": int(sum(mask.area_per_head)),
+    }

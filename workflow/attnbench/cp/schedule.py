@@ -32,7 +32,9 @@ class Transfer:
 
     def __post_init__(self):
         if self.pattern not in PATTERNS:
-            raise ValueError(f"unknown transfer pattern {self.pattern!r}; valid: {', '.join(PATTERNS)}")
+            raise ValueError(
+                f"unknown transfer pattern {self.pattern!r}; valid: {', '.join(PATTERNS)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -50,15 +52,21 @@ def ring_origins(r: int, ring: int, windows: int) -> list[tuple[int, int, int]]:
     window i = r // w, position j = r % w, origin ((i - o) mod W) * w + (j - t) mod w."""
     w = ring // windows
     i, j = divmod(r, w)
-    return [(o, t, ((i - o) % windows) * w + (j - t) % w) for o in range(windows) for t in range(w)]
+    return [
+        (o, t, ((i - o) % windows) * w + (j - t) % w) for o in range(windows) for t in range(w)
+    ]
 
 
 def ring_neighbours(r: int, ring: int, windows: int) -> dict:
     """Ring ranks r sends to and receives from: inner ring (inside the window) and outer ring."""
     w = ring // windows
     i, j = divmod(r, w)
-    return {"inner_next": i * w + (j + 1) % w, "inner_prev": i * w + (j - 1) % w,
-            "outer_next": ((i + 1) % windows) * w + j, "outer_prev": ((i - 1) % windows) * w + j}
+    return {
+        "inner_next": i * w + (j + 1) % w,
+        "inner_prev": i * w + (j - 1) % w,
+        "outer_next": ((i + 1) % windows) * w + j,
+        "outer_prev": ((i - 1) % windows) * w + j,
+    }
 
 
 def alltoall_bytes(buffer_bytes: int, n: int) -> int:
@@ -66,8 +74,19 @@ def alltoall_bytes(buffer_bytes: int, n: int) -> int:
     return buffer_bytes * (n - 1) // n if n > 1 else 0
 
 
-def hybrid_schedule(deg: Degrees, rank: int, chunks: dict, shard_len: int, piece_len: int, heads_q: int,
-                    heads_kv: int, head_dim: int, elem: int, acc_elem: int, direction: str) -> dict:
+def hybrid_schedule(
+    deg: Degrees,
+    rank: int,
+    chunks: dict,
+    shard_len: int,
+    piece_len: int,
+    heads_q: int,
+    heads_kv: int,
+    head_dim: int,
+    elem: int,
+    acc_elem: int,
+    direction: str,
+) -> dict:
     """Ulysses all-to-all inside groups of U around a double ring over R (cp/hybrid.py):
     {"fwd": [Step], "bwd": [Step]} (the phases `direction` includes) for global rank `rank`.
     `chunks`: origin ring rank -> the Chunk of this rank's queries against that shard's keys."""
@@ -82,7 +101,11 @@ def hybrid_schedule(deg: Degrees, rank: int, chunks: dict, shard_len: int, piece
     ring_peer = {k: deg.rank(v, u) for k, v in nb.items()}
 
     def a2a(*buffers):
-        return tuple(Transfer("ulysses", "all_to_all", alltoall_bytes(b, U), group) for b in buffers) if U > 1 else ()
+        return (
+            tuple(Transfer("ulysses", "all_to_all", alltoall_bytes(b, U), group) for b in buffers)
+            if U > 1
+            else ()
+        )
 
     def kv_hop(where, size):
         return Transfer(*size, (ring_peer[f"{where}_next"], ring_peer[f"{where}_prev"]))
@@ -94,36 +117,78 @@ def hybrid_schedule(deg: Degrees, rank: int, chunks: dict, shard_len: int, piece
             continue
         steps = []
         if phase == "fwd":
-            steps.append(Step("ulysses in", transfers=a2a(U * m * hq_l * D * elem, U * 2 * m * hkv_l * D * elem)))
+            steps.append(
+                Step(
+                    "ulysses in",
+                    transfers=a2a(U * m * hq_l * D * elem, U * 2 * m * hkv_l * D * elem),
+                )
+            )
         else:
             steps.append(Step("ulysses in", transfers=a2a(U * m * hq_l * D * elem)))
         for o, t, origin in ring_origins(r, R, W):
             moves, window_moves = [], []
             if t == 0 and o < W - 1:  # prefetch of the next window's KV: runs through this window
                 window_moves.append(kv_hop("outer", ("ring_kv", "p2p", kv * elem)))
-            if t == 0 and phase == "bwd" and o >= 2:  # the previous window's dKV total, through this window
+            if (
+                t == 0 and phase == "bwd" and o >= 2
+            ):  # the previous window's dKV total, through this window
                 window_moves.append(kv_hop("outer", ("ring_dkv", "p2p", kv * acc_elem)))
             if t < w - 1:
                 moves.append(kv_hop("inner", ("ring_kv", "p2p", kv * elem)))
             if phase == "bwd" and t >= 2:  # dKV accumulated up to step t-1 travels during step t
                 moves.append(kv_hop("inner", ("ring_dkv", "p2p", kv * acc_elem)))
-            steps.append(Step(f"ring o{o} t{t}", ((chunks[origin], hq_l),), tuple(moves), overlapped=True,
-                              window=o, window_transfers=tuple(window_moves)))
-            if phase == "bwd" and t == w - 1 and w > 1:  # the window's last inner dKV hop: waited at once
-                steps.append(Step(f"dkv inner home o{o}", transfers=(kv_hop("inner", ("ring_dkv", "p2p",
-                                                                                       kv * acc_elem)),)))
+            steps.append(
+                Step(
+                    f"ring o{o} t{t}",
+                    ((chunks[origin], hq_l),),
+                    tuple(moves),
+                    overlapped=True,
+                    window=o,
+                    window_transfers=tuple(window_moves),
+                )
+            )
+            if (
+                phase == "bwd" and t == w - 1 and w > 1
+            ):  # the window's last inner dKV hop: waited at once
+                steps.append(
+                    Step(
+                        f"dkv inner home o{o}",
+                        transfers=(kv_hop("inner", ("ring_dkv", "p2p", kv * acc_elem)),),
+                    )
+                )
         if phase == "bwd" and W > 1:  # the last outer dKV hop, nothing left to hide it behind
-            steps.append(Step("dkv outer home", transfers=(kv_hop("outer", ("ring_dkv", "p2p", kv * acc_elem)),)))
+            steps.append(
+                Step(
+                    "dkv outer home",
+                    transfers=(kv_hop("outer", ("ring_dkv", "p2p", kv * acc_elem)),),
+                )
+            )
         if phase == "fwd":
-            steps.append(Step("ulysses out", transfers=a2a(M * hq_l * D * elem, U * hq_l * m * acc_elem)))
+            steps.append(
+                Step("ulysses out", transfers=a2a(M * hq_l * D * elem, U * hq_l * m * acc_elem))
+            )
         else:
-            steps.append(Step("ulysses out", transfers=a2a(M * hq_l * D * elem, U * 2 * m * hkv_l * D * elem)))
+            steps.append(
+                Step(
+                    "ulysses out", transfers=a2a(M * hq_l * D * elem, U * 2 * m * hkv_l * D * elem)
+                )
+            )
         phases[phase] = steps
     return phases
 
 
-def allgather_schedule(ring: int, rank: int, chunks: tuple, shard_len: int, heads_q: int, heads_kv: int,
-                       head_dim: int, elem: int, acc_elem: int, direction: str) -> dict:
+def allgather_schedule(
+    ring: int,
+    rank: int,
+    chunks: tuple,
+    shard_len: int,
+    heads_q: int,
+    heads_kv: int,
+    head_dim: int,
+    elem: int,
+    acc_elem: int,
+    direction: str,
+) -> dict:
     """Ring AllGather (cp/ring_allgather.py): gather K, V; compute both query chunks; backward
     gathers again and reduce-scatters dK, dV (float32). Nothing overlaps."""
     group = tuple(range(ring))
@@ -134,10 +199,18 @@ def allgather_schedule(ring: int, rank: int, chunks: tuple, shard_len: int, head
     if "fwd" in direction:
         phases["fwd"] = [Step("all_gather kv", transfers=(gather,)), Step("attention", work)]
     if "bwd" in direction:
-        phases["bwd"] = [Step("all_gather kv", transfers=(gather,)), Step("attention", work),
-                         Step("reduce_scatter dkv",
-                              transfers=(Transfer("reduce_scatter", "reduce_scatter", (ring - 1) * kv * acc_elem,
-                                                  group),))]
+        phases["bwd"] = [
+            Step("all_gather kv", transfers=(gather,)),
+            Step("attention", work),
+            Step(
+                "reduce_scatter dkv",
+                transfers=(
+                    Transfer(
+                        "reduce_scatter", "reduce_scatter", (ring - 1) * kv * acc_elem, group
+                    ),
+                ),
+            ),
+        ]
     return phases
 
 

@@ -30,23 +30,31 @@ class TorchCP(CPMethod):
     def __init__(self, info, rc, mask, heads_q, heads_kv, head_dim, dtype):
         super().__init__(info, rc, mask, heads_q, heads_kv, head_dim, dtype)
         if rc.device.type != "cuda":
-            raise Unavailable("torch_cp runs only on cuda (context_parallel dispatches SDPA's GPU kernels)")
+            raise Unavailable(
+                "torch_cp runs only on cuda (context_parallel dispatches SDPA's GPU kernels)"
+            )
         from torch.distributed.tensor.experimental import _attention as cp_attention  # noqa: F401
 
         if rc.kernel_name not in BACKENDS:
-            raise Unsupported(f"torch_cp runs SDPA under one pinned backend; local kernel {rc.kernel_name!r} is none "
-                              f"(valid: {', '.join(BACKENDS)})")
+            raise Unsupported(
+                f"torch_cp runs SDPA under one pinned backend; local kernel {rc.kernel_name!r} is none "
+                f"(valid: {', '.join(BACKENDS)})"
+            )
         self.backend = BACKENDS[rc.kernel_name]
 
         n, s = rc.deg.world, mask.seqlen
         self.causal = mask.name == "causal"
         need = 2 * n if self.causal else n
         if s % need:
-            raise Unsupported(f"torch_cp shards without padding: seqlen {s} must be a multiple of {need}")
+            raise Unsupported(
+                f"torch_cp shards without padding: seqlen {s} must be a multiple of {need}"
+            )
         r = rc.rank
         if self.causal:
             c = s // (2 * n)
-            self.positions = np.concatenate([np.arange(r * c, (r + 1) * c), np.arange((2 * n - 1 - r) * c, (2 * n - r) * c)])
+            self.positions = np.concatenate(
+                [np.arange(r * c, (r + 1) * c), np.arange((2 * n - 1 - r) * c, (2 * n - r) * c)]
+            )
         else:
             c = s // n
             self.positions = np.arange(r * c, (r + 1) * c)
@@ -66,7 +74,9 @@ class TorchCP(CPMethod):
 
         marker = torch.zeros(self.mask.seqlen, device=self.device)
         _cp_options.enable_load_balance = self.causal  # the context derives its balancer from this
-        return context_parallel(self._mesh(), buffers=[marker], buffer_seq_dims=[0], no_restore_buffers={marker})
+        return context_parallel(
+            self._mesh(), buffers=[marker], buffer_seq_dims=[0], no_restore_buffers={marker}
+        )
 
     def setup(self, backward: bool):
         self._mesh()
@@ -75,8 +85,9 @@ class TorchCP(CPMethod):
         with self._context(), sdpa_kernel(self.backend):
             leaves = [from_thd(x, "bhsd").requires_grad_(True) for x in (q, k, v)]
             with torch.enable_grad():
-                out = F.scaled_dot_product_attention(*leaves, is_causal=self.causal,
-                                                     enable_gqa=self.hq != self.hkv)
+                out = F.scaled_dot_product_attention(
+                    *leaves, is_causal=self.causal, enable_gqa=self.hq != self.hkv
+                )
         self.saved = (leaves, out)
         return to_thd(out.detach(), "bhsd"), None
 
@@ -87,7 +98,12 @@ class TorchCP(CPMethod):
         return tuple(to_thd(g, "bhsd") for g in grads)
 
     def volume(self, direction: str) -> dict:
-        return {"sent": None, "received": None, "by_kind": {}, "note": "torch's own transfers are not counted"}
+        return {
+            "sent": None,
+            "received": None,
+            "by_kind": {},
+            "note": "torch's own transfers are not counted",
+        }
 
     def work(self) -> int:
         s = self.mask.seqlen
@@ -97,5 +113,8 @@ class TorchCP(CPMethod):
         return int(sum(p + 1 for p in pos)) * self.hq
 
     def describe(self) -> dict:
-        return {"load_balance": "head-tail" if self.causal else "none", "rows": len(self.positions),
-                "sdpa_backend": self.backend.name}
+        return {
+            "load_balance": "head-tail" if self.causal else "none",
+            "rows": len(self.positions),
+            "sdpa_backend": self.backend.name,
+        }

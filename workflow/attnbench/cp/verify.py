@@ -22,7 +22,10 @@ import torch.distributed as dist
 from ..masks import CP_MASKS, Mask
 from . import catalog, run
 
-DEFAULT_KERNELS = {"cpu": ("math", "cpu_flash"), "cuda": ("sdpa_flash", "sdpa_cudnn", "flex", "fa2", "fa3")}
+DEFAULT_KERNELS = {
+    "cpu": ("math", "cpu_flash"),
+    "cuda": ("sdpa_flash", "sdpa_cudnn", "flex", "fa2", "fa3"),
+}
 
 
 def odd_documents(total: int, ring: int, rng) -> list[int]:
@@ -62,8 +65,11 @@ def method_configs(world: int, device: str):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m attnbench.cp.verify", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m attnbench.cp.verify",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--out", required=True, help="JSON lines, one per case (rank 0)")
     p.add_argument("--kernels", nargs="*", help="local kernels (default: the device's)")
@@ -91,44 +97,89 @@ def main(argv=None):
         torch_cp = method == "torch_cp"
         # torch_cp pads nothing: its sequence is a multiple of 2R
         length = seqlen - seqlen % (2 * world) if torch_cp else seqlen
-        for kname in ([k for k in kernels if k in catalog.TORCH_CP_BACKENDS] if torch_cp else kernels):
+        for kname in (
+            [k for k in kernels if k in catalog.TORCH_CP_BACKENDS] if torch_cp else kernels
+        ):
             unavailable = catalog.unavailable_reason(method, kname, a.device)
-            for mask in (m for m in masks_for(world, length, a.seed) if not a.masks or m.name in a.masks):
-                backward = torch_cp or "bwd" in catalog.local_kernel(kname).directions.get(a.device, ())
-                row = {"world": world, "method": method, "degrees": deg.to_json(), "local_kernel": kname,
-                       "mask": mask.name, "seqlen": length, "heads": [hq, hkv], "dtype": str(dtype).split(".")[-1],
-                       "backward": backward, "doc_lengths": mask.params.get("doc_lengths")}
-                unsupported = catalog.unsupported_reason(method, kname, mask.name, "bwd" if backward else "fwd",
-                                                         a.device, deg, hq, hkv)
+            for mask in (
+                m for m in masks_for(world, length, a.seed) if not a.masks or m.name in a.masks
+            ):
+                backward = torch_cp or "bwd" in catalog.local_kernel(kname).directions.get(
+                    a.device, ()
+                )
+                row = {
+                    "world": world,
+                    "method": method,
+                    "degrees": deg.to_json(),
+                    "local_kernel": kname,
+                    "mask": mask.name,
+                    "seqlen": length,
+                    "heads": [hq, hkv],
+                    "dtype": str(dtype).split(".")[-1],
+                    "backward": backward,
+                    "doc_lengths": mask.params.get("doc_lengths"),
+                }
+                unsupported = catalog.unsupported_reason(
+                    method, kname, mask.name, "bwd" if backward else "fwd", a.device, deg, hq, hkv
+                )
                 if unavailable:
                     row.update(status="unavailable", reason=unavailable)
                 elif unsupported:
                     row.update(status="unsupported", reason=unsupported)
                 else:
-                    v = run.check_method(session, method, kname, deg, mask, a.seed,
-                                         hq, hkv, a.head_dim, dtype, backward, a.factor)
-                    row.update(status=v["status"], reason=v.get("reason"), errors=v.get("errors"),
-                               passed=v.get("passed"), every_row_once=v.get("every_row_once"),
-                               bytes_match_analytic=v.get("bytes_match_analytic"),
-                               bytes=[{**{k: b[k] for k in ("sent", "received")}, "by_kind": b["by_kind"],
-                                       "analytic_by_kind": b["analytic"]["by_kind"]} for b in v.get("bytes", [])],
-                               work_pairs_total=v.get("work_pairs_total"),
-                               mask_area_all_heads=v.get("mask_area_all_heads"),
-                               rank_errors=[r["errors"] for r in v.get("ranks", [])],
-                               tolerance=[r["tolerance"] for r in v.get("ranks", [])])
+                    v = run.check_method(
+                        session,
+                        method,
+                        kname,
+                        deg,
+                        mask,
+                        a.seed,
+                        hq,
+                        hkv,
+                        a.head_dim,
+                        dtype,
+                        backward,
+                        a.factor,
+                    )
+                    row.update(
+                        status=v["status"],
+                        reason=v.get("reason"),
+                        errors=v.get("errors"),
+                        passed=v.get("passed"),
+                        every_row_once=v.get("every_row_once"),
+                        bytes_match_analytic=v.get("bytes_match_analytic"),
+                        bytes=[
+                            {
+                                **{k: b[k] for k in ("sent", "received")},
+                                "by_kind": b["by_kind"],
+                                "analytic_by_kind": b["analytic"]["by_kind"],
+                            }
+                            for b in v.get("bytes", [])
+                        ],
+                        work_pairs_total=v.get("work_pairs_total"),
+                        mask_area_all_heads=v.get("mask_area_all_heads"),
+                        rank_errors=[r["errors"] for r in v.get("ranks", [])],
+                        tolerance=[r["tolerance"] for r in v.get("ranks", [])],
+                    )
                 rows.append(row)
     if session.rank == 0:
         with open(a.out, "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")
         bad = [r for r in rows if r["status"] not in ("ok", "unsupported", "unavailable")]
-        print(f"world {world}: {len(rows)} cases, {sum(r['status'] == 'ok' for r in rows)} ok, "
-              f"{sum(r['status'] == 'unsupported' for r in rows)} unsupported, "
-              f"{sum(r['status'] == 'unavailable' for r in rows)} unavailable, {len(bad)} failing; "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"world {world}: {len(rows)} cases, {sum(r['status'] == 'ok' for r in rows)} ok, "
+            f"{sum(r['status'] == 'unsupported' for r in rows)} unsupported, "
+            f"{sum(r['status'] == 'unavailable' for r in rows)} unavailable, {len(bad)} failing; "
+            f"{time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
         for r in bad:
-            print(f"  FAIL {r['method']} {r['degrees']} {r['mask']} {r['local_kernel']}: {r['status']} "
-                  f"{r.get('reason') or r.get('errors')}", flush=True)
+            print(
+                f"  FAIL {r['method']} {r['degrees']} {r['mask']} {r['local_kernel']}: {r['status']} "
+                f"{r.get('reason') or r.get('errors')}",
+                flush=True,
+            )
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -71,7 +71,9 @@ def part(name: str, which: str):
 def product_problems(cfg, grid, prod, fam, at) -> list[str]:
     """The family's own checks of one product of a grid (an unknown family is the problem)."""
     if fam not in FAMILIES:
-        return [f"{at.split('.also[')[0]}.family: unknown family {fam!r}; valid families: {', '.join(FAMILIES)}"]
+        return [
+            f"{at.split('.also[')[0]}.family: unknown family {fam!r}; valid families: {', '.join(FAMILIES)}"
+        ]
     return family(fam).problems(cfg, grid, prod, at)
 
 
@@ -144,23 +146,50 @@ def register_own_kernels(grid_cfg: dict | None) -> None:
                 catalog.resolve(entry)
 
 
-def write_tables(cells_csv, out_dir, grid: str | None = None, family: str | None = None,
-                 grid_cfg: dict | None = None) -> list[Path]:
+def write_tables(
+    cells_csv,
+    out_dir,
+    grid: str | None = None,
+    family: str | None = None,
+    grid_cfg: dict | None = None,
+) -> list[Path]:
     """The grid's tables, written by its family, and a report caption per table."""
     from ..report.tables import write_tables as write_with
 
     register_own_kernels(grid_cfg)
-    return write_with(cells_csv, out_dir, lambda name: part(name, "TABLES"), grid=grid, family=family,
-                      grid_cfg=grid_cfg)
+    return write_with(
+        cells_csv,
+        out_dir,
+        lambda name: part(name, "TABLES"),
+        grid=grid,
+        family=family,
+        grid_cfg=grid_cfg,
+    )
 
 
-def write_figures(cells_csv, out_dir, style=None, grid: str | None = None, grid_cfg: dict | None = None,
-                  only=None, strict: bool = True) -> list[Path]:
+def write_figures(
+    cells_csv,
+    out_dir,
+    style=None,
+    grid: str | None = None,
+    grid_cfg: dict | None = None,
+    only=None,
+    strict: bool = True,
+) -> list[Path]:
     """The grid's figures, drawn by its family, and their captions (report.figures.write_figures)."""
     from ..report.figures import write_figures as write_with
 
     register_own_kernels(grid_cfg)
 
     promised = figure_stems(grid_cfg) if grid_cfg is not None else None
-    return write_with(cells_csv, out_dir, lambda name: part(name, "FIGURES"), style, promised, grid=grid,
-                      grid_cfg=grid_cfg, only=only, strict=strict)
+    return write_with(
+        cells_csv,
+        out_dir,
+        lambda name: part(name, "FIGURES"),
+        style,
+        promised,
+        grid=grid,
+        grid_cfg=grid_cfg,
+        only=only,
+        strict=strict,
+    )

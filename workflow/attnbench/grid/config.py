@@ -53,7 +53,9 @@ def _schema_problems(cfg) -> list[str]:
     problems = []
     for err in sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
         msg = err.message
-        if err.validator == "additionalProperties" and isinstance(err.schema.get("properties"), dict):
+        if err.validator == "additionalProperties" and isinstance(
+            err.schema.get("properties"), dict
+        ):
             msg += f"; valid keys: {', '.join(err.schema['properties'])}"
         elif err.validator == "minimum" and err.schema.get("description"):
             msg += f" ({err.schema['description']})"
@@ -66,7 +68,9 @@ def _semantic_problems(cfg, product_problems) -> list[str]:
     grids = cfg.get("grids", {})
     for i, name in enumerate(cfg.get("run", [])):
         if name not in grids:
-            problems.append(f"run[{i}]: unknown grid {name!r}; grids in this config: {', '.join(grids)}")
+            problems.append(
+                f"run[{i}]: unknown grid {name!r}; grids in this config: {', '.join(grids)}"
+            )
     for gname, grid in grids.items():
         where = f"grids.{gname}"
         fam = grid.get("family", "kernel")
@@ -87,8 +91,10 @@ def cell_timeout_s(grid: dict) -> int:
 def _budget_problems(grid, where) -> list[str]:
     budget, runtime_s = grid.get("cell_timeout_s", "auto"), grid.get("runtime_min", 30) * 60
     if budget != "auto" and budget >= runtime_s:
-        return [f"{where}.cell_timeout_s: {budget} s is not below runtime_min ({runtime_s} s): Slurm would end the "
-                f"job before the cell could record its timeout; choose less than {runtime_s}, or auto"]
+        return [
+            f"{where}.cell_timeout_s: {budget} s is not below runtime_min ({runtime_s} s): Slurm would end the "
+            f"job before the cell could record its timeout; choose less than {runtime_s}, or auto"
+        ]
     return []
 
 
@@ -108,7 +114,11 @@ def validate(cfg: dict, product_problems) -> dict:
 def deep_merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in (over or {}).items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+        out[k] = (
+            deep_merge(out[k], v)
+            if isinstance(v, dict) and isinstance(out.get(k), dict)
+            else copy.deepcopy(v)
+        )
     return out
 
 
@@ -121,8 +131,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
-                raise ConfigError([f"key {key!r} appears twice in one mapping (lines {seen[key] + 1} and "
-                                   f"{key_node.start_mark.line + 1}); keep one"])
+                raise ConfigError(
+                    [
+                        f"key {key!r} appears twice in one mapping (lines {seen[key] + 1} and "
+                        f"{key_node.start_mark.line + 1}); keep one"
+                    ]
+                )
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
 

@@ -12,8 +12,21 @@ import json
 from .. import masks as M
 from ..masks.lengths import choose_histogram
 
-AXES = ("kernels", "methods", "masks", "seqlen", "tokens_per_gpu", "gpus", "heads", "head_dim", "dtype",
-        "direction", "block_size", "avg_block", "density")
+AXES = (
+    "kernels",
+    "methods",
+    "masks",
+    "seqlen",
+    "tokens_per_gpu",
+    "gpus",
+    "heads",
+    "head_dim",
+    "dtype",
+    "direction",
+    "block_size",
+    "avg_block",
+    "density",
+)
 # The settings of a grid every cell carries as they are.
 COMMON_KEYS = ("device", "samples", "warmup", "reps", "seed", "check")
 
@@ -80,8 +93,11 @@ def cell_path(cell: dict) -> str:
 
 def mask_problems(prod, fam: str, valid_masks, at: str) -> list[str]:
     """The point's masks that its family cannot draw."""
-    return [f"{at}.masks[{i}]: unknown mask {m!r} for family {fam}; valid masks: {', '.join(valid_masks)}"
-            for i, m in enumerate(prod.get("masks", [])) if m not in valid_masks]
+    return [
+        f"{at}.masks[{i}]: unknown mask {m!r} for family {fam}; valid masks: {', '.join(valid_masks)}"
+        for i, m in enumerate(prod.get("masks", []))
+        if m not in valid_masks
+    ]
 
 
 def shape_problems(cfg, grid, prod, at: str) -> list[str]:
@@ -90,7 +106,9 @@ def shape_problems(cfg, grid, prod, at: str) -> list[str]:
     problems = []
     for i, (hq, hkv) in enumerate(prod.get("heads", [])):
         if hq % hkv:
-            problems.append(f"{at}.heads[{i}]: {hq} query heads are not a multiple of {hkv} KV heads")
+            problems.append(
+                f"{at}.heads[{i}]: {hq} query heads are not a multiple of {hkv} KV heads"
+            )
     if any(M.pattern(m).uses_documents for m in prod.get("masks", []) if m in M.PATTERNS):
         for s in seqlens(prod):
             try:

@@ -44,19 +44,32 @@ def git_state() -> dict:
         dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
         return {"git_commit": commit, "git_dirty": None if dirty is None else bool(dirty)}
     env_dirty = os.environ.get("ATTNBENCH_GIT_DIRTY")
-    return {"git_commit": os.environ.get("ATTNBENCH_GIT_COMMIT", "unknown"),
-            "git_dirty": None if env_dirty is None else env_dirty == "1"}
+    return {
+        "git_commit": os.environ.get("ATTNBENCH_GIT_COMMIT", "unknown"),
+        "git_dirty": None if env_dirty is None else env_dirty == "1",
+    }
 
 
 # The files whose content decides what a cell computes: the package, the rules, the schemas and the
 # pinned environments. Results, tests and config.yaml are not code (the cell's config is hashed apart).
-CODE_FILES = ("Snakefile", "pyproject.toml", "envs/*", "workflow/attnbench/**/*.py", "workflow/**/*.smk",
-              "workflow/schemas/*", "workflow/scripts/**/*")
+CODE_FILES = (
+    "Snakefile",
+    "pyproject.toml",
+    "envs/*",
+    "workflow/attnbench/**/*.py",
+    "workflow/**/*.smk",
+    "workflow/schemas/*",
+    "workflow/scripts/**/*",
+)
 
 
 def code_files(root: Path) -> list[Path]:
-    found = {p for pattern in CODE_FILES for p in root.glob(pattern)
-             if p.is_file() and "__pycache__" not in p.parts}
+    found = {
+        p
+        for pattern in CODE_FILES
+        for p in root.glob(pattern)
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
@@ -124,7 +137,9 @@ def fingerprint(device: str) -> dict:
             compute_capability=list(torch.cuda.get_device_capability(0)),
             cuda=torch.version.cuda,
             cudnn=torch.backends.cudnn.version(),
-            nccl=".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else None,
+            nccl=".".join(map(str, torch.cuda.nccl.version()))
+            if hasattr(torch.cuda, "nccl")
+            else None,
             driver=nvidia_driver(),
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         )

@@ -15,5 +15,7 @@ def attention_flops(area_all_heads: float, head_dim: int, direction: str) -> flo
     try:
         factor = DIRECTION_FACTOR[direction]
     except KeyError:
-        raise ValueError(f"unknown direction {direction!r}; valid: {', '.join(DIRECTIONS)}") from None
+        raise ValueError(
+            f"unknown direction {direction!r}; valid: {', '.join(DIRECTIONS)}"
+        ) from None
     return 4.0 * area_all_heads * head_dim * factor

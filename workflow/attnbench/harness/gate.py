@@ -50,7 +50,11 @@ def lse_abs_err(x, ref) -> float:
     """Largest |x - ref| over rows; rows that see no key (ref -inf) must be -inf too."""
     x64, r64 = x.detach().to(torch.float64).cpu(), ref.detach().to(torch.float64).cpu()
     empty = torch.isinf(r64) & (r64 < 0)
-    if not torch.equal(empty, torch.isinf(x64) & (x64 < 0)) or torch.isnan(x64).any() or torch.isposinf(x64).any():
+    if (
+        not torch.equal(empty, torch.isinf(x64) & (x64 < 0))
+        or torch.isnan(x64).any()
+        or torch.isposinf(x64).any()
+    ):
         return float("inf")
     d = (x64 - r64).masked_fill(empty, 0.0).abs()
     return float(d.max()) if d.numel() else 0.0
@@ -70,7 +74,9 @@ def lse_bound(ref_lse, q, k, scale) -> float:
 
 def errors_of(results: dict, ref: dict) -> dict:
     """The gate's statistic of each named result against the reference."""
-    return {n: (lse_abs_err if n == "lse" else row_max_rel_err)(results[n], ref[n]) for n in results}
+    return {
+        n: (lse_abs_err if n == "lse" else row_max_rel_err)(results[n], ref[n]) for n in results
+    }
 
 
 def frobenius_errors(results: dict, ref: dict) -> dict:
@@ -85,8 +91,15 @@ def error_floor(dtype, head_dim: int, n_keys: int) -> float:
     return max(unit_roundoff(dtype), FP32_U * (head_dim + n_keys))
 
 
-def judge(results: dict, yardstick: dict, ref: dict, dtype, factor: float, n_keys: int,
-          lse_tolerance: float | None = None) -> dict:
+def judge(
+    results: dict,
+    yardstick: dict,
+    ref: dict,
+    dtype,
+    factor: float,
+    n_keys: int,
+    lse_tolerance: float | None = None,
+) -> dict:
     """Compare `results` (out, dq, dk, dv, lse: whichever are present) with the float64 `ref`.
 
     Tolerance of a tensor: factor x max(yardstick's row_max_rel error, error_floor);
@@ -101,6 +114,15 @@ def judge(results: dict, yardstick: dict, ref: dict, dtype, factor: float, n_key
             raise ValueError("an LSE is compared only with its float32 bound (lse_tolerance)")
         tol["lse"] = factor * lse_tolerance
     passed = all(errs[n] <= tol[n] for n in errs)  # NaN/inf never passes
-    return {"criterion": {"tensors": CRITERION, **({"lse": LSE_CRITERION} if "lse" in results else {})},
-            "errors": errs, "naive_errors": ystick, "tolerance": tol, "tolerance_factor": factor,
-            "frobenius_errors": frobenius_errors(results, ref), "passed": bool(passed)}
+    return {
+        "criterion": {
+            "tensors": CRITERION,
+            **({"lse": LSE_CRITERION} if "lse" in results else {}),
+        },
+        "errors": errs,
+        "naive_errors": ystick,
+        "tolerance": tol,
+        "tolerance_factor": factor,
+        "frobenius_errors": frobenius_errors(results, ref),
+        "passed": bool(passed),
+    }

@@ -72,7 +72,9 @@ def position_rows(seed: int, positions, heads: int, head_dim: int, dtype, device
     tid = TENSORS.index(which)
     for b in torch.unique(pos[pos >= 0] // INPUT_BLOCK).tolist():
         gen = torch.Generator(device=device).manual_seed(_stream(seed, tid, b))
-        block = torch.randn(INPUT_BLOCK, heads, head_dim, generator=gen, device=device, dtype=torch.float32)
+        block = torch.randn(
+            INPUT_BLOCK, heads, head_dim, generator=gen, device=device, dtype=torch.float32
+        )
         sel = (pos >= b * INPUT_BLOCK) & (pos < (b + 1) * INPUT_BLOCK)
         idx = sel.nonzero().squeeze(1)
         out[idx.to(device)] = block[(pos[idx] - b * INPUT_BLOCK).to(device)].to(dtype)

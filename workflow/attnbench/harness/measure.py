@@ -13,7 +13,11 @@ import torch
 def quantiles(values) -> dict:
     """median, p20 and p80 of a list (for times, p20 is the fast end)."""
     a = np.asarray(values, dtype=float)
-    return {"median": float(np.median(a)), "p20": float(np.percentile(a, 20)), "p80": float(np.percentile(a, 80))}
+    return {
+        "median": float(np.median(a)),
+        "p20": float(np.percentile(a, 20)),
+        "p80": float(np.percentile(a, 80)),
+    }
 
 
 def synchronize(device):
@@ -123,14 +127,26 @@ def peak_memory(fn, device) -> dict:
         fn()
         synchronize(device)
         peak = torch.cuda.max_memory_allocated(device)
-        return {"peak_mem_bytes": int(peak), "peak_mem_increment_bytes": int(peak - before), "mem_source": "cuda_allocator"}
+        return {
+            "peak_mem_bytes": int(peak),
+            "peak_mem_increment_bytes": int(peak - before),
+            "mem_source": "cuda_allocator",
+        }
     before = _proc_status_bytes("VmRSS")
     if before is None or not _reset_peak_rss():
         fn()
-        return {"peak_mem_bytes": None, "peak_mem_increment_bytes": None, "mem_source": "unavailable"}
+        return {
+            "peak_mem_bytes": None,
+            "peak_mem_increment_bytes": None,
+            "mem_source": "unavailable",
+        }
     fn()
     peak = _proc_status_bytes("VmHWM")
-    return {"peak_mem_bytes": peak, "peak_mem_increment_bytes": peak - before, "mem_source": "process_rss"}
+    return {
+        "peak_mem_bytes": peak,
+        "peak_mem_increment_bytes": peak - before,
+        "mem_source": "process_rss",
+    }
 
 
 def matmul_peak_tflops(device, dtype, n: int | None = None, reps: int = 10) -> dict:
@@ -142,6 +158,9 @@ def matmul_peak_tflops(device, dtype, n: int | None = None, reps: int = 10) -> d
     b = torch.randn(n, n, device=dev, generator=gen).to(dtype)
     times = time_ms(lambda: a @ b, warmup=3, reps=reps, device=dev, flush=False)
     best = min(times)
-    return {"matmul_n": n, "matmul_dtype": str(dtype).replace("torch.", ""), "matmul_ms_best": best,
-            "matmul_peak_tflops": 2.0 * n**3 / (best * 1e-3) / 1e12}
-
+    return {
+        "matmul_n": n,
+        "matmul_dtype": str(dtype).replace("torch.", ""),
+        "matmul_ms_best": best,
+        "matmul_peak_tflops": 2.0 * n**3 / (best * 1e-3) / 1e12,
+    }

@@ -48,7 +48,7 @@ def _boundary_moves(mask: M.Mask):
     ends = [sum(docs[: i + 1]) for i in range(len(docs) - 1)]
     i = min(range(len(ends)), key=lambda j: abs(ends[j] - mask.seqlen / 2))
     for step in (1, -1):
-        moved = docs[:i] + [docs[i] + step, docs[i + 1] - step] + docs[i + 2:]
+        moved = docs[:i] + [docs[i] + step, docs[i + 1] - step] + docs[i + 2 :]
         if min(moved) >= 1:
             yield _with_params(mask, f"document boundary {step:+d}", doc_lengths=moved)
 
@@ -62,13 +62,21 @@ def perturbations(mask: M.Mask) -> list[PerturbedMask]:
         if "prefix" in p and 0 <= p["prefix"] + step <= s:
             out.append(_with_params(mask, f"prefix {step:+d}", prefix=p["prefix"] + step))
         if "global_tokens" in p and p["global_tokens"] + step >= 0:
-            out.append(_with_params(mask, f"global tokens {step:+d}", global_tokens=p["global_tokens"] + step))
+            out.append(
+                _with_params(
+                    mask, f"global tokens {step:+d}", global_tokens=p["global_tokens"] + step
+                )
+            )
         if "block" in p and p["block"] + step >= 1:
             out.append(_with_params(mask, f"block {step:+d}", block=p["block"] + step))
     if mask.name == "causal":
-        out.append(PerturbedMask(mask, "one diagonal too many", lambda device: lambda h, q, k: k <= q + 1))
+        out.append(
+            PerturbedMask(mask, "one diagonal too many", lambda device: lambda h, q, k: k <= q + 1)
+        )
     if mask.name == "full":
-        out.append(PerturbedMask(mask, "last key hidden", lambda device: lambda h, q, k: k < s - 1))
+        out.append(
+            PerturbedMask(mask, "last key hidden", lambda device: lambda h, q, k: k < s - 1)
+        )
     if "doc_lengths" in p:
         out.extend(_boundary_moves(mask))
     truth = mask.dense()

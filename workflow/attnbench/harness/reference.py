@@ -73,4 +73,9 @@ def rel_err(x, ref) -> float:
 
 
 def unit_roundoff(dtype) -> float:
-    return {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}[dtype]
+    return {
+        torch.float64: 2.0**-53,
+        torch.float32: 2.0**-24,
+        torch.float16: 2.0**-11,
+        torch.bfloat16: 2.0**-8,
+    }[dtype]

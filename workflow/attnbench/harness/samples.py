@@ -24,8 +24,11 @@ def check_seqlen(spec, cap: int | None = None) -> int:
 def mask_granule(spec) -> int:
     """Check lengths are multiples of this: the block of block masks, else 1."""
     p = spec.get("mask_params", {})
-    return {"block_causal_document": p.get("block"), "block_sparse": p.get("block_size"),
-            "variable_block_sparse": p.get("avg_block")}.get(spec["mask"]) or 1
+    return {
+        "block_causal_document": p.get("block"),
+        "block_sparse": p.get("block_size"),
+        "variable_block_sparse": p.get("avg_block"),
+    }.get(spec["mask"]) or 1
 
 
 def shorter_check_seqlen(spec, s: int) -> int | None:

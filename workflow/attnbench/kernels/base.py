@@ -45,7 +45,9 @@ def to_thd(x, layout: str):
 class Kernel:
     layout = "bhsd"
 
-    def __init__(self, info: KernelInfo, device, dtype, heads_q: int, heads_kv: int, head_dim: int):
+    def __init__(
+        self, info: KernelInfo, device, dtype, heads_q: int, heads_kv: int, head_dim: int
+    ):
         self.info, self.device, self.dtype = info, device, dtype
         self.heads_q, self.heads_kv, self.head_dim = heads_q, heads_kv, head_dim
 
@@ -86,7 +88,9 @@ class Kernel:
         try:
             return importlib.import_module(name)
         except (ImportError, OSError, RuntimeError) as e:
-            raise Unavailable(f"{self.info.name}: importing {name} failed: {str(e).splitlines()[0][:300]}") from e
+            raise Unavailable(
+                f"{self.info.name}: importing {name} failed: {str(e).splitlines()[0][:300]}"
+            ) from e
 
 
 def kernel_class(info: KernelInfo) -> type[Kernel]:

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from ..masks import CP_MASKS, SPARSE_MASKS, STATIC_MASKS
 
 ALL_DIRECTIONS = ("fwd", "bwd", "fwdbwd")
-REGULAR_MASKS = ("full", "causal", "full_document", "causal_document", "sliding_window", "sliding_window_causal")
+REGULAR_MASKS = (
+    "full",
+    "causal",
+    "full_document",
+    "causal_document",
+    "sliding_window",
+    "sliding_window_causal",
+)
 DENSE_MASKS = STATIC_MASKS + SPARSE_MASKS + tuple(m for m in CP_MASKS if m not in STATIC_MASKS)
 
 
@@ -63,7 +70,9 @@ def fa3_build_limits(mask: str, direction: str) -> str | None:
     flags = importlib.import_module("fa3_fwd_config").CONFIG.get("build_flags", {})
     built = f"{FA3_FORWARD_ONLY} ({first_version(('fa3-fwd',))}) is built with"
     if direction != "fwd" and flags.get("FLASHATTENTION_DISABLE_BACKWARD"):
-        return f"{built} FLASHATTENTION_DISABLE_BACKWARD: forward only (the full FA3 has a backward)"
+        return (
+            f"{built} FLASHATTENTION_DISABLE_BACKWARD: forward only (the full FA3 has a backward)"
+        )
     if mask in WINDOW_MASKS and flags.get("FLASHATTENTION_DISABLE_LOCAL"):
         return f"{built} FLASHATTENTION_DISABLE_LOCAL: no sliding windows"
     return None
@@ -74,53 +83,228 @@ BOTH_ALL = {"cpu": ALL_DIRECTIONS, "cuda": ALL_DIRECTIONS}
 KERNELS = {
     k.name: k
     for k in (
-        _k("naive", "dense", "eager softmax(q k^T + bias) v", "naive:Naive", DENSE_MASKS, BOTH_ALL, colour="#7f7f7f", marker="o"),
-        _k("sdpa", "dense", "SDPA, PyTorch's own backend choice", "sdpa:SDPADefault", DENSE_MASKS, BOTH_ALL, colour="#1f77b4", marker="s"),
-        _k("sdpa_math", "dense", "SDPA, MATH backend", "sdpa:SDPAMath", DENSE_MASKS, BOTH_ALL, colour="#6baed6", marker="^"),
-        _k("sdpa_flash", "dense", "SDPA, FLASH backend (FA2 code)", "sdpa:SDPAFlash", ("full", "causal"), GPU_ALL, colour="#08306b", marker="D"),
-        _k("sdpa_efficient", "dense", "SDPA, memory-efficient backend", "sdpa:SDPAEfficient", DENSE_MASKS, GPU_ALL, colour="#17becf", marker="v"),
-        _k("sdpa_cudnn", "dense", "SDPA, cuDNN backend", "sdpa:SDPACudnn", DENSE_MASKS, GPU_ALL, colour="#5254a3", marker="P"),
-        _k("flex", "dense", "FlexAttention, compiled, BlockMask", "flex:Flex", DENSE_MASKS,
-           {"cpu": ("fwd",), "cuda": ALL_DIRECTIONS},
-           notes={"block_sparse": "BlockMask from the kept block indices; blocks under 128 tokens run as exactly "
-                                  "masked 128-token tiles (CUDA: torch's default Hopper backward tiles do not "
-                                  "divide 64; CPU: inductor's AVX2 flex kernel is wrong at small block sizes)",
-                  "variable_block_sparse": "128-token tiles counted from the block boundaries; cut tiles masked"}, colour="#2ca02c", marker="*"),
-        _k("varlen", "dense", "torch.nn.attention.varlen.varlen_attn", "varlen:Varlen", REGULAR_MASKS, GPU_ALL,
-           modules=("torch.nn.attention.varlen",), colour="#bcbd22", marker="<"),
-        _k("fa2", "dense", "FlashAttention-2 (flash_attn)", "flash_attn:FA2", REGULAR_MASKS, GPU_ALL,
-           modules=("flash_attn",), dists=("flash-attn", "flash_attn"), colour="#ff7f0e", marker=">"),
-        _k("fa3", "dense", "FlashAttention-3 (flash_attn_interface; else PyPI fa3-fwd's forward-only build, Hopper)",
-           "flash_attn:FA3", REGULAR_MASKS, GPU_ALL, modules=(f"{FA3_FULL}|{FA3_FORWARD_ONLY}",),
-           dists=("flash-attn-3", "flash_attn_3", "fa3-fwd"), min_capability=(9, 0), build_limits=fa3_build_limits,
-           notes={"build": "the record's library_version names the build that ran: flash-attn-3 (full) or "
-                           "fa3-fwd (forward only, no windows)"}, colour="#d62728", marker="h"),
-        _k("fa4", "dense", "FlashAttention-4 (flash_attn.cute)", "flash_attn:FA4", REGULAR_MASKS, GPU_ALL,
-           modules=("flash_attn.cute",), dists=("flash-attn-4", "nvidia-cutlass-dsl"), min_capability=(9, 0), colour="#8c564b", marker="p"),
-        _k("cudnn_te", "dense", "cuDNN fused attention via TransformerEngine", "transformer_engine:CudnnTE",
-           REGULAR_MASKS, GPU_ALL, modules=("transformer_engine.pytorch",),
-           dists=("transformer-engine", "transformer_engine", "transformer-engine-torch"), colour="#9467bd", marker="H"),
-        _k("flashmask", "dense", "FlashMask (PaddlePaddle)", "flashmask:FlashMask", STATIC_MASKS, GPU_ALL,
-           modules=("paddle",), dists=("paddlepaddle-gpu", "paddlepaddle"), colour="#e377c2", marker="d"),
+        _k(
+            "naive",
+            "dense",
+            "eager softmax(q k^T + bias) v",
+            "naive:Naive",
+            DENSE_MASKS,
+            BOTH_ALL,
+            colour="#7f7f7f",
+            marker="o",
+        ),
+        _k(
+            "sdpa",
+            "dense",
+            "SDPA, PyTorch's own backend choice",
+            "sdpa:SDPADefault",
+            DENSE_MASKS,
+            BOTH_ALL,
+            colour="#1f77b4",
+            marker="s",
+        ),
+        _k(
+            "sdpa_math",
+            "dense",
+            "SDPA, MATH backend",
+            "sdpa:SDPAMath",
+            DENSE_MASKS,
+            BOTH_ALL,
+            colour="#6baed6",
+            marker="^",
+        ),
+        _k(
+            "sdpa_flash",
+            "dense",
+            "SDPA, FLASH backend (FA2 code)",
+            "sdpa:SDPAFlash",
+            ("full", "causal"),
+            GPU_ALL,
+            colour="#08306b",
+            marker="D",
+        ),
+        _k(
+            "sdpa_efficient",
+            "dense",
+            "SDPA, memory-efficient backend",
+            "sdpa:SDPAEfficient",
+            DENSE_MASKS,
+            GPU_ALL,
+            colour="#17becf",
+            marker="v",
+        ),
+        _k(
+            "sdpa_cudnn",
+            "dense",
+            "SDPA, cuDNN backend",
+            "sdpa:SDPACudnn",
+            DENSE_MASKS,
+            GPU_ALL,
+            colour="#5254a3",
+            marker="P",
+        ),
+        _k(
+            "flex",
+            "dense",
+            "FlexAttention, compiled, BlockMask",
+            "flex:Flex",
+            DENSE_MASKS,
+            {"cpu": ("fwd",), "cuda": ALL_DIRECTIONS},
+            notes={
+                "block_sparse": "BlockMask from the kept block indices; blocks under 128 tokens run as exactly "
+                "masked 128-token tiles (CUDA: torch's default Hopper backward tiles do not "
+                "divide 64; CPU: inductor's AVX2 flex kernel is wrong at small block sizes)",
+                "variable_block_sparse": "128-token tiles counted from the block boundaries; cut tiles masked",
+            },
+            colour="#2ca02c",
+            marker="*",
+        ),
+        _k(
+            "varlen",
+            "dense",
+            "torch.nn.attention.varlen.varlen_attn",
+            "varlen:Varlen",
+            REGULAR_MASKS,
+            GPU_ALL,
+            modules=("torch.nn.attention.varlen",),
+            colour="#bcbd22",
+            marker="<",
+        ),
+        _k(
+            "fa2",
+            "dense",
+            "FlashAttention-2 (flash_attn)",
+            "flash_attn:FA2",
+            REGULAR_MASKS,
+            GPU_ALL,
+            modules=("flash_attn",),
+            dists=("flash-attn", "flash_attn"),
+            colour="#ff7f0e",
+            marker=">",
+        ),
+        _k(
+            "fa3",
+            "dense",
+            "FlashAttention-3 (flash_attn_interface; else PyPI fa3-fwd's forward-only build, Hopper)",
+            "flash_attn:FA3",
+            REGULAR_MASKS,
+            GPU_ALL,
+            modules=(f"{FA3_FULL}|{FA3_FORWARD_ONLY}",),
+            dists=("flash-attn-3", "flash_attn_3", "fa3-fwd"),
+            min_capability=(9, 0),
+            build_limits=fa3_build_limits,
+            notes={
+                "build": "the record's library_version names the build that ran: flash-attn-3 (full) or "
+                "fa3-fwd (forward only, no windows)"
+            },
+            colour="#d62728",
+            marker="h",
+        ),
+        _k(
+            "fa4",
+            "dense",
+            "FlashAttention-4 (flash_attn.cute)",
+            "flash_attn:FA4",
+            REGULAR_MASKS,
+            GPU_ALL,
+            modules=("flash_attn.cute",),
+            dists=("flash-attn-4", "nvidia-cutlass-dsl"),
+            min_capability=(9, 0),
+            colour="#8c564b",
+            marker="p",
+        ),
+        _k(
+            "cudnn_te",
+            "dense",
+            "cuDNN fused attention via TransformerEngine",
+            "transformer_engine:CudnnTE",
+            REGULAR_MASKS,
+            GPU_ALL,
+            modules=("transformer_engine.pytorch",),
+            dists=("transformer-engine", "transformer_engine", "transformer-engine-torch"),
+            colour="#9467bd",
+            marker="H",
+        ),
+        _k(
+            "flashmask",
+            "dense",
+            "FlashMask (PaddlePaddle)",
+            "flashmask:FlashMask",
+            STATIC_MASKS,
+            GPU_ALL,
+            modules=("paddle",),
+            dists=("paddlepaddle-gpu", "paddlepaddle"),
+            colour="#e377c2",
+            marker="d",
+        ),
         # Block-sparse kernels (spec/kernels.md). Each receives the realised mask of its grid point.
-        _k("triton_block_sparse", "sparse", "block-sparse attention in Triton, written in this project",
-           "triton_block_sparse:TritonBlockSparse", ("block_sparse",), GPU_ALL, modules=("triton",),
-           dists=("triton",), block_sizes=(64, 128),
-           notes={"gqa": "yes: KV head h // (Hq/Hkv), mask per head or per KV-head group",
-                  "backward": "own kernels: dQ per query tile, dK/dV per key tile over the transposed lists"}, colour="#000000", marker="8"),
-        _k("vsa", "sparse", "VSA block-sparse attention (FastVideo; ThunderKittens on Hopper)", "vsa_sparse:VSA",
-           ("block_sparse",), GPU_ALL, modules=("vsa",), dists=("vsa",), mha_only=True, block_sizes=(64,),
-           notes={"timed": "block_map -> index lists happens inside each call (the library's API)",
-                  "dtype": "bfloat16 only (its Hopper kernels)"}, colour="#e7298a", marker="D"),
-        _k("flashinfer", "sparse", "FlashInfer VariableBlockSparseAttentionWrapper",
-           "flashinfer_sparse:FlashInferVariableBlockSparse", SPARSE_MASKS, {"cuda": ("fwd",)},
-           modules=("flashinfer",), dists=("flashinfer-python", "flashinfer"),
-           notes={"mask": "one block mask per KV head: granularity=head with GQA is unsupported",
-                  "timed": "plan() (token-level index expansion) in prepare, outside the timed region"}, colour="#e6ab02", marker="v"),
-        _k("fa2_sparse", "sparse", "MIT Han Lab Block-Sparse-Attention (FlashAttention-2 based)",
-           "fa2_sparse:FA2BlockSparse", ("block_sparse",), {"cuda": ("fwd",)}, modules=("block_sparse_attn",),
-           dists=("block_sparse_attn", "block-sparse-attn"), block_sizes=(128,),
-           notes={"timed": "block mask -> row indices (a sort) happens inside each call (the library's API)"}, colour="#a6761d", marker="H"),
+        _k(
+            "triton_block_sparse",
+            "sparse",
+            "block-sparse attention in Triton, written in this project",
+            "triton_block_sparse:TritonBlockSparse",
+            ("block_sparse",),
+            GPU_ALL,
+            modules=("triton",),
+            dists=("triton",),
+            block_sizes=(64, 128),
+            notes={
+                "gqa": "yes: KV head h // (Hq/Hkv), mask per head or per KV-head group",
+                "backward": "own kernels: dQ per query tile, dK/dV per key tile over the transposed lists",
+            },
+            colour="#000000",
+            marker="8",
+        ),
+        _k(
+            "vsa",
+            "sparse",
+            "VSA block-sparse attention (FastVideo; ThunderKittens on Hopper)",
+            "vsa_sparse:VSA",
+            ("block_sparse",),
+            GPU_ALL,
+            modules=("vsa",),
+            dists=("vsa",),
+            mha_only=True,
+            block_sizes=(64,),
+            notes={
+                "timed": "block_map -> index lists happens inside each call (the library's API)",
+                "dtype": "bfloat16 only (its Hopper kernels)",
+            },
+            colour="#e7298a",
+            marker="D",
+        ),
+        _k(
+            "flashinfer",
+            "sparse",
+            "FlashInfer VariableBlockSparseAttentionWrapper",
+            "flashinfer_sparse:FlashInferVariableBlockSparse",
+            SPARSE_MASKS,
+            {"cuda": ("fwd",)},
+            modules=("flashinfer",),
+            dists=("flashinfer-python", "flashinfer"),
+            notes={
+                "mask": "one block mask per KV head: granularity=head with GQA is unsupported",
+                "timed": "plan() (token-level index expansion) in prepare, outside the timed region",
+            },
+            colour="#e6ab02",
+            marker="v",
+        ),
+        _k(
+            "fa2_sparse",
+            "sparse",
+            "MIT Han Lab Block-Sparse-Attention (FlashAttention-2 based)",
+            "fa2_sparse:FA2BlockSparse",
+            ("block_sparse",),
+            {"cuda": ("fwd",)},
+            modules=("block_sparse_attn",),
+            dists=("block_sparse_attn", "block-sparse-attn"),
+            block_sizes=(128,),
+            notes={
+                "timed": "block mask -> row indices (a sort) happens inside each call (the library's API)"
+            },
+            colour="#a6761d",
+            marker="H",
+        ),
     )
 }
 SPARSE_KERNELS = tuple(k for k, info in KERNELS.items() if info.family == "sparse")
@@ -141,15 +325,23 @@ def resolve(entry: str) -> KernelInfo:
         raise ValueError(f"kernel {entry!r} cannot be imported: {e}") from None
     info = getattr(obj, "info", None)
     if not isinstance(info, KernelInfo):
-        raise ValueError(f"kernel {entry!r} has no `info` attribute holding a KernelInfo (what it supports); "
-                         "see README, 'Your own kernel'")
+        raise ValueError(
+            f"kernel {entry!r} has no `info` attribute holding a KernelInfo (what it supports); "
+            "see README, 'Your own kernel'"
+        )
     if info.impl != entry:
-        raise ValueError(f"kernel {entry!r}: its info.impl is {info.impl!r}; they must be the same 'module:Class'")
+        raise ValueError(
+            f"kernel {entry!r}: its info.impl is {info.impl!r}; they must be the same 'module:Class'"
+        )
     if not re.fullmatch(r"[A-Za-z0-9_]+", info.name):
-        raise ValueError(f"kernel {entry!r}: its name {info.name!r} must be letters, digits and _ (it names files)")
+        raise ValueError(
+            f"kernel {entry!r}: its name {info.name!r} must be letters, digits and _ (it names files)"
+        )
     known = KERNELS.get(info.name)
     if known is not None and known.impl != entry:
-        raise ValueError(f"kernel {entry!r}: the name {info.name!r} is taken by {known.impl}; give it another name")
+        raise ValueError(
+            f"kernel {entry!r}: the name {info.name!r} is taken by {known.impl}; give it another name"
+        )
     KERNELS[info.name] = info
     return info
 
@@ -209,14 +401,23 @@ def missing_module(info: KernelInfo) -> str | None:
     return first_missing(info.modules)
 
 
-def unsupported_reason(info: KernelInfo, mask: str, direction: str, device: str, heads_q: int, heads_kv: int,
-                       mask_params: dict | None = None) -> str | None:
+def unsupported_reason(
+    info: KernelInfo,
+    mask: str,
+    direction: str,
+    device: str,
+    heads_q: int,
+    heads_kv: int,
+    mask_params: dict | None = None,
+) -> str | None:
     """Why the kernel cannot compute this cell natively, or None. Static facts only."""
     if mask not in info.masks:
         return f"{info.name} cannot express the {mask} mask (it supports: {', '.join(info.masks)})"
     dirs = info.directions.get(device, ())
     if direction not in dirs:
-        return f"{info.name} has no {direction} on {device} (it runs: {', '.join(dirs) or 'nothing'})"
+        return (
+            f"{info.name} has no {direction} on {device} (it runs: {', '.join(dirs) or 'nothing'})"
+        )
     if info.build_limits and (why := info.build_limits(mask, direction)):
         return f"{info.name}: {why}"
     if info.mha_only and heads_q != heads_kv:
@@ -232,6 +433,13 @@ def needs_device(info: KernelInfo, cell: dict) -> bool:
     unavailable or unsupported before touching the device need none and run alongside."""
     if cell["device"] != "cuda" or "cuda" not in info.devices or missing_module(info):
         return False
-    why = unsupported_reason(info, cell["mask"], cell["direction"], "cuda", cell["heads_q"], cell["heads_kv"],
-                             cell.get("mask_params"))
+    why = unsupported_reason(
+        info,
+        cell["mask"],
+        cell["direction"],
+        "cuda",
+        cell["heads_q"],
+        cell["heads_kv"],
+        cell.get("mask_params"),
+    )
     return why is None

@@ -26,9 +26,15 @@ def call_arguments(mask, heads_q: int, device="cpu") -> dict:
     return {
         "cu_seqlens_q": cu,
         "cu_seqlens_k": cu.clone(),
-        "head_mask_type": torch.ones(heads_q, dtype=torch.int32, device=device),  # every head block-sparse
-        "streaming_info": torch.zeros(2 * heads_q, dtype=torch.int32, device=device),  # unused by sparse heads
-        "base_blockmask": lay.keep.repeat_interleave(per, dim=0).unsqueeze(0).to(device),  # [1, Hq, nrb, ncb]
+        "head_mask_type": torch.ones(
+            heads_q, dtype=torch.int32, device=device
+        ),  # every head block-sparse
+        "streaming_info": torch.zeros(
+            2 * heads_q, dtype=torch.int32, device=device
+        ),  # unused by sparse heads
+        "base_blockmask": lay.keep.repeat_interleave(per, dim=0)
+        .unsqueeze(0)
+        .to(device),  # [1, Hq, nrb, ncb]
         "max_seqlen_q_": s,
         "max_seqlen_k_": s,
         "p_dropout": 0.0,
@@ -45,7 +51,9 @@ class FA2BlockSparse(Kernel):
 
     def prepare(self, mask):
         if mask.name != "block_sparse" or mask.params["block_size"] != FA2_SPARSE_BLOCK:
-            self.unsupported(f"needs block_sparse with {FA2_SPARSE_BLOCK}-token blocks, got {mask.name} {mask.params}")
+            self.unsupported(
+                f"needs block_sparse with {FA2_SPARSE_BLOCK}-token blocks, got {mask.name} {mask.params}"
+            )
         block_sparse_attn_func = self.import_library("block_sparse_attn").block_sparse_attn_func
         args = call_arguments(mask, self.heads_q, self.device)
         return lambda q, k, v: block_sparse_attn_func(q, k, v, **args)

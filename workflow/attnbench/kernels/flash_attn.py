@@ -6,7 +6,6 @@ All three take the FlashAttention form of a mask: documents (cu_seqlens), causal
 
 from __future__ import annotations
 
-
 from .base import Kernel
 from .varlen import cu_seqlens
 
@@ -43,7 +42,9 @@ class FlashFamily(Kernel):
         dense, varlen = self.functions()
         kwargs, var_args = flash_call_args(form, self.device, self.unbounded)
         if var_args is None:
-            return lambda q, k, v: _first(dense(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), **kwargs))[0]
+            return lambda q, k, v: _first(
+                dense(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), **kwargs)
+            )[0]
         return lambda q, k, v: _first(varlen(q, k, v, *var_args, **kwargs))
 
 

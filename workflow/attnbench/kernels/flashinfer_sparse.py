@@ -26,8 +26,10 @@ def plan_arguments(mask, heads_q: int, heads_kv: int, head_dim: int, dtype, devi
 
     lay = mask.layout()
     if lay.groups != heads_kv:
-        raise Unsupported(f"flashinfer: its block mask is per KV head ({heads_kv}), this mask has {lay.groups} "
-                          f"groups (granularity={mask.params.get('granularity')!r}); use granularity kv_head")
+        raise Unsupported(
+            f"flashinfer: its block mask is per KV head ({heads_kv}), this mask has {lay.groups} "
+            f"groups (granularity={mask.params.get('granularity')!r}); use granularity kv_head"
+        )
     return {
         "block_mask_map": lay.keep.to(device),
         "block_row_sz": lay.row_bounds.diff(dim=1).to(device=device, dtype=torch.int32),
@@ -50,7 +52,9 @@ class FlashInferVariableBlockSparse(Kernel):
 
         if not mask.sparse:
             self.unsupported(f"runs block-sparse masks only, not {mask.name}")
-        args = plan_arguments(mask, self.heads_q, self.heads_kv, self.head_dim, self.dtype, self.device)
+        args = plan_arguments(
+            mask, self.heads_q, self.heads_kv, self.head_dim, self.dtype, self.device
+        )
         flashinfer = self.import_library("flashinfer")
         workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         wrapper = flashinfer.VariableBlockSparseAttentionWrapper(workspace)
@@ -58,6 +62,8 @@ class FlashInferVariableBlockSparse(Kernel):
             wrapper.plan(**args)  # JIT-compiles its kernel on first use
         except Exception as e:  # noqa: BLE001 - only a failed build is a cell outcome; the rest propagates
             if not is_oom(e) and any(w in str(e).lower() for w in JIT_FAILURE_WORDS):
-                raise Unavailable(f"flashinfer could not build its kernel here: {str(e).splitlines()[0][:300]}") from e
+                raise Unavailable(
+                    f"flashinfer could not build its kernel here: {str(e).splitlines()[0][:300]}"
+                ) from e
             raise
         return lambda q, k, v: wrapper.run(q[0], k[0], v[0]).unsqueeze(0)

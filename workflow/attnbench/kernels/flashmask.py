@@ -31,7 +31,9 @@ def column_intervals(mask, device="cpu", block=1024):
     """[S, 4] int64 (LTS, LTE, UTS, UTE) for every column, exact, or raise Unsupported."""
     s = mask.seqlen
     if mask.sparse:
-        raise Unsupported("flashmask: block-sparse masks differ per head; this adapter encodes one mask for all heads")
+        raise Unsupported(
+            "flashmask: block-sparse masks differ per head; this adapter encodes one mask for all heads"
+        )
     pred = mask.predicate(device)
     rows = torch.arange(s, device=device)
     out = torch.empty(s, 4, dtype=torch.long, device=device)
@@ -114,7 +116,9 @@ class _FlashMaskFn(torch.autograd.Function):
         for t in (qp, kp, vp):
             t.stop_gradient = False
         ip = pdl.from_dlpack(torch.utils.dlpack.to_dlpack(indices))
-        out = paddle.nn.functional.flashmask_attention(qp, kp, vp, startend_row_indices=ip, causal=causal)
+        out = paddle.nn.functional.flashmask_attention(
+            qp, kp, vp, startend_row_indices=ip, causal=causal
+        )
         ctx.paddle = (qp, kp, vp, out)
         return torch.utils.dlpack.from_dlpack(pdl.to_dlpack(out.detach()))
 

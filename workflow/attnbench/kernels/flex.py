@@ -43,7 +43,13 @@ def block_mask_from_counts(mask, tile, device, counts=None) -> BlockMask:
     pn, pi = _indices(partial)
     fn, fi = _indices(full)
     return BlockMask.from_kv_blocks(
-        pn[None], pi[None], fn[None], fi[None], BLOCK_SIZE=tile, mask_mod=mask.mask_mod(device), seq_lengths=(s, s)
+        pn[None],
+        pi[None],
+        fn[None],
+        fi[None],
+        BLOCK_SIZE=tile,
+        mask_mod=mask.mask_mod(device),
+        seq_lengths=(s, s),
     )
 
 
@@ -53,7 +59,9 @@ def block_mask_from_layout_tiles(mask, tile, device) -> BlockMask:
     the others partial (the mask_mod masks them exactly)."""
     lay = mask.layout()
     per = mask.heads_q // lay.groups
-    counts = lay.tile_counts(tile, mask.seqlen, device).repeat_interleave(per, dim=0)  # [Hq, nt, nt]
+    counts = lay.tile_counts(tile, mask.seqlen, device).repeat_interleave(
+        per, dim=0
+    )  # [Hq, nt, nt]
     return block_mask_from_counts(mask, tile, device, counts)
 
 
@@ -61,15 +69,22 @@ def block_mask_from_layout(mask, device) -> BlockMask:
     """Uniform block-sparse: the kept block indices are the BlockMask (all tiles full)."""
     lay = mask.layout()
     per = mask.heads_q // lay.groups
-    idx = lay.kv_indices.to(device=device, dtype=torch.int32).repeat_interleave(per, dim=0)  # [Hq, nb, k]
+    idx = lay.kv_indices.to(device=device, dtype=torch.int32).repeat_interleave(
+        per, dim=0
+    )  # [Hq, nb, k]
     num = torch.full(idx.shape[:-1], idx.shape[-1], dtype=torch.int32, device=device)
     nb = lay.keep.shape[-1]
     pad = torch.zeros(*idx.shape[:-1], nb - idx.shape[-1], dtype=torch.int32, device=device)
     full_idx = torch.cat([idx, pad], dim=-1)
     empty = torch.zeros_like(num)
     return BlockMask.from_kv_blocks(
-        empty[None], torch.zeros_like(full_idx)[None], num[None], full_idx[None],
-        BLOCK_SIZE=mask.params["block_size"], mask_mod=mask.mask_mod(device), seq_lengths=(mask.seqlen, mask.seqlen),
+        empty[None],
+        torch.zeros_like(full_idx)[None],
+        num[None],
+        full_idx[None],
+        BLOCK_SIZE=mask.params["block_size"],
+        mask_mod=mask.mask_mod(device),
+        seq_lengths=(mask.seqlen, mask.seqlen),
     )
 
 

@@ -36,7 +36,9 @@ class SDPA(Kernel):
                     return F.scaled_dot_product_attention(q, k, v, **kwargs)
             except RuntimeError as e:
                 if "No available kernel" in str(e):
-                    self.unsupported(f"backend {self.backend} refused this call: {str(e).splitlines()[0]}")
+                    self.unsupported(
+                        f"backend {self.backend} refused this call: {str(e).splitlines()[0]}"
+                    )
                 raise
 
         return fn

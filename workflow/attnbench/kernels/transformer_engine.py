@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 
-
 from .base import Kernel
 from .varlen import cu_seqlens
 
@@ -20,8 +19,15 @@ def te_arguments(form, heads_q, heads_kv, head_dim, device):
     """(constructor kwargs, call kwargs) for DotProductAttention on a NativeForm, thd format."""
     left, right = form.window
     window = (left, 0 if form.causal else right)
-    ctor = dict(num_attention_heads=heads_q, kv_channels=head_dim, num_gqa_groups=heads_kv, attention_dropout=0.0,
-                qkv_format="thd", attn_mask_type="padding_causal" if form.causal else "padding", window_size=window)
+    ctor = dict(
+        num_attention_heads=heads_q,
+        kv_channels=head_dim,
+        num_gqa_groups=heads_kv,
+        attention_dropout=0.0,
+        qkv_format="thd",
+        attn_mask_type="padding_causal" if form.causal else "padding",
+        window_size=window,
+    )
     cu = cu_seqlens(form.doc_lengths, device)
     longest = max(form.doc_lengths)
     call = dict(cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=longest, max_seqlen_kv=longest)

@@ -33,7 +33,9 @@ class BlockIndex:
     """The kept blocks in the kernel's form (int32, on the kernel's device)."""
 
     block: int
-    kv_indices: torch.Tensor  # [G, nrb, kmax] kept key blocks of each query block (first kv_num valid)
+    kv_indices: (
+        torch.Tensor
+    )  # [G, nrb, kmax] kept key blocks of each query block (first kv_num valid)
     kv_num: torch.Tensor  # [G, nrb]
     q_offsets: torch.Tensor  # [G * ncb + 1] CSR offsets over (group, key block)
     q_indices: torch.Tensor  # [nnz] query blocks keeping that key block
@@ -57,17 +59,28 @@ class BlockIndex:
         def i32(t):
             return t.to(device=device, dtype=torch.int32).contiguous()
 
-        return cls(block, i32(layout.kv_indices), i32(layout.keep.sum(-1)), i32(offsets), i32(rows))
+        return cls(
+            block, i32(layout.kv_indices), i32(layout.keep.sum(-1)), i32(offsets), i32(rows)
+        )
 
 
 def _check(q, k, v, index: BlockIndex):
-    if q.dim() != 4 or k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[2:] != k.shape[2:]:
-        raise ValueError(f"expected q [B, Hq, S, D], k and v [B, Hkv, S, D]; got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if (
+        q.dim() != 4
+        or k.shape != v.shape
+        or q.shape[0] != k.shape[0]
+        or q.shape[2:] != k.shape[2:]
+    ):
+        raise ValueError(
+            f"expected q [B, Hq, S, D], k and v [B, Hkv, S, D]; got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
     _, hq, s, d = q.shape
     hkv = k.shape[1]
     if hq % hkv or hq % index.groups:
-        raise ValueError(f"{hq} query heads are not a multiple of {hkv} KV heads and {index.groups} mask groups")
+        raise ValueError(
+            f"{hq} query heads are not a multiple of {hkv} KV heads and {index.groups} mask groups"
+        )
     if d < 16 or d > 256 or d & (d - 1):
         raise ValueError(f"head dim {d} is not a power of two in 16..256")
     b = index.block
@@ -77,8 +90,14 @@ def _check(q, k, v, index: BlockIndex):
         raise ValueError(f"sequence length {s} != {index.row_blocks} blocks x {b}")
     if any(t.stride(-1) != 1 for t in (q, k, v)):
         raise ValueError("q, k and v need a contiguous last dimension")
-    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise ValueError(f"dtypes {q.dtype}, {k.dtype}, {v.dtype}: expected one of float16, bfloat16, float32")
+    if (
+        q.dtype not in (torch.float16, torch.bfloat16, torch.float32)
+        or k.dtype != q.dtype
+        or v.dtype != q.dtype
+    ):
+        raise ValueError(
+            f"dtypes {q.dtype}, {k.dtype}, {v.dtype}: expected one of float16, bfloat16, float32"
+        )
 
 
 def _precision(dtype) -> str:
@@ -89,21 +108,50 @@ def _precision(dtype) -> str:
 def _tiles(block: int):
     """(forward BLOCK_M, BLOCK_N, warps), (dQ BLOCK_M, BLOCK_N), (dK/dV BLOCK_N, BLOCK_M): each divides the block."""
     fwd_m = min(block, 128)
-    return (fwd_m, min(block, 64), 8 if fwd_m == 128 else 4), (min(block, 64), min(block, 64)), (min(block, 64), min(block, 64))
+    return (
+        (fwd_m, min(block, 64), 8 if fwd_m == 128 else 4),
+        (min(block, 64), min(block, 64)),
+        (min(block, 64), min(block, 64)),
+    )
 
 
 # ----------------------------------------------------------------------------- forward
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, Out, LSE, KV_IDX, KV_NUM,
-                stride_qb, stride_qh, stride_qs,
-                stride_kb, stride_kh, stride_ks,
-                stride_vb, stride_vh, stride_vs,
-                stride_ob, stride_oh, stride_os,
-                seqlen, n_heads, n_row_blocks, max_kept, heads_per_group, heads_per_kv, qk_scale,
-                BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                PRECISION: tl.constexpr):
+def _fwd_kernel(
+    Q,
+    K,
+    V,
+    Out,
+    LSE,
+    KV_IDX,
+    KV_NUM,
+    stride_qb,
+    stride_qh,
+    stride_qs,
+    stride_kb,
+    stride_kh,
+    stride_ks,
+    stride_vb,
+    stride_vh,
+    stride_vs,
+    stride_ob,
+    stride_oh,
+    stride_os,
+    seqlen,
+    n_heads,
+    n_row_blocks,
+    max_kept,
+    heads_per_group,
+    heads_per_kv,
+    qk_scale,
+    BLOCK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     h = tl.program_id(1)
     b = tl.program_id(2).to(tl.int64)
@@ -114,7 +162,13 @@ def _fwd_kernel(Q, K, V, Out, LSE, KV_IDX, KV_NUM,
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
 
-    q = tl.load(Q + b * stride_qb + h.to(tl.int64) * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :])
+    q = tl.load(
+        Q
+        + b * stride_qb
+        + h.to(tl.int64) * stride_qh
+        + offs_m[:, None] * stride_qs
+        + offs_d[None, :]
+    )
     k_base = K + b * stride_kb + kv_head * stride_kh
     v_base = V + b * stride_vb + kv_head * stride_vh
 
@@ -143,8 +197,14 @@ def _fwd_kernel(Q, K, V, Out, LSE, KV_IDX, KV_NUM,
     empty = l_i == 0.0  # a query block that keeps no key block: output 0, LSE -inf
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
-    tl.store(Out + b * stride_ob + h.to(tl.int64) * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :],
-             out.to(Out.dtype.element_ty))
+    tl.store(
+        Out
+        + b * stride_ob
+        + h.to(tl.int64) * stride_oh
+        + offs_m[:, None] * stride_os
+        + offs_d[None, :],
+        out.to(Out.dtype.element_ty),
+    )
     tl.store(LSE + (b * n_heads + h) * seqlen + offs_m, lse)
 
 
@@ -157,12 +217,39 @@ def forward(q, k, v, index: BlockIndex, scale: float):
     (bm, bn, warps), _, _ = _tiles(index.block)
     grid = (s // bm, hq, bsz)
     _fwd_kernel[grid](
-        q, k, v, out, lse, index.kv_indices, index.kv_num,
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
-        s, hq, index.row_blocks, index.kv_indices.shape[-1], hq // index.groups, hq // k.shape[1], scale * LOG2E,
-        BLOCK=index.block, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, PRECISION=_precision(q.dtype),
-        num_warps=warps, num_stages=3,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        index.kv_indices,
+        index.kv_num,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        s,
+        hq,
+        index.row_blocks,
+        index.kv_indices.shape[-1],
+        hq // index.groups,
+        hq // k.shape[1],
+        scale * LOG2E,
+        BLOCK=index.block,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        HEAD_DIM=d,
+        PRECISION=_precision(q.dtype),
+        num_warps=warps,
+        num_stages=3,
     )
     return out, lse
 
@@ -171,28 +258,73 @@ def forward(q, k, v, index: BlockIndex, scale: float):
 
 
 @triton.jit
-def _bwd_delta_kernel(Out, DO, DELTA, stride_ob, stride_oh, stride_os, stride_db, stride_dh, stride_ds,
-                      seqlen, n_heads, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+def _bwd_delta_kernel(
+    Out,
+    DO,
+    DELTA,
+    stride_ob,
+    stride_oh,
+    stride_os,
+    stride_db,
+    stride_dh,
+    stride_ds,
+    seqlen,
+    n_heads,
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     h = tl.program_id(1).to(tl.int64)
     b = tl.program_id(2).to(tl.int64)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    o = tl.load(Out + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :])
-    do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_ds + offs_d[None, :])
+    o = tl.load(
+        Out + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :]
+    )
+    do = tl.load(
+        DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_ds + offs_d[None, :]
+    )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + (b * n_heads + h) * seqlen + offs_m, delta)
 
 
 @triton.jit
-def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, KV_IDX, KV_NUM,
-                   stride_qb, stride_qh, stride_qs,
-                   stride_kb, stride_kh, stride_ks,
-                   stride_vb, stride_vh, stride_vs,
-                   stride_db, stride_dh, stride_ds,
-                   seqlen, n_heads, n_row_blocks, max_kept, heads_per_group, heads_per_kv, qk_scale, sm_scale,
-                   BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                   PRECISION: tl.constexpr):
+def _bwd_dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    DQ,
+    LSE,
+    DELTA,
+    KV_IDX,
+    KV_NUM,
+    stride_qb,
+    stride_qh,
+    stride_qs,
+    stride_kb,
+    stride_kh,
+    stride_ks,
+    stride_vb,
+    stride_vh,
+    stride_vs,
+    stride_db,
+    stride_dh,
+    stride_ds,
+    seqlen,
+    n_heads,
+    n_row_blocks,
+    max_kept,
+    heads_per_group,
+    heads_per_kv,
+    qk_scale,
+    sm_scale,
+    BLOCK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     h = tl.program_id(1)
     b = tl.program_id(2).to(tl.int64)
@@ -204,8 +336,12 @@ def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, KV_IDX, KV_NUM,
     offs_d = tl.arange(0, HEAD_DIM)
     h64 = h.to(tl.int64)
 
-    q = tl.load(Q + b * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :])
-    do = tl.load(DO + b * stride_db + h64 * stride_dh + offs_m[:, None] * stride_ds + offs_d[None, :])
+    q = tl.load(
+        Q + b * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :]
+    )
+    do = tl.load(
+        DO + b * stride_db + h64 * stride_dh + offs_m[:, None] * stride_ds + offs_d[None, :]
+    )
     stats = (b * n_heads + h) * seqlen + offs_m
     lse = tl.load(LSE + stats)
     delta = tl.load(DELTA + stats)
@@ -228,19 +364,49 @@ def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, KV_IDX, KV_NUM,
             ds = p * (dp - delta[:, None])
             dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     dq = dq * sm_scale
-    tl.store(DQ + b * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :],
-             dq.to(DQ.dtype.element_ty))
+    tl.store(
+        DQ + b * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :],
+        dq.to(DQ.dtype.element_ty),
+    )
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV, LSE, DELTA, Q_OFF, Q_IDX,
-                     stride_qb, stride_qh, stride_qs,
-                     stride_kb, stride_kh, stride_ks,
-                     stride_vb, stride_vh, stride_vs,
-                     stride_db, stride_dh, stride_ds,
-                     seqlen, n_heads, n_col_blocks, heads_per_group, heads_per_kv, qk_scale, sm_scale,
-                     BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
-                     PRECISION: tl.constexpr):
+def _bwd_dkdv_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    DK,
+    DV,
+    LSE,
+    DELTA,
+    Q_OFF,
+    Q_IDX,
+    stride_qb,
+    stride_qh,
+    stride_qs,
+    stride_kb,
+    stride_kh,
+    stride_ks,
+    stride_vb,
+    stride_vh,
+    stride_vs,
+    stride_db,
+    stride_dh,
+    stride_ds,
+    seqlen,
+    n_heads,
+    n_col_blocks,
+    heads_per_group,
+    heads_per_kv,
+    qk_scale,
+    sm_scale,
+    BLOCK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     pid_n = tl.program_id(0)
     kv_head = tl.program_id(1)
     b = tl.program_id(2).to(tl.int64)
@@ -250,8 +416,12 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV, LSE, DELTA, Q_OFF, Q_IDX,
     offs_d = tl.arange(0, HEAD_DIM)
     kv64 = kv_head.to(tl.int64)
 
-    k = tl.load(K + b * stride_kb + kv64 * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :])
-    v = tl.load(V + b * stride_vb + kv64 * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :])
+    k = tl.load(
+        K + b * stride_kb + kv64 * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :]
+    )
+    v = tl.load(
+        V + b * stride_vb + kv64 * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :]
+    )
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
 
@@ -272,17 +442,23 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV, LSE, DELTA, Q_OFF, Q_IDX,
                 do = tl.load(do_base + rows[:, None] * stride_ds + offs_d[None, :])
                 lse = tl.load(LSE + stats_base + rows)
                 delta = tl.load(DELTA + stats_base + rows)
-                s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale  # [BLOCK_N, BLOCK_M]
+                s_t = (
+                    tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
+                )  # [BLOCK_N, BLOCK_M]
                 p_t = tl.exp2(s_t - lse[None, :])
                 dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
                 dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
                 ds_t = p_t * (dp_t - delta[None, :])
                 dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PRECISION)
     dk = dk * sm_scale
-    tl.store(DK + b * stride_kb + kv64 * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :],
-             dk.to(DK.dtype.element_ty))
-    tl.store(DV + b * stride_vb + kv64 * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :],
-             dv.to(DV.dtype.element_ty))
+    tl.store(
+        DK + b * stride_kb + kv64 * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :],
+        dk.to(DK.dtype.element_ty),
+    )
+    tl.store(
+        DV + b * stride_vb + kv64 * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :],
+        dv.to(DV.dtype.element_ty),
+    )
 
 
 def backward(dout, q, k, v, out, lse, index: BlockIndex, scale: float):
@@ -295,20 +471,90 @@ def backward(dout, q, k, v, out, lse, index: BlockIndex, scale: float):
     _, (dq_m, dq_n), (kv_n, kv_m) = _tiles(index.block)
     prec = _precision(q.dtype)
     _bwd_delta_kernel[(s // dq_m, hq, bsz)](
-        out, dout, delta, out.stride(0), out.stride(1), out.stride(2), dout.stride(0), dout.stride(1), dout.stride(2),
-        s, hq, BLOCK_M=dq_m, HEAD_DIM=d)
-    strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-               v.stride(0), v.stride(1), v.stride(2), dout.stride(0), dout.stride(1), dout.stride(2))
+        out,
+        dout,
+        delta,
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        dout.stride(0),
+        dout.stride(1),
+        dout.stride(2),
+        s,
+        hq,
+        BLOCK_M=dq_m,
+        HEAD_DIM=d,
+    )
+    strides = (
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        dout.stride(0),
+        dout.stride(1),
+        dout.stride(2),
+    )
     assert dq.stride() == q.stride() and dk.stride() == k.stride() and dv.stride() == v.stride()
     _bwd_dq_kernel[(s // dq_m, hq, bsz)](
-        q, k, v, dout, dq, lse, delta, index.kv_indices, index.kv_num, *strides,
-        s, hq, index.row_blocks, index.kv_indices.shape[-1], hq // index.groups, hq // hkv, scale * LOG2E, scale,
-        BLOCK=index.block, BLOCK_M=dq_m, BLOCK_N=dq_n, HEAD_DIM=d, PRECISION=prec, num_warps=4, num_stages=2)
+        q,
+        k,
+        v,
+        dout,
+        dq,
+        lse,
+        delta,
+        index.kv_indices,
+        index.kv_num,
+        *strides,
+        s,
+        hq,
+        index.row_blocks,
+        index.kv_indices.shape[-1],
+        hq // index.groups,
+        hq // hkv,
+        scale * LOG2E,
+        scale,
+        BLOCK=index.block,
+        BLOCK_M=dq_m,
+        BLOCK_N=dq_n,
+        HEAD_DIM=d,
+        PRECISION=prec,
+        num_warps=4,
+        num_stages=2,
+    )
     n_col_blocks = (index.q_offsets.numel() - 1) // index.groups
     _bwd_dkdv_kernel[(s // kv_n, hkv, bsz)](
-        q, k, v, dout, dk, dv, lse, delta, index.q_offsets, index.q_indices, *strides,
-        s, hq, n_col_blocks, hq // index.groups, hq // hkv, scale * LOG2E, scale,
-        BLOCK=index.block, BLOCK_N=kv_n, BLOCK_M=kv_m, HEAD_DIM=d, PRECISION=prec, num_warps=8, num_stages=2)
+        q,
+        k,
+        v,
+        dout,
+        dk,
+        dv,
+        lse,
+        delta,
+        index.q_offsets,
+        index.q_indices,
+        *strides,
+        s,
+        hq,
+        n_col_blocks,
+        hq // index.groups,
+        hq // hkv,
+        scale * LOG2E,
+        scale,
+        BLOCK=index.block,
+        BLOCK_N=kv_n,
+        BLOCK_M=kv_m,
+        HEAD_DIM=d,
+        PRECISION=prec,
+        num_warps=8,
+        num_stages=2,
+    )
     return dq, dk, dv
 
 

@@ -21,7 +21,9 @@ def vsa_arguments(mask, device="cpu"):
     lay = mask.layout()
     per = mask.heads_q // lay.groups
     block_map = lay.keep.repeat_interleave(per, dim=0).unsqueeze(0).to(device)
-    sizes = lay.row_bounds[0].diff().to(device=device, dtype=torch.int32)  # tokens per block (all full)
+    sizes = (
+        lay.row_bounds[0].diff().to(device=device, dtype=torch.int32)
+    )  # tokens per block (all full)
     return block_map, sizes
 
 
@@ -32,9 +34,13 @@ class VSA(Kernel):
         import torch
 
         if mask.name != "block_sparse" or mask.params["block_size"] != VSA_BLOCK:
-            self.unsupported(f"needs block_sparse with {VSA_BLOCK}-token blocks, got {mask.name} {mask.params}")
+            self.unsupported(
+                f"needs block_sparse with {VSA_BLOCK}-token blocks, got {mask.name} {mask.params}"
+            )
         if self.gqa:
-            self.unsupported(f"needs as many KV heads as query heads, got {self.heads_q}:{self.heads_kv}")
+            self.unsupported(
+                f"needs as many KV heads as query heads, got {self.heads_q}:{self.heads_kv}"
+            )
         if self.dtype != torch.bfloat16:
             self.unsupported(f"its Hopper kernels take bfloat16 only, got {self.dtype}")
         vsa = self.import_library("vsa")

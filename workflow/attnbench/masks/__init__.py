@@ -1,10 +1,10 @@
 """The mask library: one predicate per pattern, and every derived form beside it.
 
-    mask = sample_mask("causal_document", 4096, cfg, rng, histograms, heads_q=8, heads_kv=2)
-    mask.dense()        # [S, S] (or [Hq, S, S] for block-sparse) bool, for references
-    mask.mask_mod(dev)  # FlexAttention mask_mod, the same predicate
-    mask.area           # exact visible pairs per head, from the range form
-    mask.native_form()  # documents / causal / window for varlen kernels, or None
+mask = sample_mask("causal_document", 4096, cfg, rng, histograms, heads_q=8, heads_kv=2)
+mask.dense()        # [S, S] (or [Hq, S, S] for block-sparse) bool, for references
+mask.mask_mod(dev)  # FlexAttention mask_mod, the same predicate
+mask.area           # exact visible pairs per head, from the range form
+mask.native_form()  # documents / causal / window for varlen kernels, or None
 """
 
 from __future__ import annotations
@@ -114,7 +114,9 @@ class Mask:
             rows = rows.view(heads, rows.shape[-2], s)
             if pad:
                 rows = torch.nn.functional.pad(rows, (0, pad))
-            out[:, i] = rows.view(heads, rows.shape[1], nb, block).sum(dim=(1, 3), dtype=torch.int32)
+            out[:, i] = rows.view(heads, rows.shape[1], nb, block).sum(
+                dim=(1, 3), dtype=torch.int32
+            )
         return out
 
     def to_json(self) -> dict:

@@ -129,7 +129,9 @@ class FullDocument(Documents):
         return P.in_documents(_within(self.causal), *self.docs(params, device))
 
     def slices(self, seqlen, params):
-        return [Slice(a, b, a, b, _kind(self.causal)) for a, b in _doc_bounds(params["doc_lengths"])]
+        return [
+            Slice(a, b, a, b, _kind(self.causal)) for a, b in _doc_bounds(params["doc_lengths"])
+        ]
 
     def native_form(self, seqlen, params):
         return NativeForm(tuple(params["doc_lengths"]), self.causal, _window(self.causal))
@@ -174,7 +176,9 @@ class SlidingWindow(Pattern):
 
     def check(self, seqlen, cfg):
         if int(cfg.get("window", -1)) < 0:
-            raise ValueError(f"{self.name} needs mask_params.window >= 0, got {cfg.get('window')!r}")
+            raise ValueError(
+                f"{self.name} needs mask_params.window >= 0, got {cfg.get('window')!r}"
+            )
 
     def predicate(self, seqlen, params, device):
         return P.band(P.scalar(params["window"], device))

@@ -36,7 +36,9 @@ def block_causal(b):
     """Bidirectional inside blocks of b tokens, causal across blocks."""
     import torch
 
-    return lambda q, k: torch.div(k, b, rounding_mode="floor") <= torch.div(q, b, rounding_mode="floor")
+    return lambda q, k: (
+        torch.div(k, b, rounding_mode="floor") <= torch.div(q, b, rounding_mode="floor")
+    )
 
 
 def in_documents(base, doc_id, doc_start):

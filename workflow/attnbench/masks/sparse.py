@@ -56,7 +56,9 @@ class BlockLayout:
         g, nrb, k = self.kv_indices.shape
         ncb = self.keep.shape[-1]
         cols = self.kv_indices.to(device)
-        key = (torch.arange(g, device=device).view(g, 1, 1) * ncb + cols).reshape(-1)  # (group, key block)
+        key = (torch.arange(g, device=device).view(g, 1, 1) * ncb + cols).reshape(
+            -1
+        )  # (group, key block)
         rows = torch.arange(nrb, device=device).view(1, nrb, 1).expand(g, nrb, k).reshape(-1)
         order = torch.sort(key, stable=True).indices  # stable: query blocks stay increasing
         counts = torch.bincount(key, minlength=g * ncb)
@@ -91,7 +93,9 @@ class BlockLayout:
 
         sizes = bounds.diff(dim=1)
         idx = torch.arange(sizes.shape[1]).expand_as(sizes)
-        out = torch.stack([torch.repeat_interleave(idx[g], sizes[g]) for g in range(sizes.shape[0])])
+        out = torch.stack(
+            [torch.repeat_interleave(idx[g], sizes[g]) for g in range(sizes.shape[0])]
+        )
         return torch.nn.functional.pad(out, (0, padded_length(seqlen) - seqlen))
 
 
@@ -124,7 +128,9 @@ class SparsePattern:
     def groups(self, cfg, heads_q, heads_kv):
         gran = cfg.get("granularity", "kv_head")
         if gran not in GRANULARITIES:
-            raise ValueError(f"mask_params.granularity={gran!r}; valid: {', '.join(GRANULARITIES)}")
+            raise ValueError(
+                f"mask_params.granularity={gran!r}; valid: {', '.join(GRANULARITIES)}"
+            )
         return heads_kv if gran == "kv_head" else heads_q
 
     def predicate_h(self, seqlen, params, device):
@@ -171,7 +177,9 @@ class SparsePattern:
         self.check_blocks(seqlen, cfg)
         d = float(cfg.get("density", -1))
         if not 0 < d <= 1:
-            raise ValueError(f"{self.name} needs 0 < mask_params.density <= 1, got {cfg.get('density')!r}")
+            raise ValueError(
+                f"{self.name} needs 0 < mask_params.density <= 1, got {cfg.get('density')!r}"
+            )
 
     def sample(self, seqlen, cfg, rng, heads_q, heads_kv):
         self.check(seqlen, cfg)
@@ -201,8 +209,10 @@ class SparsePattern:
         """Raise ValueError unless the seed rebuilds exactly the recorded layout."""
         got = self.layout(seqlen, params).fingerprint()
         if "layout_sha256" in params and got != params["layout_sha256"]:
-            raise ValueError(f"{self.name}: seed {params['seed']} rebuilds layout {got[:12]}, "
-                             f"the record says {params['layout_sha256'][:12]}")
+            raise ValueError(
+                f"{self.name}: seed {params['seed']} rebuilds layout {got[:12]}, "
+                f"the record says {params['layout_sha256'][:12]}"
+            )
 
 
 class BlockSparse(SparsePattern):
@@ -240,7 +250,9 @@ class VariableBlockSparse(SparsePattern):
                 f"variable_block_sparse needs mask_params.avg_block >= min_block >= 1, got avg_block={a}, min_block={m}"
             )
         if seqlen < a:
-            raise ValueError(f"variable_block_sparse: seqlen {seqlen} is shorter than avg_block={a}")
+            raise ValueError(
+                f"variable_block_sparse: seqlen {seqlen} is shorter than avg_block={a}"
+            )
 
     def block_params(self, cfg):
         return {"avg_block": int(cfg["avg_block"]), "min_block": int(cfg.get("min_block", 128))}
@@ -253,7 +265,9 @@ class VariableBlockSparse(SparsePattern):
         gen = torch.Generator().manual_seed(params["seed"])
 
         def bounds():
-            sizes = torch.stack([_random_partition(gen, seqlen, n, params["min_block"]) for _ in range(g)])
+            sizes = torch.stack(
+                [_random_partition(gen, seqlen, n, params["min_block"]) for _ in range(g)]
+            )
             return torch.cat([torch.zeros(g, 1, dtype=torch.long), sizes.cumsum(1)], dim=1)
 
         row_bounds, col_bounds = bounds(), bounds()

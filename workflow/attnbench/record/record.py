@@ -25,7 +25,9 @@ def base_record(spec, implementation: dict) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "cell_id": stable_hash(spec),
-        "config_sha256": stable_hash(spec, 64),  # the cell's whole effective config (cell_id is its short form)
+        "config_sha256": stable_hash(
+            spec, 64
+        ),  # the cell's whole effective config (cell_id is its short form)
         "cell": spec,
         "kernel": implementation,
         "data_seed": data_seed(spec),
@@ -42,12 +44,20 @@ def summarise(record, peak, gpus: int = 1):
     tflops = [s["flops"] / (t * 1e-3) / 1e12 / gpus for s in samples for t in s["time_ms"]]
     a, b = np.percentile(times, [20, 80]), np.percentile(tflops, [20, 80])
     record.update(
-        time_ms_median=float(np.median(times)), time_ms_p20=float(a[0]), time_ms_p80=float(a[1]),
+        time_ms_median=float(np.median(times)),
+        time_ms_p20=float(a[0]),
+        time_ms_p80=float(a[1]),
         flops=float(np.mean([s["flops"] for s in samples])),
-        tflops=float(np.median(tflops)), tflops_p20=float(b[0]), tflops_p80=float(b[1]),
+        tflops=float(np.median(tflops)),
+        tflops_p20=float(b[0]),
+        tflops_p80=float(b[1]),
     )
     mems = [s["peak_mem_bytes"] for s in samples if s.get("peak_mem_bytes") is not None]
-    incs = [s["peak_mem_increment_bytes"] for s in samples if s.get("peak_mem_increment_bytes") is not None]
+    incs = [
+        s["peak_mem_increment_bytes"]
+        for s in samples
+        if s.get("peak_mem_increment_bytes") is not None
+    ]
     record["peak_mem_bytes"] = max(mems) if mems else None
     record["peak_mem_increment_bytes"] = max(incs) if incs else None
     record["mem_source"] = samples[0].get("mem_source")
@@ -56,7 +66,9 @@ def summarise(record, peak, gpus: int = 1):
     ceiling = (peak or {}).get("matmul_peak_tflops")
     record["fraction_of_peak"] = record["tflops"] / ceiling if ceiling else None
     checks = [s["check"] for s in samples if "check" in s]
-    errs = [e for c in checks for n, e in c["errors"].items() if n != "lse"]  # the LSE's is absolute
+    errs = [
+        e for c in checks for n, e in c["errors"].items() if n != "lse"
+    ]  # the LSE's is absolute
     record["max_rel_err"] = max(errs) if errs else None
     record["check_passed"] = all(c["passed"] for c in checks) if checks else None
 

@@ -34,7 +34,9 @@ def record_problems(record) -> list[str]:
     elif status in TIMED and record.get("tflops") is None:
         problems.append(f"status {status!r} without the timings it implies (tflops)")
     elif status not in TIMED and record.get("tflops") is not None:
-        problems.append(f"status {status!r} with timings (tflops), which only {', '.join(TIMED)} carry")
+        problems.append(
+            f"status {status!r} with timings (tflops), which only {', '.join(TIMED)} carry"
+        )
     return problems
 
 
@@ -43,10 +45,14 @@ def read_record(path) -> dict:
     try:
         record = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RecordError(f"{path}: not a readable JSON cell record ({e}). Move it away, or delete it and run "
-                          "the workflow again to remeasure that cell; no other file was changed") from None
+        raise RecordError(
+            f"{path}: not a readable JSON cell record ({e}). Move it away, or delete it and run "
+            "the workflow again to remeasure that cell; no other file was changed"
+        ) from None
     problems = record_problems(record)
     if problems:
-        raise RecordError(f"{path}: not a cell record of this benchmark: {'; '.join(problems)}. Move it out of the "
-                          "records folder; no other file was changed")
+        raise RecordError(
+            f"{path}: not a cell record of this benchmark: {'; '.join(problems)}. Move it out of the "
+            "records folder; no other file was changed"
+        )
     return record

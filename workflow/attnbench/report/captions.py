@@ -44,31 +44,44 @@ def machine(df: pd.DataFrame) -> str:
     text = f"{kind}: {_join(devs)}"
     if kind == "GPU" and gpus and gpus != [1]:
         text += f" ({', '.join(map(str, gpus))} GPUs)"
-    extra = [f"{label} {_join(_values(df, col))}" for col, label in
-             (("cuda", "CUDA"), ("cudnn", "cuDNN"), ("driver", "driver")) if _values(df, col)]
+    extra = [
+        f"{label} {_join(_values(df, col))}"
+        for col, label in (("cuda", "CUDA"), ("cudnn", "cuDNN"), ("driver", "driver"))
+        if _values(df, col)
+    ]
     if extra:
         text += "; " + ", ".join(extra)
     hosts = _values(df, "host")
     if hosts:
-        text += f"; host{'s' * (len(hosts) > 1)} {_join(hosts[:4])}{' ...' if len(hosts) > 4 else ''}"
+        text += (
+            f"; host{'s' * (len(hosts) > 1)} {_join(hosts[:4])}{' ...' if len(hosts) > 4 else ''}"
+        )
     return text
 
 
 def data(df: pd.DataFrame) -> str:
     counts = df["status"].value_counts()
     status = ", ".join(f"{counts[s]} {s}" for s in STATUS_MEANING if s in counts)
-    heads = [heads_label(a, b) for a, b in dict.fromkeys(zip(df["heads_q"], df["heads_kv"]))] if len(df) else []
+    heads = (
+        [heads_label(a, b) for a, b in dict.fromkeys(zip(df["heads_q"], df["heads_kv"]))]
+        if len(df)
+        else []
+    )
     lengths = sorted({int(s) for s in df["seqlen"].dropna()})
-    parts = [f"{len(df)} cells ({status})",
-             f"dtype {_join(_values(df, 'dtype'))}",
-             f"head dim {_join(sorted({str(int(x)) for x in df['head_dim'].dropna()}))}",
-             f"heads {_join(heads)}"]
+    parts = [
+        f"{len(df)} cells ({status})",
+        f"dtype {_join(_values(df, 'dtype'))}",
+        f"head dim {_join(sorted({str(int(x)) for x in df['head_dim'].dropna()}))}",
+        f"heads {_join(heads)}",
+    ]
     if lengths:
         parts.append(f"S {seqlen_label(lengths[0])}..{seqlen_label(lengths[-1])}")
     parts.append(f"directions {_join(list(dict.fromkeys(df['direction'].dropna())))}")
     if "reps" in df and df["reps"].notna().any():
-        parts.append(f"{_join(sorted({str(int(x)) for x in df['warmup'].dropna()}))} warm-up + "
-                     f"{_join(sorted({str(int(x)) for x in df['reps'].dropna()}))} timed repetitions per sampled mask")
+        parts.append(
+            f"{_join(sorted({str(int(x)) for x in df['warmup'].dropna()}))} warm-up + "
+            f"{_join(sorted({str(int(x)) for x in df['reps'].dropna()}))} timed repetitions per sampled mask"
+        )
     return "; ".join(parts)
 
 
@@ -84,13 +97,18 @@ def _versions(df: pd.DataFrame, col: str) -> str:
 
 def software(df: pd.DataFrame) -> str:
     versions = [f"torch {_versions(df, 'torch')}"]
-    versions += [f"{label} {_versions(df, col)}" for col, label in (("triton", "triton"), ("python", "Python"))
-                 if _values(df, col)]
+    versions += [
+        f"{label} {_versions(df, col)}"
+        for col, label in (("triton", "triton"), ("python", "Python"))
+        if _values(df, col)
+    ]
     groups: dict = {}  # kernels with the same recorded library versions share an entry
     for impl in order(df["impl"].dropna()):
         groups.setdefault(_versions(df[df["impl"] == impl], "library_version"), []).append(impl)
     libs = "; ".join(f"{', '.join(impls)}: {v}" for v, impls in groups.items())
-    return ", ".join(versions) + (f"; kernel libraries as recorded per cell: {libs}" if libs else "")
+    return ", ".join(versions) + (
+        f"; kernel libraries as recorded per cell: {libs}" if libs else ""
+    )
 
 
 def code_hashes(df: pd.DataFrame) -> str:
@@ -99,7 +117,9 @@ def code_hashes(df: pd.DataFrame) -> str:
     hashes = df["code_sha256"] if "code_sha256" in df else pd.Series(index=df.index, dtype=object)
     known = hashes.dropna().astype(str).str[:12]
     counts = known.value_counts()
-    parts = list(counts.index) if len(counts) == 1 else [f"{h} ({n} cells)" for h, n in counts.items()]
+    parts = (
+        list(counts.index) if len(counts) == 1 else [f"{h} ({n} cells)" for h, n in counts.items()]
+    )
     if len(known) < len(df):
         parts.append(f"not recorded ({len(df) - len(known)} cells)" if parts else "not recorded")
     return ", ".join(parts)
@@ -117,12 +137,20 @@ def code(df: pd.DataFrame) -> str:
     return text
 
 
-def caption_text(what: str, df: pd.DataFrame, grid: str | None = None, grid_cfg: dict | None = None,
-                 extra_rst: str = "") -> str:
+def caption_text(
+    what: str,
+    df: pd.DataFrame,
+    grid: str | None = None,
+    grid_cfg: dict | None = None,
+    extra_rst: str = "",
+) -> str:
     desc = (grid_cfg or {}).get("description")
     fields = [
         ("Machine", machine(df)),
-        ("Grid data", (f"grid {grid}" + (f" ({desc})" if desc else "") + "; " if grid else "") + data(df)),
+        (
+            "Grid data",
+            (f"grid {grid}" + (f" ({desc})" if desc else "") + "; " if grid else "") + data(df),
+        ),
         ("Software", software(df)),
         ("Code", code(df)),
         ("Source", "the tidy table results/tables/cells.csv; each row names its cell record"),
@@ -133,8 +161,16 @@ def caption_text(what: str, df: pd.DataFrame, grid: str | None = None, grid_cfg:
     return "{% raw %}\n" + body + "{% endraw %}\n"
 
 
-def write_captions(out: Path, stems, whats: dict, df: pd.DataFrame, kind: str, grid: str | None = None,
-                   grid_cfg: dict | None = None, extras: dict | None = None) -> list[Path]:
+def write_captions(
+    out: Path,
+    stems,
+    whats: dict,
+    df: pd.DataFrame,
+    kind: str,
+    grid: str | None = None,
+    grid_cfg: dict | None = None,
+    extras: dict | None = None,
+) -> list[Path]:
     """One caption file per stem; stems without a description get a generic one."""
     paths = []
     for stem in stems:

@@ -10,15 +10,60 @@ from ..record.validate import RecordError, read_record  # noqa: F401  (RecordErr
 
 # The columns every row has, in this order; more (method-specific) follow.
 COLUMNS = [
-    "grid", "family", "impl", "mask", "seqlen", "heads_q", "heads_kv", "head_dim", "dtype", "direction", "gpus",
-    "device", "device_name", "status", "status_reason", "time_ms_median", "time_ms_p20", "time_ms_p80", "tflops",
-    "tflops_p20", "tflops_p80", "flops", "fraction_of_peak", "matmul_peak_tflops", "peak_mem_bytes",
-    "peak_mem_increment_bytes", "mem_source", "max_rel_err", "check_passed", "samples", "mask_area_mean",
-    "block_size", "avg_block", "density", "realised_density", "library_version", "torch", "git_commit",
-    "cell_id", "record",
+    "grid",
+    "family",
+    "impl",
+    "mask",
+    "seqlen",
+    "heads_q",
+    "heads_kv",
+    "head_dim",
+    "dtype",
+    "direction",
+    "gpus",
+    "device",
+    "device_name",
+    "status",
+    "status_reason",
+    "time_ms_median",
+    "time_ms_p20",
+    "time_ms_p80",
+    "tflops",
+    "tflops_p20",
+    "tflops_p80",
+    "flops",
+    "fraction_of_peak",
+    "matmul_peak_tflops",
+    "peak_mem_bytes",
+    "peak_mem_increment_bytes",
+    "mem_source",
+    "max_rel_err",
+    "check_passed",
+    "samples",
+    "mask_area_mean",
+    "block_size",
+    "avg_block",
+    "density",
+    "realised_density",
+    "library_version",
+    "torch",
+    "git_commit",
+    "cell_id",
+    "record",
     # provenance for report captions (spec/measurement.md: the environment fingerprint)
-    "warmup", "reps", "host", "python", "triton", "cuda", "cudnn", "driver", "git_dirty", "started_at", "finished_at",
-    "code_sha256", "config_sha256",  # the code tree and the cell config that made the record
+    "warmup",
+    "reps",
+    "host",
+    "python",
+    "triton",
+    "cuda",
+    "cudnn",
+    "driver",
+    "git_dirty",
+    "started_at",
+    "finished_at",
+    "code_sha256",
+    "config_sha256",  # the code tree and the cell config that made the record
 ]
 
 
@@ -33,17 +78,50 @@ def row(record: dict, path: str) -> dict:
     cell, env = record["cell"], record.get("environment", {})
     samples = record.get("samples", [])
     mp = cell.get("mask_params", {})
-    dens = [s["mask_params"].get("realised_density") for s in samples if "realised_density" in s.get("mask_params", {})]
+    dens = [
+        s["mask_params"].get("realised_density")
+        for s in samples
+        if "realised_density" in s.get("mask_params", {})
+    ]
     r = {
-        **{k: cell.get(k) for k in ("grid", "family", "impl", "mask", "seqlen", "heads_q", "heads_kv", "head_dim",
-                                    "dtype", "direction", "gpus", "device")},
+        **{
+            k: cell.get(k)
+            for k in (
+                "grid",
+                "family",
+                "impl",
+                "mask",
+                "seqlen",
+                "heads_q",
+                "heads_kv",
+                "head_dim",
+                "dtype",
+                "direction",
+                "gpus",
+                "device",
+            )
+        },
         "device_name": env.get("device_name"),
         "status": record["status"],
         "status_reason": record.get("status_reason"),
-        **{k: _num(record.get(k)) for k in ("time_ms_median", "time_ms_p20", "time_ms_p80", "tflops", "tflops_p20",
-                                             "tflops_p80", "flops", "fraction_of_peak", "peak_mem_bytes",
-                                             "peak_mem_increment_bytes", "mem_source", "max_rel_err",
-                                             "check_passed")},
+        **{
+            k: _num(record.get(k))
+            for k in (
+                "time_ms_median",
+                "time_ms_p20",
+                "time_ms_p80",
+                "tflops",
+                "tflops_p20",
+                "tflops_p80",
+                "flops",
+                "fraction_of_peak",
+                "peak_mem_bytes",
+                "peak_mem_increment_bytes",
+                "mem_source",
+                "max_rel_err",
+                "check_passed",
+            )
+        },
         "matmul_peak_tflops": (record.get("matmul_peak") or {}).get("matmul_peak_tflops"),
         "samples": len(samples),
         "mask_area_mean": sum(s["mask_area"] for s in samples) / len(samples) if samples else None,
@@ -77,26 +155,56 @@ def collect(paths=(), root=None) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     cols = COLUMNS + [c for c in df.columns if c not in COLUMNS]
     df = df.reindex(columns=cols)
-    keys = ["grid", "family", "impl", "mask", "seqlen", "heads_q", "heads_kv", "head_dim", "dtype", "direction", "gpus"]
+    keys = [
+        "grid",
+        "family",
+        "impl",
+        "mask",
+        "seqlen",
+        "heads_q",
+        "heads_kv",
+        "head_dim",
+        "dtype",
+        "direction",
+        "gpus",
+    ]
     return df.sort_values(keys, kind="stable", na_position="last").reset_index(drop=True)
 
 
 # Versions and names stay text ("12.10" is not 12.1, "570.00" not 570.0).
-TEXT_COLUMNS = ("device_name", "library_version", "torch", "git_commit", "host", "python", "triton", "cuda", "cudnn",
-                "driver", "started_at", "finished_at", "code_sha256", "config_sha256")
+TEXT_COLUMNS = (
+    "device_name",
+    "library_version",
+    "torch",
+    "git_commit",
+    "host",
+    "python",
+    "triton",
+    "cuda",
+    "cudnn",
+    "driver",
+    "started_at",
+    "finished_at",
+    "code_sha256",
+    "config_sha256",
+)
 
 
 def read_cells(path) -> pd.DataFrame:
     return pd.read_csv(path, keep_default_na=True, dtype={c: str for c in TEXT_COLUMNS})
 
 
-def grid_rows(cells_csv, grid: str | None = None, family: str | None = None, grid_cfg: dict | None = None):
+def grid_rows(
+    cells_csv, grid: str | None = None, family: str | None = None, grid_cfg: dict | None = None
+):
     """The grid's rows of the tidy table (all rows without a grid), and the family they belong to:
     the one named, else the grid's, else the rows' own."""
     df = read_cells(cells_csv)
     if grid:
         df = df[df["grid"] == grid]
-    name = family or (grid_cfg or {}).get("family") or (df["family"].iloc[0] if len(df) else "kernel")
+    name = (
+        family or (grid_cfg or {}).get("family") or (df["family"].iloc[0] if len(df) else "kernel")
+    )
     return df, name
 
 
@@ -108,9 +216,13 @@ def one_row_per_point(df: pd.DataFrame, what: str) -> pd.DataFrame:
     a grid that varies another axis (dtype, head dim, mask parameters) must be split, not averaged."""
     dup = df[df.duplicated(POINT, keep=False)]
     if len(dup):
-        varying = [c for c in ("dtype", "head_dim", "block_size", "avg_block", "density", "gpus")
-                   if c in dup and dup.groupby(POINT)[c].nunique(dropna=False).max() > 1]
-        raise ValueError(f"{what}: {len(dup)} rows share a (kernel, mask, length, heads, direction); they differ in "
-                         f"{', '.join(varying) or 'no recorded column'}; use one value of those per grid")
+        varying = [
+            c
+            for c in ("dtype", "head_dim", "block_size", "avg_block", "density", "gpus")
+            if c in dup and dup.groupby(POINT)[c].nunique(dropna=False).max() > 1
+        ]
+        raise ValueError(
+            f"{what}: {len(dup)} rows share a (kernel, mask, length, heads, direction); they differ in "
+            f"{', '.join(varying) or 'no recorded column'}; use one value of those per grid"
+        )
     return df
-

@@ -10,8 +10,17 @@ from .collect import grid_rows
 from .plotting import apply_theme
 
 
-def write_figures(cells_csv, out_dir, part_of, style=None, promised=None, grid: str | None = None,
-                  grid_cfg: dict | None = None, only=None, strict: bool = True) -> list[Path]:
+def write_figures(
+    cells_csv,
+    out_dir,
+    part_of,
+    style=None,
+    promised=None,
+    grid: str | None = None,
+    grid_cfg: dict | None = None,
+    only=None,
+    strict: bool = True,
+) -> list[Path]:
     """Draw a grid's figures with its family's module (`part_of(family)`: its figures(df, out,
     style, only) and figure_captions(df, style)), and their captions. `only`: just these stems, so
     regeneration can share the figures among processes. `strict`: fail unless every promised
@@ -23,11 +32,15 @@ def write_figures(cells_csv, out_dir, part_of, style=None, promised=None, grid: 
     out.mkdir(parents=True, exist_ok=True)
     paths = part.figures(df, out, style, only)
     whats = part.figure_captions(df, style)
-    if strict and promised is not None:  # make sure the files Snakemake expects are the ones written
+    if (
+        strict and promised is not None
+    ):  # make sure the files Snakemake expects are the ones written
         stems = [s for s in promised if only is None or s in only]
         expected = {out / f"{s}.{fmt}" for s in stems for fmt in style["formats"]}
         missing = expected - set(paths)
         if missing:
             raise RuntimeError(f"figures not produced: {sorted(map(str, missing))}")
     stems = list(dict.fromkeys(Path(p).stem for p in paths))
-    return paths + captions.write_captions(out, stems, whats, df, kind="figure", grid=grid, grid_cfg=grid_cfg)
+    return paths + captions.write_captions(
+        out, stems, whats, df, kind="figure", grid=grid, grid_cfg=grid_cfg
+    )

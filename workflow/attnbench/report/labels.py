@@ -13,8 +13,13 @@ GIB = 2**30  # bytes in records, GiB in tables and figures
 # of their registries.
 NAMES = tuple(dict.fromkeys(tuple(KERNELS) + tuple(METHODS)))
 
-STATUS_LABEL = {"oom": "OOM", "unsupported": "unsup.", "unavailable": "n/a", "incorrect": "wrong",
-                "timeout": "timeout"}
+STATUS_LABEL = {
+    "oom": "OOM",
+    "unsupported": "unsup.",
+    "unavailable": "n/a",
+    "incorrect": "wrong",
+    "timeout": "timeout",
+}
 STATUS_MEANING = {
     "ok": "measured, agrees with the float64 reference",
     "oom": "out of memory at this size",
@@ -24,8 +29,10 @@ STATUS_MEANING = {
     "timeout": "still running at the grid's time budget (cell_timeout_s); stopped, no time",
 }
 # What the status words in tables stand for.
-STATUS_NOTE = ("OOM: out of memory; unsup.: unsupported; n/a: unavailable (not measured on this machine); "
-               "timeout: stopped at the time budget; (wrong): disagrees with the float64 reference")
+STATUS_NOTE = (
+    "OOM: out of memory; unsup.: unsupported; n/a: unavailable (not measured on this machine); "
+    "timeout: stopped at the time budget; (wrong): disagrees with the float64 reference"
+)
 
 # The paper draws TFLOP/s vs length one figure per family of related masks (Figs. 8-14).
 MASK_FAMILIES = {

@@ -27,4 +27,6 @@ def report_format(formats) -> str:
     for fmt in REPORT_FORMATS:
         if fmt in formats:
             return fmt
-    raise ValueError(f"no figure format the report can show among {list(formats)}; use one of {REPORT_FORMATS}")
+    raise ValueError(
+        f"no figure format the report can show among {list(formats)}; use one of {REPORT_FORMATS}"
+    )

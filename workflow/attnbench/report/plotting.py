@@ -22,9 +22,23 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from ..status import TIMED  # noqa: E402
 from .labels import GIB, heads_label, order, seqlen_label  # noqa: E402, F401  (GIB re-exported)
-from .style import HEADS_STYLES, INCORRECT_RING, OOM_MARKER, TIMEOUT_MARKER, colour, marker, marker_size  # noqa: E402
+from .style import (  # noqa: E402
+    HEADS_STYLES,
+    INCORRECT_RING,
+    OOM_MARKER,
+    TIMEOUT_MARKER,
+    colour,
+    marker,
+    marker_size,
+)
 
-DEFAULT_STYLE = {"dpi": 150, "context": "paper", "font_scale": 1.0, "formats": ["png", "pdf"], "bar_seqlen": 8192}
+DEFAULT_STYLE = {
+    "dpi": 150,
+    "context": "paper",
+    "font_scale": 1.0,
+    "formats": ["png", "pdf"],
+    "bar_seqlen": 8192,
+}
 
 
 def apply_theme(style: dict) -> dict:
@@ -41,7 +55,9 @@ def device_kind(df: pd.DataFrame) -> str:
 
 def describe(df: pd.DataFrame) -> str:
     """'GPU: NVIDIA H200 | dtype bfloat16': what every figure title states."""
-    devs = sorted({str(x) for x in df["device_name"].dropna()}) or sorted(set(df["device"].dropna()))
+    devs = sorted({str(x) for x in df["device_name"].dropna()}) or sorted(
+        set(df["device"].dropna())
+    )
     return f"{device_kind(df)}: {', '.join(devs)} | dtype {', '.join(sorted(set(df['dtype'].dropna())))}"
 
 
@@ -67,7 +83,12 @@ def save(fig, out: Path, stem: str, style) -> list[Path]:
     paths = []
     for fmt in style["formats"]:
         p = Path(out) / f"{stem}.{fmt}"
-        fig.savefig(p, dpi=style["dpi"], bbox_inches=bbox, metadata={"CreationDate": None} if fmt == "pdf" else None)
+        fig.savefig(
+            p,
+            dpi=style["dpi"],
+            bbox_inches=bbox,
+            metadata={"CreationDate": None} if fmt == "pdf" else None,
+        )
         paths.append(p)
     plt.close(fig)
     return paths
@@ -75,7 +96,9 @@ def save(fig, out: Path, stem: str, style) -> list[Path]:
 
 def title_above(fig, title: str, subtitle: str = ""):
     """The figure title (and a second line, e.g. device and dtype) above the panels, outside them."""
-    fig.suptitle(f"{title}\n{subtitle}" if subtitle else title, y=1.0, va="bottom", fontsize="large")
+    fig.suptitle(
+        f"{title}\n{subtitle}" if subtitle else title, y=1.0, va="bottom", fontsize="large"
+    )
 
 
 def status_handles(oom=True, incorrect=True, timeout=False) -> dict:
@@ -84,7 +107,9 @@ def status_handles(oom=True, incorrect=True, timeout=False) -> dict:
     if oom:
         h["out of memory (on the axis floor)"] = Line2D([], [], lw=0, color="0.6", **OOM_MARKER)
     if timeout:
-        h["stopped at the time budget (on the axis floor)"] = Line2D([], [], lw=0, color="0.6", **TIMEOUT_MARKER)
+        h["stopped at the time budget (on the axis floor)"] = Line2D(
+            [], [], lw=0, color="0.6", **TIMEOUT_MARKER
+        )
     if incorrect:
         h["disagrees with float64 reference"] = Line2D([], [], lw=0, **INCORRECT_RING)
     return h
@@ -112,9 +137,15 @@ def legend_and_notes(fig, handles: dict, notes: list[str], keys: dict | None = N
     for entries in (handles, keys or {}):
         if not entries:
             continue
-        leg = fig.legend(list(entries.values()), list(entries.keys()), loc="upper center",
-                         ncol=_legend_columns(list(entries), width_in), bbox_to_anchor=(0.5, bottom), frameon=False,
-                         fontsize="small")
+        leg = fig.legend(
+            list(entries.values()),
+            list(entries.keys()),
+            loc="upper center",
+            ncol=_legend_columns(list(entries), width_in),
+            bbox_to_anchor=(0.5, bottom),
+            frameon=False,
+            fontsize="small",
+        )
         bottom = leg.get_window_extent(renderer).transformed(fig.transFigure.inverted()).y0
     if notes:
         chars = max(60, int(width_in * 15))
@@ -149,15 +180,20 @@ class NotRun:
         self.seen.setdefault(where, set()).add(setting)
 
     def add(self, status: str, impl: str, where: str, setting: tuple):
-        self.cells.setdefault(status, {}).setdefault(impl, {}).setdefault(where, set()).add(setting)
+        self.cells.setdefault(status, {}).setdefault(impl, {}).setdefault(where, set()).add(
+            setting
+        )
 
     def impls(self, status: str) -> list:
         return order(self.cells.get(status, {}))
 
     def everywhere(self, status: str) -> list:
         """Kernels with this status in every setting of every panel (e.g. a library not installed)."""
-        return [i for i, w in self.cells.get(status, {}).items()
-                if set(w) == set(self.seen) and all(w[k] == self.seen[k] for k in w)]
+        return [
+            i
+            for i, w in self.cells.get(status, {}).items()
+            if set(w) == set(self.seen) and all(w[k] == self.seen[k] for k in w)
+        ]
 
     @staticmethod
     def _qualify(affected: set, seen: set) -> str:
@@ -176,27 +212,53 @@ class NotRun:
             groups: dict = {}  # where-text -> kernels
             for impl in self.impls(status):
                 where = self.cells[status][impl]
-                text = "all panels" if impl in self.everywhere(status) else ", ".join(
-                    f"{w}{self._qualify(s, self.seen[w])}" for w, s in where.items())
+                text = (
+                    "all panels"
+                    if impl in self.everywhere(status)
+                    else ", ".join(
+                        f"{w}{self._qualify(s, self.seen[w])}" for w, s in where.items()
+                    )
+                )
                 groups.setdefault(text, []).append(impl)
             if groups:
-                out.append(f"Not drawn, {NOT_DRAWN[status]}: "
-                           + "; ".join(f"{', '.join(impls)}: {text}" for text, impls in groups.items()) + ".")
+                out.append(
+                    f"Not drawn, {NOT_DRAWN[status]}: "
+                    + "; ".join(f"{', '.join(impls)}: {text}" for text, impls in groups.items())
+                    + "."
+                )
         return out
 
 
-NOT_DRAWN = {"unsupported": "unsupported", "unavailable": "unavailable (not measured on this machine)"}
+NOT_DRAWN = {
+    "unsupported": "unsupported",
+    "unavailable": "unavailable (not measured on this machine)",
+}
 
 
 # ----------------------------------------------------------------------------- lines vs x
 
 
 def new_counts() -> dict:
-    return {"lines": 0, "points": 0, "oom_markers": 0, "incorrect_markers": 0, "timeout_markers": 0}
+    return {
+        "lines": 0,
+        "points": 0,
+        "oom_markers": 0,
+        "incorrect_markers": 0,
+        "timeout_markers": 0,
+    }
 
 
-def draw_lines(ax, d: pd.DataFrame, value: str, x_of, counts: dict, notrun: NotRun, where: str, direction: str,
-               heads_styles: dict | None = None):
+def draw_lines(
+    ax,
+    d: pd.DataFrame,
+    value: str,
+    x_of,
+    counts: dict,
+    notrun: NotRun,
+    where: str,
+    direction: str,
+    heads_styles: dict | None = None,
+):
     """One line per (kernel, heads) at x = `x_of(rows)` (an array per frame of rows); OOM as X and
     timeout as T on the floor, rings on incorrect points; kernels without a number recorded in `notrun`.
 
@@ -215,22 +277,44 @@ def draw_lines(ax, d: pd.DataFrame, value: str, x_of, counts: dict, notrun: NotR
             tag = f"{impl}|{where}|{hk[0]}:{hk[1]}|{direction}"
             ran = g[g["status"].isin(TIMED) & g[value].notna()].sort_values("_x")
             if len(ran):
-                ax.plot(ran["_x"].to_numpy(), ran[value].to_numpy(), ls, color=colour(impl), marker=marker(impl),
-                        ms=marker_size(impl), lw=1.4, label=impl, gid=f"line|{tag}")
+                ax.plot(
+                    ran["_x"].to_numpy(),
+                    ran[value].to_numpy(),
+                    ls,
+                    color=colour(impl),
+                    marker=marker(impl),
+                    ms=marker_size(impl),
+                    lw=1.4,
+                    label=impl,
+                    gid=f"line|{tag}",
+                )
                 counts["lines"] += 1
                 counts["points"] += len(ran)
                 bad = ran[ran["status"] == "incorrect"]
                 if len(bad):
-                    ax.plot(bad["_x"].to_numpy(), bad[value].to_numpy(), lw=0, gid=f"incorrect|{tag}",
-                            **INCORRECT_RING)
+                    ax.plot(
+                        bad["_x"].to_numpy(),
+                        bad[value].to_numpy(),
+                        lw=0,
+                        gid=f"incorrect|{tag}",
+                        **INCORRECT_RING,
+                    )
                     counts["incorrect_markers"] += len(bad)
             # spread coincident floor marks of different kernels a little sideways
             shift = (k - (len(impls) - 1) / 2) * min(0.06, 0.5 / max(1, len(impls)))
             for status, style in (("oom", OOM_MARKER), ("timeout", TIMEOUT_MARKER)):
                 floor = g[g["status"] == status]
                 if len(floor):
-                    ax.plot(floor["_x"].to_numpy() + shift, np.zeros(len(floor)), lw=0, color=colour(impl),
-                            clip_on=False, zorder=5, gid=f"{status}|{tag}", **style)
+                    ax.plot(
+                        floor["_x"].to_numpy() + shift,
+                        np.zeros(len(floor)),
+                        lw=0,
+                        color=colour(impl),
+                        clip_on=False,
+                        zorder=5,
+                        gid=f"{status}|{tag}",
+                        **style,
+                    )
                     counts[f"{status}_markers"] += len(floor)
             for status in ("unsupported", "unavailable"):
                 if (g["status"] == status).any():
@@ -239,8 +323,11 @@ def draw_lines(ax, d: pd.DataFrame, value: str, x_of, counts: dict, notrun: NotR
 
 def categorical_lengths(ax, lengths: list):
     """Sequence lengths as evenly spaced categories (1K..48K stay legible), labelled 1K, 2K, ..."""
-    ax.set_xticks(range(len(lengths)), [seqlen_label(s) for s in lengths],
-                  rotation=45 if len(lengths) > 9 else 0)
+    ax.set_xticks(
+        range(len(lengths)),
+        [seqlen_label(s) for s in lengths],
+        rotation=45 if len(lengths) > 9 else 0,
+    )
     ax.set_xlim(-0.5, len(lengths) - 0.5)
     ax.set_xlabel("sequence length (tokens)")
 
@@ -271,4 +358,7 @@ def heads_style_map(df: pd.DataFrame) -> dict:
 def heads_handles(styles: dict) -> dict:
     if len(styles) < 2:
         return {}
-    return {f"{heads_label(*h)} (line style)": Line2D([], [], color="0.3", ls=ls, lw=1.4) for h, ls in styles.items()}
+    return {
+        f"{heads_label(*h)} (line style)": Line2D([], [], color="0.3", ls=ls, lw=1.4)
+        for h, ls in styles.items()
+    }

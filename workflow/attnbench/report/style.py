@@ -13,7 +13,16 @@ import zlib
 from ..cp.catalog import METHODS
 from ..kernels.catalog import KERNELS
 
-_FALLBACK_COLOURS = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"]
+_FALLBACK_COLOURS = [
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#3182bd",
+    "#e6550d",
+    "#31a354",
+]
 _FALLBACK_MARKERS = ["o", "s", "^", "D", "v", "P", "*", "h"]
 
 # Line style per heads setting, in order of appearance (GQA first in the paper's grids).

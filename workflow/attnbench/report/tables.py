@@ -32,7 +32,9 @@ def fmt_number(v: float) -> str:
 # The p20 and p80 columns of a value that is a median over timed repetitions.
 SPREAD = {"tflops": ("tflops_p20", "tflops_p80"), "time_ms_median": ("time_ms_p20", "time_ms_p80")}
 MEDIAN_SPREAD = "median [p20-p80 over all timed repetitions]"
-WITHIN_NOTE = "'~ ... (within spread)': the two p20-p80 intervals overlap, so the difference is not resolved"
+WITHIN_NOTE = (
+    "'~ ... (within spread)': the two p20-p80 intervals overlap, so the difference is not resolved"
+)
 
 
 def fmt_compared(v: float) -> str:
@@ -69,11 +71,15 @@ def ratio_text(a, b, fmt, value: str = "tflops") -> str:
     return f"~ {text} (within spread)" if within_spread(a, b, value) else text
 
 
-def fastest(rows: pd.DataFrame, name: str = "impl", value: str = "tflops") -> tuple[pd.Series, list[str]]:
+def fastest(
+    rows: pd.DataFrame, name: str = "impl", value: str = "tflops"
+) -> tuple[pd.Series, list[str]]:
     """The row with the highest median, and the names of the others whose p20-p80 interval overlaps
     its own (not resolved from it: a ranking must not separate them)."""
     best = rows.loc[rows[value].idxmax()]
-    ties = [r[name] for i, r in rows.iterrows() if i != best.name and within_spread(best, r, value)]
+    ties = [
+        r[name] for i, r in rows.iterrows() if i != best.name and within_spread(best, r, value)
+    ]
     return best, ties
 
 
@@ -95,12 +101,16 @@ def fmt_cell(r, value, digits=None):
     return STATUS_LABEL.get(r["status"], r["status"])
 
 
-def status_pivot(df: pd.DataFrame, value: str, digits: int | None = None, columns="impl") -> pd.DataFrame:
+def status_pivot(
+    df: pd.DataFrame, value: str, digits: int | None = None, columns="impl"
+) -> pd.DataFrame:
     """Rows (mask, heads, seqlen), one column per kernel: the value, or the status that replaced it."""
     df = df.copy()
     df["heads"] = df["heads_q"].astype(str) + ":" + df["heads_kv"].astype(str)
     df["text"] = [fmt_cell(r, value, digits) for _, r in df.iterrows()]
-    table = df.pivot_table(index=["mask", "heads", "seqlen"], columns=columns, values="text", aggfunc="first")
+    table = df.pivot_table(
+        index=["mask", "heads", "seqlen"], columns=columns, values="text", aggfunc="first"
+    )
     return table.reindex(columns=order(table.columns)).fillna("")
 
 
@@ -129,19 +139,31 @@ def write_sections(sections, stem: Path, caption: str) -> list[Path]:
     md_parts, tex_parts = [caption, ""], [f"% {caption}", ""]
     for i, (title, t) in enumerate(sections):
         md_parts += [f"### {title}", "", t.to_markdown(), ""]
-        tex_parts += [_latex(t, f"{caption.split(';')[0]}: {title}", f"tab:{stem.parent.name}-{stem.name}-{i}")]
+        tex_parts += [
+            _latex(
+                t, f"{caption.split(';')[0]}: {title}", f"tab:{stem.parent.name}-{stem.name}-{i}"
+            )
+        ]
     md.write_text("\n".join(md_parts))
     tex.write_text("\n".join(tex_parts))
     return [md, tex]
 
 
 def describe_setup(df) -> str:
-    dev = ", ".join(sorted({str(x) for x in df["device_name"].dropna()})) or ", ".join(sorted(set(df["device"])))
+    dev = ", ".join(sorted({str(x) for x in df["device_name"].dropna()})) or ", ".join(
+        sorted(set(df["device"]))
+    )
     return f"device: {dev}; dtype: {', '.join(sorted(set(df['dtype'])))}"
 
 
-def write_tables(cells_csv, out_dir, part_of, grid: str | None = None, family: str | None = None,
-                 grid_cfg: dict | None = None) -> list[Path]:
+def write_tables(
+    cells_csv,
+    out_dir,
+    part_of,
+    grid: str | None = None,
+    family: str | None = None,
+    grid_cfg: dict | None = None,
+) -> list[Path]:
     """A grid's tables as its family's module (`part_of(family)`: its tables(df, out) and
     table_captions(df)) writes them, and a report caption per table."""
     df, name = grid_rows(cells_csv, grid, family, grid_cfg)
@@ -156,5 +178,6 @@ def write_tables(cells_csv, out_dir, part_of, grid: str | None = None, family: s
         md = out / f"{stem}.md"
         if stem not in whats and md.exists():
             whats[stem] = md.read_text().split("\n", 1)[0]
-    return paths + captions.write_captions(out, stems, whats, df, kind="table", grid=grid, grid_cfg=grid_cfg,
-                                           extras=extras)
+    return paths + captions.write_captions(
+        out, stems, whats, df, kind="table", grid=grid, grid_cfg=grid_cfg, extras=extras
+    )

@@ -22,8 +22,14 @@ def record_skeleton(spec: dict) -> dict:
 
 
 def table_names(grid: dict) -> list[str]:
-    return ["cp_tflops.md", "cp_tflops.tex", "cp_vs_single_gpu.md", "cp_vs_single_gpu.tex", "cp_breakdown.md",
-            "cp_breakdown.tex"]
+    return [
+        "cp_tflops.md",
+        "cp_tflops.tex",
+        "cp_vs_single_gpu.md",
+        "cp_vs_single_gpu.tex",
+        "cp_breakdown.md",
+        "cp_breakdown.tex",
+    ]
 
 
 def figure_stems(grid: dict) -> list[str]:

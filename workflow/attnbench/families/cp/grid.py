@@ -21,20 +21,29 @@ def _cp(grid) -> dict:
 
 def problems(cfg, grid, prod, at) -> list[str]:
     """Everything wrong with one product of a CP grid."""
-    return (expansion.mask_problems(prod, "cp", M.CP_MASKS, at) + grid_problems(grid, prod, at)
-            + expansion.shape_problems(cfg, grid, prod, at))
+    return (
+        expansion.mask_problems(prod, "cp", M.CP_MASKS, at)
+        + grid_problems(grid, prod, at)
+        + expansion.shape_problems(cfg, grid, prod, at)
+    )
 
 
 def grid_problems(grid, prod, at) -> list[str]:
     problems = []
     c, device = _cp(grid), grid.get("device", "cuda")
     if "methods" not in prod:
-        problems.append(f"{at}: family cp needs 'methods' (valid methods: {', '.join(catalog.METHODS)})")
+        problems.append(
+            f"{at}: family cp needs 'methods' (valid methods: {', '.join(catalog.METHODS)})"
+        )
     for i, m in enumerate(prod.get("methods", [])):
         if m not in catalog.METHODS:
-            problems.append(f"{at}.methods[{i}]: unknown method {m!r}; valid methods: {', '.join(catalog.METHODS)}")
-    for key, why in (("kernels", "it runs 'methods' over cp.local_kernel"),
-                     ("seqlen", "its length is tokens_per_gpu x gpus")):
+            problems.append(
+                f"{at}.methods[{i}]: unknown method {m!r}; valid methods: {', '.join(catalog.METHODS)}"
+            )
+    for key, why in (
+        ("kernels", "it runs 'methods' over cp.local_kernel"),
+        ("seqlen", "its length is tokens_per_gpu x gpus"),
+    ):
         if key in prod:
             problems.append(f"{at}: family cp takes no '{key}' ({why})")
     for key in ("tokens_per_gpu", "gpus"):
@@ -43,15 +52,21 @@ def grid_problems(grid, prod, at) -> list[str]:
     kern = c.get("local_kernel", "auto")
     if kern != "auto":
         if kern not in catalog.LOCAL_KERNELS:
-            problems.append(f"{at}.cp.local_kernel: unknown local kernel {kern!r}; valid local kernels: auto, "
-                            f"{', '.join(catalog.LOCAL_KERNELS)}")
+            problems.append(
+                f"{at}.cp.local_kernel: unknown local kernel {kern!r}; valid local kernels: auto, "
+                f"{', '.join(catalog.LOCAL_KERNELS)}"
+            )
         elif device not in catalog.LOCAL_KERNELS[kern].devices:
-            problems.append(f"{at}.cp.local_kernel: {kern} runs only on {', '.join(catalog.LOCAL_KERNELS[kern].devices)}"
-                            f", not on the grid's device {device}")
+            problems.append(
+                f"{at}.cp.local_kernel: {kern} runs only on {', '.join(catalog.LOCAL_KERNELS[kern].devices)}"
+                f", not on the grid's device {device}"
+            )
     gpn = c.get("gpus_per_node", 8)
     for i, n in enumerate(prod.get("gpus", [])):
         if device == "cuda" and n > gpn and n % gpn:
-            problems.append(f"{at}.gpus[{i}]: {n} GPUs are not whole nodes of cp.gpus_per_node={gpn}")
+            problems.append(
+                f"{at}.gpus[{i}]: {n} GPUs are not whole nodes of cp.gpus_per_node={gpn}"
+            )
         for m in prod.get("methods", []):
             if m not in catalog.METHODS:
                 continue
@@ -64,13 +79,21 @@ def grid_problems(grid, prod, at) -> list[str]:
                 for j, (hq, hkv) in enumerate(prod.get("heads", [])):
                     why = catalog.head_split_reason(deg.ulysses, hq, hkv)
                     if why:
-                        problems.append(f"{at}.cp.ulysses_degree: impossible head split for heads[{j}] = {hq}:{hkv}: {why}")
+                        problems.append(
+                            f"{at}.cp.ulysses_degree: impossible head split for heads[{j}] = {hq}:{hkv}: {why}"
+                        )
     return sorted(set(problems), key=problems.index)
 
 
 def _degrees(method, gpus, c) -> catalog.Degrees:
-    return catalog.degrees(method, gpus, c.get("ulysses_degree", "auto"), c.get("windows", "auto"),
-                           c.get("placement", "contiguous"), c.get("gpus_per_node", 8))
+    return catalog.degrees(
+        method,
+        gpus,
+        c.get("ulysses_degree", "auto"),
+        c.get("windows", "auto"),
+        c.get("placement", "contiguous"),
+        c.get("gpus_per_node", 8),
+    )
 
 
 def expand(cfg, gname) -> list[dict]:
@@ -81,19 +104,44 @@ def expand(cfg, gname) -> list[dict]:
     cells = {}
     for prod in expansion.grid_products(grid):
         for method, mask, tpg, gpus, (hq, hkv), d, dtype, direction in itertools.product(
-            prod["methods"], prod["masks"], prod["tokens_per_gpu"], prod["gpus"], prod["heads"], prod["head_dim"],
-            prod["dtype"], prod["direction"],
+            prod["methods"],
+            prod["masks"],
+            prod["tokens_per_gpu"],
+            prod["gpus"],
+            prod["heads"],
+            prod["head_dim"],
+            prod["dtype"],
+            prod["direction"],
         ):
             deg = _degrees(method, gpus, c)
             nodes = -(-gpus // c["gpus_per_node"]) if device == "cuda" else 1
             seqlen = tpg * gpus
             for mp in expansion.mask_param_points(mask, grid, prod):
-                cell = {"grid": gname, "family": "cp", "impl": method, "mask": mask, "mask_params": mp,
-                        "seqlen": seqlen, "tokens_per_gpu": tpg, "heads_q": hq, "heads_kv": hkv, "head_dim": d,
-                        "dtype": dtype, "direction": direction, "gpus": gpus, **common,
-                        "histograms": expansion.histograms_for(cfg, mask, seqlen),
-                        "cp": {"local_kernel": kernel, **deg.to_json(), "gpus_per_node": c["gpus_per_node"],
-                               "nodes": nodes, "nproc_per_node": gpus // nodes, "breakdown": c["breakdown"],
-                               "timeout_s": c["timeout_s"]}}
+                cell = {
+                    "grid": gname,
+                    "family": "cp",
+                    "impl": method,
+                    "mask": mask,
+                    "mask_params": mp,
+                    "seqlen": seqlen,
+                    "tokens_per_gpu": tpg,
+                    "heads_q": hq,
+                    "heads_kv": hkv,
+                    "head_dim": d,
+                    "dtype": dtype,
+                    "direction": direction,
+                    "gpus": gpus,
+                    **common,
+                    "histograms": expansion.histograms_for(cfg, mask, seqlen),
+                    "cp": {
+                        "local_kernel": kernel,
+                        **deg.to_json(),
+                        "gpus_per_node": c["gpus_per_node"],
+                        "nodes": nodes,
+                        "nproc_per_node": gpus // nodes,
+                        "breakdown": c["breakdown"],
+                        "timeout_s": c["timeout_s"],
+                    },
+                }
                 cells[expansion.cell_path(cell)] = cell
     return list(cells.values())

@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from ...cp.catalog import BARE_KERNEL, method_label
-from ...status import TIMED
 from ...report.labels import GIB, STATUS_LABEL, order
 from ...report.plotting import describe, grid_axes, save
 from ...report.style import colour, marker
@@ -32,6 +31,7 @@ from ...report.tables import (
     spread_text,
     write_table,
 )
+from ...status import TIMED
 
 MIB = 2**20
 
@@ -49,7 +49,10 @@ def _panels(df):
     tpg = df["tokens_per_gpu"] if len(_tokens(df)) > 1 else [None] * len(df)
     panels = list(dict.fromkeys(zip(df["mask"], df["direction"], tpg)))
     masks, dirs = list(dict.fromkeys(df["mask"])), ["fwd", "bwd", "fwdbwd"]
-    return sorted(panels, key=lambda p: (masks.index(p[0]), dirs.index(p[1]) if p[1] in dirs else 9, p[2] or 0))
+    return sorted(
+        panels,
+        key=lambda p: (masks.index(p[0]), dirs.index(p[1]) if p[1] in dirs else 9, p[2] or 0),
+    )
 
 
 def _panel_rows(df, mask, direction, tpg):
@@ -67,7 +70,9 @@ def _degrees(r) -> str:
     s = f"U{int(r['ulysses_degree'])}xR{int(r['ring_degree'])}"
     if r.get("windows", 1) and int(r["windows"]) > 1:
         s += f"/W{int(r['windows'])}"
-    return s + (f" {r['placement']}" if int(r["ulysses_degree"]) > 1 and int(r["ring_degree"]) > 1 else "")
+    return s + (
+        f" {r['placement']}" if int(r["ulysses_degree"]) > 1 and int(r["ring_degree"]) > 1 else ""
+    )
 
 
 # ---------------------------------------------------------------- tables
@@ -82,8 +87,11 @@ def _name(m: str) -> str:
 def _tflops_text(r) -> str:
     """Median [p20-p80], flagged when incorrect; else the status word."""
     if r["status"] in TIMED and pd.notna(r["tflops"]):
-        return (fmt_compared(r["tflops"]) + spread_text(r, "tflops", fmt_compared)
-                + (" (wrong)" if r["status"] == "incorrect" else ""))
+        return (
+            fmt_compared(r["tflops"])
+            + spread_text(r, "tflops", fmt_compared)
+            + (" (wrong)" if r["status"] == "incorrect" else "")
+        )
     return STATUS_LABEL.get(r["status"], r["status"])
 
 
@@ -92,7 +100,11 @@ def _sorted(t: pd.DataFrame, keys: list[str], index: list[str]) -> pd.DataFrame:
     if t.empty:
         return t
     t = t.assign(_o=[order(t["method"]).index(m) for m in t["method"]])
-    return t.sort_values(["_o" if k == "method" else k for k in keys]).drop(columns="_o").set_index(index)
+    return (
+        t.sort_values(["_o" if k == "method" else k for k in keys])
+        .drop(columns="_o")
+        .set_index(index)
+    )
 
 
 POINT = ["mask", "direction", "tokens_per_gpu", "gpus"]
@@ -145,13 +157,18 @@ def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in df[df["impl"] != BARE_KERNEL].iterrows():
         ref = refs.get(tuple(r.get(k) for k in BASELINE_KEY))
-        rows.append({
-            "method": r["impl"], "mask": r["mask"], "direction": r["direction"],
-            "tokens_per_gpu": int(r["tokens_per_gpu"]), "gpus": int(r["gpus"]),
-            "TFLOP/s per GPU": _tflops_text(r),
-            f"{method_label(BARE_KERNEL)} (TFLOP/s)": "" if ref is None else _tflops_text(ref),
-            "share of 1 GPU": _share(r, ref),
-        })
+        rows.append(
+            {
+                "method": r["impl"],
+                "mask": r["mask"],
+                "direction": r["direction"],
+                "tokens_per_gpu": int(r["tokens_per_gpu"]),
+                "gpus": int(r["gpus"]),
+                "TFLOP/s per GPU": _tflops_text(r),
+                f"{method_label(BARE_KERNEL)} (TFLOP/s)": "" if ref is None else _tflops_text(ref),
+                "share of 1 GPU": _share(r, ref),
+            }
+        )
     index = POINT + ["method"]
     return _sorted(pd.DataFrame(rows), index, index)
 
@@ -177,46 +194,78 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in df.iterrows():
         ran = r["status"] in TIMED
-        num = lambda key, scale=1.0, digits=3: (f"{r[key] / scale:.{digits}g}"  # noqa: E731
-                                                if ran and key in r and pd.notna(r[key]) else "")
-        rows.append({
-            "method": r["impl"], "mask": r["mask"], "direction": r["direction"],
-            "tokens_per_gpu": int(r["tokens_per_gpu"]), "gpus": r["gpus"], "degrees": _degrees(r),
-            "status": STATUS_LABEL.get(r["status"], r["status"]),
-            "time (ms)": (fmt_number(r["time_ms_median"]) + spread_text(r, "time_ms_median")
-                          if ran and pd.notna(r.get("time_ms_median")) else ""),
-            "compute-only (ms)": num("compute_only_ms"),
-            "comm-only (ms)": num("comm_only_ms"), "overlap": _overlap_text(r) if ran else "",
-            "measured / compute-only": _ratio_text(r) if ran else "",
-            "load max/mean": num("load_balance", digits=3), "sent/rank (MiB)": num("bytes_sent_max", MIB),
-            "= analytic": ("yes" if r.get("bytes_match_analytic") in (True, "True") else
-                           "no" if r.get("bytes_match_analytic") in (False, "False") else "") if ran else "",
-            "peak mem (GiB)": num("peak_mem_bytes", GIB),
-        })
-    return _sorted(pd.DataFrame(rows), ["mask", "direction", "tokens_per_gpu", "method", "gpus"],
-                   ["method", "mask", "direction", "tokens_per_gpu", "gpus"])
+
+        def num(key, scale=1.0, digits=3, r=r, ran=ran):
+            return f"{r[key] / scale:.{digits}g}" if ran and key in r and pd.notna(r[key]) else ""
+
+        rows.append(
+            {
+                "method": r["impl"],
+                "mask": r["mask"],
+                "direction": r["direction"],
+                "tokens_per_gpu": int(r["tokens_per_gpu"]),
+                "gpus": r["gpus"],
+                "degrees": _degrees(r),
+                "status": STATUS_LABEL.get(r["status"], r["status"]),
+                "time (ms)": (
+                    fmt_number(r["time_ms_median"]) + spread_text(r, "time_ms_median")
+                    if ran and pd.notna(r.get("time_ms_median"))
+                    else ""
+                ),
+                "compute-only (ms)": num("compute_only_ms"),
+                "comm-only (ms)": num("comm_only_ms"),
+                "overlap": _overlap_text(r) if ran else "",
+                "measured / compute-only": _ratio_text(r) if ran else "",
+                "load max/mean": num("load_balance", digits=3),
+                "sent/rank (MiB)": num("bytes_sent_max", MIB),
+                "= analytic": (
+                    "yes"
+                    if r.get("bytes_match_analytic") in (True, "True")
+                    else "no"
+                    if r.get("bytes_match_analytic") in (False, "False")
+                    else ""
+                )
+                if ran
+                else "",
+                "peak mem (GiB)": num("peak_mem_bytes", GIB),
+            }
+        )
+    return _sorted(
+        pd.DataFrame(rows),
+        ["mask", "direction", "tokens_per_gpu", "method", "gpus"],
+        ["method", "mask", "direction", "tokens_per_gpu", "gpus"],
+    )
 
 
 def tables(df: pd.DataFrame, out: Path) -> list[Path]:
-    paths = write_table(tflops_table(df), out / "cp_tflops",
-                   f"context parallelism: TFLOP/s per GPU ({MEDIAN_SPREAD}; global FLOPs / (slowest rank's time x "
-                   f"GPUs)); fastest: the CP method of highest median among the cells that agree with the float64 "
-                   f"reference, with every method whose p20-p80 overlaps it ({WITHIN_NOTE}); {describe_setup(df)}")
-    paths += write_table(vs_single_gpu_table(df), out / "cp_vs_single_gpu",
-                    f"context parallelism against one GPU: per-GPU TFLOP/s ({MEDIAN_SPREAD}) of each CP cell and "
-                    f"its share of the bare local kernel on one GPU (`{BARE_KERNEL}`: the same kernel call over the "
-                    "whole sequence, no CP framework) at the same mask, direction and tokens per GPU; the share is "
-                    f"the ratio of the medians, {WITHIN_NOTE}; 'none (no local cell)': the grid lacks that baseline "
-                    f"(add `methods: [{BARE_KERNEL}]` with `gpus: [1]`; a CP method at 1 GPU is never used instead); "
-                    "'none (wrong)': either cell disagrees with the float64 reference, no share is computed; "
-                    f"{describe_setup(df)}")
-    paths += write_table(breakdown_table(df), out / "cp_breakdown",
-                    "context parallelism: measured time, compute-only and communication-only variants of the same "
-                    "schedule (slowest rank, median; the measured time with its p20-p80), "
-                    "overlap = (compute + comm - measured) / min(compute, comm), "
-                    f"shown only where communication is at least {MIN_COMM_SHARE:.0%} of compute (else the share, "
-                    "in brackets), measured / compute-only (above 1: what transfers cost the real schedule), "
-                    f"bytes sent per rank (max) and whether they equal the schedule's formula; {describe_setup(df)}")
+    paths = write_table(
+        tflops_table(df),
+        out / "cp_tflops",
+        f"context parallelism: TFLOP/s per GPU ({MEDIAN_SPREAD}; global FLOPs / (slowest rank's time x "
+        f"GPUs)); fastest: the CP method of highest median among the cells that agree with the float64 "
+        f"reference, with every method whose p20-p80 overlaps it ({WITHIN_NOTE}); {describe_setup(df)}",
+    )
+    paths += write_table(
+        vs_single_gpu_table(df),
+        out / "cp_vs_single_gpu",
+        f"context parallelism against one GPU: per-GPU TFLOP/s ({MEDIAN_SPREAD}) of each CP cell and "
+        f"its share of the bare local kernel on one GPU (`{BARE_KERNEL}`: the same kernel call over the "
+        "whole sequence, no CP framework) at the same mask, direction and tokens per GPU; the share is "
+        f"the ratio of the medians, {WITHIN_NOTE}; 'none (no local cell)': the grid lacks that baseline "
+        f"(add `methods: [{BARE_KERNEL}]` with `gpus: [1]`; a CP method at 1 GPU is never used instead); "
+        "'none (wrong)': either cell disagrees with the float64 reference, no share is computed; "
+        f"{describe_setup(df)}",
+    )
+    paths += write_table(
+        breakdown_table(df),
+        out / "cp_breakdown",
+        "context parallelism: measured time, compute-only and communication-only variants of the same "
+        "schedule (slowest rank, median; the measured time with its p20-p80), "
+        "overlap = (compute + comm - measured) / min(compute, comm), "
+        f"shown only where communication is at least {MIN_COMM_SHARE:.0%} of compute (else the share, "
+        "in brackets), measured / compute-only (above 1: what transfers cost the real schedule), "
+        f"bytes sent per rank (max) and whether they equal the schedule's formula; {describe_setup(df)}",
+    )
     return paths
 
 
@@ -236,14 +285,31 @@ def tflops_vs_gpus(df: pd.DataFrame):
             g = d[d["impl"] == m]
             ok = g[g["status"].isin(TIMED) & g["tflops"].notna()].sort_values("gpus")
             if len(ok):
-                ax.plot(ok["gpus"], ok["tflops"], "-", color=colour(m), marker=marker(m), ms=5, lw=1.4, label=_name(m))
+                ax.plot(
+                    ok["gpus"],
+                    ok["tflops"],
+                    "-",
+                    color=colour(m),
+                    marker=marker(m),
+                    ms=5,
+                    lw=1.4,
+                    label=_name(m),
+                )
                 bad = ok[ok["status"] == "incorrect"]
                 ax.plot(bad["gpus"], bad["tflops"], "o", mfc="none", mec="red", ms=10, lw=0)
                 drawn["lines"] += 1
                 drawn["points"] += len(ok)
             oom = g[g["status"] == "oom"]
             if len(oom):
-                ax.plot(oom["gpus"], np.zeros(len(oom)), "X", color=colour(m), ms=8, clip_on=False, label=f"{m} OOM")
+                ax.plot(
+                    oom["gpus"],
+                    np.zeros(len(oom)),
+                    "X",
+                    color=colour(m),
+                    ms=8,
+                    clip_on=False,
+                    label=f"{m} OOM",
+                )
                 drawn["oom_markers"] += len(oom)
             for st in ("unsupported", "unavailable", "timeout"):
                 gpus = sorted(g[g["status"] == st]["gpus"])
@@ -258,13 +324,30 @@ def tflops_vs_gpus(df: pd.DataFrame):
         ax.set_ylabel("TFLOP/s per GPU")
         ax.grid(alpha=0.3)
         if not_run:
-            ax.text(0.02, 0.97, "\n".join(not_run), transform=ax.transAxes, fontsize="x-small", va="top", color="0.35")
+            ax.text(
+                0.02,
+                0.97,
+                "\n".join(not_run),
+                transform=ax.transAxes,
+                fontsize="x-small",
+                va="top",
+                color="0.35",
+            )
     _legend(fig, axes)
-    fig.suptitle(f"Context parallelism: throughput vs GPUs ({', '.join(map(str, _tokens(df)))} tokens per GPU) | "
-                 f"{describe(df)}", y=1.0)
-    fig.text(0.5, -0.12, "per-GPU TFLOP/s = global FLOPs of the exact mask area / (slowest rank's time x GPUs); "
-             "X on the axis: out of memory; red ring: disagrees with the float64 reference",
-             ha="center", fontsize="small", color="0.3")
+    fig.suptitle(
+        f"Context parallelism: throughput vs GPUs ({', '.join(map(str, _tokens(df)))} tokens per GPU) | "
+        f"{describe(df)}",
+        y=1.0,
+    )
+    fig.text(
+        0.5,
+        -0.12,
+        "per-GPU TFLOP/s = global FLOPs of the exact mask area / (slowest rank's time x GPUs); "
+        "X on the axis: out of memory; red ring: disagrees with the float64 reference",
+        ha="center",
+        fontsize="small",
+        color="0.3",
+    )
     fig.tight_layout(rect=(0, 0.0, 1, 0.97))
     return fig, drawn
 
@@ -292,10 +375,25 @@ def breakdown(df: pd.DataFrame):
                 comp, comm = r.get("compute_only_ms"), r.get("comm_only_ms")
                 if pd.notna(comp) and pd.notna(comm):
                     ax.bar(x, comp, width * 0.9, color=colour(m), label=_name(m))
-                    ax.bar(x, comm, width * 0.9, bottom=comp, color=colour(m), alpha=0.35, hatch="//",
-                           edgecolor=colour(m))
+                    ax.bar(
+                        x,
+                        comm,
+                        width * 0.9,
+                        bottom=comp,
+                        color=colour(m),
+                        alpha=0.35,
+                        hatch="//",
+                        edgecolor=colour(m),
+                    )
                     drawn["bars"] += 2
-                ax.plot(x, r["time_ms_median"], "o", color="black", ms=3.5, label="measured (real schedule)")
+                ax.plot(
+                    x,
+                    r["time_ms_median"],
+                    "o",
+                    color="black",
+                    ms=3.5,
+                    label="measured (real schedule)",
+                )
         ax.set_xticks(range(len(gpus)), [str(n) for n in gpus])
         ax.set_xlabel("GPUs (ranks)")
         ax.set_ylabel("time per call (ms, slowest rank)")
@@ -303,13 +401,27 @@ def breakdown(df: pd.DataFrame):
         ax.grid(alpha=0.3, axis="y")
     from matplotlib.patches import Patch
 
-    styles = [Patch(facecolor="0.5", label="compute-only (transfers off)"),
-              Patch(facecolor="0.5", alpha=0.35, hatch="//", edgecolor="0.5", label="communication-only (compute off)")]
+    styles = [
+        Patch(facecolor="0.5", label="compute-only (transfers off)"),
+        Patch(
+            facecolor="0.5",
+            alpha=0.35,
+            hatch="//",
+            edgecolor="0.5",
+            label="communication-only (compute off)",
+        ),
+    ]
     _legend(fig, axes, ncol=4, extra=styles)
     fig.suptitle(f"Context parallelism: communication vs computation | {describe(df)}", y=1.0)
-    fig.text(0.5, -0.16, "solid: the schedule with transfers disabled; hatched: with computation disabled; "
-             "dot: the real schedule (a dot below the bar's top means communication overlapped computation)",
-             ha="center", fontsize="small", color="0.3")
+    fig.text(
+        0.5,
+        -0.16,
+        "solid: the schedule with transfers disabled; hatched: with computation disabled; "
+        "dot: the real schedule (a dot below the bar's top means communication overlapped computation)",
+        ha="center",
+        fontsize="small",
+        color="0.3",
+    )
     fig.tight_layout(rect=(0, 0.0, 1, 0.97))
     return fig, drawn
 
@@ -322,8 +434,15 @@ def _legend(fig, axes, ncol=6, extra=()):
     for h in extra:
         handles[h.get_label()] = h
     if handles:
-        fig.legend(handles.values(), handles.keys(), loc="upper center", ncol=min(ncol, len(handles)),
-                   bbox_to_anchor=(0.5, 0.0), frameon=False, fontsize="small")
+        fig.legend(
+            handles.values(),
+            handles.keys(),
+            loc="upper center",
+            ncol=min(ncol, len(handles)),
+            bbox_to_anchor=(0.5, 0.0),
+            frameon=False,
+            fontsize="small",
+        )
 
 
 def figures(df: pd.DataFrame, out: Path, style, only=None) -> list[Path]:

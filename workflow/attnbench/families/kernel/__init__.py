@@ -27,5 +27,6 @@ def table_names(grid: dict) -> list[str]:
 def figure_stems(grid: dict) -> list[str]:
     # Figs. 3 and 7 (bars at one length) and 16-17 (memory) per direction; Figs. 8-14 per mask family
     dirs = grid_directions(grid)
-    return ([f"{kind}_{d}" for d in dirs for kind in ("tflops_bars", "memory_vs_seqlen")]
-            + [f"tflops_vs_seqlen_{fam}" for fam in mask_families(grid_axis(grid, "masks"))])
+    return [f"{kind}_{d}" for d in dirs for kind in ("tflops_bars", "memory_vs_seqlen")] + [
+        f"tflops_vs_seqlen_{fam}" for fam in mask_families(grid_axis(grid, "masks"))
+    ]

@@ -8,20 +8,31 @@ from __future__ import annotations
 
 import time
 
+from ... import status as S
 from ...harness.faults import crash_if_asked, hang_if_asked
 from ...harness.flops import attention_flops
 from ...harness.inputs import check_mask_rng, input_seed, make_inputs, mask_rng, torch_dtype
-from ...harness.samples import CheckOutOfMemory, check_seqlen, checked_samples, n_samples, shorter_check_seqlen
+from ...harness.samples import (
+    CheckOutOfMemory,
+    check_seqlen,
+    checked_samples,
+    n_samples,
+    shorter_check_seqlen,
+)
 from ...kernels import catalog
-from ... import status as S
 from ...record.record import base_record, environment, now, summarise
 
 
 def implementation(spec) -> dict:
     """What a kernel cell runs: the kernel of the catalog named by spec['impl']."""
     info = kernel_info(spec)
-    return {"name": info.name, "family": info.family, "summary": info.summary,
-            "library_version": catalog.library_version(info), "notes": dict(info.notes)}
+    return {
+        "name": info.name,
+        "family": info.family,
+        "summary": info.summary,
+        "library_version": catalog.library_version(info),
+        "notes": dict(info.notes),
+    }
 
 
 def kernel_info(spec) -> "catalog.KernelInfo":
@@ -44,7 +55,9 @@ def availability_reason(info, spec) -> str | None:
             return "no CUDA device is visible"
         cap = torch.cuda.get_device_capability()
         if info.min_capability and tuple(cap) < tuple(info.min_capability):
-            return f"{info.name} needs compute capability {info.min_capability}, the device has {cap}"
+            return (
+                f"{info.name} needs compute capability {info.min_capability}, the device has {cap}"
+            )
     return None
 
 
@@ -73,14 +86,24 @@ def check_correctness(kernel, fn, mask, q, k, v, dout, direction, factor) -> dic
 
     needs_grad = direction != "fwd"
     ref_out, _, ref_grads = reference_attention(q, k, v, mask, dout if needs_grad else None)
-    naive = Naive(catalog.get("naive"), kernel.device, kernel.dtype, kernel.heads_q, kernel.heads_kv, kernel.head_dim)
+    naive = Naive(
+        catalog.get("naive"),
+        kernel.device,
+        kernel.dtype,
+        kernel.heads_q,
+        kernel.heads_kv,
+        kernel.head_dim,
+    )
     names = ("out", "dq", "dk", "dv") if needs_grad else ("out",)
     ref = dict(zip(names, (ref_out, *(ref_grads or ()))))
     results = {}
     for who, kern, f in (("kernel", kernel, fn), ("naive", naive, naive.prepare(mask))):
         out, grads = run_kernel(kern, f, q, k, v, dout, direction)
         results[who] = dict(zip(names, (out, *(grads or ()))))
-    return {"seqlen": mask.seqlen, **judge(results["kernel"], results["naive"], ref, q.dtype, factor, k.shape[0])}
+    return {
+        "seqlen": mask.seqlen,
+        **judge(results["kernel"], results["naive"], ref, q.dtype, factor, k.shape[0]),
+    }
 
 
 # ---------------------------------------------------------------- the cell
@@ -96,16 +119,26 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
     hq, hkv, d, direction = spec["heads_q"], spec["heads_kv"], spec["head_dim"], spec["direction"]
     clock = DeviceClock(device)
     with clock.phase("mask"):
-        mask = sample_mask(spec["mask"], spec["seqlen"], spec.get("mask_params", {}), rng, histograms, hq, hkv)
+        mask = sample_mask(
+            spec["mask"], spec["seqlen"], spec.get("mask_params", {}), rng, histograms, hq, hkv
+        )
     with clock.phase("inputs"):
-        q, k, v, dout = make_inputs(input_seed(spec["_data_seed"], index, spec["seqlen"]), spec["seqlen"], hq, hkv, d,
-                                    dtype, device)
+        q, k, v, dout = make_inputs(
+            input_seed(spec["_data_seed"], index, spec["seqlen"]),
+            spec["seqlen"],
+            hq,
+            hkv,
+            d,
+            dtype,
+            device,
+        )
     with clock.phase("prepare"):
         fn = kernel.prepare(mask)
     lay = kernel.layout
     leaves = [from_thd(x, lay).requires_grad_(direction != "fwd") for x in (q, k, v)]
     dout_l = from_thd(dout, lay)
     if direction == "fwd":
+
         def call():
             with torch.no_grad():
                 return fn(*leaves)
@@ -116,10 +149,13 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
         def call():
             return torch.autograd.grad(out, leaves, dout_l, retain_graph=True)
     else:
+
         def call():
             return torch.autograd.grad(fn(*leaves), leaves, dout_l)
 
-    with clock.phase("first_call"):  # compilation and lazy loading: one more warm-up, not busy time
+    with clock.phase(
+        "first_call"
+    ):  # compilation and lazy loading: one more warm-up, not busy time
         call()
     with clock.phase("timed", busy=True):
         times = time_ms(call, spec["warmup"], spec["reps"], device)
@@ -145,7 +181,9 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
                 del out
         timed = (mask, q, k, v, dout, fn) if s_check == spec["seqlen"] else None
         with clock.phase("check", busy=True):
-            sample["check"] = check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms)
+            sample["check"] = check_sample(
+                kernel, spec, index, s_check, timed, dtype, device, histograms
+            )
     sample["device_busy_ms"], sample["phases_s"] = clock.ms, clock.phases
     return sample
 
@@ -163,13 +201,33 @@ def check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms)
                 mask, q, k, v, dout, fn = timed
             else:
                 crng = check_mask_rng(spec["_data_seed"], index, s_check)
-                mask = sample_mask(spec["mask"], s_check, spec.get("mask_params", {}), crng, histograms, hq, hkv)
-                q, k, v, dout = make_inputs(input_seed(spec["_data_seed"], index, s_check), s_check, hq, hkv, d, dtype,
-                                            device)
+                mask = sample_mask(
+                    spec["mask"], s_check, spec.get("mask_params", {}), crng, histograms, hq, hkv
+                )
+                q, k, v, dout = make_inputs(
+                    input_seed(spec["_data_seed"], index, s_check),
+                    s_check,
+                    hq,
+                    hkv,
+                    d,
+                    dtype,
+                    device,
+                )
                 fn = kernel.prepare(mask)
-            chk = check_correctness(kernel, fn, mask, q, k, v, dout, spec["direction"],
-                                    spec["check"]["tolerance_factor"])
-            chk["mask_params"] = mask.params if s_check != spec["seqlen"] else "same as the timed sample"
+            chk = check_correctness(
+                kernel,
+                fn,
+                mask,
+                q,
+                k,
+                v,
+                dout,
+                spec["direction"],
+                spec["check"]["tolerance_factor"],
+            )
+            chk["mask_params"] = (
+                mask.params if s_check != spec["seqlen"] else "same as the timed sample"
+            )
             if too_long:
                 chk["out_of_memory_at_seqlen"] = too_long
             return chk
@@ -185,8 +243,10 @@ def check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms)
             torch.cuda.empty_cache()
         shorter = shorter_check_seqlen(spec, s_check)
         if shorter is None:
-            raise CheckOutOfMemory(f"the correctness check ran out of memory at every length down to {s_check}: "
-                                   f"{reason}")
+            raise CheckOutOfMemory(
+                f"the correctness check ran out of memory at every length down to {s_check}: "
+                f"{reason}"
+            )
         too_long.append(s_check)
         s_check = shorter
 
@@ -201,8 +261,15 @@ def run_cell(spec: dict, peak: dict | None = None) -> dict:
     outcome = availability_reason(info, spec)
     status, reason = (S.UNAVAILABLE, outcome) if outcome else (None, None)
     if status is None:
-        reason = catalog.unsupported_reason(info, spec["mask"], spec["direction"], spec["device"],
-                                            spec["heads_q"], spec["heads_kv"], spec.get("mask_params"))
+        reason = catalog.unsupported_reason(
+            info,
+            spec["mask"],
+            spec["direction"],
+            spec["device"],
+            spec["heads_q"],
+            spec["heads_kv"],
+            spec.get("mask_params"),
+        )
         status = S.UNSUPPORTED if reason else None
     if status is None:
         status, reason = _measure(record, info, spec, peak)
@@ -231,21 +298,35 @@ def _measure(record, info, spec, peak):
 
     dtype, device = torch_dtype(spec["dtype"]), spec["device"]
     spec = {**spec, "_data_seed": record["data_seed"]}
-    kernel = load(info, device=device, dtype=dtype, heads_q=spec["heads_q"], heads_kv=spec["heads_kv"],
-                  head_dim=spec["head_dim"])
+    kernel = load(
+        info,
+        device=device,
+        dtype=dtype,
+        heads_q=spec["heads_q"],
+        heads_kv=spec["heads_kv"],
+        head_dim=spec["head_dim"],
+    )
     rng = mask_rng(record["data_seed"])
     try:
         for i in range(n_samples(spec)):
-            record["samples"].append(measure_sample(kernel, spec, i, rng, dtype, device, spec.get("histograms")))
+            record["samples"].append(
+                measure_sample(kernel, spec, i, rng, dtype, device, spec.get("histograms"))
+            )
     except S.CellOutcome as e:
         return e.status, e.reason
     except Exception as e:  # noqa: BLE001 - anything else that is an OOM is a record, the rest a crash
         if S.is_oom(e) and not isinstance(e, CheckOutOfMemory):
             if device == "cuda":
                 torch.cuda.empty_cache()
-            return S.OOM, f"out of memory at sample {len(record['samples'])}: {str(e).splitlines()[0][:300]}"
+            return (
+                S.OOM,
+                f"out of memory at sample {len(record['samples'])}: {str(e).splitlines()[0][:300]}",
+            )
         raise
     failed = [s["index"] for s in record["samples"] if not s.get("check", {}).get("passed", True)]
     if failed:
-        return S.INCORRECT, f"samples {failed} disagree with the float64 reference beyond tolerance"
+        return (
+            S.INCORRECT,
+            f"samples {failed} disagree with the float64 reference beyond tolerance",
+        )
     return S.OK, None

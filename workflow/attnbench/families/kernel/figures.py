@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.patches import Patch
 
-from ...status import TIMED
 from ...report.collect import one_row_per_point
 from ...report.labels import (
     DIRECTION_LABEL,
@@ -41,6 +40,7 @@ from ...report.plotting import (
     title_above,
 )
 from ...report.style import BAR_MARK, INCORRECT_HATCH, colour
+from ...status import TIMED
 
 
 def bar_length(df: pd.DataFrame, preferred: int | None) -> int:
@@ -70,13 +70,23 @@ def bars_at_length(df: pd.DataFrame, title: str, expected_impls=(), subtitle: st
     """
     masks = _masks_in_order(df)
     heads = list(dict.fromkeys((int(a), int(b)) for a, b in zip(df["heads_q"], df["heads_kv"])))
-    never = [i for i in order(df["impl"]) if (df[df["impl"] == i]["status"] == "unavailable").all()]
+    never = [
+        i for i in order(df["impl"]) if (df[df["impl"] == i]["status"] == "unavailable").all()
+    ]
     impls = [i for i in order(df["impl"]) if i not in never]
     n = max(1, len(impls))
     width = 0.84 / n
-    fig, axes = grid_axes(max(1, len(heads)), ncols=1, w=max(7.0, 0.62 + len(masks) * (0.1 * n + 0.25)), h=2.9)
-    drawn = {"bars": 0, "incorrect_bars": 0, "marks": {s: 0 for s in BAR_MARK}, "not_installed": never,
-             "slots": len(impls), "absent": sorted(set(expected_impls) - set(df["impl"]))}
+    fig, axes = grid_axes(
+        max(1, len(heads)), ncols=1, w=max(7.0, 0.62 + len(masks) * (0.1 * n + 0.25)), h=2.9
+    )
+    drawn = {
+        "bars": 0,
+        "incorrect_bars": 0,
+        "marks": {s: 0 for s in BAR_MARK},
+        "not_installed": never,
+        "slots": len(impls),
+        "absent": sorted(set(expected_impls) - set(df["impl"])),
+    }
     for ax, hk in zip(axes, heads):
         d = df[(df["heads_q"] == hk[0]) & (df["heads_kv"] == hk[1])]
         for k, impl in enumerate(impls):
@@ -89,15 +99,32 @@ def bars_at_length(df: pd.DataFrame, title: str, expected_impls=(), subtitle: st
                 tag = f"{impl}|{mask}|{hk[0]}:{hk[1]}"
                 if r["status"] in TIMED and pd.notna(r["tflops"]):
                     bad = r["status"] == "incorrect"
-                    ax.bar(x, r["tflops"], width, color=colour(impl), edgecolor="red" if bad else "none",
-                           hatch=INCORRECT_HATCH if bad else None, lw=0.8 if bad else 0, gid=f"bar|{tag}")
+                    ax.bar(
+                        x,
+                        r["tflops"],
+                        width,
+                        color=colour(impl),
+                        edgecolor="red" if bad else "none",
+                        hatch=INCORRECT_HATCH if bad else None,
+                        lw=0.8 if bad else 0,
+                        gid=f"bar|{tag}",
+                    )
                     drawn["bars"] += 1
                     drawn["incorrect_bars"] += bad
                 elif r["status"] in BAR_MARK:
-                    ax.annotate(BAR_MARK[r["status"]], (x, 0), xytext=(0, 2), textcoords="offset points",
-                                rotation=90 if r["status"] != "unsupported" else 0, ha="center", va="bottom",
-                                fontsize=6.5 if r["status"] != "unsupported" else 9, fontweight="bold",
-                                color=colour(impl), gid=f"mark|{r['status']}|{tag}")
+                    ax.annotate(
+                        BAR_MARK[r["status"]],
+                        (x, 0),
+                        xytext=(0, 2),
+                        textcoords="offset points",
+                        rotation=90 if r["status"] != "unsupported" else 0,
+                        ha="center",
+                        va="bottom",
+                        fontsize=6.5 if r["status"] != "unsupported" else 9,
+                        fontweight="bold",
+                        color=colour(impl),
+                        gid=f"mark|{r['status']}|{tag}",
+                    )
                     drawn["marks"][r["status"]] += 1
         ax.set_xticks(range(len(masks)), masks, rotation=25, ha="right", rotation_mode="anchor")
         ax.set_xlim(-0.55, len(masks) - 0.45)
@@ -111,13 +138,21 @@ def bars_at_length(df: pd.DataFrame, title: str, expected_impls=(), subtitle: st
     handles = {i: Patch(color=colour(i)) for i in impls}
     keys = {}
     if drawn["incorrect_bars"]:
-        keys["disagrees with float64 reference"] = Patch(facecolor="white", edgecolor="red", hatch=INCORRECT_HATCH)
-    notes = [f"In place of a bar: {BAR_MARK['unsupported']} unsupported, OOM out of memory, "
-             f"{BAR_MARK['timeout']} stopped at the time budget, n/a unavailable (not measured on this machine)."]
+        keys["disagrees with float64 reference"] = Patch(
+            facecolor="white", edgecolor="red", hatch=INCORRECT_HATCH
+        )
+    notes = [
+        f"In place of a bar: {BAR_MARK['unsupported']} unsupported, OOM out of memory, "
+        f"{BAR_MARK['timeout']} stopped at the time budget, n/a unavailable (not measured on this machine)."
+    ]
     if never:
-        notes.append("Not measured on this machine (unavailable in every cell): " + ", ".join(never) + ".")
+        notes.append(
+            "Not measured on this machine (unavailable in every cell): " + ", ".join(never) + "."
+        )
     if drawn["absent"]:
-        notes.append("No cell at this length in the grid: " + ", ".join(order(drawn["absent"])) + ".")
+        notes.append(
+            "No cell at this length in the grid: " + ", ".join(order(drawn["absent"])) + "."
+        )
     legend_and_notes(fig, handles, notes, keys)
     return fig, drawn
 
@@ -125,7 +160,9 @@ def bars_at_length(df: pd.DataFrame, title: str, expected_impls=(), subtitle: st
 # ----------------------------------------------------------------------------- Figs. 8-14, 16-17
 
 
-def family_lines(df: pd.DataFrame, masks: list, value: str, ylabel: str, title: str, subtitle: str = ""):
+def family_lines(
+    df: pd.DataFrame, masks: list, value: str, ylabel: str, title: str, subtitle: str = ""
+):
     """TFLOP/s (or another value) vs length: one row of panels per mask, one column per
     (heads, direction) setting; one line per kernel."""
     heads = list(dict.fromkeys((int(a), int(b)) for a, b in zip(df["heads_q"], df["heads_kv"])))
@@ -138,8 +175,12 @@ def family_lines(df: pd.DataFrame, masks: list, value: str, ylabel: str, title: 
     for i, mask in enumerate(masks):
         for j, (hk, direction) in enumerate(settings):
             ax = axes[i * len(settings) + j]
-            d = df[(df["mask"] == mask) & (df["heads_q"] == hk[0]) & (df["heads_kv"] == hk[1])
-                   & (df["direction"] == direction)]
+            d = df[
+                (df["mask"] == mask)
+                & (df["heads_q"] == hk[0])
+                & (df["heads_kv"] == hk[1])
+                & (df["direction"] == direction)
+            ]
             if len(d):
                 notrun.panel(mask, (hk, direction))
             draw_lines(ax, d, value, x_of, counts, notrun, mask, direction)
@@ -149,8 +190,11 @@ def family_lines(df: pd.DataFrame, masks: list, value: str, ylabel: str, title: 
     outer_labels(axes, len(settings))
     fig.tight_layout()
     title_above(fig, title, subtitle)
-    keys = status_handles(oom=counts["oom_markers"] > 0, incorrect=counts["incorrect_markers"] > 0,
-                          timeout=counts["timeout_markers"] > 0)
+    keys = status_handles(
+        oom=counts["oom_markers"] > 0,
+        incorrect=counts["incorrect_markers"] > 0,
+        timeout=counts["timeout_markers"] > 0,
+    )
     legend_and_notes(fig, collect_handles(axes), notrun.lines(), keys)
     counts["not_run"] = notrun
     return fig, counts
@@ -167,12 +211,22 @@ def memory_lines(df: pd.DataFrame, value: str, ylabel: str, title: str, subtitle
     counts, notrun = new_counts(), NotRun()
     for ax, mask in zip(axes, masks):
         d = df[df["mask"] == mask]
-        for hk, direction in dict.fromkeys(((int(a), int(b)), dr) for a, b, dr in
-                                           zip(d["heads_q"], d["heads_kv"], d["direction"])):
+        for hk, direction in dict.fromkeys(
+            ((int(a), int(b)), dr) for a, b, dr in zip(d["heads_q"], d["heads_kv"], d["direction"])
+        ):
             notrun.panel(mask, (hk, direction))
         for direction in dict.fromkeys(d["direction"]):
-            draw_lines(ax, d[d["direction"] == direction], value, x_of, counts, notrun, mask, direction,
-                       heads_styles=styles)
+            draw_lines(
+                ax,
+                d[d["direction"] == direction],
+                value,
+                x_of,
+                counts,
+                notrun,
+                mask,
+                direction,
+                heads_styles=styles,
+            )
         categorical_lengths(ax, lengths)
         finish_axes(ax, ylabel)
         ax.set_title(mask, fontsize="medium")
@@ -180,8 +234,13 @@ def memory_lines(df: pd.DataFrame, value: str, ylabel: str, title: str, subtitle
     fig.tight_layout()
     title_above(fig, title, subtitle)
     keys = heads_handles(styles)
-    keys.update(status_handles(oom=counts["oom_markers"] > 0, incorrect=counts["incorrect_markers"] > 0,
-                          timeout=counts["timeout_markers"] > 0))
+    keys.update(
+        status_handles(
+            oom=counts["oom_markers"] > 0,
+            incorrect=counts["incorrect_markers"] > 0,
+            timeout=counts["timeout_markers"] > 0,
+        )
+    )
     legend_and_notes(fig, collect_handles(axes), notrun.lines(), keys)
     counts["not_run"] = notrun
     return fig, counts
@@ -201,13 +260,24 @@ def figure_makers(df: pd.DataFrame, style) -> dict:
         sub = df[df["direction"] == d]
         at = sub[sub["seqlen"] == s_bar]
         title = f"{direction_label(d).capitalize()} TFLOP/s at S = {seqlen_label(s_bar)}"
-        makers[f"tflops_bars_{d}"] = partial(bars_at_length, at, title, expected_impls=set(sub["impl"]), subtitle=head)
+        makers[f"tflops_bars_{d}"] = partial(
+            bars_at_length, at, title, expected_impls=set(sub["impl"]), subtitle=head
+        )
         title = f"Peak memory vs sequence length, {direction_label(d)}"
-        makers[f"memory_vs_seqlen_{d}"] = partial(memory_lines, sub, "mem_gib", memory_label(sub), title, subtitle=head)
+        makers[f"memory_vs_seqlen_{d}"] = partial(
+            memory_lines, sub, "mem_gib", memory_label(sub), title, subtitle=head
+        )
     for fam, masks in mask_families(df["mask"]).items():
         title = f"TFLOP/s vs sequence length, {family_title(fam)}"
-        makers[f"tflops_vs_seqlen_{fam}"] = partial(family_lines, df[df["mask"].isin(masks)], masks, "tflops",
-                                                    "TFLOP/s", title, subtitle=head)
+        makers[f"tflops_vs_seqlen_{fam}"] = partial(
+            family_lines,
+            df[df["mask"].isin(masks)],
+            masks,
+            "tflops",
+            "TFLOP/s",
+            title,
+            subtitle=head,
+        )
     return makers
 
 
@@ -224,10 +294,15 @@ def figure_captions(df: pd.DataFrame, style) -> dict:
     """What each kernel-family figure shows (the report adds machine, data and software)."""
     s_bar = bar_length(df, style.get("bar_seqlen"))
     want = style.get("bar_seqlen")
-    why = ("the configured length" if want == s_bar
-           else f"the longest length in the grid, which lacks the configured {seqlen_label(want or 0)}")
-    tflops = ("TFLOP/s is the median over all timed repetitions of all sampled masks, with FLOPs from each mask's "
-              "exact visible area")
+    why = (
+        "the configured length"
+        if want == s_bar
+        else f"the longest length in the grid, which lacks the configured {seqlen_label(want or 0)}"
+    )
+    tflops = (
+        "TFLOP/s is the median over all timed repetitions of all sampled masks, with FLOPs from each mask's "
+        "exact visible area"
+    )
     out = {}
     for d in dict.fromkeys(df["direction"]):
         out[f"tflops_bars_{d}"] = (
@@ -236,17 +311,20 @@ def figure_captions(df: pd.DataFrame, style) -> dict:
             f"{'Fig. 3' if d == 'fwd' else 'Fig. 7' if d == 'bwd' else 'Figs. 3 and 7'}). {tflops}. In place of a bar: "
             f"{BAR_MARK['unsupported']} unsupported, OOM out of memory, {BAR_MARK['timeout']} stopped at the time "
             "budget, n/a unavailable; hatched bars disagree with "
-            "the float64 reference.")
+            "the float64 reference."
+        )
         src = ", ".join(sorted(set(df["mem_source"].dropna()))) or "none recorded"
         out[f"memory_vs_seqlen_{d}"] = (
             f"Peak memory during the timed {direction_label(d)} call vs sequence length, one panel per mask, one "
             f"line per kernel, line style per heads setting (the paper's Figs. 16-17). Memory source: {src} "
             "(cuda_allocator: peak bytes allocated by PyTorch on the GPU; process_rss: the CPU process's peak "
-            "resident set). X on the axis floor: out of memory; T: stopped at the time budget.")
+            "resident set). X on the axis floor: out of memory; T: stopped at the time budget."
+        )
     for fam, masks in mask_families(df["mask"]).items():
         out[f"tflops_vs_seqlen_{fam}"] = (
             f"Throughput vs total sequence length for the {', '.join(masks)} mask{'s' * (len(masks) > 1)}: one row "
             "per mask, one column per heads setting and direction, one line per kernel (the paper's Figs. 8-14). "
             f"{tflops}. X on the axis floor: out of memory; T: stopped at the time budget; red ring: disagrees with the float64 reference; kernels "
-            "that are unsupported or unavailable are listed under the figure.")
+            "that are unsupported or unavailable are listed under the figure."
+        )
     return out

@@ -17,7 +17,9 @@ def problems(cfg, grid, prod, at, family="kernel") -> list[str]:
     """Everything wrong with one product of a kernel grid."""
     out = expansion.mask_problems(prod, family, VALID_MASKS, at)
     if "kernels" not in prod:
-        out.append(f"{at}: family {family} needs 'kernels' (valid kernels: {', '.join(catalog.KERNELS)})")
+        out.append(
+            f"{at}: family {family} needs 'kernels' (valid kernels: {', '.join(catalog.KERNELS)})"
+        )
     for i, k in enumerate(prod.get("kernels", [])):
         if ":" in str(k):  # your own kernel, 'module:Class'
             try:
@@ -25,8 +27,10 @@ def problems(cfg, grid, prod, at, family="kernel") -> list[str]:
             except ValueError as e:
                 out.append(f"{at}.kernels[{i}]: {e}")
         elif k not in catalog.KERNELS:
-            out.append(f"{at}.kernels[{i}]: unknown kernel {k!r}; valid kernels: {', '.join(catalog.KERNELS)} "
-                       "(or your own, as 'module:Class')")
+            out.append(
+                f"{at}.kernels[{i}]: unknown kernel {k!r}; valid kernels: {', '.join(catalog.KERNELS)} "
+                "(or your own, as 'module:Class')"
+            )
     if "seqlen" not in prod:
         out.append(f"{at}: family {family} needs 'seqlen'")
     return out + expansion.shape_problems(cfg, grid, prod, at)
@@ -39,7 +43,12 @@ def expand(cfg, gname) -> list[dict]:
     cells = {}
     for prod in expansion.grid_products(grid):
         for impl, mask, seqlen, (hq, hkv), d, dtype, direction in itertools.product(
-            prod["kernels"], prod["masks"], prod["seqlen"], prod["heads"], prod["head_dim"], prod["dtype"],
+            prod["kernels"],
+            prod["masks"],
+            prod["seqlen"],
+            prod["heads"],
+            prod["head_dim"],
+            prod["dtype"],
             prod["direction"],
         ):
             # your own kernel: cells use its registered name, and carry its import path for the
@@ -47,9 +56,22 @@ def expand(cfg, gname) -> list[dict]:
             own = {"kernel_class": impl} if ":" in impl else {}
             name = catalog.resolve(impl).name
             for mp in expansion.mask_param_points(mask, grid, prod):
-                cell = {"grid": gname, "family": fam, "impl": name, **own, "mask": mask, "mask_params": mp,
-                        "seqlen": seqlen, "heads_q": hq, "heads_kv": hkv, "head_dim": d, "dtype": dtype,
-                        "direction": direction, "gpus": 1, **common,
-                        "histograms": expansion.histograms_for(cfg, mask, seqlen)}
+                cell = {
+                    "grid": gname,
+                    "family": fam,
+                    "impl": name,
+                    **own,
+                    "mask": mask,
+                    "mask_params": mp,
+                    "seqlen": seqlen,
+                    "heads_q": hq,
+                    "heads_kv": hkv,
+                    "head_dim": d,
+                    "dtype": dtype,
+                    "direction": direction,
+                    "gpus": 1,
+                    **common,
+                    "histograms": expansion.histograms_for(cfg, mask, seqlen),
+                }
                 cells[expansion.cell_path(cell)] = cell
     return list(cells.values())

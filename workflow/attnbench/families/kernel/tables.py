@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...status import TIMED
 from ...report.collect import one_row_per_point
 from ...report.labels import (
     DIRECTION_LABEL,
@@ -29,6 +28,7 @@ from ...report.tables import (
     write_sections,
     write_table,
 )
+from ...status import TIMED
 
 
 def length_tables(df: pd.DataFrame, value: str) -> list[tuple[str, pd.DataFrame]]:
@@ -39,7 +39,9 @@ def length_tables(df: pd.DataFrame, value: str) -> list[tuple[str, pd.DataFrame]
         dm = df[df["mask"] == mask]
         for hq, hkv in dict.fromkeys(zip(dm["heads_q"], dm["heads_kv"])):
             for d in (d for d in DIRECTION_LABEL if d in set(dm["direction"])):
-                g = dm[(dm["heads_q"] == hq) & (dm["heads_kv"] == hkv) & (dm["direction"] == d)].copy()
+                g = dm[
+                    (dm["heads_q"] == hq) & (dm["heads_kv"] == hkv) & (dm["direction"] == d)
+                ].copy()
                 g["text"] = [fmt_cell(r, value) for _, r in g.iterrows()]
                 t = g.pivot_table(index="seqlen", columns="impl", values="text", aggfunc="first")
                 t = t.reindex(columns=[i for i in impls_all if i in t.columns]).fillna("")
@@ -61,7 +63,11 @@ def support_table(df: pd.DataFrame) -> pd.DataFrame:
     directions = [d for d in DIRECTION_LABEL if d in set(df["direction"])]
     cells = {}
     for (impl, mask), g in df.groupby(["impl", "mask"]):
-        ran = [d for d in directions if g[g["direction"] == d]["status"].isin([*TIMED, "oom", "timeout"]).any()]
+        ran = [
+            d
+            for d in directions
+            if g[g["direction"] == d]["status"].isin([*TIMED, "oom", "timeout"]).any()
+        ]
         if ran:
             text = SUPPORTED if ran == directions else "+".join(ran)
         elif (g["status"] == "unsupported").any():
@@ -86,14 +92,21 @@ def memory_source(df: pd.DataFrame) -> str:
 def tables(df: pd.DataFrame, out: Path) -> list[Path]:
     one_row_per_point(df, "kernel tables")
     about = describe_setup(df)
-    paths = write_sections(length_tables(df, "tflops"), out / "tflops",
-                            f"TFLOP/s ({MEDIAN_SPREAD}) per sequence length and kernel; {STATUS_NOTE}; "
-                            f"{about}")
-    paths += write_sections(length_tables(df, "peak_mem_gib"), out / "memory",
-                             f"Peak memory (GiB{memory_source(df)}) per sequence length and kernel; {STATUS_NOTE}; "
-                             f"{about}")
-    support = (f"Kernel support per mask, from the recorded statuses: {SUPPORTED} ran in every direction, "
-               f"fwd/bwd: only those, {UNSUPPORTED}: unsupported, n/a: unavailable here, blank: no cell; {about}")
+    paths = write_sections(
+        length_tables(df, "tflops"),
+        out / "tflops",
+        f"TFLOP/s ({MEDIAN_SPREAD}) per sequence length and kernel; {STATUS_NOTE}; {about}",
+    )
+    paths += write_sections(
+        length_tables(df, "peak_mem_gib"),
+        out / "memory",
+        f"Peak memory (GiB{memory_source(df)}) per sequence length and kernel; {STATUS_NOTE}; "
+        f"{about}",
+    )
+    support = (
+        f"Kernel support per mask, from the recorded statuses: {SUPPORTED} ran in every direction, "
+        f"fwd/bwd: only those, {UNSUPPORTED}: unsupported, n/a: unavailable here, blank: no cell; {about}"
+    )
     paths += write_table(support_table(df), out / "support", support)
     return paths
 
@@ -104,19 +117,27 @@ def table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
 
     sources = ", ".join(sorted(set(df["mem_source"].dropna()))) or "none recorded"
     whats = {
-        "tflops": ("TFLOP/s (median over all timed repetitions of all sampled masks, in brackets their p20-p80: "
-                   "kernels whose intervals overlap are not told apart by this measurement) per sequence length "
-                   "(rows) and kernel (columns), one table per mask, heads setting and direction; a status word "
-                   f"replaces the number where there is none ({STATUS_NOTE}). Markdown and LaTeX."),
-        "memory": ("Peak memory (GiB) of the timed call per sequence length (rows) and kernel (columns), one table per "
-                   f"mask, heads setting and direction ({STATUS_NOTE}). Memory source: {sources} (cuda_allocator: "
-                   "peak bytes PyTorch allocated on the GPU; process_rss: the CPU process's peak resident set). "
-                   "Markdown and LaTeX."),
-        "support": ("Kernel support per mask (the paper's Table 1), derived from the recorded statuses: "
-                    f"{SUPPORTED} a cell ran (ok, incorrect, out of memory or timeout) in every direction, a direction list "
-                    f"when only those ran, {UNSUPPORTED} unsupported, n/a unavailable ("
-                    f"{STATUS_MEANING['unavailable']}), blank: the grid has no cell there."),
+        "tflops": (
+            "TFLOP/s (median over all timed repetitions of all sampled masks, in brackets their p20-p80: "
+            "kernels whose intervals overlap are not told apart by this measurement) per sequence length "
+            "(rows) and kernel (columns), one table per mask, heads setting and direction; a status word "
+            f"replaces the number where there is none ({STATUS_NOTE}). Markdown and LaTeX."
+        ),
+        "memory": (
+            "Peak memory (GiB) of the timed call per sequence length (rows) and kernel (columns), one table per "
+            f"mask, heads setting and direction ({STATUS_NOTE}). Memory source: {sources} (cuda_allocator: "
+            "peak bytes PyTorch allocated on the GPU; process_rss: the CPU process's peak resident set). "
+            "Markdown and LaTeX."
+        ),
+        "support": (
+            "Kernel support per mask (the paper's Table 1), derived from the recorded statuses: "
+            f"{SUPPORTED} a cell ran (ok, incorrect, out of memory or timeout) in every direction, a direction list "
+            f"when only those ran, {UNSUPPORTED} unsupported, n/a unavailable ("
+            f"{STATUS_MEANING['unavailable']}), blank: the grid has no cell there."
+        ),
     }
     t = support_table(df)
-    rst = tabulate(t.reset_index().values.tolist(), headers=["kernel", *t.columns], tablefmt="grid")
+    rst = tabulate(
+        t.reset_index().values.tolist(), headers=["kernel", *t.columns], tablefmt="grid"
+    )
     return whats, {"support": rst}

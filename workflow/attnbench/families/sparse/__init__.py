@@ -19,8 +19,14 @@ def problems(cfg, grid, prod, at) -> list[str]:
 
 
 def table_names(grid: dict) -> list[str]:
-    return ["sparse_tflops.md", "sparse_tflops.tex", "sparse_memory.md", "sparse_memory.tex",
-            "sparse_vs_dense.md", "sparse_vs_dense.tex"]
+    return [
+        "sparse_tflops.md",
+        "sparse_tflops.tex",
+        "sparse_memory.md",
+        "sparse_memory.tex",
+        "sparse_vs_dense.md",
+        "sparse_vs_dense.tex",
+    ]
 
 
 def figure_stems(grid: dict) -> list[str]:

@@ -77,12 +77,21 @@ def _pivot(sparse: pd.DataFrame, value: str, digits: int | None) -> pd.DataFrame
     d["kernel"] = d["impl"] + " " + d["direction"]
     keys = ["blocks", "heads", "seqlen", "density"]
     t = d.pivot_table(index=keys, columns="kernel", values="text", aggfunc="first")
-    cols = [f"{k} {dr}" for k in order(d["impl"]) for dr in dict.fromkeys(d["direction"]) if f"{k} {dr}" in t.columns]
+    cols = [
+        f"{k} {dr}"
+        for k in order(d["impl"])
+        for dr in dict.fromkeys(d["direction"])
+        if f"{k} {dr}" in t.columns
+    ]
     blocks = _block_order(t.index.get_level_values(0))
     rows = sorted(t.index, key=lambda i: (blocks.index(i[0]), i[1], i[2], i[3]))
     t = t.reindex(index=rows, columns=cols).fillna("")
     realised = d.dropna(subset=["realised_density"]).groupby(keys)["realised_density"].mean()
-    t.insert(0, "realised density", [f"{realised[i]:.3f}" if i in realised.index else "" for i in t.index])
+    t.insert(
+        0,
+        "realised density",
+        [f"{realised[i]:.3f}" if i in realised.index else "" for i in t.index],
+    )
     t = t.reset_index()
     t["density"] = t["density"].map(lambda x: f"{x:g}")
     return t.set_index(["blocks", "heads", "seqlen", "density"])
@@ -109,24 +118,52 @@ def dense_ratio(sparse: pd.DataFrame, dense: pd.DataFrame) -> pd.DataFrame:
     kernel's interval overlaps the fastest one's, the dense kernel column says so."""
     rows = []
     ok = dense[(dense["status"] == "ok") & dense["tflops"].notna()]
-    for _, r in sparse[sparse["status"].isin(["ok", "incorrect"]) & sparse["tflops"].notna()].iterrows():
-        ref = ok[(ok["heads_q"] == r["heads_q"]) & (ok["heads_kv"] == r["heads_kv"])
-                 & (ok["direction"] == r["direction"]) & (ok["dtype"] == r["dtype"])]
+    for _, r in sparse[
+        sparse["status"].isin(["ok", "incorrect"]) & sparse["tflops"].notna()
+    ].iterrows():
+        ref = ok[
+            (ok["heads_q"] == r["heads_q"])
+            & (ok["heads_kv"] == r["heads_kv"])
+            & (ok["direction"] == r["direction"])
+            & (ok["dtype"] == r["dtype"])
+        ]
         ref = _equal_area(ref, r["mask_area_mean"])
         if ref.empty:
             continue
-        best, ties = fastest(ref.assign(name=[f"{d['impl']} (S={int(d['seqlen'])})" for _, d in ref.iterrows()]),
-                             "name")
+        best, ties = fastest(
+            ref.assign(name=[f"{d['impl']} (S={int(d['seqlen'])})" for _, d in ref.iterrows()]),
+            "name",
+        )
         wrong = r["status"] == "incorrect"
-        rows.append({"kernel": r["impl"], "direction": r["direction"], "blocks": r["blocks"], "heads": r["heads"],
-                     "seqlen": r["seqlen"], "density": r["density"],
-                     "tflops": _median(r) + (" (wrong)" if wrong else ""),
-                     "dense kernel": f"{best['impl']} (full, S={int(best['seqlen'])})"
-                                     + (f" ~ {', '.join(ties)} (within spread)" if ties else ""),
-                     "dense tflops": _median(best),
-                     "fraction of dense": "none (wrong)" if wrong else ratio_text(r, best, lambda x: f"{x:.3f}")})
-    cols = ["kernel", "direction", "blocks", "heads", "seqlen", "density", "tflops", "dense kernel", "dense tflops",
-            "fraction of dense"]
+        rows.append(
+            {
+                "kernel": r["impl"],
+                "direction": r["direction"],
+                "blocks": r["blocks"],
+                "heads": r["heads"],
+                "seqlen": r["seqlen"],
+                "density": r["density"],
+                "tflops": _median(r) + (" (wrong)" if wrong else ""),
+                "dense kernel": f"{best['impl']} (full, S={int(best['seqlen'])})"
+                + (f" ~ {', '.join(ties)} (within spread)" if ties else ""),
+                "dense tflops": _median(best),
+                "fraction of dense": "none (wrong)"
+                if wrong
+                else ratio_text(r, best, lambda x: f"{x:.3f}"),
+            }
+        )
+    cols = [
+        "kernel",
+        "direction",
+        "blocks",
+        "heads",
+        "seqlen",
+        "density",
+        "tflops",
+        "dense kernel",
+        "dense tflops",
+        "fraction of dense",
+    ]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -138,7 +175,9 @@ def equal_area_references(dense: pd.DataFrame, sparse: pd.DataFrame) -> pd.DataF
     rows = []
     for _, d in dense.iterrows():
         m = keys[(keys["heads"] == d["heads"])]
-        m = m[(m["mask_area_mean"] - d["mask_area_mean"]).abs() <= AREA_MATCH * m["mask_area_mean"]]
+        m = m[
+            (m["mask_area_mean"] - d["mask_area_mean"]).abs() <= AREA_MATCH * m["mask_area_mean"]
+        ]
         if len(m):
             rows.append({**d.to_dict(), "equal_area_seqlen": int(min(m["seqlen"]))})
     return pd.DataFrame(rows, columns=[*dense.columns, "equal_area_seqlen"])
@@ -150,16 +189,24 @@ def tables(df: pd.DataFrame, out_dir) -> list[Path]:
     if "peak_mem_gib" not in sparse:
         sparse["peak_mem_gib"] = sparse["peak_mem_bytes"] / GIB
     about = describe_setup(df)
-    paths = write_table(_flat(_pivot(sparse, "tflops", None)), out / "sparse_tflops",
-                   f"TFLOP/s ({MEDIAN_SPREAD}; FLOPs from the kept blocks) per (block setting, heads, S, density); "
-                   f"{about}")
-    paths += write_table(_flat(_pivot(sparse, "peak_mem_gib", 3)), out / "sparse_memory",
-                    f"peak memory (GiB) per (block setting, heads, S, density); {about}")
+    paths = write_table(
+        _flat(_pivot(sparse, "tflops", None)),
+        out / "sparse_tflops",
+        f"TFLOP/s ({MEDIAN_SPREAD}; FLOPs from the kept blocks) per (block setting, heads, S, density); "
+        f"{about}",
+    )
+    paths += write_table(
+        _flat(_pivot(sparse, "peak_mem_gib", 3)),
+        out / "sparse_memory",
+        f"peak memory (GiB) per (block setting, heads, S, density); {about}",
+    )
     ratio = dense_ratio(sparse, dense)
-    caption = (f"block-sparse TFLOP/s as a fraction of the fastest correct dense kernel (status ok; named per row) "
-               f"on the full mask at the same visible area (within {AREA_MATCH:.0%}), same heads and direction; "
-               f"TFLOP/s {MEDIAN_SPREAD}, fraction = ratio of the medians; {WITHIN_NOTE}; sparse cells that disagree "
-               f"with the float64 reference are listed, marked (wrong), with no fraction; {about}")
+    caption = (
+        f"block-sparse TFLOP/s as a fraction of the fastest correct dense kernel (status ok; named per row) "
+        f"on the full mask at the same visible area (within {AREA_MATCH:.0%}), same heads and direction; "
+        f"TFLOP/s {MEDIAN_SPREAD}, fraction = ratio of the medians; {WITHIN_NOTE}; sparse cells that disagree "
+        f"with the float64 reference are listed, marked (wrong), with no fraction; {about}"
+    )
     if ratio.empty:
         caption += "; no dense reference cell of equal area in this grid"
     paths += write_table(ratio.set_index("kernel"), out / "sparse_vs_dense", caption)
@@ -173,7 +220,12 @@ def _panels(sparse: pd.DataFrame):
     """(blocks, heads, direction) of every panel that has sparse cells, blocks in order."""
     present = set(zip(sparse["blocks"], sparse["heads"], sparse["direction"]))
     combos = list(dict.fromkeys(zip(sparse["heads"], sparse["direction"])))
-    return [(b, h, d) for b in _block_order(sparse["blocks"]) for h, d in combos if (b, h, d) in present]
+    return [
+        (b, h, d)
+        for b in _block_order(sparse["blocks"])
+        for h, d in combos
+        if (b, h, d) in present
+    ]
 
 
 def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFrame | None = None):
@@ -183,27 +235,62 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
         g = d[d["impl"] == impl]
         ok = g[g["status"].isin(["ok", "incorrect"]) & g[value].notna()].sort_values(x)
         if len(ok):
-            ax.plot(ok[x], ok[value], "-", color=colour(impl), marker=marker(impl), ms=4, lw=1.3, label=impl)
+            ax.plot(
+                ok[x],
+                ok[value],
+                "-",
+                color=colour(impl),
+                marker=marker(impl),
+                ms=4,
+                lw=1.3,
+                label=impl,
+            )
             bad = ok[ok["status"] == "incorrect"]
             ax.plot(bad[x], bad[value], "o", mfc="none", mec="red", ms=9, lw=0)
             drawn["points"] += len(ok)
         oom = g[g["status"] == "oom"]
         if len(oom):
-            ax.plot(oom[x], np.zeros(len(oom)), "X", color=colour(impl), ms=8, clip_on=False, label=f"{impl} OOM")
+            ax.plot(
+                oom[x],
+                np.zeros(len(oom)),
+                "X",
+                color=colour(impl),
+                ms=8,
+                clip_on=False,
+                label=f"{impl} OOM",
+            )
             drawn["oom_markers"] += len(oom)
         for st in missing:
             if len(g) and (g["status"] == st).all():
                 missing[st].append(impl)
-    if dense is not None:  # at their own length, each point labelled with the sparse length it matches
+    if (
+        dense is not None
+    ):  # at their own length, each point labelled with the sparse length it matches
         for impl in order(dense["impl"]):
-            ok = dense[(dense["impl"] == impl) & (dense["status"] == "ok") & dense[value].notna()].sort_values(x)
+            ok = dense[
+                (dense["impl"] == impl) & (dense["status"] == "ok") & dense[value].notna()
+            ].sort_values(x)
             if len(ok):
-                ax.plot(ok[x], ok[value], "--", color=colour(impl), marker=marker(impl), ms=3, lw=1,
-                        label=f"{impl} (dense, full mask, at its own S)")
+                ax.plot(
+                    ok[x],
+                    ok[value],
+                    "--",
+                    color=colour(impl),
+                    marker=marker(impl),
+                    ms=3,
+                    lw=1,
+                    label=f"{impl} (dense, full mask, at its own S)",
+                )
                 for _, p in ok.iterrows() if "equal_area_seqlen" in ok else ():
-                    ax.annotate(f"area of {seqlen_label(int(p['equal_area_seqlen']))}", (p[x], p[value]),
-                                textcoords="offset points", xytext=(0, -10), ha="center", fontsize="xx-small",
-                                color=colour(impl))
+                    ax.annotate(
+                        f"area of {seqlen_label(int(p['equal_area_seqlen']))}",
+                        (p[x], p[value]),
+                        textcoords="offset points",
+                        xytext=(0, -10),
+                        ha="center",
+                        fontsize="xx-small",
+                        color=colour(impl),
+                    )
                 drawn["dense_points"] += len(ok)
                 drawn["dense_x"] += list(ok[x])
     return missing
@@ -213,9 +300,20 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
     panels = _panels(sparse)
     combos = len(set((h, d) for _, h, d in panels))
     fig, axes = grid_axes(len(panels), ncols=combos if combos > 1 else min(4, len(panels)))
-    drawn = {"panels": len(panels), "points": 0, "oom_markers": 0, "dense_points": 0, "dense_x": [], "missing": {}}
+    drawn = {
+        "panels": len(panels),
+        "points": 0,
+        "oom_markers": 0,
+        "dense_points": 0,
+        "dense_x": [],
+        "missing": {},
+    }
     for ax, (blocks, heads, direction) in zip(axes, panels):
-        d = sparse[(sparse["blocks"] == blocks) & (sparse["heads"] == heads) & (sparse["direction"] == direction)]
+        d = sparse[
+            (sparse["blocks"] == blocks)
+            & (sparse["heads"] == heads)
+            & (sparse["direction"] == direction)
+        ]
         ref = None
         if dense is not None and len(dense):
             ref = dense[(dense["heads"] == heads) & (dense["direction"] == direction)]
@@ -238,20 +336,39 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
         top = ax.get_ylim()[1]
         ax.set_ylim(0, top * (1 + 0.12 * (len(notes) + 1)))  # headroom for the notes
         if notes:
-            ax.text(0.02, 0.97, "\n".join(notes), transform=ax.transAxes, fontsize="x-small", va="top",
-                    color="0.35", wrap=True)
+            ax.text(
+                0.02,
+                0.97,
+                "\n".join(notes),
+                transform=ax.transAxes,
+                fontsize="x-small",
+                va="top",
+                color="0.35",
+                wrap=True,
+            )
     handles = {}
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(6, max(1, len(handles))),
-               bbox_to_anchor=(0.5, -0.02), frameon=False, fontsize="small")
+    fig.legend(
+        handles.values(),
+        handles.keys(),
+        loc="lower center",
+        ncol=min(6, max(1, len(handles))),
+        bbox_to_anchor=(0.5, -0.02),
+        frameon=False,
+        fontsize="small",
+    )
     fig.suptitle(title, y=1.0)
-    note = ("X on the axis: out of memory; red ring: disagrees with the float64 reference; "
-            "panel text: kernels unsupported / not installed there")
+    note = (
+        "X on the axis: out of memory; red ring: disagrees with the float64 reference; "
+        "panel text: kernels unsupported / not installed there"
+    )
     if drawn["dense_points"]:
-        note += ("\ndashed: a dense kernel on the full mask at its own length S', whose visible area S'^2 equals "
-                 "the sparse masks' at the length named beside each point")
+        note += (
+            "\ndashed: a dense kernel on the full mask at its own length S', whose visible area S'^2 equals "
+            "the sparse masks' at the length named beside each point"
+        )
     fig.text(0.5, -0.06, note, ha="center", fontsize="small", color="0.3")
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     return fig, drawn
@@ -268,19 +385,40 @@ def figures(df: pd.DataFrame, out_dir, style, only=None) -> list[Path]:
     at_rho = sparse[sparse["density"] == rho] if rho is not None else sparse
     paths = []
     ref = equal_area_references(dense, at_rho)
-    fig, _ = _figure(at_rho, ref, "seqlen", "tflops", "TFLOP/s",
-                     f"Block-sparse throughput vs sequence length, density {rho} | {head}")
+    fig, _ = _figure(
+        at_rho,
+        ref,
+        "seqlen",
+        "tflops",
+        "TFLOP/s",
+        f"Block-sparse throughput vs sequence length, density {rho} | {head}",
+    )
     paths += save(fig, out, "sparse_tflops_vs_seqlen", style)
-    s_max = sparse.groupby("blocks")["seqlen"].transform("max") if len(sparse) else sparse["seqlen"]
+    s_max = (
+        sparse.groupby("blocks")["seqlen"].transform("max") if len(sparse) else sparse["seqlen"]
+    )
     longest = sparse[sparse["seqlen"] == s_max]
-    fig, _ = _figure(longest.assign(x=longest["density"]), None, "x", "tflops", "TFLOP/s",
-                     f"Block-sparse throughput vs density at each setting's longest S | {head}", xlog=False,
-                     subtitle=lambda d: f"S={seqlen_label(int(d['seqlen'].max()))}")
+    fig, _ = _figure(
+        longest.assign(x=longest["density"]),
+        None,
+        "x",
+        "tflops",
+        "TFLOP/s",
+        f"Block-sparse throughput vs density at each setting's longest S | {head}",
+        xlog=False,
+        subtitle=lambda d: f"S={seqlen_label(int(d['seqlen'].max()))}",
+    )
     paths += save(fig, out, "sparse_tflops_vs_density", style)
     src = set(df["mem_source"].dropna())
     mem_label = "peak memory (GiB)" + (" [process RSS]" if src == {"process_rss"} else "")
-    fig, _ = _figure(at_rho, ref, "seqlen", "mem_gib", mem_label,
-                     f"Block-sparse peak memory vs sequence length, density {rho} | {head}")
+    fig, _ = _figure(
+        at_rho,
+        ref,
+        "seqlen",
+        "mem_gib",
+        mem_label,
+        f"Block-sparse peak memory vs sequence length, density {rho} | {head}",
+    )
     paths += save(fig, out, "sparse_memory", style)
     return paths
 

@@ -10,8 +10,14 @@ FLAT = 0.9  # "flat": the lowest per-GPU TFLOP/s is at least 90% of the highest
 
 
 def _line(pred, method, mask, direction):
-    d = pred[(pred["method"] == method) & (pred["mask"] == mask) & (pred["direction"] == direction)]
-    return d.dropna(subset=["predicted_tflops_per_gpu"]).set_index("gpus")["predicted_tflops_per_gpu"].sort_index()
+    d = pred[
+        (pred["method"] == method) & (pred["mask"] == mask) & (pred["direction"] == direction)
+    ]
+    return (
+        d.dropna(subset=["predicted_tflops_per_gpu"])
+        .set_index("gpus")["predicted_tflops_per_gpu"]
+        .sort_index()
+    )
 
 
 def paper_checks(pred: pd.DataFrame, net) -> list[dict]:
@@ -30,22 +36,39 @@ def _checks(pred: pd.DataFrame, net) -> list[dict]:
         full = _line(p, "ring_p2p", "full", d)
         if len(full):
             ratio = full.min() / full.max()
-            checks.append({"name": f"Ring P2P is flat on full ({d})", "passed": bool(ratio >= FLAT),
-                           "detail": f"min/max per-GPU TFLOP/s over {full.index.min()}..{full.index.max()} GPUs = "
-                                     f"{ratio:.2f} (flat: >= {FLAT})"})
+            checks.append(
+                {
+                    "name": f"Ring P2P is flat on full ({d})",
+                    "passed": bool(ratio >= FLAT),
+                    "detail": f"min/max per-GPU TFLOP/s over {full.index.min()}..{full.index.max()} GPUs = "
+                    f"{ratio:.2f} (flat: >= {FLAT})",
+                }
+            )
         causal = _line(p, "ring_p2p", "causal", d)
         if len(causal) > 1:
             one_node = causal.get(net.gpus_per_node, causal.iloc[0])
             worst = causal[causal.index > net.gpus_per_node].min()
-            checks.append({"name": f"Ring P2P drops on causal across nodes ({d})", "passed": bool(worst < FLAT * one_node),
-                           "detail": f"lowest across nodes / one node = {worst / one_node:.2f} (drop: < {FLAT})"})
+            checks.append(
+                {
+                    "name": f"Ring P2P drops on causal across nodes ({d})",
+                    "passed": bool(worst < FLAT * one_node),
+                    "detail": f"lowest across nodes / one node = {worst / one_node:.2f} (drop: < {FLAT})",
+                }
+            )
     uly = pred[pred["method"] == "ulysses"]
     if len(uly):
         ran = sorted(set(uly.dropna(subset=["predicted_tflops_per_gpu"])["gpus"]))
         refused = sorted(set(uly[uly["predicted_tflops_per_gpu"].isna()]["gpus"]))
-        capped = all("query heads" in b for b in uly[uly["predicted_tflops_per_gpu"].isna()]["bottleneck"])
-        checks.append({"name": "Ulysses is capped by the head count", "passed": bool(refused and capped and ran),
-                       "detail": f"runs at {ran}; refused (head count) at {refused}"})
+        capped = all(
+            "query heads" in b for b in uly[uly["predicted_tflops_per_gpu"].isna()]["bottleneck"]
+        )
+        checks.append(
+            {
+                "name": "Ulysses is capped by the head count",
+                "passed": bool(refused and capped and ran),
+                "detail": f"runs at {ran}; refused (head count) at {refused}",
+            }
+        )
     top = pred["gpus"].max()
     at = pred[(pred["gpus"] == top)].dropna(subset=["predicted_tflops_per_gpu"])
     for (mask, d), g in at.groupby(["mask", "direction"]):
@@ -53,10 +76,14 @@ def _checks(pred: pd.DataFrame, net) -> list[dict]:
         other = g[~g["method"].isin(["usp", "loongtrain"])]
         if len(hyb) and len(other):
             best_other = other.loc[other["predicted_tflops_per_gpu"].idxmax()]
-            checks.append({"name": f"the hybrids lead at scale ({mask}, {d}, {top} GPUs)",
-                           "passed": bool(hyb.max() >= best_other["predicted_tflops_per_gpu"] * 0.999),
-                           "detail": f"best hybrid {hyb.max():.0f} vs {best_other['method']} "
-                                     f"{best_other['predicted_tflops_per_gpu']:.0f} TFLOP/s per GPU"})
+            checks.append(
+                {
+                    "name": f"the hybrids lead at scale ({mask}, {d}, {top} GPUs)",
+                    "passed": bool(hyb.max() >= best_other["predicted_tflops_per_gpu"] * 0.999),
+                    "detail": f"best hybrid {hyb.max():.0f} vs {best_other['method']} "
+                    f"{best_other['predicted_tflops_per_gpu']:.0f} TFLOP/s per GPU",
+                }
+            )
     return checks
 
 
@@ -66,23 +93,40 @@ def _pct(x) -> str:
 
 def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
     net = mc["network"]
-    lines = [f"# CP throughput model: {mc['grid'].get('description', '')}", "",
-             f"Network `{net.name}`: {net.gpus_per_node} GPUs per node; intra-node {net.intra_gbytes_per_s} GB/s, "
-             f"{net.intra_latency_us} us; inter-node {net.inter_gbytes_per_s} GB/s, {net.inter_latency_us} us per GPU; "
-             f"compute scale {net.compute_scale}. Source: {mc['networks'][net.name].get('source', 'not stated')}", "",
-             f"Local kernel `{kt.kernel}`: time per visible pair and query head interpolated in log length from "
-             "kernel records (leave-one-out error at interior lengths):", ""]
+    lines = [
+        f"# CP throughput model: {mc['grid'].get('description', '')}",
+        "",
+        f"Network `{net.name}`: {net.gpus_per_node} GPUs per node; intra-node {net.intra_gbytes_per_s} GB/s, "
+        f"{net.intra_latency_us} us; inter-node {net.inter_gbytes_per_s} GB/s, {net.inter_latency_us} us per GPU; "
+        f"compute scale {net.compute_scale}. Source: {mc['networks'][net.name].get('source', 'not stated')}",
+        "",
+        f"Local kernel `{kt.kernel}`: time per visible pair and query head interpolated in log length from "
+        "kernel records (leave-one-out error at interior lengths):",
+        "",
+    ]
     for (d, k), errs in sorted(kt.loo_errors().items()):
         s = kt.points[(d, k)][0]
-        tail = f"median {_pct(np.median(np.abs(errs)))}, worst {_pct(max(errs, key=abs))}" if errs else "no interior point"
-        lines.append(f"- {d} {k}: lengths {int(s.min())}..{int(s.max())} ({len(s)} points); {tail}")
-    lines += ["", "## Validation (predicted vs measured per-GPU TFLOP/s, every measured cell of a modelled method)", ""]
+        tail = (
+            f"median {_pct(np.median(np.abs(errs)))}, worst {_pct(max(errs, key=abs))}"
+            if errs
+            else "no interior point"
+        )
+        lines.append(
+            f"- {d} {k}: lengths {int(s.min())}..{int(s.max())} ({len(s)} points); {tail}"
+        )
+    lines += [
+        "",
+        "## Validation (predicted vs measured per-GPU TFLOP/s, every measured cell of a modelled method)",
+        "",
+    ]
     if len(val):
         e = val["relative_error"].abs()
         worst = val.loc[e.idxmax()]
-        lines.append(f"{len(val)} cells: median |error| {100 * e.median():.1f}%, worst {_pct(worst['relative_error'])} "
-                     f"({worst['method']}, {worst['mask']}, {worst['direction']}, {worst['gpus']} GPUs, "
-                     f"{worst['tokens_per_gpu']} tokens/GPU)")
+        lines.append(
+            f"{len(val)} cells: median |error| {100 * e.median():.1f}%, worst {_pct(worst['relative_error'])} "
+            f"({worst['method']}, {worst['mask']}, {worst['direction']}, {worst['gpus']} GPUs, "
+            f"{worst['tokens_per_gpu']} tokens/GPU)"
+        )
         lines += ["", val.round(3).to_markdown(index=False)]
     else:
         lines.append("no measured cell of this grid")

@@ -57,16 +57,21 @@ def patterns(nbytes: int, device, rank: int, world: int) -> dict:
         for w in dist.batch_isend_irecv(ops):
             w.wait()
 
-    return {"all_to_all": (lambda: dist.all_to_all_single(out, buf), n * 4 * (world - 1) // world),
-            "p2p": (p2p, n * 4),
-            "all_gather": (lambda: dist.all_gather_into_tensor(gathered, buf), n * 4 * (world - 1))}
+    return {
+        "all_to_all": (lambda: dist.all_to_all_single(out, buf), n * 4 * (world - 1) // world),
+        "p2p": (p2p, n * 4),
+        "all_gather": (lambda: dist.all_gather_into_tensor(gathered, buf), n * 4 * (world - 1)),
+    }
 
 
 def fit(sizes, times) -> dict:
     """time = latency + bytes / bandwidth, least squares."""
     a = np.stack([np.ones(len(sizes)), np.asarray(sizes, float)], axis=1)
     (lat, inv_bw), *_ = np.linalg.lstsq(a, np.asarray(times, float), rcond=None)
-    return {"latency_us": float(lat * 1e6), "gbytes_per_s": float(1 / inv_bw / 1e9) if inv_bw > 0 else None}
+    return {
+        "latency_us": float(lat * 1e6),
+        "gbytes_per_s": float(1 / inv_bw / 1e9) if inv_bw > 0 else None,
+    }
 
 
 def run(device_name: str, sizes_mib, reps: int, warmup: int, timeout_s: float) -> dict:
@@ -74,11 +79,18 @@ def run(device_name: str, sizes_mib, reps: int, warmup: int, timeout_s: float) -
     rank, world = dist.get_rank(), dist.get_world_size()
     res = {"device": device_name, "world": world, "backend": dist.get_backend(), "patterns": {}}
     for size in sizes_mib:
-        for name, (op, sent) in patterns(int(size * 2 ** 20), device, rank, world).items():
-            res["patterns"].setdefault(name, []).append({"buffer_mib": size, "bytes_sent": sent,
-                                                         "seconds": time_op(op, device, reps, warmup)})
+        for name, (op, sent) in patterns(int(size * 2**20), device, rank, world).items():
+            res["patterns"].setdefault(name, []).append(
+                {
+                    "buffer_mib": size,
+                    "bytes_sent": sent,
+                    "seconds": time_op(op, device, reps, warmup),
+                }
+            )
     for name, pts in res["patterns"].items():
-        res.setdefault("fit", {})[name] = fit([p["bytes_sent"] for p in pts], [p["seconds"] for p in pts])
+        res.setdefault("fit", {})[name] = fit(
+            [p["bytes_sent"] for p in pts], [p["seconds"] for p in pts]
+        )
     dist.destroy_process_group()
     return res
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ....cp.catalog import method_label
 from ....report.plotting import apply_theme, grid_axes, save, title_above
 from ....report.style import colour, marker
-from ....cp.catalog import method_label
 
 
 def model_figure(pred, out: Path, style, subtitle: str) -> list[Path]:
@@ -22,12 +22,29 @@ def model_figure(pred, out: Path, style, subtitle: str) -> list[Path]:
             for m, g in p.groupby("method", sort=False):
                 g = g.sort_values("gpus")
                 ok = g.dropna(subset=["predicted_tflops_per_gpu"])
-                ax.plot(ok["gpus"], ok["predicted_tflops_per_gpu"], "-", color=colour(m), marker=marker(m), ms=3,
-                        mfc="none", lw=1.3, label=f"{method_label(m)} (model)")
+                ax.plot(
+                    ok["gpus"],
+                    ok["predicted_tflops_per_gpu"],
+                    "-",
+                    color=colour(m),
+                    marker=marker(m),
+                    ms=3,
+                    mfc="none",
+                    lw=1.3,
+                    label=f"{method_label(m)} (model)",
+                )
                 meas = g.dropna(subset=["measured_tflops_per_gpu"])
                 if len(meas):
-                    ax.plot(meas["gpus"], meas["measured_tflops_per_gpu"], marker(m), color=colour(m), ms=7, lw=0,
-                            mec="black", label=f"{method_label(m)} (measured)")
+                    ax.plot(
+                        meas["gpus"],
+                        meas["measured_tflops_per_gpu"],
+                        marker(m),
+                        color=colour(m),
+                        ms=7,
+                        lw=0,
+                        mec="black",
+                        label=f"{method_label(m)} (measured)",
+                    )
             ax.set_xscale("log", base=2)
             xs = sorted(set(p["gpus"]))
             ax.set_xticks(xs, [str(x) for x in xs], fontsize="x-small", rotation=45)
@@ -40,10 +57,20 @@ def model_figure(pred, out: Path, style, subtitle: str) -> list[Path]:
         for ax in axes:
             for h, lab in zip(*ax.get_legend_handles_labels()):
                 handles.setdefault(lab, h)
-        fig.legend(handles.values(), handles.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
-                   ncol=min(5, len(handles)), frameon=False, fontsize="small")
-        title_above(fig, f"CP model: predicted per-GPU TFLOP/s ({tpg} tokens per GPU)",
-                    f"{subtitle} | lines: modelled, filled markers: measured")
+        fig.legend(
+            handles.values(),
+            handles.keys(),
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=min(5, len(handles)),
+            frameon=False,
+            fontsize="small",
+        )
+        title_above(
+            fig,
+            f"CP model: predicted per-GPU TFLOP/s ({tpg} tokens per GPU)",
+            f"{subtitle} | lines: modelled, filled markers: measured",
+        )
         fig.tight_layout()
         paths += save(fig, out, f"cp_model_t{tpg}", style)
     return paths

@@ -26,40 +26,72 @@ KINDS = ("full", "causal")
 @dataclass
 class KernelTime:
     kernel: str
-    points: dict = field(default_factory=dict)  # (direction, kind) -> ([S], [c seconds per pair-head])
+    points: dict = field(
+        default_factory=dict
+    )  # (direction, kind) -> ([S], [c seconds per pair-head])
 
     @classmethod
-    def from_table(cls, df, kernel: str, heads_q: int, heads_kv: int, head_dim: int, dtype: str) -> KernelTime:
+    def from_table(
+        cls, df, kernel: str, heads_q: int, heads_kv: int, head_dim: int, dtype: str
+    ) -> KernelTime:
         """Fit from a tidy table (collect.collect) of kernel records (family kernel, impl == kernel)
         and of 1-GPU CP records whose local kernel is `kernel` (the bare kernel or 1-rank Ulysses)."""
-        ok = df[(df["status"] == "ok") & (df["heads_q"] == heads_q) & (df["heads_kv"] == heads_kv)
-                & (df["head_dim"] == head_dim) & (df["dtype"] == dtype) & (df["gpus"] == 1)
-                & df["mask"].isin(KINDS)]
+        ok = df[
+            (df["status"] == "ok")
+            & (df["heads_q"] == heads_q)
+            & (df["heads_kv"] == heads_kv)
+            & (df["head_dim"] == head_dim)
+            & (df["dtype"] == dtype)
+            & (df["gpus"] == 1)
+            & df["mask"].isin(KINDS)
+        ]
         is_kernel = (ok["family"] == "kernel") & (ok["impl"] == kernel)
-        is_cp = (ok["family"] == "cp") & (ok.get("local_kernel") == kernel) if "local_kernel" in ok else False
+        is_cp = (
+            (ok["family"] == "cp") & (ok.get("local_kernel") == kernel)
+            if "local_kernel" in ok
+            else False
+        )
         ok = ok[is_kernel | is_cp]
         if ok.empty:
-            raise ValueError(f"no ok records of local kernel {kernel!r} at {heads_q}:{heads_kv} heads, D {head_dim}, "
-                             f"{dtype}, on the full or causal mask, to fit its time from")
+            raise ValueError(
+                f"no ok records of local kernel {kernel!r} at {heads_q}:{heads_kv} heads, D {head_dim}, "
+                f"{dtype}, on the full or causal mask, to fit its time from"
+            )
         model = cls(kernel)
         for (direction, kind), g in ok.groupby(["direction", "mask"]):
-            per = (g["time_ms_median"] * 1e-3 / (g["mask_area_mean"] * g["heads_q"])).groupby(g["seqlen"]).median()
+            per = (
+                (g["time_ms_median"] * 1e-3 / (g["mask_area_mean"] * g["heads_q"]))
+                .groupby(g["seqlen"])
+                .median()
+            )
             model.points[(direction, kind)] = (per.index.to_numpy(float), per.to_numpy(float))
         return model
 
     def per_pair(self, direction: str, kind: str, s_eq):
         kinds = {k for _, k in self.points}
         if kind not in kinds and len(kinds) == 1:
-            kind = next(iter(kinds))  # one mask kind measured (the CPU smoke cells): its per-pair cost serves both
-        if (direction, kind) not in self.points and ("fwdbwd", kind) in self.points and direction in ("fwd", "bwd"):
+            kind = next(
+                iter(kinds)
+            )  # one mask kind measured (the CPU smoke cells): its per-pair cost serves both
+        if (
+            (direction, kind) not in self.points
+            and ("fwdbwd", kind) in self.points
+            and direction in ("fwd", "bwd")
+        ):
             # only forward+backward measured (the CPU smoke cells): split it as the FLOPs split (1 : 2.5)
-            return self.per_pair("fwdbwd", kind, s_eq) * DIRECTION_FACTOR[direction] / DIRECTION_FACTOR["fwdbwd"]
+            return (
+                self.per_pair("fwdbwd", kind, s_eq)
+                * DIRECTION_FACTOR[direction]
+                / DIRECTION_FACTOR["fwdbwd"]
+            )
         try:
             s, c = self.points[(direction, kind)]
         except KeyError:
             have = ", ".join(f"{d}/{k}" for d, k in sorted(self.points))
-            raise ValueError(f"no kernel records of {self.kernel} for {direction} on the {kind} mask "
-                             f"(have: {have or 'none'})") from None
+            raise ValueError(
+                f"no kernel records of {self.kernel} for {direction} on the {kind} mask "
+                f"(have: {have or 'none'})"
+            ) from None
         if len(s) == 1:
             return np.full_like(np.asarray(s_eq, float), c[0])
         return np.interp(np.log(np.asarray(s_eq, float)), np.log(s), c)
@@ -76,7 +108,11 @@ class KernelTime:
     def seconds(self, direction: str, kind: str, seqlen: int, heads: int) -> float:
         """Time of the whole square mask of one kind at `seqlen` (for checks and tables)."""
         area = seqlen * seqlen if kind == "full" else seqlen * (seqlen + 1) / 2
-        return float(area * heads * self.per_pair(direction, kind, math.sqrt(area * (2.0 if kind == "causal" else 1.0))))
+        return float(
+            area
+            * heads
+            * self.per_pair(direction, kind, math.sqrt(area * (2.0 if kind == "causal" else 1.0)))
+        )
 
     def loo_errors(self) -> dict:
         """(direction, kind) -> relative errors of predicting each interior measured length from

@@ -18,12 +18,20 @@ class Network:
     intra_latency_us: float
     inter_gbytes_per_s: float
     inter_latency_us: float
-    compute_scale: float = 1.0  # local-kernel time multiplier against the device the kernel records come from
+    compute_scale: float = (
+        1.0  # local-kernel time multiplier against the device the kernel records come from
+    )
 
     @classmethod
     def from_config(cls, name: str, cfg: dict) -> Network:
-        keys = ("gpus_per_node", "intra_gbytes_per_s", "intra_latency_us", "inter_gbytes_per_s", "inter_latency_us",
-                "compute_scale")
+        keys = (
+            "gpus_per_node",
+            "intra_gbytes_per_s",
+            "intra_latency_us",
+            "inter_gbytes_per_s",
+            "inter_latency_us",
+            "compute_scale",
+        )
         return cls(name, **{k: cfg[k] for k in keys if k in cfg})
 
     def node(self, rank: int) -> int:

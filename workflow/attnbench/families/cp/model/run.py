@@ -13,15 +13,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ....report.collect import collect
-from ....masks.lengths import choose_histogram
 from ....masks import Mask
+from ....masks.lengths import choose_histogram
+from ....report.collect import collect
 from .kernel_time import KernelTime
 from .network import Network
 from .predict import MODELLED_METHODS, Setting, predict, realised_masks
 
-COLUMNS = ["method", "mask", "direction", "gpus", "nodes", "tokens_per_gpu", "network", "predicted_tflops_per_gpu",
-           "measured_tflops_per_gpu", "bottleneck"]
+COLUMNS = [
+    "method",
+    "mask",
+    "direction",
+    "gpus",
+    "nodes",
+    "tokens_per_gpu",
+    "network",
+    "predicted_tflops_per_gpu",
+    "measured_tflops_per_gpu",
+    "bottleneck",
+]
 
 
 def model_config(cfg: dict, grid: str) -> dict:
@@ -34,21 +44,35 @@ def model_config(cfg: dict, grid: str) -> dict:
         raise ValueError(f"cp_model.grids names {grid!r}, which is not a cp grid of config.yaml")
     net_name = m["grids"][grid]
     if net_name not in m["networks"]:
-        raise ValueError(f"unknown network {net_name!r} for grid {grid}; presets: {', '.join(m['networks'])}")
-    return {**m, "grid": cfg["grids"][grid], "network": Network.from_config(net_name, m["networks"][net_name])}
+        raise ValueError(
+            f"unknown network {net_name!r} for grid {grid}; presets: {', '.join(m['networks'])}"
+        )
+    return {
+        **m,
+        "grid": cfg["grids"][grid],
+        "network": Network.from_config(net_name, m["networks"][net_name]),
+    }
 
 
 def read_records(out_dir: Path, grids) -> pd.DataFrame:
-    frames = [collect(root=out_dir / "cells" / g) for g in grids if (out_dir / "cells" / g).is_dir()]
+    frames = [
+        collect(root=out_dir / "cells" / g) for g in grids if (out_dir / "cells" / g).is_dir()
+    ]
     frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["status", "family"])
+    return (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["status", "family"])
+    )
 
 
 def setting_of(grid: dict) -> tuple[Setting, list]:
     heads = grid["heads"]
     if len(heads) != 1 or len(grid["head_dim"]) != 1 or len(grid["dtype"]) != 1:
-        raise ValueError("cp_model models a grid of one heads, head_dim and dtype setting; "
-                         f"this one has heads {heads}, head_dim {grid['head_dim']}, dtype {grid['dtype']}")
+        raise ValueError(
+            "cp_model models a grid of one heads, head_dim and dtype setting; "
+            f"this one has heads {heads}, head_dim {grid['head_dim']}, dtype {grid['dtype']}"
+        )
     hq, hkv = heads[0]
     return Setting(hq, hkv, grid["head_dim"][0], grid["dtype"][0]), [d for d in grid["direction"]]
 
@@ -65,11 +89,21 @@ def prediction_rows(cfg, mc, s: Setting, directions, kt, progress=print) -> pd.D
     for tpg in grid["tokens_per_gpu"]:
         for mask_name in grid["masks"]:
             for n in mc["gpus"]:
-                masks = realised_masks(mask_name, tpg * n, mc["mask_samples"], mc["seed"], grid.get("mask_params", {}),
-                                       histograms_for(cfg, tpg * n), s.heads_q, s.heads_kv)
+                masks = realised_masks(
+                    mask_name,
+                    tpg * n,
+                    mc["mask_samples"],
+                    mc["seed"],
+                    grid.get("mask_params", {}),
+                    histograms_for(cfg, tpg * n),
+                    s.heads_q,
+                    s.heads_kv,
+                )
                 for d in directions:
                     for m in methods:
-                        preds = [predict(m, n, mk, s, d, kt, net, mc["max_ring_ranks"]) for mk in masks]
+                        preds = [
+                            predict(m, n, mk, s, d, kt, net, mc["max_ring_ranks"]) for mk in masks
+                        ]
                         rows.append(summary_row(preds, mask_name, tpg, n, net))
                 progress(f"{mask_name} {tpg} tokens/GPU, {n} GPUs")
     return pd.DataFrame(rows)
@@ -78,19 +112,32 @@ def prediction_rows(cfg, mc, s: Setting, directions, kt, progress=print) -> pd.D
 def summary_row(preds, mask_name, tpg, n, net) -> dict:
     p0 = preds[0]
     ok = [p.tflops_per_gpu for p in preds if p.tflops_per_gpu is not None]
-    return {"method": p0.method, "mask": mask_name, "direction": p0.direction, "gpus": n,
-            "nodes": -(-n // net.gpus_per_node), "tokens_per_gpu": tpg, "network": net.name,
-            "predicted_tflops_per_gpu": float(np.mean(ok)) if ok else None, "bottleneck": p0.bottleneck,
-            "predicted_time_ms": float(np.mean([p.time_s for p in preds])) * 1e3 if ok else None,
-            "ulysses_degree": p0.degrees["ulysses"], "ring_degree": p0.degrees["ring"],
-            "windows": p0.degrees["windows"], "ranks_modelled": p0.ranks_modelled}
+    return {
+        "method": p0.method,
+        "mask": mask_name,
+        "direction": p0.direction,
+        "gpus": n,
+        "nodes": -(-n // net.gpus_per_node),
+        "tokens_per_gpu": tpg,
+        "network": net.name,
+        "predicted_tflops_per_gpu": float(np.mean(ok)) if ok else None,
+        "bottleneck": p0.bottleneck,
+        "predicted_time_ms": float(np.mean([p.time_s for p in preds])) * 1e3 if ok else None,
+        "ulysses_degree": p0.degrees["ulysses"],
+        "ring_degree": p0.degrees["ring"],
+        "windows": p0.degrees["windows"],
+        "ranks_modelled": p0.ranks_modelled,
+    }
 
 
 def record_masks(path: str) -> list:
     """The realised masks a measured cell timed (its samples' mask parameters)."""
     rec = json.loads(Path(path).read_text())
     c = rec["cell"]
-    return [Mask(c["mask"], c["seqlen"], s["mask_params"], heads_q=c["heads_q"]) for s in rec["samples"]]
+    return [
+        Mask(c["mask"], c["seqlen"], s["mask_params"], heads_q=c["heads_q"])
+        for s in rec["samples"]
+    ]
 
 
 def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc) -> pd.DataFrame:
@@ -98,23 +145,51 @@ def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc) -> pd.DataF
     rows = []
     for _, r in measured.iterrows():
         masks = record_masks(r["record"])
-        preds = [predict(r["method"], int(r["gpus"]), mk, s, r["direction"], kt, net, mc["max_ring_ranks"],
-                         int(r["ulysses_degree"]), int(r["windows"])) for mk in masks]
+        preds = [
+            predict(
+                r["method"],
+                int(r["gpus"]),
+                mk,
+                s,
+                r["direction"],
+                kt,
+                net,
+                mc["max_ring_ranks"],
+                int(r["ulysses_degree"]),
+                int(r["windows"]),
+            )
+            for mk in masks
+        ]
         pred = float(np.mean([p.tflops_per_gpu for p in preds]))
-        rows.append({"method": r["method"], "mask": r["mask"], "direction": r["direction"], "gpus": int(r["gpus"]),
-                     "tokens_per_gpu": int(r["tokens_per_gpu"]), "network": net.name,
-                     "measured_tflops_per_gpu": r["tflops_per_gpu"], "predicted_tflops_per_gpu": pred,
-                     "relative_error": pred / r["tflops_per_gpu"] - 1, "measured_time_ms": r["time_ms_median"],
-                     "predicted_time_ms": float(np.mean([p.time_s for p in preds])) * 1e3,
-                     "bottleneck": preds[0].bottleneck})
+        rows.append(
+            {
+                "method": r["method"],
+                "mask": r["mask"],
+                "direction": r["direction"],
+                "gpus": int(r["gpus"]),
+                "tokens_per_gpu": int(r["tokens_per_gpu"]),
+                "network": net.name,
+                "measured_tflops_per_gpu": r["tflops_per_gpu"],
+                "predicted_tflops_per_gpu": pred,
+                "relative_error": pred / r["tflops_per_gpu"] - 1,
+                "measured_time_ms": r["time_ms_median"],
+                "predicted_time_ms": float(np.mean([p.time_s for p in preds])) * 1e3,
+                "bottleneck": preds[0].bottleneck,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def measured_cells(df: pd.DataFrame, grid: str) -> pd.DataFrame:
     if df.empty or "method" not in df:
         return df.iloc[0:0]
-    return df[(df["grid"] == grid) & (df["family"] == "cp") & (df["status"] == "ok")
-              & df["method"].isin(MODELLED_METHODS) & df["tflops_per_gpu"].notna()]
+    return df[
+        (df["grid"] == grid)
+        & (df["family"] == "cp")
+        & (df["status"] == "ok")
+        & df["method"].isin(MODELLED_METHODS)
+        & df["tflops_per_gpu"].notna()
+    ]
 
 
 def attach_measured(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
@@ -122,18 +197,30 @@ def attach_measured(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     if measured.empty:
         return pred.assign(measured_tflops_per_gpu=np.nan)
     m = measured[keys + ["tflops_per_gpu"]].astype({"gpus": int, "tokens_per_gpu": int})
-    m = m.groupby(keys, as_index=False)["tflops_per_gpu"].median().rename(
-        columns={"tflops_per_gpu": "measured_tflops_per_gpu"})
+    m = (
+        m.groupby(keys, as_index=False)["tflops_per_gpu"]
+        .median()
+        .rename(columns={"tflops_per_gpu": "measured_tflops_per_gpu"})
+    )
     return pred.merge(m, on=keys, how="left")
 
 
-def run_predict(cfg: dict, grid: str, out_dir: Path, tables_dir: Path, figures_dir: Path | None, style=None,
-                progress=print) -> dict:
+def run_predict(
+    cfg: dict,
+    grid: str,
+    out_dir: Path,
+    tables_dir: Path,
+    figures_dir: Path | None,
+    style=None,
+    progress=print,
+) -> dict:
     mc = {"mask_samples": 2, "max_ring_ranks": 64, "seed": 0, **model_config(cfg, grid)}
     s, directions = setting_of(mc["grid"])
     recs = read_records(out_dir, [grid, *mc["kernel_grids"]])
     kernel = mc["grid"].get("cp", {}).get("local_kernel", "auto")
-    kernel = mc["local_kernel"] if kernel == "auto" else kernel  # the grid's own local kernel first
+    kernel = (
+        mc["local_kernel"] if kernel == "auto" else kernel
+    )  # the grid's own local kernel first
     kt = KernelTime.from_table(recs, kernel, s.heads_q, s.heads_kv, s.head_dim, s.dtype)
     measured = measured_cells(recs, grid)
     pred = attach_measured(prediction_rows(cfg, mc, s, directions, kt, progress), measured)
