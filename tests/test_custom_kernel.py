@@ -30,6 +30,15 @@ GRID = {
 }
 
 
+@pytest.fixture(autouse=True)
+def registry_as_it_was():
+    """Registering an own kernel is for this process; later tests see the built-in registry."""
+    before = dict(catalog.KERNELS)
+    yield
+    catalog.KERNELS.clear()
+    catalog.KERNELS.update(before)
+
+
 def config(repo, grid):
     return load_config(repo / "config.yaml", {"run": ["own"], "grids": {"own": grid}})
 

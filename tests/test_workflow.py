@@ -324,7 +324,9 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
     # a grid given twice (plain YAML would keep the second silently)
     text = (tmp_path / "config.yaml").read_text()
     (tmp_path / "config.yaml").write_text(
-        text.replace("grids:\n", "grids:\n  tiny: {kernels: [naive]}\n", 1)
+        text.replace(
+            "\ngrids:\n", "\ngrids:\n  tiny: {kernels: [naive]}\n", 1
+        )  # the top-level key
     )
     p = snakemake(tmp_path, "-n")
     assert p.returncode != 0 and "key 'tiny' appears twice in one mapping" in p.stdout + p.stderr
