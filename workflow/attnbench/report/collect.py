@@ -8,8 +8,8 @@ import pandas as pd
 
 from ..record.validate import RecordError, read_record  # noqa: F401  (RecordError: what collect raises)
 
-# The columns every row has, in this order; more (method-specific) follow.
-COLUMNS = [
+# What identifies a cell: the first columns, and the table's sort order.
+CELL_KEYS = (
     "grid",
     "family",
     "impl",
@@ -21,6 +21,10 @@ COLUMNS = [
     "dtype",
     "direction",
     "gpus",
+)
+# The columns every row has, in this order; more (method-specific) follow.
+COLUMNS = [
+    *CELL_KEYS,
     "device",
     "device_name",
     "status",
@@ -84,23 +88,7 @@ def row(record: dict, path: str) -> dict:
         if "realised_density" in s.get("mask_params", {})
     ]
     r = {
-        **{
-            k: cell.get(k)
-            for k in (
-                "grid",
-                "family",
-                "impl",
-                "mask",
-                "seqlen",
-                "heads_q",
-                "heads_kv",
-                "head_dim",
-                "dtype",
-                "direction",
-                "gpus",
-                "device",
-            )
-        },
+        **{k: cell.get(k) for k in (*CELL_KEYS, "device")},
         "device_name": env.get("device_name"),
         "status": record["status"],
         "status_reason": record.get("status_reason"),
@@ -155,20 +143,9 @@ def collect(paths=(), root=None) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     cols = COLUMNS + [c for c in df.columns if c not in COLUMNS]
     df = df.reindex(columns=cols)
-    keys = [
-        "grid",
-        "family",
-        "impl",
-        "mask",
-        "seqlen",
-        "heads_q",
-        "heads_kv",
-        "head_dim",
-        "dtype",
-        "direction",
-        "gpus",
-    ]
-    return df.sort_values(keys, kind="stable", na_position="last").reset_index(drop=True)
+    return df.sort_values(list(CELL_KEYS), kind="stable", na_position="last").reset_index(
+        drop=True
+    )
 
 
 # Versions and names stay text ("12.10" is not 12.1, "570.00" not 570.0).
