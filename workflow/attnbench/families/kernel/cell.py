@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from ... import launch
 from ... import status as S
 from ...harness.faults import crash_if_asked, hang_if_asked
 from ...harness.flops import attention_flops
@@ -273,6 +274,7 @@ def run_cell(spec: dict, peak: dict | None = None) -> dict:
         status = S.UNSUPPORTED if reason else None
     if status is None:
         status, reason = _measure(record, info, spec, peak)
+    launch.release_gpus()  # the rest writes the record: the next cell may take the GPU
     record["status"], record["status_reason"] = status, reason
     if status in S.TIMED:
         summarise(record, peak)
@@ -286,7 +288,7 @@ def run_cell(spec: dict, peak: dict | None = None) -> dict:
 
 def process_timing() -> dict:
     """Where this process' time went: since it started (imports included), and waiting for a GPU."""
-    from ... import STARTED, launch
+    from ... import STARTED
 
     return {"process_s": time.time() - STARTED, "gpu_wait_s": launch.CLAIM_WAIT_S}
 
