@@ -65,7 +65,7 @@ def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None)
 
 
 def cmd_cell(a):
-    from .families.kernel.cell import run_cell
+    from .families.kernel.cell import ends_without_gpu, run_cell
     from .record.record import write_record
 
     if a.timed_out_after is not None:
@@ -75,7 +75,8 @@ def cmd_cell(a):
 
         torch.set_num_threads(a.threads)
     spec = json.loads(a.spec)
-    claim_gpu_after_start(spec["device"], spec.get("kernel_class", spec["impl"]))
+    if not ends_without_gpu(spec):
+        claim_gpu_after_start(spec["device"], spec.get("kernel_class", spec["impl"]))
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cell(spec, peak)
     write_record(record, a.out)
