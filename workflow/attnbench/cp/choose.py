@@ -134,13 +134,14 @@ def _record_for(spec, impls, direction, root, device_name) -> dict:
                     if m and f.name == f"s{m.group(1)}-{point}.json":
                         s = int(m.group(1))
                         files.append((abs(math.log(s / target)), -s, rank, f))
-        found = [r for r in (_usable(f, device_name) for *_, f in sorted(files)) if r]
-        if found:
-            # at the closest length, the record with more repetitions
-            best = max(
-                (r for r in found if r["seqlen"] == found[0]["seqlen"]), key=lambda r: r["reps"]
-            )
-            return {**best, "direction": direction}
+        found = []  # the usable records at the closest length that has one
+        for dist, neg_s, _, f in sorted(files):
+            if found and -neg_s != found[0]["seqlen"]:
+                break
+            if r := _usable(f, device_name):
+                found.append(r)
+        if found:  # of those, the one with more repetitions
+            return {**max(found, key=lambda r: r["reps"]), "direction": direction}
     return {
         "impl": "|".join(impls),
         "direction": direction,

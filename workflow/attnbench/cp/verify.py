@@ -6,9 +6,10 @@ Every method x degrees x mask x local kernel that this world size admits (and th
 not, which must say `unsupported`): GQA heads, documents whose lengths are not multiples of 2R,
 out / lse / dq / dk / dv of every rank against the float64 reference, and the bytes each rank
 counted against the schedule's formula. Rank 0 writes one JSON line per case and a summary.
-A local kernel that is not installed gives `unavailable` lines (its backward's library too: fa3's
-backward is FlashAttention-2's). --dkv-comm-dtype input sends dK/dV around the ring in the inputs'
-dtype (give --dtype bfloat16 on the CPU to see it round); the other methods say `unsupported`.
+A local kernel that is not installed gives `unavailable` lines; one whose backward's library is
+missing (fa3's backward is FlashAttention-2's) is checked forward only (`backward: false`).
+--dkv-comm-dtype input sends dK/dV around the ring in the inputs' dtype (give --dtype bfloat16 on
+the CPU to see it round); the methods without a ring say `unsupported`.
 """
 
 from __future__ import annotations
@@ -124,12 +125,12 @@ def main(argv=None):
             for mask in (
                 m for m in masks_for(world, length, a.seed) if not a.masks or m.name in a.masks
             ):
-                backward = torch_cp or "bwd" in catalog.local_kernel(kname).directions.get(
-                    a.device, ()
+                # forward only where the kernel has no backward here (or its library is missing)
+                backward = torch_cp or (
+                    "bwd" in catalog.local_kernel(kname).directions.get(a.device, ())
+                    and catalog.unavailable_reason(method, kname, a.device, "bwd") is None
                 )
-                unavailable = catalog.unavailable_reason(
-                    method, kname, a.device, "fwdbwd" if backward else "fwd"
-                )
+                unavailable = catalog.unavailable_reason(method, kname, a.device)
                 row = {
                     "world": world,
                     "method": method,
