@@ -143,7 +143,13 @@ def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
         lines.append(
             f"- {d} {k}: lengths {int(s.min())}..{int(s.max())} ({len(s)} points); {tail}"
         )
-    lines += ["", f"Per-call overheads: {mc['calibration'].text()}."]
+    cal = mc["calibration"]
+    lines += ["", f"Per-call overheads: {cal.text()}."]
+    if cal.grid != mc["grid_name"]:
+        lines.append(
+            f"Only the per-kernel-call terms apply here; the per-transfer term belongs to the "
+            f"network of {cal.grid}, and this grid's network `{net.name}` gets none."
+        )
     lines += [
         "",
         "## Validation (predicted vs measured per-GPU TFLOP/s and peak memory per GPU, every "

@@ -54,7 +54,7 @@ class ChunkRow:
     rectangle) and a causal flag per chunk. Keeps per-chunk numbers; large arrays are rebuilt
     when kernel seconds are asked for again, so thousands of ranks' chunks fit in memory."""
 
-    KEEP = 1 << 20  # arrays of at most this many rectangles are kept
+    KEEP = 1 << 16  # arrays of at most this many rectangles are kept
 
     def __init__(self, build, ql: int, kl, causal):
         self._build = build  # () -> (q [C, D], k [C, D]) int arrays
@@ -152,14 +152,18 @@ class Geometry:
             s = np.arange(R)
 
             def build():
-                nk = self.real_rows  # [R, D]
-                nq = nk[r : r + 1]
+                nk = (
+                    self.real_rows
+                )  # [R, D]: origins s in order, so s < r, s == r, s > r are blocks
+                nq = nk[r]
                 if not causal:
                     return np.broadcast_to(nq, nk.shape), nk
-                first = self.first[None, :]
-                below, above = (s < r)[:, None], (s > r)[:, None]
-                q = np.where(above, np.maximum(first, nq) - first, nq)
-                k = np.where(below, np.minimum(first, nk), np.where(above, nk, nq))
+                q, k = np.empty_like(nk), np.empty_like(nk)
+                q[: r + 1] = nq  # s <= r: every query row
+                q[r + 1 :] = np.maximum(self.first, nq) - self.first  # s > r: the second chunk
+                np.minimum(self.first, nk[:r], out=k[:r])  # s < r: the first key chunk
+                k[r] = nq  # the diagonal
+                k[r + 1 :] = nk[r + 1 :]
                 return q, k
 
             self._rank_chunks[key] = ChunkRow(

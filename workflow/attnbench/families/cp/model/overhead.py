@@ -11,7 +11,8 @@ leave out is a cost per call, which dominates on small chunks (the CPU smoke cel
   * per transfer call (`Network.call_overhead_s`): the call's cost beyond the preset's latency.
 The terms (>= 0) minimise the sum over the cells' samples of |log(predicted / measured)|: timing
 noise is multiplicative, and a sample slowed many times over by a loaded machine (the first
-sample of a CPU cell often is) pulls this fit no more than any other sample. The model is linear
+sample of a CPU cell often is) pulls this fit no more than any other sample. The per-row part
+is added to the fixed one only where it lowers that sum by more than 2% (fit_simplest). The model is linear
 in each term, so its slope is measured by predicting once more with the term switched on.
 """
 
@@ -128,6 +129,29 @@ def fit_terms(base, slopes, measured) -> np.ndarray:
     return best / scale
 
 
+def log_loss(base, slopes, measured, o) -> float:
+    pred = np.asarray(base, float) + np.asarray(o, float) @ np.atleast_2d(slopes)
+    return float(np.sum(np.abs(np.log(pred / np.asarray(measured, float)))))
+
+
+def fit_simplest(base, slopes, measured, margin: float = 0.02) -> np.ndarray:
+    """fit_terms over the subsets of terms, one term first (in the order given), then more:
+    a subset replaces the best so far only if it lowers the loss by more than `margin` (where
+    the data cannot tell the terms apart, e.g. every cell with the same rows per call, the
+    first term alone is kept rather than an arbitrary mix)."""
+    slopes = np.atleast_2d(np.asarray(slopes, float))
+    n = len(slopes)
+    subsets = [(k,) for k in range(n)] + ([tuple(range(n))] if n > 1 else [])
+    best, best_loss = None, np.inf
+    for sub in subsets:
+        o = np.zeros(n)
+        o[list(sub)] = fit_terms(base, slopes[list(sub)], measured)
+        loss = log_loss(base, slopes, measured, o)
+        if best is None or loss < (1 - margin) * best_loss:
+            best, best_loss = o, loss
+    return best
+
+
 def calibrate(samples: list[dict], s, kt, net, max_ring_ranks: int, grid: str):
     """(KernelTime, Network, Calibration): the per-call overheads fitted on `samples`."""
     kt0, net0 = kt.with_overhead({}), dataclasses.replace(net, call_overhead_s=0.0)
@@ -142,7 +166,7 @@ def calibrate(samples: list[dict], s, kt, net, max_ring_ranks: int, grid: str):
             for p in probes
         ]
         measured = np.array([x[key] for x in xs])
-        o = fit_terms(base, slopes, measured)
+        o = fit_simplest(base, slopes, measured)
         return o, list((base + o @ np.array(slopes)) / measured - 1)
 
     for d in sorted({x["direction"] for x in samples}):

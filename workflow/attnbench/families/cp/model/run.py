@@ -245,6 +245,21 @@ def attach_measured(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     return pred.merge(m, on=keys, how="left")
 
 
+def calibration_network(cfg, grid: str, cal_grid: str, s: Setting, kernel: str) -> Network:
+    """The network the calibration grid's cells ran on; it must share the modelled grid's
+    setting and local kernel (its per-kernel-call overhead is carried over)."""
+    mc = model_config(cfg, cal_grid)
+    if cal_grid != grid:
+        theirs = mc["grid"].get("cp", {}).get("local_kernel", "auto")
+        theirs = mc["local_kernel"] if theirs == "auto" else theirs
+        if setting_of(mc["grid"])[0] != s or theirs != kernel:
+            raise ValueError(
+                f"cp_model.calibrate_on: {grid} borrows the per-call overhead of {cal_grid}, which "
+                f"runs {setting_of(mc['grid'])[0]} with local kernel {theirs}, not {s} with {kernel}"
+            )
+    return mc["network"]
+
+
 def run_predict(
     cfg: dict,
     grid: str,
@@ -255,6 +270,7 @@ def run_predict(
     progress=print,
 ) -> dict:
     mc = {"mask_samples": 2, "max_ring_ranks": 64, "seed": 0, **model_config(cfg, grid)}
+    mc["grid_name"] = grid
     s, directions = setting_of(mc["grid"])
     cal_grid = mc.get("calibrate_on", {}).get(grid, grid)
     recs = read_records(out_dir, list(dict.fromkeys([grid, cal_grid, *mc["kernel_grids"]])))
@@ -263,11 +279,12 @@ def run_predict(
         mc["local_kernel"] if kernel == "auto" else kernel
     )  # the grid's own local kernel first
     kt = KernelTime.from_table(recs, kernel, s.heads_q, s.heads_kv, s.head_dim, s.dtype)
+    cal_net = calibration_network(cfg, grid, cal_grid, s, kernel)
     kt, net, mc["calibration"] = calibrate(
         measured_samples(measured_cells(recs, cal_grid)),
         s,
         kt,
-        mc["network"],
+        cal_net,
         mc["max_ring_ranks"],
         cal_grid,
     )
