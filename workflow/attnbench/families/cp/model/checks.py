@@ -20,7 +20,7 @@ def _line(pred, method, mask, direction):
     )
 
 
-def _step_detail(pred, method, mask, direction, gpus) -> str:
+def _step_detail(pred, net, method, mask, direction, gpus) -> str:
     """Why a ring is or is not slowed by its transfers: its median step at `gpus` GPUs."""
     row = pred[
         (pred["method"] == method)
@@ -31,10 +31,15 @@ def _step_detail(pred, method, mask, direction, gpus) -> str:
     if row.empty or "ring_step_compute_ms" not in row or row["ring_step_compute_ms"].isna().all():
         return ""
     c, m = row["ring_step_compute_ms"].iloc[0], row["ring_step_comm_ms"].iloc[0]
-    return (
+    text = (
         f"; at {gpus} GPUs the median ring step computes {c:.2f} ms and transfers {m:.2f} ms "
         f"(its slowest rank each): the transfers are {'hidden' if m <= c else 'exposed'}"
     )
+    if m <= c:  # the same bytes, sent as slowly as the step computes
+        lat = net.inter_latency_us * 1e-3
+        bw = net.inter_gbytes_per_s * (m - lat) / (c - lat)
+        text += f" down to about {bw:.0f} GB/s per GPU across nodes"
+    return text
 
 
 def paper_checks(pred: pd.DataFrame, net) -> list[dict]:
@@ -71,7 +76,7 @@ def _checks(pred: pd.DataFrame, net) -> list[dict]:
                     "name": f"Ring P2P drops on causal across nodes ({d})",
                     "passed": bool(worst < FLAT * one_node),
                     "detail": f"lowest across nodes / one node = {worst / one_node:.2f} (drop: < {FLAT})"
-                    + _step_detail(p, "ring_p2p", "causal", d, across.idxmin()),
+                    + _step_detail(p, net, "ring_p2p", "causal", d, across.idxmin()),
                 }
             )
     uly = pred[pred["method"] == "ulysses"]
