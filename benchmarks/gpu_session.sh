@@ -19,7 +19,13 @@ outdir=${1:-results/h200}
 steps=${STEPS:-verify cp sparse kernels dobench}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# A call made right after another on the same machine finds the last call's /tmp/site, and may carry
+# other files (or only the wheels not installed yet) instead of the wheels again.
+if ls .whl/*.whl > /dev/null 2>&1; then
+  timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+elif [ ! -d /tmp/site/snakemake ]; then
+  echo "no wheels carried (.whl) and none installed by an earlier call (/tmp/site)"; exit 1
+fi
 # `python` in the rules is the interpreter that has torch: a wrapper script (a symlink would lose its
 # venv; rm first: writing through a link left by an earlier session would overwrite the interpreter)
 mkdir -p /tmp/bin && rm -f /tmp/bin/python && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
