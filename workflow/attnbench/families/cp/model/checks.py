@@ -148,6 +148,13 @@ def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
         lines.append(
             f"- {d} {k}: lengths {int(s.min())}..{int(s.max())} ({len(s)} points); {tail}"
         )
+    lines += [
+        "",
+        "Peak memory per GPU (`predicted_peak_mem_gib`): one call as the CP cells measure it (the "
+        "CUDA allocator's peak with the rank's inputs, the method's buffers and, in a backward, "
+        "the forward's saved output resident; model/memory.py), on the worst modelled rank of "
+        "the worst sampled mask. No weights, optimizer state or other layers' activations.",
+    ]
     cal = mc["calibration"]
     lines += ["", f"Per-call overheads: {cal.text()}."]
     if cal.grid != mc["grid_name"]:
