@@ -1,8 +1,10 @@
 """The CP throughput model (issue 17): its schedules are the methods' own (bytes by counter and
-computed pairs of real gloo runs), its kernel fit and network, its validation on the committed
-H200 cells, and the communication benchmark at world size 2."""
+computed pairs of real gloo runs), its array form of the chunks is cp/chunks.py's, its kernel fit,
+network, per-call overhead fit and peak memory, its validation on the committed H200 cells, the
+rule's outputs, and the communication benchmark at world size 2."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -149,8 +151,10 @@ def test_h200_validation_median_within_ten_percent(tmp_path):
 
     val = pd.read_csv(tmp_path / "tables" / "cp_model_validation.csv")
     assert len(val) >= 30 and val["relative_error"].abs().median() < 0.10
+    # peak memory per GPU: every cell, no fitted parameter
+    assert val["mem_relative_error"].notna().all() and val["mem_relative_error"].abs().max() < 0.01
     table = pd.read_csv(tmp_path / "tables" / "cp_model.csv")
-    assert list(table.columns[:10]) == [
+    assert list(table.columns[:12]) == [
         "method",
         "mask",
         "direction",
@@ -161,6 +165,8 @@ def test_h200_validation_median_within_ten_percent(tmp_path):
         "predicted_tflops_per_gpu",
         "measured_tflops_per_gpu",
         "bottleneck",
+        "predicted_peak_mem_gib",
+        "measured_peak_mem_gib",
     ]
     assert table["measured_tflops_per_gpu"].notna().any()
     assert res["checks"] and all("passed" in c for c in res["checks"])
@@ -325,9 +331,10 @@ def test_the_rule_writes_the_model_tables_and_figures(tmp_path):
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "cells").symlink_to(H200 / "cells")  # read, never written
     figures = [tmp_path / f"results/figures/h200_cp/cp_model_t{t}.png" for t in (16384, 65536)]
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(ROOT)]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path)]
     cmd += ["--configfile", str(tmp_path / "config.yaml"), "--cores", "1", *map(str, figures)]
-    p = run_bounded(cmd, 600)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    p = run_bounded(cmd, 600, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for f in figures:
         assert f.stat().st_size > 10_000
