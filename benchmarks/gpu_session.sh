@@ -5,9 +5,9 @@
 # cells without a record). Everything written goes under OUTPUT_DIR, packed into $OUT at the end.
 #   STEPS="verify cp sparse kernels dobench" benchmarks/gpu_session.sh [OUTPUT_DIR]
 # Steps (budgets in seconds, from the environment):
-#   verify   CP correctness matrix with NCCL on 2 GPUs: SDPA local kernels (T_VERIFY), then
-#            FlexAttention on every CP mask (T_VERIFY_FLEX; it compiles per mask), into OUTPUT_DIR/cp_verify;
-#            VERIFY="sdpa" (or "flex") runs only that half
+#   verify   CP correctness matrix with NCCL on 2 GPUs: SDPA local kernels (T_VERIFY), FlashAttention
+#            (fa2, fa3; T_VERIFY), then FlexAttention on every CP mask (T_VERIFY_FLEX; it compiles per
+#            mask), into OUTPUT_DIR/cp_verify; VERIFY="sdpa flash" (any of sdpa, flash, flex) runs those
 #   cp       the h200_cp grid (T_CP)          sparse   the h200_sparse grid (T_SPARSE)
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
@@ -57,8 +57,9 @@ if has verify && [ "$gpus" -ge 2 ]; then
       --out "$outdir/cp_verify/$name.jsonl" "$@" > "$outdir/cp_verify/$name.log" 2>&1
     log "cp verify $name exit $?: $(grep -E '^world' "$outdir/cp_verify/$name.log")"
   }
-  listed sdpa "${VERIFY:-sdpa flex}" && verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
-  listed flex "${VERIFY:-sdpa flex}" && verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
+  listed sdpa "${VERIFY:-sdpa flash flex}" && verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
+  listed flash "${VERIFY:-sdpa flash flex}" && verify flash "${T_VERIFY:-90}" --kernels fa2 fa3
+  listed flex "${VERIFY:-sdpa flash flex}" && verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
 fi
 if has gputests; then
   log "GPU tests (${T_GPUTESTS:-240} s)"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from attnbench.cp import catalog, schedule
 from attnbench.cp.chunks import allgather_chunks, ring_step_chunk
 from attnbench.cp.layout import ShardLayout
@@ -232,9 +233,13 @@ def test_geometry_is_the_real_chunks(seed, kernel_time):
                     assert (g.area, g.causal, g.ql, g.kl) == (c.area, c.causal, c.ql, c.kl)
                     if not c.empty:
                         v = c.varlen("cpu")
+                        assert (g.subset_q, g.subset_k) == (
+                            v.q_rows is not None,
+                            v.k_rows is not None,
+                        )
                         assert (g.gathers_q, g.gathers_k) == (
-                            v.q_index is not None,
-                            v.k_index is not None,
+                            isinstance(v.q_rows, torch.Tensor),
+                            isinstance(v.k_rows, torch.Tensor),
                         )
                         assert (g.nseg, g.rows_q, g.rows_k) == (
                             len(c.segments),

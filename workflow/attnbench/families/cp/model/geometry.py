@@ -36,13 +36,23 @@ class ChunkStats:
         return self.nseg == 0
 
     @property
-    def gathers_q(self) -> bool:
-        """The varlen kernel copies the query rows (its rectangles leave gaps)."""
+    def subset_q(self) -> bool:
+        """The kernel runs on part of the query rows (cp/chunks.Varlen.q_rows is not None): its
+        results are placed back into full-size tensors."""
         return self.rows_q < self.ql
 
     @property
-    def gathers_k(self) -> bool:
+    def subset_k(self) -> bool:
         return self.rows_k < self.kl
+
+    @property
+    def gathers_q(self) -> bool:
+        """Those rows are copied (several rectangles with gaps: an index, not a slice)."""
+        return self.subset_q and self.nseg > 1
+
+    @property
+    def gathers_k(self) -> bool:
+        return self.subset_k and self.nseg > 1
 
     def seconds(self, kt, heads: int, direction: str) -> float:
         call = kt.call_seconds(direction, self.ql, heads)

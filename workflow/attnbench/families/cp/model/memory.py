@@ -13,13 +13,14 @@ Resident through the call (allocated before it, as cp/cell.py and the methods' `
 On top of that, the largest of the moments inside the call (the ring steps are the schedule's
 compute pairs):
   * forward: the float32 accumulator (out and LSE), plus either the local kernel's own
-    allocations (rows gathered when a chunk's rectangles leave gaps, its output and LSE, the
-    full-size output they are scattered into) or the merge (cp/merge.py: the partial output in
-    float32, its weighted product, and eight LSE-sized temporaries);
+    allocations (rows copied when a chunk is several rectangles with gaps, its output and LSE,
+    the full-size output and LSE they are placed into when it uses part of the rows) or the
+    merge (cp/merge.py: the partial output in float32, its weighted product, and eight
+    LSE-sized temporaries);
   * backward: the finite LSE, float32 dq and dK/dV accumulators (and the window's dK/dV total
-    after a window's first step), plus the local kernel's backward: its gathered rows and
+    after a window's first step), plus the local kernel's backward: its copied rows and
     FlashAttention-2 varlen's workspace (float32 dq_accum and softmax_d over rows + 128 per
-    sequence, dK/dV expanded to the query heads under GQA) and outputs, or the scatter after it;
+    sequence, dK/dV expanded to the query heads under GQA) and outputs, or placing them back;
   * the output copies a method makes at its end (Ulysses' all-to-all back).
 The local kernel's workspace is FlashAttention-2 varlen's (sdpa_flash and fa2 call it); for other
 local kernels it is an assumption. Allocator rounding and the CUDA context are not counted.
@@ -73,32 +74,31 @@ def merge_bytes(rows: int, heads: int, z: Sizes) -> int:
 
 
 def kernel_forward_bytes(c, rows: int, hq: int, hkv: int, z: Sizes) -> int:
-    """What one local-kernel forward (cp/kernels.VarlenKernel._forward) holds at its peak, and
+    """What one local-kernel forward (cp/kernels.PackedKernel._forward) holds at its peak, and
     what it returns (the full-size output and LSE), for a chunk of `rows` query rows."""
     D, e, a = z.head_dim, z.elem, z.acc
     full = rows * hq * D * e + hq * rows * a
     if c.empty:
         return full
     gq, gk = c.rows_q, c.rows_k
-    held = c.gathers_q * gq * hq * D * e + c.gathers_k * 2 * gk * hkv * D * e
+    held = c.gathers_q * gq * hq * D * e + c.gathers_k * 2 * gk * hkv * D * e  # copied rows
     held += gq * hq * D * e + hq * gq * 4  # the kernel's output and float32 LSE
-    return held + c.gathers_q * full
+    return held + c.subset_q * full  # placed back into a full-size output and LSE
 
 
 def kernel_backward_bytes(c, rows: int, keys: int, hq: int, hkv: int, z: Sizes) -> int:
-    """One local-kernel backward (VarlenKernel._backward + FlashAttention-2 varlen's workspace)."""
+    """One local-kernel backward (PackedKernel._backward + FlashAttention-2 varlen's workspace)."""
     if c.empty:
         return 0
     D, e = z.head_dim, z.elem
     gq, gk, padded = c.rows_q, c.rows_k, c.rows_q + FA2_SEQ_PAD * c.nseg
-    gathered = (
-        c.gathers_q * (3 * gq * hq * D * e + hq * gq * 4) + c.gathers_k * 2 * gk * hkv * D * e
-    )
+    copied = c.gathers_q * 3 * gq * hq * D * e + c.gathers_k * 2 * gk * hkv * D * e  # dout, q, out
+    copied += c.subset_q * hq * gq * 4  # the LSE's columns (a slice of them is not contiguous)
     outputs = gq * hq * D * e + 2 * gk * hkv * D * e
     workspace = padded * hq * z.head_dim_rounded * 4 + hq * padded * 4
     workspace += (hq != hkv) * 2 * gk * hq * D * e  # dk, dv expanded to the query heads (GQA)
-    scatter = c.gathers_q * rows * hq * D * e + c.gathers_k * 2 * keys * hkv * D * e
-    return gathered + outputs + max(workspace, scatter)
+    placed = c.subset_q * rows * hq * D * e + c.subset_k * 2 * keys * hkv * D * e
+    return outputs + max(copied + workspace, placed)
 
 
 def _hybrid(deg, geo, rank_phases, z: Sizes, direction: str):
