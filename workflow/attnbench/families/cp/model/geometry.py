@@ -1,16 +1,22 @@
 """The chunks of cp/chunks.py as numbers, for all documents and ring steps at once (numpy).
 
 The model needs, per ring rank and origin shard, only what a chunk's cost and memory depend on:
-the rows and keys of each rectangle, its kind, the rows a varlen kernel gathers and the
+the rows and keys of each rectangle, its kind, the rows a packed kernel copies and the
 rectangles it passes as sequences. Building every `Chunk` (one Python object per document,
 origin and rank) took minutes for document masks at 512-1024 GPUs. Here the same zigzag rules
 (ShardLayout, ring_step_chunk, allgather_chunks) are evaluated as array expressions over the
 documents; tests check them rectangle by rectangle against the real functions.
+
+A ring rank meets R origin shards, and a document's rectangle against origin s depends on s
+only through the document's real rows on shard s (full chunks, then one partial, then none,
+from either end of the zigzag) and through s < r, s == r, s > r. So over s it is piecewise
+constant with at most 7 pieces per document: each rank's chunks are summed from those pieces
+(a difference array over s), in O(documents), not O(documents x R).
 """
 
 from __future__ import annotations
 
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 import numpy as np
 
@@ -59,56 +65,66 @@ class ChunkStats:
         return call + self.parent.seconds(kt, heads, direction)[self.index]
 
 
+class Pieces:
+    """Rectangles given as pieces: piece i is a rectangle of q[i] rows x k[i] keys (causal[i]:
+    bottom-right causal, else full) in every chunk from start[i] to end[i] - 1, one per
+    document (only live pieces, q and k > 0). `ChunkRow` sums them per chunk."""
+
+    def __init__(self, start, end, q, k, causal, doc):
+        live = (q > 0) & (k > 0) & (start < end)
+        self.start, self.end, self.q, self.k = start[live], end[live], q[live], k[live]
+        self.causal, self.doc = causal[live], doc[live]
+
+    def per_chunk(self, values, n: int, dtype=np.int64):
+        """Sum of `values` (one per piece) over the pieces of each of the n chunks."""
+        diff = np.zeros(n + 1, dtype=dtype)
+        np.add.at(diff, self.start, values)
+        np.add.at(diff, self.end, -np.asarray(values, dtype))
+        return np.cumsum(diff[:n])
+
+
 class ChunkRow:
-    """A set of chunks given by [chunks, documents] arrays of rectangle rows and keys (0: no
-    rectangle) and a causal flag per chunk. Keeps per-chunk numbers; large arrays are rebuilt
-    when kernel seconds are asked for again, so thousands of ranks' chunks fit in memory."""
+    """The n chunks of one rank (a ring rank's R origins, or Ring AllGather's two query chunks),
+    from a function that gives their Pieces. Keeps per-chunk numbers and, per kernel fit, heads
+    and direction, the kernel seconds; the pieces are rebuilt when asked for (they are cheap)."""
 
-    KEEP = 1 << 16  # arrays of at most this many rectangles are kept
-
-    def __init__(self, build, ql: int, kl, causal):
-        self._build = build  # () -> (q [C, D], k [C, D]) int arrays
-        self.causal = np.asarray(causal, bool)
-        q, k = self._held = self._arrays()
-        area = (q * k).sum(axis=1)
-        for i in np.flatnonzero(self.causal):
-            area[i] = causal_area(q[i], k[i]).sum()
-        kl = np.broadcast_to(np.asarray(kl), self.causal.shape).tolist()
+    def __init__(self, pieces, n: int, ql: int, kl, causal):
+        self._pieces = pieces  # () -> Pieces
+        self.n = n
+        p = pieces()
+        area = np.where(p.causal, causal_area(p.q, p.k), p.q * p.k)
+        kl = np.broadcast_to(np.asarray(kl), (n,)).tolist()
+        columns = (
+            np.broadcast_to(np.asarray(causal, bool), (n,)).tolist(),
+            p.per_chunk(area, n).tolist(),
+            p.per_chunk(np.ones_like(p.q), n).tolist(),
+            p.per_chunk(p.q, n).tolist(),
+            p.per_chunk(p.k, n).tolist(),
+        )
         self.chunks = [
-            ChunkStats(self, i, ql, kl[i], c, a, n, rq, rk)
-            for i, (c, a, n, rq, rk) in enumerate(
-                zip(
-                    self.causal.tolist(),
-                    area.tolist(),
-                    (q > 0).sum(axis=1).tolist(),
-                    q.sum(axis=1).tolist(),
-                    k.sum(axis=1).tolist(),
-                )
-            )
+            ChunkStats(self, i, ql, kl[i], c, a, ns, rq, rk)
+            for i, (c, a, ns, rq, rk) in enumerate(zip(*columns))
         ]
         self._seconds = {}
-
-    def _arrays(self):
-        q, k = self._build()
-        live = (q > 0) & (k > 0)
-        return q * live, k * live
 
     def seconds(self, kt, heads: int, direction: str) -> np.ndarray:
         """Kernel seconds of every chunk (without the per-call overhead)."""
         key = (kt.uid, heads, direction)
         if key not in self._seconds:
-            q, k = self._held or self._arrays()
-            if q.size > self.KEEP:
-                self._held = None
-            out = np.zeros(len(self.causal))
-            for kind, rows in (("causal", self.causal), ("full", ~self.causal)):
-                qr, kr = q[rows], k[rows]
-                live = qr > 0
-                per = np.zeros(qr.shape)
-                per[live] = kt.rect_seconds(qr[live], kr[live], kind, heads, direction)
-                out[rows] = per.sum(axis=1)
-            self._seconds[key] = out
+            p = self._pieces()
+            per = np.zeros(len(p.q))
+            for kind, sel in (("causal", p.causal), ("full", ~p.causal)):
+                if sel.any():
+                    per[sel] = kt.rect_seconds(p.q[sel], p.k[sel], kind, heads, direction)
+            self._seconds[key] = p.per_chunk(per, self.n, float)
         return self._seconds[key]
+
+    def slices(self, i: int) -> list[tuple[int, int, str]]:
+        """(rows, keys, kind) of chunk i's rectangles, in document order (for tests)."""
+        p = self._pieces()
+        at = np.flatnonzero((p.start <= i) & (i < p.end))
+        at = at[np.argsort(p.doc[at], kind="stable")]
+        return [(int(p.q[j]), int(p.k[j]), "causal" if p.causal[j] else "full") for j in at]
 
 
 class Geometry:
@@ -135,68 +151,79 @@ class Geometry:
         self._rank_chunks = {}
 
     def piece_real(self, j):
-        """Real rows of chunk j of every document: [len(j), D] for an array of chunk indices."""
-        j = np.asarray(j)[:, None]
+        """Real rows of chunk j of each document: j is [D, m] (or broadcasts to it)."""
+        n, c = self.n[:, None], self.first[:, None]
         if self.ring == 1:
-            return np.where(j == 0, self.first, self.n - self.first)
-        return np.clip(self.n - j * self.first, 0, self.first)
+            return np.where(j == 0, c, n - c)
+        return np.clip(n - j * c, 0, c)
 
     def piece_offset(self, j):
-        """Rows of the padded document before chunk j: [len(j), D]."""
-        j = np.asarray(j)[:, None]
-        if self.ring == 1:
-            return np.where(j == 0, 0, self.first)
-        return j * self.first
+        """Rows of the padded document before chunk j, like piece_real."""
+        c = self.first[:, None]
+        return np.where(j == 0, 0, c) if self.ring == 1 else j * c
 
-    @cached_property
-    def real_rows(self):
-        """Real tokens of each document on each ring rank: [R, D]."""
-        r = np.arange(self.ring)
-        return self.piece_real(r) + self.piece_real(2 * self.ring - 1 - r)
+    def real_rows(self, s):
+        """Real tokens of each document on ring rank(s) s: [D, m] like piece_real."""
+        return self.piece_real(s) + self.piece_real(2 * self.ring - 1 - s)
 
     def ring_chunks(self, r: int, causal: bool) -> list[ChunkStats]:
         """ring_step_chunk(layout, r, s, causal) for every origin s, as ChunkStats (index s)."""
         key = ("ring", r, causal)
         if key not in self._rank_chunks:
-            R = self.ring
-            s = np.arange(R)
-
-            def build():
-                nk = (
-                    self.real_rows
-                )  # [R, D]: origins s in order, so s < r, s == r, s > r are blocks
-                nq = nk[r]
-                if not causal:
-                    return np.broadcast_to(nq, nk.shape), nk
-                q, k = np.empty_like(nk), np.empty_like(nk)
-                q[: r + 1] = nq  # s <= r: every query row
-                q[r + 1 :] = np.maximum(self.first, nq) - self.first  # s > r: the second chunk
-                np.minimum(self.first, nk[:r], out=k[:r])  # s < r: the first key chunk
-                k[r] = nq  # the diagonal
-                k[r + 1 :] = nk[r + 1 :]
-                return q, k
-
             self._rank_chunks[key] = ChunkRow(
-                build, self.shard_len, self.shard_len, causal & (s == r)
+                lambda: self._ring_pieces(r, causal),
+                self.ring,
+                self.shard_len,
+                self.shard_len,
+                causal & (np.arange(self.ring) == r),
             )
         return self._rank_chunks[key].chunks
+
+    def _ring_pieces(self, r: int, causal: bool) -> Pieces:
+        R, D = self.ring, len(self.n)
+        # where a document's real rows on shard s change: its partial chunk counted from the
+        # front (s = b) and from the back of the zigzag (s = 2R-1-b), and the rank itself
+        b = self.n // self.first if R > 1 else np.zeros(D, np.int64)
+        cuts = [np.zeros(D, np.int64), b, b + 1, 2 * R - 1 - b, 2 * R - b]
+        cuts += [np.full(D, r), np.full(D, r + 1), np.full(D, R)]
+        cuts = np.sort(np.clip(np.stack(cuts, axis=1), 0, R), axis=1)
+        start, end = cuts[:, :-1], cuts[:, 1:]
+        nk = self.real_rows(start)  # constant on [start, end)
+        nq = self.real_rows(np.full((D, 1), r))
+        diag = np.broadcast_to(causal & (start == r), start.shape)
+        if not causal:
+            q, k = np.broadcast_to(nq, nk.shape), nk
+        else:
+            first = self.first[:, None]
+            below, above = start < r, start > r
+            q = np.where(above, np.maximum(first, nq) - first, nq)  # s > r: the second chunk
+            k = np.where(below, np.minimum(first, nk), np.where(above, nk, nq))
+        doc = np.broadcast_to(np.arange(D)[:, None], start.shape)
+        return Pieces(*(np.ravel(x) for x in (start, end, q, k, diag, doc)))
 
     def allgather_chunks(self, r: int, causal: bool) -> list[ChunkStats]:
         """allgather_chunks(layout, r, causal): the first and the second query chunk of ring
         shard r against the padded global order."""
         key = ("allgather", r, causal)
         if key not in self._rank_chunks:
-            j = np.array([r, 2 * self.ring - 1 - r])
-
-            def build():
-                q = self.piece_real(j)
-                k = self.piece_offset(j) + q if causal else np.broadcast_to(self.n, q.shape)
-                return q, k
-
             self._rank_chunks[key] = ChunkRow(
-                build, self.shard_len, self.padded_len, np.array([causal, causal])
+                lambda: self._allgather_pieces(r, causal),
+                2,
+                self.shard_len,
+                self.padded_len,
+                np.array([causal, causal]),
             )
         return self._rank_chunks[key].chunks
+
+    def _allgather_pieces(self, r: int, causal: bool) -> Pieces:
+        D = len(self.n)
+        j = np.array([[r, 2 * self.ring - 1 - r]])
+        q = self.piece_real(j)  # [D, 2]
+        k = self.piece_offset(j) + q if causal else np.broadcast_to(self.n[:, None], q.shape)
+        which = np.broadcast_to(np.arange(2), q.shape)
+        doc = np.broadcast_to(np.arange(D)[:, None], q.shape)
+        kind = np.full(q.shape, causal)
+        return Pieces(*(np.ravel(x) for x in (which, which + 1, q, k, kind, doc)))
 
 
 @lru_cache(maxsize=8)
@@ -212,10 +239,7 @@ def geometry(doc_lengths, ring: int, ulysses: int = 1) -> Geometry:
 
 def slices_of(chunk: ChunkStats) -> list[tuple[int, int, str]]:
     """(rows, keys, kind) of each rectangle of a chunk, in document order (for tests)."""
-    q, k = chunk.parent._build()
-    i = chunk.index
-    kind = "causal" if chunk.causal else "full"
-    return [(int(a), int(b), kind) for a, b in zip(q[i], k[i]) if a > 0 and b > 0]
+    return chunk.parent.slices(chunk.index)
 
 
 def real_slices(chunk) -> list[tuple[int, int, str]]:
