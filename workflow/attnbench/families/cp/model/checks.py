@@ -38,7 +38,7 @@ def _step_detail(pred, net, method, mask, direction, gpus) -> str:
     if m <= c:  # the same bytes, sent as slowly as the step computes
         lat = net.inter_latency_us * 1e-3
         bw = net.inter_gbytes_per_s * (m - lat) / (c - lat)
-        text += f" down to about {bw:.0f} GB/s per GPU across nodes"
+        text += f" down to about {bw:.2g} GB/s per GPU across nodes"
     return text
 
 
