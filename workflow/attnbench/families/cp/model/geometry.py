@@ -166,18 +166,21 @@ class Geometry:
         """Real tokens of each document on ring rank(s) s: [D, m] like piece_real."""
         return self.piece_real(s) + self.piece_real(2 * self.ring - 1 - s)
 
+    def _chunks(self, key, pieces, n: int, kl: int, causal) -> list[ChunkStats]:
+        """A rank's chunks (ChunkRow), made once per layout."""
+        if key not in self._rank_chunks:
+            self._rank_chunks[key] = ChunkRow(pieces, n, self.shard_len, kl, causal)
+        return self._rank_chunks[key].chunks
+
     def ring_chunks(self, r: int, causal: bool) -> list[ChunkStats]:
         """ring_step_chunk(layout, r, s, causal) for every origin s, as ChunkStats (index s)."""
-        key = ("ring", r, causal)
-        if key not in self._rank_chunks:
-            self._rank_chunks[key] = ChunkRow(
-                lambda: self._ring_pieces(r, causal),
-                self.ring,
-                self.shard_len,
-                self.shard_len,
-                causal & (np.arange(self.ring) == r),
-            )
-        return self._rank_chunks[key].chunks
+        return self._chunks(
+            ("ring", r, causal),
+            lambda: self._ring_pieces(r, causal),
+            self.ring,
+            self.shard_len,
+            causal & (np.arange(self.ring) == r),
+        )
 
     def _ring_pieces(self, r: int, causal: bool) -> Pieces:
         R, D = self.ring, len(self.n)
@@ -204,16 +207,13 @@ class Geometry:
     def allgather_chunks(self, r: int, causal: bool) -> list[ChunkStats]:
         """allgather_chunks(layout, r, causal): the first and the second query chunk of ring
         shard r against the padded global order."""
-        key = ("allgather", r, causal)
-        if key not in self._rank_chunks:
-            self._rank_chunks[key] = ChunkRow(
-                lambda: self._allgather_pieces(r, causal),
-                2,
-                self.shard_len,
-                self.padded_len,
-                np.array([causal, causal]),
-            )
-        return self._rank_chunks[key].chunks
+        return self._chunks(
+            ("allgather", r, causal),
+            lambda: self._allgather_pieces(r, causal),
+            2,
+            self.padded_len,
+            np.array([causal, causal]),
+        )
 
     def _allgather_pieces(self, r: int, causal: bool) -> Pieces:
         D = len(self.n)
