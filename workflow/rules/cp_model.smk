@@ -3,26 +3,35 @@
 # preset; validated against the grid's measured cells. Reads records, runs no cell.
 
 
-wildcard_constraints:
-    model_grid="|".join(CFG.get("cp_model", {}).get("grids", {})) or "(?!)",
+from attnbench.families.cp.model.figures import figure_stems
 
+# One rule per modelled grid: its figures (one per tokens per GPU) are named from its config.
+for _g in CFG.get("cp_model", {}).get("grids", {}):
 
-rule cp_model:
-    input:
-        code=rule_code("attnbench.families.cp.model.run"),
-    output:
-        table=f"{OUT}/tables/{{model_grid}}/cp_model.csv",
-        validation=f"{OUT}/tables/{{model_grid}}/cp_model_validation.csv",
-        summary=f"{OUT}/tables/{{model_grid}}/cp_model.md",
-    log:
-        f"{OUT}/logs/cp_model/{{model_grid}}.log",
-    conda:
-        "../../envs/cpu.yaml"
-    params:
-        overrides=lambda wc: json.dumps({"cp_model": CFG["cp_model"], "output_dir": OUT}),
-    shell:
-        "python -m attnbench predict --grid {wildcards.model_grid} --overrides {params.overrides:q}"
-        " > {log} 2>&1"
+    rule:
+        name:
+            f"cp_model_{_g}"
+        input:
+            code=rule_code("attnbench.families.cp.model.run"),
+        output:
+            table=f"{OUT}/tables/{_g}/cp_model.csv",
+            validation=f"{OUT}/tables/{_g}/cp_model_validation.csv",
+            summary=f"{OUT}/tables/{_g}/cp_model.md",
+            figures=[
+                f"{OUT}/figures/{_g}/{stem}.{fmt}"
+                for stem in figure_stems(CFG["grids"][_g])
+                for fmt in CFG["figures"]["formats"]
+            ],
+        log:
+            f"{OUT}/logs/cp_model/{_g}.log",
+        conda:
+            "../../envs/cpu.yaml"
+        params:
+            grid=_g,
+            overrides=json.dumps({"cp_model": CFG["cp_model"], "output_dir": OUT}),
+        shell:
+            "python -m attnbench predict --grid {params.grid} --overrides {params.overrides:q}"
+            " > {log} 2>&1"
 
 
 # Bandwidth and latency per pattern on this machine (NCCL on GPUs, gloo on the CPU): the numbers a

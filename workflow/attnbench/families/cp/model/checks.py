@@ -20,6 +20,28 @@ def _line(pred, method, mask, direction):
     )
 
 
+def _step_detail(pred, net, method, mask, direction, gpus) -> str:
+    """Why a ring is or is not slowed by its transfers: its median step at `gpus` GPUs."""
+    row = pred[
+        (pred["method"] == method)
+        & (pred["mask"] == mask)
+        & (pred["direction"] == direction)
+        & (pred["gpus"] == gpus)
+    ]
+    if row.empty or "ring_step_compute_ms" not in row or row["ring_step_compute_ms"].isna().all():
+        return ""
+    c, m = row["ring_step_compute_ms"].iloc[0], row["ring_step_comm_ms"].iloc[0]
+    text = (
+        f"; at {gpus} GPUs the median ring step computes {c:.2f} ms and transfers {m:.2f} ms "
+        f"(its slowest rank each): the transfers are {'hidden' if m <= c else 'exposed'}"
+    )
+    if m <= c:  # the same bytes, sent as slowly as the step computes
+        lat = net.inter_latency_us * 1e-3
+        bw = net.inter_gbytes_per_s * (m - lat) / (c - lat)
+        text += f" down to about {bw:.2g} GB/s per GPU across nodes"
+    return text
+
+
 def paper_checks(pred: pd.DataFrame, net) -> list[dict]:
     """Each: {name, passed, detail}, per tokens per GPU and direction, from one node up."""
     checks = []
@@ -47,12 +69,14 @@ def _checks(pred: pd.DataFrame, net) -> list[dict]:
         causal = _line(p, "ring_p2p", "causal", d)
         if len(causal) > 1:
             one_node = causal.get(net.gpus_per_node, causal.iloc[0])
-            worst = causal[causal.index > net.gpus_per_node].min()
+            across = causal[causal.index > net.gpus_per_node]
+            worst = across.min()
             checks.append(
                 {
                     "name": f"Ring P2P drops on causal across nodes ({d})",
                     "passed": bool(worst < FLAT * one_node),
-                    "detail": f"lowest across nodes / one node = {worst / one_node:.2f} (drop: < {FLAT})",
+                    "detail": f"lowest across nodes / one node = {worst / one_node:.2f} (drop: < {FLAT})"
+                    + _step_detail(p, net, "ring_p2p", "causal", d, across.idxmin()),
                 }
             )
     uly = pred[pred["method"] == "ulysses"]
@@ -91,6 +115,16 @@ def _pct(x) -> str:
     return f"{100 * x:+.1f}%"
 
 
+def _error_line(val, col: str, what: str) -> str:
+    e = val[col].abs()
+    worst = val.loc[e.idxmax()]
+    return (
+        f"{what}, {len(val)} cells: median |error| {100 * e.median():.1f}%, worst "
+        f"{_pct(worst[col])} ({worst['method']}, {worst['mask']}, {worst['direction']}, "
+        f"{worst['gpus']} GPUs, {worst['tokens_per_gpu']} tokens/GPU)"
+    )
+
+
 def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
     net = mc["network"]
     lines = [
@@ -116,16 +150,33 @@ def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
         )
     lines += [
         "",
-        "## Validation (predicted vs measured per-GPU TFLOP/s, every measured cell of a modelled method)",
+        "Peak memory per GPU (`predicted_peak_mem_gib`): one call as the CP cells measure it (the "
+        "CUDA allocator's peak with the rank's inputs, the method's buffers and, in a backward, "
+        "the forward's saved output resident; model/memory.py), on the worst modelled rank of "
+        "the worst sampled mask. No weights, optimizer state or other layers' activations.",
+    ]
+    cal = mc["calibration"]
+    lines += ["", f"Per-call overheads: {cal.text()}."]
+    if cal.grid != mc["grid_name"]:
+        lines.append(
+            f"Only the per-kernel-call terms apply here; the per-transfer term belongs to the "
+            f"network of {cal.grid}, and this grid's network `{net.name}` gets none."
+        )
+    lines += [
+        "",
+        "## Validation (predicted vs measured per-GPU TFLOP/s and peak memory per GPU, every "
+        "measured cell of a modelled method)",
         "",
     ]
     if len(val):
-        e = val["relative_error"].abs()
-        worst = val.loc[e.idxmax()]
+        lines.append(_error_line(val, "relative_error", "per-GPU TFLOP/s"))
+        mem = val.dropna(subset=["mem_relative_error"])
+        lines.append("")
         lines.append(
-            f"{len(val)} cells: median |error| {100 * e.median():.1f}%, worst {_pct(worst['relative_error'])} "
-            f"({worst['method']}, {worst['mask']}, {worst['direction']}, {worst['gpus']} GPUs, "
-            f"{worst['tokens_per_gpu']} tokens/GPU)"
+            _error_line(mem, "mem_relative_error", "peak memory per GPU")
+            if len(mem)
+            else "peak memory: no cell measured it with the CUDA allocator (a CPU cell's "
+            "process resident set holds the libraries and allocator caches: not comparable)"
         )
         lines += ["", val.round(3).to_markdown(index=False)]
     else:

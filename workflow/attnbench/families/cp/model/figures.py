@@ -74,3 +74,8 @@ def model_figure(pred, out: Path, style, subtitle: str) -> list[Path]:
         fig.tight_layout()
         paths += save(fig, out, f"cp_model_t{tpg}", style)
     return paths
+
+
+def figure_stems(grid: dict) -> list[str]:
+    """The figures model_figure writes for a cp grid: one per tokens per GPU."""
+    return [f"cp_model_t{tpg}" for tpg in grid["tokens_per_gpu"]]

@@ -8,19 +8,31 @@ the square mask of the same kind and area (sqrt(A) full, sqrt(2A) causal), c int
 linearly in log S between measured lengths and held at the end values outside them (so very
 small rectangles are charged the per-pair cost of the shortest measured length: optimistic for
 them). Where one rectangle kind was measured, its per-pair cost serves both;
-where only forward+backward was measured, a phase gets its FLOPs share of it. The fit's error is the leave-one-out error at interior lengths (`loo_errors`).
+where only forward+backward was measured, a phase gets its FLOPs share of it. The fit's error is
+the leave-one-out error at interior lengths (`loo_errors`).
+
+`overhead` (direction -> (seconds, seconds per query row and head)) is charged once per
+local-kernel call of a CP schedule: what a call costs beyond the kernel records' per-pair time.
+A fixed part (Python, launches, the fixed cost of a call on a chunk far smaller than any record)
+and a part proportional to the rows x heads of the accumulator the method updates around the
+call (merging a partial output into it, adding a gradient to it: memory-bound elementwise work).
+Both are fitted on the grid's own compute-only measurements (model/overhead.py), 0 until then.
+A 1-GPU cell pays them once per phase on top of records that already hold one call.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ....harness.flops import DIRECTION_FACTOR
+from .geometry import causal_area
 
 KINDS = ("full", "causal")
+_IDS = itertools.count()
 
 
 @dataclass
@@ -29,6 +41,9 @@ class KernelTime:
     points: dict = field(
         default_factory=dict
     )  # (direction, kind) -> ([S], [c seconds per pair-head])
+    overhead: dict = field(default_factory=dict)  # direction -> (s, s per row x head) per call
+    # names this fit in caches of kernel seconds (geometry.ChunkRow); ids of objects are reused
+    uid: int = field(default_factory=lambda: next(_IDS), compare=False)
 
     @classmethod
     def from_table(
@@ -67,6 +82,11 @@ class KernelTime:
             model.points[(direction, kind)] = (per.index.to_numpy(float), per.to_numpy(float))
         return model
 
+    def with_overhead(self, overhead: dict) -> KernelTime:
+        """The same fit, charging `overhead` (direction -> (seconds, seconds per row x head))
+        on every call."""
+        return KernelTime(self.kernel, self.points, dict(overhead))
+
     def per_pair(self, direction: str, kind: str, s_eq):
         kinds = {k for _, k in self.points}
         if kind not in kinds and len(kinds) == 1:
@@ -96,14 +116,30 @@ class KernelTime:
             return np.full_like(np.asarray(s_eq, float), c[0])
         return np.interp(np.log(np.asarray(s_eq, float)), np.log(s), c)
 
+    def call_seconds(self, direction: str, rows: int, heads: int) -> float:
+        """The overhead of one local-kernel call of a phase whose method updates an accumulator
+        of `rows` x `heads` (a forward+backward fit serves either phase's calls where only
+        forward+backward cells calibrated it)."""
+        fixed, per = self.overhead.get(direction, self.overhead.get("fwdbwd", (0.0, 0.0)))
+        return fixed + per * rows * heads
+
+    def rect_seconds(self, q, k, kind: str, heads: int, direction: str):
+        """Kernel seconds of rectangles of q rows x k keys of one kind (arrays, elementwise)."""
+        q, k = np.asarray(q, float), np.asarray(k, float)
+        causal = kind == "causal"
+        areas = causal_area(q, k) if causal else q * k
+        s_eq = np.sqrt(areas * (2.0 if causal else 1.0))
+        return areas * heads * self.per_pair(direction, kind, s_eq)
+
     def chunk_seconds(self, chunk, heads: int, direction: str) -> float:
-        """Time of one local-kernel call on a chunk (sum over its rectangles)."""
+        """Time of one local-kernel call on a real cp.chunks.Chunk (sum over its rectangles)."""
+        call = self.call_seconds(direction, chunk.ql, heads)
         if chunk.empty:
-            return 0.0
+            return call
         kind = "causal" if chunk.causal else "full"
-        areas = np.array([seg.area() for seg in chunk.segments], float)
-        s_eq = np.sqrt(areas * (2.0 if chunk.causal else 1.0))
-        return float(np.sum(areas * heads * self.per_pair(direction, kind, s_eq)))
+        q = [seg.ql for seg in chunk.segments]
+        k = [seg.kl for seg in chunk.segments]
+        return call + float(np.sum(self.rect_seconds(q, k, kind, heads, direction)))
 
     def seconds(self, direction: str, kind: str, seqlen: int, heads: int) -> float:
         """Time of the whole square mask of one kind at `seqlen` (for checks and tables)."""

@@ -21,6 +21,9 @@ class Network:
     compute_scale: float = (
         1.0  # local-kernel time multiplier against the device the kernel records come from
     )
+    # seconds per transfer call on top of the preset's latency (Python and the library's call):
+    # fitted on the grid's comm-only measurements (model/overhead.py), never a preset value
+    call_overhead_s: float = 0.0
 
     @classmethod
     def from_config(cls, name: str, cfg: dict) -> Network:
@@ -41,23 +44,25 @@ class Network:
         return any(self.node(p) != self.node(rank) for p in peers)
 
     def seconds(self, t: Transfer, rank: int) -> float:
-        """Time of one transfer on `rank`: latency per message plus bytes over the slowest link
-        the bytes take. Ring collectives (all-gather, reduce-scatter) pay n-1 latencies."""
+        """Time of one transfer on `rank`: the call's overhead, latency per message, and bytes
+        over the slowest link the bytes take. Ring collectives (all-gather, reduce-scatter) pay
+        n-1 latencies."""
         if t.nbytes == 0:
             return 0.0
         inter = self.crosses_nodes(rank, t.peers)
         lat = (self.inter_latency_us if inter else self.intra_latency_us) * 1e-6
         bw_intra, bw_inter = self.intra_gbytes_per_s * 1e9, self.inter_gbytes_per_s * 1e9
         if t.pattern == "p2p":
-            return lat + t.nbytes / (bw_inter if inter else bw_intra)
-        n = len(t.peers)
-        if t.pattern == "all_to_all":
+            wire = lat + t.nbytes / (bw_inter if inter else bw_intra)
+        elif t.pattern == "all_to_all":
             # a share of the bytes to each other member: the off-node share goes over the NIC
+            n = len(t.peers)
             off = sum(self.node(p) != self.node(rank) for p in t.peers)
             per_peer = t.nbytes / (n - 1)
-            return lat + max(per_peer * (n - 1 - off) / bw_intra, per_peer * off / bw_inter)
-        # ring all-gather / reduce-scatter: every byte passes the slowest link of the ring
-        return lat * (n - 1) + t.nbytes / (bw_inter if inter else bw_intra)
+            wire = lat + max(per_peer * (n - 1 - off) / bw_intra, per_peer * off / bw_inter)
+        else:  # ring all-gather / reduce-scatter: every byte passes the slowest link of the ring
+            wire = lat * (len(t.peers) - 1) + t.nbytes / (bw_inter if inter else bw_intra)
+        return self.call_overhead_s + wire
 
     def link(self, t: Transfer, rank: int) -> str:
         return "inter-node" if self.crosses_nodes(rank, t.peers) else "intra-node"

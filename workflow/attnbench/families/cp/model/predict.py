@@ -15,11 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....cp import catalog, schedule
-from ....cp.chunks import allgather_chunks, document_lengths, is_causal, ring_step_chunk
-from ....cp.layout import ShardLayout
+from ....cp.chunks import document_lengths, is_causal
 from ....harness.flops import attention_flops
 from ....masks import sample_mask
+from .geometry import geometry
 from .kernel_time import KernelTime
+from .memory import Sizes, peak_memory
 from .network import Network
 
 ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
@@ -51,6 +52,10 @@ class Prediction:
     bottleneck: str
     degrees: dict
     ranks_modelled: int = 0
+    comm_only_s: float | None = None  # the same schedule with every computation free
+    peak_mem_bytes: int | None = None  # per GPU, the worst modelled rank (memory.py)
+    # the median ring step of each phase, summed over phases: compute, transfers (seconds)
+    ring_step_s: tuple | None = None
 
 
 def rank_sample(ring: int, max_ring_ranks: int) -> list[int]:
@@ -62,9 +67,10 @@ def rank_sample(ring: int, max_ring_ranks: int) -> list[int]:
 def rank_schedules(
     method: str, deg: catalog.Degrees, mask, s: Setting, direction: str, max_ring_ranks: int
 ):
-    """{global rank: {phase: [Step]}} from the methods' own layout, chunks and schedule."""
+    """({global rank: {phase: [Step]}}, Geometry): the methods' own schedules, their chunks
+    given by the layout's numbers (geometry.py, the same zigzag rules as cp/chunks.py)."""
     causal = is_causal(mask.name)
-    layout = ShardLayout(
+    geo = geometry(
         document_lengths(mask), deg.ring, 1 if method == "ring_allgather" else deg.ulysses
     )
     e, a = ELEM_BYTES[s.dtype], ACC_BYTES[s.dtype]
@@ -75,8 +81,8 @@ def rank_schedules(
             out[rank] = schedule.allgather_schedule(
                 deg.ring,
                 rank,
-                allgather_chunks(layout, r, causal),
-                layout.shard_len,
+                tuple(geo.allgather_chunks(r, causal)),
+                geo.shard_len,
                 s.heads_q,
                 s.heads_kv,
                 s.head_dim,
@@ -85,15 +91,15 @@ def rank_schedules(
                 direction,
             )
             continue
-        chunks = {o: ring_step_chunk(layout, r, o, causal) for o in range(deg.ring)}
+        chunks = dict(enumerate(geo.ring_chunks(r, causal)))
         for u in range(deg.ulysses):
             rank = deg.rank(r, u)
             out[rank] = schedule.hybrid_schedule(
                 deg,
                 rank,
                 chunks,
-                layout.shard_len,
-                layout.piece_len,
+                geo.shard_len,
+                geo.piece_len,
                 s.heads_q,
                 s.heads_kv,
                 s.head_dim,
@@ -101,66 +107,78 @@ def rank_schedules(
                 a,
                 direction,
             )
-    return out
+    return out, geo
 
 
-def phase_seconds(
-    per_rank: dict,
-    phase: str,
-    kt: KernelTime,
-    net: Network,
-    kernel_direction: str,
-    with_comm: bool = True,
-) -> tuple[float, dict]:
-    """Lock-step time of one phase, and the exposed time by link (what transfers add)."""
+@dataclass
+class PhaseTime:
+    time: float  # lock-step, transfers as scheduled
+    compute: float  # every transfer free
+    comm_only: float  # every computation free (what a cell's comm-only variant times)
+    exposed: dict  # link -> what transfers add to the compute time
+    # the median ring step (overlapped steps): its slowest rank's compute and transfers
+    ring_step: tuple | None = None
+
+
+def _links(net: Network, transfers, rank) -> tuple[float, bool]:
+    """Seconds of a rank's transfers and whether one of them crosses nodes."""
+    return (
+        sum(net.seconds(t, rank) for t in transfers),
+        any(net.link(t, rank) == "inter-node" for t in transfers),
+    )
+
+
+def phase_times(per_rank: dict, phase: str, kt: KernelTime, net: Network) -> PhaseTime:
+    """One phase on every modelled rank: [step, rank] arrays of computation and transfer time,
+    then each step's slowest rank, and a window's outer transfers against its steps."""
     ranks = sorted(per_rank)
     steps0 = per_rank[ranks[0]][phase]
-    total, exposed = 0.0, {"intra-node": 0.0, "inter-node": 0.0}
-    k = 0
-    while k < len(steps0):
-        window = steps0[k].window
-        group = [k]
-        if window is not None:
-            while k + len(group) < len(steps0) and steps0[k + len(group)].window == window:
-                group.append(k + len(group))
-        window_time = 0.0
-        slowest_window = np.zeros(len(ranks))
-        for j in group:
-            comp = np.zeros(len(ranks))
-            comm = np.zeros(len(ranks))
-            links = {}
-            for i, r in enumerate(ranks):
-                st = per_rank[r][phase][j]
-                comp[i] = (
-                    sum(kt.chunk_seconds(c, h, kernel_direction) for c, h in st.compute)
-                    * net.compute_scale
-                )
-                if with_comm:
-                    for t in st.transfers:
-                        comm[i] += net.seconds(t, r)
-                        links[net.link(t, r)] = True
-            step = np.maximum(comp, comm) if steps0[j].overlapped else comp + comm
-            window_time += step.max()
-            extra = step.max() - comp.max()
-            if extra > 1e-12 and links:
-                exposed["inter-node" if "inter-node" in links else "intra-node"] += extra
-        if window is not None and with_comm:
-            for i, r in enumerate(ranks):
-                st = per_rank[r][phase][group[0]]
-                slowest_window[i] = sum(net.seconds(t, r) for t in st.window_transfers)
-            if slowest_window.max() > window_time:
-                links = {
-                    net.link(t, r)
-                    for r in ranks
-                    for t in per_rank[r][phase][group[0]].window_transfers
-                }
-                exposed["inter-node" if "inter-node" in links else "intra-node"] += (
-                    slowest_window.max() - window_time
-                )
-                window_time = slowest_window.max()
-        total += window_time
-        k += len(group)
-    return total, exposed
+    shape = (len(steps0), len(ranks))
+    comp, comm, window_comm = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    has_comm, inter = np.zeros(len(steps0), bool), np.zeros(len(steps0), bool)
+    window_inter = np.zeros(len(steps0), bool)
+    for i, r in enumerate(ranks):
+        for j, st in enumerate(per_rank[r][phase]):
+            if st.compute:
+                comp[j, i] = sum(c.seconds(kt, h, phase) for c, h in st.compute)
+            if st.transfers:
+                comm[j, i], x = _links(net, st.transfers, r)
+                has_comm[j], inter[j] = True, inter[j] | x
+            if st.window_transfers:
+                window_comm[j, i], x = _links(net, st.window_transfers, r)
+                window_inter[j] |= x
+    comp *= net.compute_scale
+    overlapped = np.array([st.overlapped for st in steps0])[:, None]
+    step = np.where(overlapped, np.maximum(comp, comm), comp + comm).max(axis=1)
+    comp_max, comm_max = comp.max(axis=1), comm.max(axis=1)
+    exposed = {"intra-node": 0.0, "inter-node": 0.0}
+    extra = step - comp_max
+    for j in np.flatnonzero((extra > 1e-12) & has_comm):
+        exposed["inter-node" if inter[j] else "intra-node"] += extra[j]
+    # steps grouped by window (None: a step of its own); a window ends when its steps and its
+    # outer transfers (which run through it) have both ended
+    windows = [st.window for st in steps0]
+    total = comm_only = 0.0
+    j = 0
+    while j < len(steps0):
+        k = j + 1
+        if windows[j] is not None:
+            while k < len(steps0) and windows[k] == windows[j]:
+                k += 1
+        t, c = step[j:k].sum(), comm_max[j:k].sum()
+        outer = window_comm[j].max()
+        if outer > t:
+            exposed["inter-node" if window_inter[j] else "intra-node"] += outer - t
+        total += max(t, outer)
+        comm_only += max(c, outer)
+        j = k
+    ring = overlapped[:, 0]
+    median_step = (
+        (float(np.median(comp_max[ring])), float(np.median(comm_max[ring])))
+        if ring.any()
+        else None
+    )
+    return PhaseTime(total, float(comp_max.sum()), comm_only, exposed, median_step)
 
 
 def load_balance(per_rank: dict, phase: str) -> float:
@@ -179,8 +197,11 @@ def predict(
     max_ring_ranks: int = 64,
     ulysses_degree="auto",
     windows="auto",
+    previous_output: bool = False,
 ) -> Prediction:
-    """One method on `gpus` GPUs for one realised mask (seqlen = tokens per GPU x gpus)."""
+    """One method on `gpus` GPUs for one realised mask (seqlen = tokens per GPU x gpus).
+    `previous_output`: memory as a cell measures it when no compute-only / comm-only run
+    preceded (1 GPU): the previous forward's saved output is still held (memory.py)."""
     if method not in MODELLED_METHODS:
         raise ValueError(
             f"the model has no schedule for {method!r}; modelled methods: {', '.join(MODELLED_METHODS)}"
@@ -193,15 +214,19 @@ def predict(
         return Prediction(
             method, gpus, direction, None, None, None, f"unsupported: {why}", deg.to_json()
         )
-    per_rank = rank_schedules(method, deg, mask, s, direction, max_ring_ranks)
+    per_rank, geo = rank_schedules(method, deg, mask, s, direction, max_ring_ranks)
     phases = [p for p in ("fwd", "bwd") if p in direction]
-    time = compute = 0.0
+    time = compute = comm_only = 0.0
     exposed = {"intra-node": 0.0, "inter-node": 0.0}
+    ring_step = None
     for p in phases:
-        t, ex = phase_seconds(per_rank, p, kt, net, p)
-        c, _ = phase_seconds(per_rank, p, kt, net, p, with_comm=False)
-        time, compute = time + t, compute + c
-        exposed = {k: exposed[k] + ex[k] for k in exposed}
+        pt = phase_times(per_rank, p, kt, net)
+        time, compute, comm_only = time + pt.time, compute + pt.compute, comm_only + pt.comm_only
+        exposed = {k: exposed[k] + pt.exposed[k] for k in exposed}
+        if pt.ring_step:
+            ring_step = tuple(a + b for a, b in zip(ring_step or (0.0, 0.0), pt.ring_step))
+    sizes = Sizes(s.heads_q, s.heads_kv, s.head_dim, ELEM_BYTES[s.dtype], ACC_BYTES[s.dtype])
+    mem = peak_memory(method, deg, geo, per_rank, sizes, direction, previous_output)
     flops = attention_flops(
         float(sum(mask.area_per_head)), s.head_dim, direction
     )  # all query heads
@@ -215,6 +240,9 @@ def predict(
         bottleneck(time, compute, exposed, load_balance(per_rank, phases[0])),
         deg.to_json(),
         len(per_rank),
+        comm_only,
+        mem.peak_bytes,
+        ring_step,
     )
 
 

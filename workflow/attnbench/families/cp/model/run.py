@@ -18,6 +18,7 @@ from ....masks.lengths import choose_histogram
 from ....report.collect import collect
 from .kernel_time import KernelTime
 from .network import Network
+from .overhead import calibrate, measured_samples
 from .predict import MODELLED_METHODS, Setting, predict, realised_masks
 
 COLUMNS = [
@@ -31,7 +32,10 @@ COLUMNS = [
     "predicted_tflops_per_gpu",
     "measured_tflops_per_gpu",
     "bottleneck",
+    "predicted_peak_mem_gib",
+    "measured_peak_mem_gib",
 ]
+GIB = 2**30
 
 
 def model_config(cfg: dict, grid: str) -> dict:
@@ -122,11 +126,23 @@ def summary_row(preds, mask_name, tpg, n, net) -> dict:
         "network": net.name,
         "predicted_tflops_per_gpu": float(np.mean(ok)) if ok else None,
         "bottleneck": p0.bottleneck,
+        # per GPU, the worst rank of the worst sampled mask
+        "predicted_peak_mem_gib": max(p.peak_mem_bytes for p in preds) / GIB if ok else None,
+        # the median ring step (mean over sampled masks): is the transfer hidden behind compute?
+        **ring_step_columns(preds),
         "predicted_time_ms": float(np.mean([p.time_s for p in preds])) * 1e3 if ok else None,
         "ulysses_degree": p0.degrees["ulysses"],
         "ring_degree": p0.degrees["ring"],
         "windows": p0.degrees["windows"],
         "ranks_modelled": p0.ranks_modelled,
+    }
+
+
+def ring_step_columns(preds) -> dict:
+    steps = [p.ring_step_s for p in preds if p.ring_step_s]
+    return {
+        "ring_step_compute_ms": float(np.mean([c for c, _ in steps])) * 1e3 if steps else None,
+        "ring_step_comm_ms": float(np.mean([m for _, m in steps])) * 1e3 if steps else None,
     }
 
 
@@ -157,6 +173,7 @@ def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc) -> pd.DataF
                 mc["max_ring_ranks"],
                 int(r["ulysses_degree"]),
                 int(r["windows"]),
+                previous_output=int(r["gpus"]) == 1,
             )
             for mk in masks
         ]
@@ -177,7 +194,25 @@ def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc) -> pd.DataF
                 "bottleneck": preds[0].bottleneck,
             }
         )
+        rows[-1].update(memory_columns(r, preds))
     return pd.DataFrame(rows)
+
+
+def measured_gib(row) -> float:
+    """A cell's measured peak memory per GPU (GiB): the CUDA allocator's only (a CPU cell's is
+    the process' resident set, libraries and allocator caches included: not comparable)."""
+    ok = row.get("mem_source") == "cuda_allocator" and pd.notna(row.get("peak_mem_bytes"))
+    return row["peak_mem_bytes"] / GIB if ok else np.nan
+
+
+def memory_columns(r, preds) -> dict:
+    pred = max(p.peak_mem_bytes for p in preds) / GIB
+    meas = measured_gib(r)
+    return {
+        "predicted_peak_mem_gib": pred,
+        "measured_peak_mem_gib": meas,
+        "mem_relative_error": pred / meas - 1 if meas == meas else np.nan,
+    }
 
 
 def measured_cells(df: pd.DataFrame, grid: str, kernel: str) -> pd.DataFrame:
@@ -199,16 +234,36 @@ def measured_cells(df: pd.DataFrame, grid: str, kernel: str) -> pd.DataFrame:
 
 
 def attach_measured(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """The measured per-GPU TFLOP/s and peak memory (median over a point's records) beside
+    the predicted, where the grid measured the point."""
     keys = ["method", "mask", "direction", "gpus", "tokens_per_gpu"]
     if measured.empty:
-        return pred.assign(measured_tflops_per_gpu=np.nan)
-    m = measured[keys + ["tflops_per_gpu"]].astype({"gpus": int, "tokens_per_gpu": int})
+        return pred.assign(measured_tflops_per_gpu=np.nan, measured_peak_mem_gib=np.nan)
+    m = measured.assign(measured_peak_mem_gib=measured.apply(measured_gib, axis=1))
+    m = m[keys + ["tflops_per_gpu", "measured_peak_mem_gib"]].astype(
+        {"gpus": int, "tokens_per_gpu": int}
+    )
     m = (
-        m.groupby(keys, as_index=False)["tflops_per_gpu"]
+        m.groupby(keys, as_index=False)[["tflops_per_gpu", "measured_peak_mem_gib"]]
         .median()
         .rename(columns={"tflops_per_gpu": "measured_tflops_per_gpu"})
     )
     return pred.merge(m, on=keys, how="left")
+
+
+def calibration_network(cfg, grid: str, cal_grid: str, s: Setting, kernel: str) -> Network:
+    """The network the calibration grid's cells ran on; it must share the modelled grid's
+    setting and local kernel (its per-kernel-call overhead is carried over)."""
+    mc = model_config(cfg, cal_grid)
+    if cal_grid != grid:
+        theirs = mc["grid"].get("cp", {}).get("local_kernel", "auto")
+        theirs = mc["local_kernel"] if theirs == "auto" else theirs
+        if setting_of(mc["grid"])[0] != s or theirs != kernel:
+            raise ValueError(
+                f"cp_model.calibrate_on: {grid} borrows the per-call overhead of {cal_grid}, which "
+                f"runs {setting_of(mc['grid'])[0]} with local kernel {theirs}, not {s} with {kernel}"
+            )
+    return mc["network"]
 
 
 def run_predict(
@@ -221,13 +276,26 @@ def run_predict(
     progress=print,
 ) -> dict:
     mc = {"mask_samples": 2, "max_ring_ranks": 64, "seed": 0, **model_config(cfg, grid)}
+    mc["grid_name"] = grid
     s, directions = setting_of(mc["grid"])
-    recs = read_records(out_dir, [grid, *mc["kernel_grids"]])
+    cal_grid = mc.get("calibrate_on", {}).get(grid, grid)
+    recs = read_records(out_dir, list(dict.fromkeys([grid, cal_grid, *mc["kernel_grids"]])))
     kernel = mc["grid"].get("cp", {}).get("local_kernel", "auto")
     kernel = (
         mc["local_kernel"] if kernel == "auto" else kernel
     )  # the grid's own local kernel first
     kt = KernelTime.from_table(recs, kernel, s.heads_q, s.heads_kv, s.head_dim, s.dtype)
+    cal_net = calibration_network(cfg, grid, cal_grid, s, kernel)
+    kt, net, mc["calibration"] = calibrate(
+        measured_samples(measured_cells(recs, cal_grid, kernel)),
+        s,
+        kt,
+        cal_net,
+        mc["max_ring_ranks"],
+        cal_grid,
+    )
+    if cal_grid == grid:  # another grid's network: its per-transfer overhead is not this one's
+        mc["network"] = net
     measured = measured_cells(recs, grid, kernel)
     pred = attach_measured(prediction_rows(cfg, mc, s, directions, kt, progress), measured)
     val = validation_rows(measured, s, kt, mc["network"], mc)

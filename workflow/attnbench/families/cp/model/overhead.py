@@ -1,0 +1,188 @@
+"""Per-call overheads, fitted on a grid's own measured cells (its compute-only and comm-only runs).
+
+A multi-GPU CP cell times two variants of its call besides the real one (cp/cell.py,
+`breakdown`): compute-only (every transfer skipped) and comm-only (every computation skipped).
+The model predicts both from the same schedules. What the kernel records and the network preset
+leave out is a cost per call, which dominates on small chunks (the CPU smoke cells):
+  * per local-kernel call (`KernelTime.overhead`, per direction of the cells): a fixed part
+    (Python, launches, a call's fixed cost that a chunk far smaller than the kernel records
+    does not scale) and a part per row x head of the accumulator the method updates around the
+    call (merging the partial output, adding the gradients: memory-bound elementwise work);
+  * per transfer call (`Network.call_overhead_s`): the call's cost beyond the preset's latency.
+The terms (>= 0) minimise the sum over the cells' samples of |log(predicted / measured)|: timing
+noise is multiplicative, and a sample slowed many times over by a loaded machine (the first
+sample of a CPU cell often is) pulls this fit no more than any other sample. The per-row part
+is added to the fixed one only where it lowers that sum by more than 2% (fit_simplest). The model is linear
+in each term, so its slope is measured by predicting once more with the term switched on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ....masks import Mask
+from .predict import predict
+
+DELTA = 1e-3  # the probe (seconds; per row x head: seconds / ROWS) that measures a slope
+ROWS = 1e6  # rows x heads the per-row probe is scaled by (DELTA / ROWS per row x head)
+
+
+@dataclass
+class Calibration:
+    kernel: dict  # direction -> (seconds, seconds per row x head) per local-kernel call
+    comm_s: float  # seconds per transfer call
+    used: dict  # term -> samples it was fitted on
+    grid: str = ""  # the grid whose cells were used
+    errors: dict = dataclasses.field(default_factory=dict)  # variant -> relative errors after
+
+    def text(self) -> str:
+        if not self.used:
+            return f"none: no compute-only or comm-only measurement in {self.grid}"
+        parts = [
+            f"{1e6 * a:.1f} us + {1e12 * b:.1f} us per million rows x heads per "
+            f"local-kernel call ({d}, {self.used.get(d, 0)} samples)"
+            for d, (a, b) in sorted(self.kernel.items())
+        ]
+        parts.append(
+            f"{1e6 * self.comm_s:.1f} us per transfer call ({self.used.get('comm', 0)} samples)"
+        )
+        for name, e in self.errors.items():
+            a = np.abs(e)
+            parts.append(
+                f"then {name}: median |error| {100 * np.median(a):.1f}%, "
+                f"worst {100 * e[np.argmax(a)]:+.1f}%"
+            )
+        return f"fitted on the cells of {self.grid}: " + "; ".join(parts)
+
+
+def measured_samples(measured) -> list[dict]:
+    """Per sample of every measured multi-GPU cell: its realised mask and the compute-only and
+    comm-only medians (seconds) its record holds."""
+    out = []
+    for _, r in measured[measured["gpus"] > 1].iterrows():
+        rec = json.loads(Path(r["record"]).read_text())
+        c = rec["cell"]
+        for smp in rec["samples"]:
+            if smp.get("compute_only_ms_median") is None:
+                continue
+            out.append(
+                {
+                    "method": c["impl"],
+                    "gpus": int(c["gpus"]),
+                    "direction": c["direction"],
+                    "ulysses": int(r["ulysses_degree"]),
+                    "windows": int(r["windows"]),
+                    "mask": Mask(c["mask"], c["seqlen"], smp["mask_params"], heads_q=c["heads_q"]),
+                    "compute_s": smp["compute_only_ms_median"] * 1e-3,
+                    "comm_only_s": smp["comm_only_ms_median"] * 1e-3,
+                }
+            )
+    return out
+
+
+def _predict(x, s, kt, net, max_ring_ranks):
+    return predict(
+        x["method"],
+        x["gpus"],
+        x["mask"],
+        s,
+        x["direction"],
+        kt,
+        net,
+        max_ring_ranks,
+        x["ulysses"],
+        x["windows"],
+    )
+
+
+def fit_terms(base, slopes, measured) -> np.ndarray:
+    """argmin over o >= 0 (one value per row of `slopes`, at most a few) of
+    sum(|log((base + o @ slopes) / measured)|). Each term is searched as its median share of
+    the measured time: every combination on a logarithmic grid (with 0), then zooming grids
+    around the best (each coordinate from x/f to x*f, f shrinking)."""
+    base, measured = np.asarray(base, float), np.asarray(measured, float)
+    slopes = np.atleast_2d(np.asarray(slopes, float))
+    scale = np.array([np.median(sl / measured) for sl in slopes])
+    scale[scale <= 0] = np.inf  # a term the model does not depend on stays 0
+
+    def best_of(axes):
+        combos = np.array(np.meshgrid(*axes, indexing="ij")).reshape(len(axes), -1)
+        pred = base[:, None] + slopes.T @ (combos / scale[:, None])
+        loss = np.sum(np.abs(np.log(pred / measured[:, None])), axis=0)
+        return combos[:, int(np.argmin(loss))]
+
+    coarse = np.concatenate([[0.0], np.logspace(-5, 2, 71)])
+    best = best_of([coarse] * len(slopes))
+    f = 10 ** (7 / 70)  # the coarse grid's step
+    for _ in range(40):
+        axes = [
+            np.geomspace(x / f, x * f, 21) if x > 0 else np.concatenate([[0.0], coarse[1:3]])
+            for x in best
+        ]
+        best = best_of(axes)
+        f = f**0.7
+    return best / scale
+
+
+def log_loss(base, slopes, measured, o) -> float:
+    pred = np.asarray(base, float) + np.asarray(o, float) @ np.atleast_2d(slopes)
+    return float(np.sum(np.abs(np.log(pred / np.asarray(measured, float)))))
+
+
+def fit_simplest(base, slopes, measured, margin: float = 0.02) -> np.ndarray:
+    """fit_terms over the subsets of terms, one term first (in the order given), then more:
+    a subset replaces the best so far only if it lowers the loss by more than `margin` (where
+    the data cannot tell the terms apart, e.g. every cell with the same rows per call, the
+    first term alone is kept rather than an arbitrary mix)."""
+    slopes = np.atleast_2d(np.asarray(slopes, float))
+    n = len(slopes)
+    subsets = [(k,) for k in range(n)] + ([tuple(range(n))] if n > 1 else [])
+    best, best_loss = None, np.inf
+    for sub in subsets:
+        o = np.zeros(n)
+        o[list(sub)] = fit_terms(base, slopes[list(sub)], measured)
+        loss = log_loss(base, slopes, measured, o)
+        if best is None or loss < (1 - margin) * best_loss:
+            best, best_loss = o, loss
+    return best
+
+
+def calibrate(samples: list[dict], s, kt, net, max_ring_ranks: int, grid: str):
+    """(KernelTime, Network, Calibration): the per-call overheads fitted on `samples`."""
+    kt0, net0 = kt.with_overhead({}), dataclasses.replace(net, call_overhead_s=0.0)
+    kernel, used, errors = {}, {}, {"compute-only": [], "comm-only": []}
+
+    def fit(xs, key, probes):
+        """Fit the terms the probes switch on; relative errors after the fit."""
+        base = np.array([getattr(_predict(x, s, kt0, net0, max_ring_ranks), key) for x in xs])
+        slopes = [
+            (np.array([getattr(_predict(x, s, *p, max_ring_ranks), key) for x in xs]) - base)
+            / DELTA
+            for p in probes
+        ]
+        measured = np.array([x[key] for x in xs])
+        o = fit_simplest(base, slopes, measured)
+        return o, list((base + o @ np.array(slopes)) / measured - 1)
+
+    for d in sorted({x["direction"] for x in samples}):
+        xs = [x for x in samples if x["direction"] == d]
+        probes = [
+            (kt.with_overhead({d: (DELTA, 0.0)}), net0),
+            (kt.with_overhead({d: (0.0, DELTA / ROWS)}), net0),
+        ]
+        (fixed, per), e = fit(xs, "compute_s", probes)
+        kernel[d] = (float(fixed), float(per / ROWS))
+        used[d], errors["compute-only"] = len(xs), errors["compute-only"] + e
+    comm_s = 0.0
+    if samples:
+        probe = (kt0, dataclasses.replace(net0, call_overhead_s=DELTA))
+        (comm_s,), errors["comm-only"] = fit(samples, "comm_only_s", [probe])
+        used["comm"] = len(samples)
+    errors = {k: np.array(v) for k, v in errors.items() if v}
+    cal = Calibration(kernel, float(comm_s), used, grid, errors)
+    return kt.with_overhead(kernel), dataclasses.replace(net, call_overhead_s=cal.comm_s), cal
