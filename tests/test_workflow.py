@@ -5,89 +5,33 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from commands import planned_jobs, snakemake_cmd, tool_env
+from tinygrids import config_running, kernel_grid, workflow_copy
 
-REPO = Path(__file__).resolve().parents[1]
-TINY = {
-    "description": "test grid",
-    "family": "kernel",
-    "device": "cpu",
-    "kernels": ["naive", "sdpa"],
-    "masks": ["causal", "causal_document"],
-    "seqlen": [64, 128],
-    "heads": [[2, 1]],
-    "head_dim": [16],
-    "dtype": ["float32"],
-    "direction": ["fwd"],
-    "samples": {"document": 1, "single": 1},
-    "warmup": 0,
-    "reps": 2,
-    "also": [{"kernels": ["fa2"], "masks": ["causal"], "seqlen": [64]}],
-}
+TINY = kernel_grid(
+    description="test grid",
+    masks=["causal", "causal_document"],
+    seqlen=[64, 128],
+    also=[{"kernels": ["fa2"], "masks": ["causal"], "seqlen": [64]}],
+)
 N_CELLS = 2 * 2 * 2 + 1
 
 
 def snakemake(workdir, *args, env=None, timeout=600):
-    e = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        **(env or {}),
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(workdir / "code/Snakefile"),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-        *args,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
-
-
-def planned_jobs(p) -> dict:
-    """Job counts from a dry run's 'Job stats' table."""
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    text = p.stdout + p.stderr
-    if "Nothing to be done" in text:
-        return {}
-    stats = text.split("Job stats:")[1]
-    return {
-        m.group(1): int(m.group(2))
-        for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)
-        if m.group(1) != "total"
-    }
-
-
-def workflow_copy(d, grid_name, grid):
-    """A copy of the workflow's code (and envs/) in d/code, so a test can edit it (the cells still
-    run the installed package), and d/config.yaml: the repository's, running only this one grid."""
-    (d / "code").mkdir()
-    shutil.copy(REPO / "Snakefile", d / "code/Snakefile")
-    shutil.copytree(
-        REPO / "workflow", d / "code/workflow", ignore=shutil.ignore_patterns("__pycache__")
+    """Snakemake on the workflow's code copy in workdir/code (see workflow_copy), two cores."""
+    cmd = snakemake_cmd(workdir, "--cores", "2", *args, snakefile=workdir / "code/Snakefile")
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=tool_env(**(env or {})), timeout=timeout
     )
-    # the rules' conda environments: Snakemake records each job's, so the files must be there
-    shutil.copytree(REPO / "envs", d / "code/envs")
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["run"] = [grid_name]
-    cfg["grids"] = {grid_name: grid}
-    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
-    return d
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    return workflow_copy(tmp_path_factory.mktemp("wf"), "tiny", TINY)
+    return workflow_copy(tmp_path_factory.mktemp("wf"), config_running({"tiny": TINY}))
 
 
 @pytest.mark.slow
@@ -231,7 +175,7 @@ def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
     original = table.read_text()
     cells = pd.read_csv(table)
     pd.concat([cells, cells.head(1).assign(grid="other")]).to_csv(table, index=False)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = tool_env()
     p = subprocess.run(
         [
             sys.executable,
@@ -270,7 +214,7 @@ def test_cells_missing_after_a_partial_regenerate_are_still_run(workdir):
     record = workdir / "results/cells/tiny/kernel/sdpa/causal/s128-h2x1-d16-float32-fwd.json"
     aside = workdir / "aside.json"
     shutil.move(record, aside)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = tool_env()
     regenerate = [sys.executable, "-m", "attnbench", "regenerate", "--config", "config.yaml"]
     try:
         p = subprocess.run(
@@ -313,9 +257,7 @@ def test_installing_a_missing_library_reruns_exactly_its_cells(workdir, tmp_path
 
 
 def test_bad_config_fails_before_any_job(workdir, tmp_path):
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["run"] = ["tiny"]
-    cfg["grids"] = {"tiny": {**TINY, "kernels": ["naive", "flashy"]}}
+    cfg = config_running({"tiny": {**TINY, "kernels": ["naive", "flashy"]}})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     shutil.copytree(workdir / "code", tmp_path / "code")
     p = snakemake(tmp_path, "-n")

@@ -4,7 +4,6 @@ rank giving `oom` on every rank without a hang."""
 import copy
 import json
 import os
-import sys
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from attnbench.cp.cell import MEMORY_LIMIT_ENV, run_cp_cell
 from attnbench.families import expand_cells, validate
 from attnbench.harness import faults as F
 from bounded import run_bounded
+from commands import cp_cell_cmd
 
 GRID = {
     "family": "cp",
@@ -42,24 +42,8 @@ def spec(base, **changes):
 
 
 def launch(cell, out, env=None, timeout=240):
-    cmd = [
-        sys.executable,
-        "-m",
-        "attnbench.launch",
-        "--nproc-per-node",
-        str(cell["gpus"]),
-        "--",
-        sys.executable,
-        "-m",
-        "attnbench",
-        "cp-cell",
-        "--spec",
-        json.dumps(cell),
-        "--out",
-        str(out),
-    ]
     t0 = time.perf_counter()
-    p = run_bounded(cmd, timeout, env={**os.environ, **(env or {})})
+    p = run_bounded(cp_cell_cmd(cell, out), timeout, env={**os.environ, **(env or {})})
     return p, time.perf_counter() - t0
 
 
