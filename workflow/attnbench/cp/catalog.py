@@ -6,10 +6,11 @@ A method's implementation lives in its own module (`impl`), loaded only when a c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..kernels.catalog import first_missing, first_version
+from ..kernels.catalog import FLASH_ATTN_2, first_missing, first_version, lookup
 from ..masks import CP_MASKS
 
 PLACEMENTS = ("contiguous", "strided")
@@ -117,60 +118,51 @@ class LocalKernelInfo(CPImplementation):
 
 
 _ALL = ("fwd", "bwd", "fwdbwd")
+
+
+def _local(name, summary, impl, directions=None, **kw) -> LocalKernelInfo:
+    """A local kernel on the devices of its directions (by default CUDA only, every direction)."""
+    directions = directions or {"cuda": _ALL}
+    return LocalKernelInfo(name, summary, impl, tuple(directions), directions, **kw)
+
+
 LOCAL_KERNELS = {
     k.name: k
     for k in (
-        LocalKernelInfo(
+        _local(
             "math",
             "explicit softmax(q k^T) v and its backward, float32 (float64 for float64 inputs)",
             "kernels:MathKernel",
-            ("cpu", "cuda"),
             {"cpu": _ALL, "cuda": _ALL},
         ),
-        LocalKernelInfo(
+        _local(
             "cpu_flash",
             "aten._scaled_dot_product_flash_attention_for_cpu (+ _backward)",
             "kernels:CpuFlash",
-            ("cpu",),
             {"cpu": _ALL},
         ),
-        LocalKernelInfo(
+        _local(
             "sdpa_flash",
             "aten._flash_attention_forward/_backward with cu_seqlens (varlen)",
             "kernels:SdpaFlashVarlen",
-            ("cuda",),
-            {"cuda": _ALL},
         ),
-        LocalKernelInfo(
+        _local(
             "sdpa_cudnn",
             "aten._scaled_dot_product_cudnn_attention (+ _backward), one rectangle per call",
             "kernels:SdpaCudnn",
-            ("cuda",),
-            {"cuda": _ALL},
             masks=("full", "causal"),
         ),
-        LocalKernelInfo(
+        _local(
             "flex",
             "FlexAttention with return_lse; backward by recomputation with the LSE gradient",
             "kernels:Flex",
-            ("cpu", "cuda"),
             {"cpu": ("fwd",), "cuda": _ALL},
         ),
-        LocalKernelInfo(
-            "fa2",
-            "flash_attn varlen (FlashAttention-2)",
-            "kernels:FA2Varlen",
-            ("cuda",),
-            {"cuda": _ALL},
-            modules=("flash_attn",),
-            dists=("flash-attn", "flash_attn"),
-        ),
-        LocalKernelInfo(
+        _local("fa2", "flash_attn varlen (FlashAttention-2)", "kernels:FA2Varlen", **FLASH_ATTN_2),
+        _local(
             "fa3",
             "flash_attn_interface varlen (FlashAttention-3, Hopper)",
             "kernels:FA3Varlen",
-            ("cuda",),
-            {"cuda": _ALL},
             modules=("flash_attn_interface",),
             dists=("flash-attn-3", "flash_attn_3"),
         ),
@@ -183,12 +175,7 @@ TORCH_CP_BACKENDS = ("sdpa_flash", "sdpa_cudnn")
 
 
 def method(name: str) -> MethodInfo:
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown context-parallel method {name!r}; valid methods: {', '.join(METHODS)}"
-        ) from None
+    return lookup(METHODS, name, "context-parallel method", "methods")
 
 
 def method_label(name: str) -> str:
@@ -197,12 +184,7 @@ def method_label(name: str) -> str:
 
 
 def local_kernel(name: str) -> LocalKernelInfo:
-    try:
-        return LOCAL_KERNELS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown local kernel {name!r}; valid local kernels: auto, {', '.join(LOCAL_KERNELS)}"
-        ) from None
+    return lookup(LOCAL_KERNELS, name, "local kernel", also=("auto",))
 
 
 def library_version(kernel_name: str) -> str:
@@ -246,12 +228,7 @@ class Degrees:
         return r * self.ulysses + u if self.placement == "contiguous" else u * self.ring + r
 
     def to_json(self) -> dict:
-        return {
-            "ulysses": self.ulysses,
-            "ring": self.ring,
-            "windows": self.windows,
-            "placement": self.placement,
-        }
+        return dataclasses.asdict(self)
 
 
 def default_windows(ring: int) -> int:

@@ -109,6 +109,13 @@ def _sorted(t: pd.DataFrame, keys: list[str], index: list[str]) -> pd.DataFrame:
 POINT = ["mask", "direction", "tokens_per_gpu", "gpus"]
 
 
+def _point(r) -> dict:
+    """A table row's first columns: the method and its point (POINT)."""
+    names = {k: r[k] for k in ("mask", "direction")}
+    counts = {k: int(r[k]) for k in ("tokens_per_gpu", "gpus")}
+    return {"method": r["impl"], **names, **counts}
+
+
 def tflops_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per-GPU TFLOP/s, median [p20-p80], one column per method, and the fastest correct CP method
     of each row (the bare kernel is the baseline, not a contender), naming every method whose
@@ -158,11 +165,7 @@ def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
         ref = refs.get(tuple(r.get(k) for k in BASELINE_KEY))
         rows.append(
             {
-                "method": r["impl"],
-                "mask": r["mask"],
-                "direction": r["direction"],
-                "tokens_per_gpu": int(r["tokens_per_gpu"]),
-                "gpus": int(r["gpus"]),
+                **_point(r),
                 "TFLOP/s per GPU": _tflops_text(r),
                 f"{method_label(BARE_KERNEL)} (TFLOP/s)": "" if ref is None else _tflops_text(ref),
                 "share of 1 GPU": _share(r, ref),
@@ -199,11 +202,7 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
 
         rows.append(
             {
-                "method": r["impl"],
-                "mask": r["mask"],
-                "direction": r["direction"],
-                "tokens_per_gpu": int(r["tokens_per_gpu"]),
-                "gpus": r["gpus"],
+                **_point(r),
                 "degrees": _degrees(r),
                 "status": STATUS_LABEL.get(r["status"], r["status"]),
                 "time (ms)": (
