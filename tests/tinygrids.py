@@ -74,12 +74,6 @@ def workflow_copy(d: Path, cfg: dict) -> Path:
 def mask_params(block: int, window: int, long_doc_range, density=0.4, avg_block=16, min_block=8):
     """Every mask's parameters for a short sequence; `block` is both the block-causal mask's
     blocks and block_sparse's block size."""
-    return dict(
-        window=window,
-        block=block,
-        block_size=block,
-        density=density,
-        avg_block=avg_block,
-        min_block=min_block,
-        long_doc_range=long_doc_range,
-    )
+    blocks = {"window": window, "block": block, "block_size": block}
+    sparse = {"density": density, "avg_block": avg_block, "min_block": min_block}
+    return {**blocks, **sparse, "long_doc_range": long_doc_range}
