@@ -9,8 +9,8 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from commands import planned_jobs, snakemake_cmd, tool_env
-from tinygrids import config_running, kernel_grid, workflow_copy
+from commands import planned_jobs, tool_env
+from tinygrids import config_running, kernel_grid, snakemake_on_copy, workflow_copy
 
 TINY = kernel_grid(
     description="test grid",
@@ -21,14 +21,6 @@ TINY = kernel_grid(
 N_CELLS = 2 * 2 * 2 + 1
 
 
-def snakemake(workdir, *args, env=None, timeout=600):
-    """Snakemake on the workflow's code copy in workdir/code (see workflow_copy), two cores."""
-    cmd = snakemake_cmd(workdir, "--cores", "2", *args, snakefile=workdir / "code/Snakefile")
-    return subprocess.run(
-        cmd, capture_output=True, text=True, env=tool_env(**(env or {})), timeout=timeout
-    )
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return workflow_copy(tmp_path_factory.mktemp("wf"), config_running({"tiny": TINY}))
@@ -37,17 +29,19 @@ def workdir(tmp_path_factory):
 @pytest.mark.slow
 def test_crash_keep_going_then_rerun_only_the_crashed_cell(workdir):
     crashed = workdir / "results/cells/tiny/kernel/naive/causal/s64-h2x1-d16-float32-fwd.json"
-    p = snakemake(workdir, "--keep-going", env={"ATTNBENCH_CRASH_CELLS": "^naive/causal/s64-"})
+    p = snakemake_on_copy(
+        workdir, "--keep-going", env={"ATTNBENCH_CRASH_CELLS": "^naive/causal/s64-"}
+    )
     assert p.returncode != 0
     records = list((workdir / "results/cells").rglob("*.json"))
     assert len(records) == N_CELLS - 1 and not crashed.exists()  # the others finished
     assert not (workdir / "results/tables/cells.csv").exists()
 
-    plan = planned_jobs(snakemake(workdir, "-n"))
+    plan = planned_jobs(snakemake_on_copy(workdir, "-n"))
     assert plan["kernel_cell"] == 1  # only the crashed cell, and what depends on it
     assert set(plan) == {"kernel_cell", "collect", "tables_tiny", "figures_tiny", "all"}
 
-    p = snakemake(workdir)
+    p = snakemake_on_copy(workdir)
     assert p.returncode == 0, p.stderr[-3000:]
     df = pd.read_csv(workdir / "results/tables/cells.csv")
     assert len(df) == N_CELLS
@@ -64,7 +58,7 @@ def test_crash_keep_going_then_rerun_only_the_crashed_cell(workdir):
         "figures/tiny/tflops_bars_fwd.caption.rst",
     ):
         assert (workdir / "results" / f).stat().st_size > 0
-    assert planned_jobs(snakemake(workdir, "-n")) == {}
+    assert planned_jobs(snakemake_on_copy(workdir, "-n")) == {}
 
 
 def plan_after_edit(workdir, module):
@@ -73,7 +67,7 @@ def plan_after_edit(workdir, module):
     original = code.read_text()
     code.write_text(original + "\n# an edit\n")
     try:
-        return planned_jobs(snakemake(workdir, "-n"))
+        return planned_jobs(snakemake_on_copy(workdir, "-n"))
     finally:
         code.write_text(original)
         os.utime(code, (0, 0))  # older than the outputs again, as before the edit
@@ -117,7 +111,7 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
     for style in ("figures: {dpi: 80}", "figures: {bar_seqlen: 64}"):
         (workdir / "style.yaml").write_text(style + "\n")
         plan = planned_jobs(
-            snakemake(
+            snakemake_on_copy(
                 workdir,
                 "-n",
                 "--configfile",
@@ -127,7 +121,9 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
         )
         assert set(plan) == {"figures_tiny", "all"}, style
     # The named target regenerates figures and tables without running a cell.
-    p = snakemake(workdir, "figures", "tables", "--forcerun", "figures_tiny", "tables_tiny")
+    p = snakemake_on_copy(
+        workdir, "figures", "tables", "--forcerun", "figures_tiny", "tables_tiny"
+    )
     assert p.returncode == 0 and "kernel_cell" not in p.stdout + p.stderr
 
 
@@ -135,7 +131,7 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
 def test_report_has_a_caption_per_figure_and_table_from_the_records(workdir):
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the first test")
-    p = snakemake(workdir, "--report", str(workdir / "report.html"))
+    p = snakemake_on_copy(workdir, "--report", str(workdir / "report.html"))
     assert p.returncode == 0, p.stderr[-3000:]
     html = (workdir / "report.html").read_text()
     df = pd.read_csv(workdir / "results/tables/cells.csv")
@@ -224,7 +220,7 @@ def test_cells_missing_after_a_partial_regenerate_are_still_run(workdir):
             p.stdout + p.stderr
         )
         assert len(pd.read_csv(workdir / "results/tables/cells.csv")) == N_CELLS - 1
-        p = snakemake(workdir, "-n", "--printshellcmds")
+        p = snakemake_on_copy(workdir, "-n", "--printshellcmds")
         assert planned_jobs(p) == {
             "kernel_cell": 1,
             "collect": 1,
@@ -250,7 +246,7 @@ def test_installing_a_missing_library_reruns_exactly_its_cells(workdir, tmp_path
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n")
     env = {"PYTHONPATH": f"{site}:{os.environ.get('PYTHONPATH', '')}"}
-    p = snakemake(workdir, "-n", "--printshellcmds", env=env)
+    p = snakemake_on_copy(workdir, "-n", "--printshellcmds", env=env)
     plan = planned_jobs(p)
     assert plan["kernel_cell"] == 1
     assert "/fa2/causal/" in p.stdout and "/naive/" not in p.stdout.split("rule collect")[0]
@@ -260,7 +256,7 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
     cfg = config_running({"tiny": {**TINY, "kernels": ["naive", "flashy"]}})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     shutil.copytree(workdir / "code", tmp_path / "code")
-    p = snakemake(tmp_path, "-n")
+    p = snakemake_on_copy(tmp_path, "-n")
     assert p.returncode != 0
     assert "grids.tiny.kernels[1]: unknown kernel 'flashy'; valid kernels:" in p.stdout + p.stderr
     # a grid given twice (plain YAML would keep the second silently)
@@ -270,5 +266,5 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
             "\ngrids:\n", "\ngrids:\n  tiny: {kernels: [naive]}\n", 1
         )  # the top-level key
     )
-    p = snakemake(tmp_path, "-n")
+    p = snakemake_on_copy(tmp_path, "-n")
     assert p.returncode != 0 and "key 'tiny' appears twice in one mapping" in p.stdout + p.stderr

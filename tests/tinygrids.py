@@ -4,10 +4,11 @@ them in; and mask parameters for short test sequences."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import yaml
-from commands import REPO
+from commands import REPO, snakemake_cmd, tool_env
 
 # What the tiny grids share: a few heads in float32 on the CPU, one sample, no warm-up, 2 reps.
 SMALL = {
@@ -77,3 +78,11 @@ def mask_params(block: int, window: int, long_doc_range, density=0.4, avg_block=
     blocks = {"window": window, "block": block, "block_size": block}
     sparse = {"density": density, "avg_block": avg_block, "min_block": min_block}
     return {**blocks, **sparse, "long_doc_range": long_doc_range}
+
+
+def snakemake_on_copy(workdir: Path, *args, env=None, timeout=600) -> subprocess.CompletedProcess:
+    """Snakemake on the workflow's code copy in workdir/code (see workflow_copy), two cores."""
+    cmd = snakemake_cmd(workdir, "--cores", "2", *args, snakefile=workdir / "code/Snakefile")
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=tool_env(**(env or {})), timeout=timeout
+    )
