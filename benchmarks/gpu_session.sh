@@ -5,9 +5,9 @@
 # cells without a record). Everything written goes under OUTPUT_DIR, packed into $OUT at the end.
 #   STEPS="verify cp sparse kernels dobench" benchmarks/gpu_session.sh [OUTPUT_DIR]
 # Steps (budgets in seconds, from the environment):
-#   verify   CP correctness matrix with NCCL on 2 GPUs: SDPA local kernels (T_VERIFY), then
-#            FlexAttention on every CP mask (T_VERIFY_FLEX; it compiles per mask), into OUTPUT_DIR/cp_verify;
-#            VERIFY="sdpa" (or "flex") runs only that half
+#   verify   CP correctness matrix with NCCL on 2 GPUs: SDPA local kernels (T_VERIFY), FlashAttention
+#            (fa2, fa3; T_VERIFY), then FlexAttention on every CP mask (T_VERIFY_FLEX; it compiles per
+#            mask), into OUTPUT_DIR/cp_verify; VERIFY="sdpa flash" (any of sdpa, flash, flex) runs those
 #   cp       the h200_cp grid (T_CP)          sparse   the h200_sparse grid (T_SPARSE)
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
@@ -19,7 +19,13 @@ outdir=${1:-results/h200}
 steps=${STEPS:-verify cp sparse kernels dobench}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# A call made right after another on the same machine finds the last call's /tmp/site, and may carry
+# other files (or only the wheels not installed yet) instead of the wheels again.
+if ls .whl/*.whl > /dev/null 2>&1; then
+  timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+elif [ ! -d /tmp/site/snakemake ]; then
+  echo "no wheels carried (.whl) and none installed by an earlier call (/tmp/site)"; exit 1
+fi
 # `python` in the rules is the interpreter that has torch: a wrapper script (a symlink would lose its
 # venv; rm first: writing through a link left by an earlier session would overwrite the interpreter)
 mkdir -p /tmp/bin && rm -f /tmp/bin/python && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
@@ -51,8 +57,9 @@ if has verify && [ "$gpus" -ge 2 ]; then
       --out "$outdir/cp_verify/$name.jsonl" "$@" > "$outdir/cp_verify/$name.log" 2>&1
     log "cp verify $name exit $?: $(grep -E '^world' "$outdir/cp_verify/$name.log")"
   }
-  listed sdpa "${VERIFY:-sdpa flex}" && verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
-  listed flex "${VERIFY:-sdpa flex}" && verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
+  listed sdpa "${VERIFY:-sdpa flash flex}" && verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
+  listed flash "${VERIFY:-sdpa flash flex}" && verify flash "${T_VERIFY:-90}" --kernels fa2 fa3
+  listed flex "${VERIFY:-sdpa flash flex}" && verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
 fi
 if has gputests; then
   log "GPU tests (${T_GPUTESTS:-240} s)"

@@ -9,9 +9,12 @@ import time
 import pytest
 from attnbench.cp.cell import MEMORY_LIMIT_ENV, run_cp_cell
 from attnbench.families import expand_cells, validate
+from attnbench.grid.expand import cell_path
 from attnbench.harness import faults as F
+from attnbench.harness.environment import cpu_model
 from bounded import run_bounded
 from commands import cp_cell_cmd
+from kernel_records import write_kernel_record
 
 GRID = {
     "family": "cp",
@@ -189,3 +192,30 @@ def test_bare_kernel_is_refused_beyond_one_gpu(base):
         Exception, match=r"local \(1 GPU, bare kernel\) runs on at most 1 GPU, not 2"
     ):
         validate(cfg)
+
+
+def test_auto_runs_the_fastest_measured_local_kernel_and_the_record_says_why(base, tmp_path):
+    """Kernel records in the cell's output folder say naive attention (the `math` local kernel's
+    evidence) beats SDPA (cpu_flash's) on this CPU, forward and backward: the auto cell runs math,
+    and its record keeps the grid's setting, the kernel that ran, and the evidence."""
+    cell = spec(base, methods=["local"], gpus=[1], masks=["full"], cp={"timeout_s": 60})
+    assert cell["cp"]["local_kernel"] == "auto"
+    for impl, tflops in (("naive", 2.0), ("sdpa", 1.0)):
+        for d in ("fwd", "bwd"):
+            write_kernel_record(
+                tmp_path, impl, "full", f"s48-h4x2-d16-float32-{d}", tflops, cpu_model()
+            )
+    out = tmp_path / cell_path(cell)
+    p, _ = launch(cell, out)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["status"] == "ok" and r["check_passed"] and r["cell"] == cell
+    k = r["kernel"]
+    assert (k["local_kernel"], k["local_kernel_setting"]) == ("math", "auto")
+    assert k["local_kernel_choice"]["reason"].startswith("fastest measured on ")
+    assert {c["local_kernel"] for c in k["local_kernel_choice"]["candidates"]} == {
+        "cpu_flash",
+        "math",
+        "flex",
+    }
+    assert r["table_extra"]["local_kernel"] == "math" and r["cp"]["local_kernel_setting"] == "auto"

@@ -78,7 +78,7 @@ def test_expansion(base):
     usp4 = next(c for c in cells if c["impl"] == "usp" and c["gpus"] == 4)
     assert usp4["seqlen"] == 128 and usp4["tokens_per_gpu"] == 32
     assert usp4["cp"] == {
-        "local_kernel": "cpu_flash",
+        "local_kernel": "auto",  # the grid names none: each cell chooses when it runs
         "ulysses": 4,
         "ring": 1,
         "windows": 1,
@@ -89,7 +89,68 @@ def test_expansion(base):
         "breakdown": True,
         "timeout_s": 600,
     }
-    assert cell_path(usp4) == "cells/t/cp/usp/causal/s128-h4x2-d16-float32-fwd-g4.json"
+    assert cell_path(usp4) == "cells/t/cp/usp/causal/s128-h4x2-d16-float32-fwd-g4-kauto.json"
+    # cpu_flash (sdpa_flash on GPUs) cells keep the ids they had before the local kernel was named
+    # per cell, so their records stay valid
+    named = expand_cells(validate(with_grid(base, cp={"local_kernel": "cpu_flash"})))
+    assert {cell_path(c).split("-g")[1] for c in named} == {"2.json", "4.json"}
+    assert all(c["cp"]["local_kernel"] == "cpu_flash" for c in named)
+
+
+def test_an_also_entry_names_its_own_local_kernel_and_dkv_dtype(base):
+    """Per product: a local kernel and the dtype dK/dV travel the ring in, both in the cell id;
+    the settings a cell does not use stay out of its spec."""
+    cfg = with_grid(
+        base,
+        methods=["ring_p2p"],
+        gpus=[2],
+        cp={"local_kernel": "cpu_flash"},
+        direction=["bwd"],
+        also=[
+            {"methods": ["ring_p2p"], "cp": {"dkv_comm_dtype": "input"}},
+            {"methods": ["ulysses"], "cp": {"local_kernel": "math"}},
+            {"methods": ["ulysses"], "cp": {"local_kernel": "auto"}},
+        ],
+    )
+    cells = {
+        cell_path(c).rsplit("/", 2)[0].split("/")[-1] + cell_path(c).split("-g2")[1]: c
+        for c in expand_cells(validate(cfg))
+    }
+    assert set(cells) == {
+        "ring_p2p.json",
+        "ring_p2p-dkvinput.json",
+        "ulysses-kmath.json",
+        "ulysses-kauto.json",
+    }
+    assert cells["ring_p2p-dkvinput.json"]["cp"]["dkv_comm_dtype"] == "input"
+    assert "dkv_comm_dtype" not in cells["ring_p2p.json"]["cp"]
+    assert cells["ulysses-kmath.json"]["cp"]["local_kernel"] == "math"
+    msg = problems(base, also=[{"methods": ["usp"], "cp": {"local_kernel": "flashy"}}])
+    assert "grids.t.also[0].cp.local_kernel: unknown local kernel 'flashy'" in msg
+    msg = problems(base, also=[{"methods": ["usp"], "cp": {"placement": "strided"}}])
+    assert "placement" in msg
+
+
+def test_dkv_dtype_applies_to_the_ring_backward_only():
+    deg = catalog.degrees("ring_p2p", 2)
+    args = ("causal", "bwd", "cpu", deg, 4, 2)
+    assert catalog.unsupported_reason("ring_p2p", "cpu_flash", *args, "input") is None
+    why = catalog.unsupported_reason(
+        "ulysses",
+        "cpu_flash",
+        "causal",
+        "bwd",
+        "cpu",
+        catalog.degrees("ulysses", 2),
+        4,
+        2,
+        "input",
+    )
+    assert "sends no dK/dV around a ring" in why
+    why = catalog.unsupported_reason(
+        "ring_p2p", "cpu_flash", "causal", "fwd", "cpu", deg, 4, 2, "input"
+    )
+    assert why == "dkv_comm_dtype input: a forward cell communicates no dK/dV"
 
 
 def test_gpu_grid_nodes(base):
@@ -109,9 +170,9 @@ def test_repo_cp_grids(repo):
     cfg = load_config(repo / "config.yaml")
     assert "smoke_cp" in cfg["run"]
     smoke = expand_cells(cfg, ["smoke_cp"])
-    assert 10 <= len(smoke) <= 25 and {c["impl"] for c in smoke} >= set(catalog.METHODS) - {
-        "torch_cp"
-    }
+    assert 10 <= len(smoke) <= 25 and {c["impl"] for c in smoke} >= set(catalog.METHODS) - set(
+        catalog.TORCH_CP_METHODS
+    )
     assert {c["device"] for c in smoke} == {"cpu"} and max(c["gpus"] for c in smoke) == 4
     paper = expand_cells(cfg, ["paper_cp"])
     assert {c["tokens_per_gpu"] for c in paper} == {8192} and min(c["gpus"] for c in paper) == 8
@@ -192,6 +253,15 @@ def test_torch_cp_needs_an_sdpa_local_kernel():
     )
     why = catalog.unsupported_reason("torch_cp", "flex", "causal", "fwd", "cuda", deg, 8, 2)
     assert "local kernel 'flex'" in why and "valid: sdpa_flash, sdpa_cudnn" in why
+    # SDPA's own choice is a method of its own, with the local kernel left to it
+    assert (
+        catalog.unsupported_reason("torch_cp_auto", "auto", "causal", "fwd", "cuda", deg, 8, 2)
+        is None
+    )
+    why = catalog.unsupported_reason(
+        "torch_cp_auto", "sdpa_flash", "causal", "fwd", "cuda", deg, 8, 2
+    )
+    assert "torch_cp_auto leaves the backend to SDPA" in why
     # SDPA's is_causal is all it can be told: documents are refused (cp.verify once ran them unmasked)
     why = catalog.unsupported_reason(
         "torch_cp", "sdpa_flash", "causal_document", "bwd", "cuda", deg, 8, 2

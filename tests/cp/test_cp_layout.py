@@ -107,12 +107,19 @@ def test_zigzag_balances_causal_work():
     assert max(work) / (sum(work) / 4) < 1.01
 
 
+def test_one_rectangle_reaches_a_library_as_a_view():
+    """A chunk of one rectangle is a slice of the rows (no gather) and `single` (a dense call)."""
+    vl = Chunk(10, 12, [Slice(2, 7, 4, 12, "causal")], True).varlen("cpu")
+    assert vl.q_rows == slice(2, 7) and vl.k_rows == slice(4, 12) and vl.single
+    assert vl.cu_q.tolist() == [0, 5] and vl.cu_k.dtype == torch.int32
+
+
 def test_varlen_form_is_the_chunk():
     """Gathering the rows named by the varlen form and painting its sequences block by block
     gives the chunk's matrix back (what a cu_seqlens kernel computes)."""
     ch = Chunk(10, 12, [Slice(0, 3, 2, 5, "causal"), Slice(6, 9, 7, 12, "causal")], True)
     vl = ch.varlen("cpu")
-    assert vl.q_index.tolist() == [0, 1, 2, 6, 7, 8] and vl.k_index.tolist() == [
+    assert vl.q_rows.tolist() == [0, 1, 2, 6, 7, 8] and vl.k_rows.tolist() == [
         2,
         3,
         4,
@@ -133,11 +140,11 @@ def test_varlen_form_is_the_chunk():
         r = torch.arange(q1 - q0).unsqueeze(1)
         c = torch.arange(k1 - k0).unsqueeze(0)
         packed[q0:q1, k0:k1] = c <= r + (k1 - k0) - (q1 - q0)
-    assert torch.equal(ch.visible()[vl.q_index][:, vl.k_index], packed)
+    assert torch.equal(ch.visible()[vl.q_rows][:, vl.k_rows], packed)
     tiled = Chunk(4, 4, [Slice(0, 2, 0, 3, "full"), Slice(2, 4, 3, 4, "full")], False).varlen(
         "cpu"
     )
-    assert tiled.q_index is None and tiled.k_index is None
+    assert tiled.q_rows is None and tiled.k_rows is None and not tiled.single
 
 
 def test_chunk_rejects_overlapping_queries_and_mixed_kinds():

@@ -132,3 +132,24 @@ def test_mha_and_the_flex_local_kernel(tmp_path):
     ]
     assert all(r["backward"] == (r["local_kernel"] == "cpu_flash") for r in rows)
     assert all(r["bytes_match_analytic"] for r in rows)
+
+
+def test_dkv_sent_in_bf16_halves_the_ring_dkv_bytes_and_stays_within_the_gate(tmp_path):
+    """cp.dkv_comm_dtype input with bfloat16 inputs: dK/dV travel every ring (inner and LoongTrain's
+    outer one) in bf16, summed in float32 on each rank; the ring's dK/dV bytes are then half its KV
+    bytes (KV travels forward and backward, dK/dV once), every case passes the float64 gate, and
+    the methods without a ring say so."""
+    bf16 = ["--dtype", "bfloat16", "--dkv-comm-dtype", "input", "--kernels", "cpu_flash"]
+    cases = ["--methods", "ring_p2p", "usp", "loongtrain", "--masks", "full", "causal_document"]
+    rows = cp_verify(4, tmp_path / "verify.jsonl", *bf16, *cases, timeout=420)
+    ringed = [r for r in rows if r["degrees"]["ring"] > 1]
+    assert ringed and all(r["status"] == "ok" and r["passed"] for r in ringed), ringed
+    assert any(r["degrees"]["windows"] == 2 for r in ringed)  # LoongTrain's outer dK/dV ring too
+    for r in ringed:
+        assert r["bytes_match_analytic"], r["bytes"]
+        assert all(2 * b["by_kind"]["ring_dkv"] == b["by_kind"]["ring_kv"] for b in r["bytes"])
+    rest = [r for r in rows if r["degrees"]["ring"] == 1]
+    assert rest and all(
+        r["status"] == "unsupported" and "sends no dK/dV around a ring" in r["reason"]
+        for r in rest
+    )

@@ -155,3 +155,35 @@ def test_overlap_is_shown_only_where_communication_is_not_negligible():
     assert t.loc["ring_p2p", "overlap"] == "0.75" and t.loc["ulysses", "overlap"] == "(comm 1.0%)"
     assert t.loc["ulysses", "measured / compute-only"] == "1.090"
     assert t.loc["ring_p2p", "time (ms)"] == "105 [104-106]"
+
+
+def test_variants_of_a_method_are_rows_of_their_own_and_meet_the_bare_kernel_that_ran_theirs():
+    """A method run with two dK/dV dtypes (or local-kernel settings) gets one name per variant;
+    its share is against the bare cell that ran the same local kernel."""
+    from attnbench.families.cp.report import with_variants
+
+    def lk(r, ran, setting="auto", dkv="accumulator"):
+        return {**r, "local_kernel": ran, "local_kernel_setting": setting, "dkv_comm_dtype": dkv}
+
+    df = pd.DataFrame(
+        [
+            lk(row("local", 1, 500.0), "sdpa_cudnn"),
+            lk(row("local", 1, 300.0), "sdpa_flash", "sdpa_flash"),
+            lk(row("ring_p2p", 2, 450.0), "sdpa_cudnn"),
+            lk(row("ring_p2p", 2, 480.0), "sdpa_cudnn", dkv="input"),
+            lk(row("ulysses", 2, 270.0), "sdpa_flash", "sdpa_flash"),
+        ]
+    )
+    named = with_variants(df)
+    assert list(named["impl"]) == [
+        "local",
+        "local",
+        "ring_p2p [dkv accumulator]",
+        "ring_p2p [dkv input]",
+        "ulysses",
+    ]
+    t = vs_single_gpu_table(named).reset_index().set_index("method")
+    assert t.loc["ring_p2p [dkv input]", "share of 1 GPU"] == "96%"  # against cuDNN's 500
+    assert t.loc["ring_p2p [dkv input]", "local kernel"] == "sdpa_cudnn (auto)"
+    assert t.loc["ulysses", "share of 1 GPU"] == "90%"  # against sdpa_flash's 300
+    assert t.loc["ulysses", "1 GPU, bare kernel: local kernel"] == "sdpa_flash"

@@ -64,8 +64,33 @@ def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None)
     say_outcome(record, out)
 
 
+def cell_in_worker(spec: dict, a) -> None:
+    """--worker-idle-s: claim the GPU, then let the GPU's warm worker measure (attnbench.worker)."""
+    from . import STARTED, launch
+    from .worker import FAULT_ENVS, run_in_worker
+
+    gpu = "cpu"
+    if spec["device"] == "cuda":
+        gpu = ",".join(launch.claim_from_environment()) or os.environ.get(
+            "CUDA_VISIBLE_DEVICES", ""
+        )
+    request = {
+        "spec": spec,
+        "peak": a.peak,
+        "out": a.out,
+        "client_started": STARTED,
+        "gpu_wait_s": launch.CLAIM_WAIT_S,
+        "env": {k: os.environ[k] for k in FAULT_ENVS if k in os.environ},
+    }
+    answer = run_in_worker(request, gpu, a.threads or 0, a.worker_idle_s)
+    if "error" in answer:
+        sys.exit(f"the cell failed in the worker:\n{answer['error']}")
+    print(answer["output"], end="")
+    say_outcome(answer, a.out)
+
+
 def cmd_cell(a):
-    from .families.kernel.cell import run_cell
+    from .families.kernel.cell import ends_without_gpu, run_cell
     from .record.record import write_record
 
     if a.timed_out_after is not None:
@@ -75,7 +100,11 @@ def cmd_cell(a):
 
         torch.set_num_threads(a.threads)
     spec = json.loads(a.spec)
-    claim_gpu_after_start(spec["device"], spec.get("kernel_class", spec["impl"]))
+    measures = not ends_without_gpu(spec)
+    if measures and a.worker_idle_s:
+        return cell_in_worker(spec, a)
+    if measures:
+        claim_gpu_after_start(spec["device"], spec.get("kernel_class", spec["impl"]))
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cell(spec, peak)
     write_record(record, a.out)
@@ -392,6 +421,13 @@ def main(argv=None):
     c.add_argument("--out", required=True)
     c.add_argument("--threads", type=int, help="CPU threads for torch (Snakemake's threads)")
     c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
+    c.add_argument(
+        "--worker-idle-s",
+        type=float,
+        default=0,
+        help="measure in this GPU's warm worker process, which ends after this many idle "
+        "seconds (attnbench.worker); 0: in this process",
+    )
     c.set_defaults(fn=cmd_cell)
     c = sub.add_parser(
         "cp-cell", help="one rank of a context-parallel cell (under attnbench.launch / torchrun)"

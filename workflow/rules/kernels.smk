@@ -43,6 +43,8 @@ rule kernel_cell:
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
         # the time budget: a resource, not a param, so that changing it reruns no finished cell
         cell_timeout_s=lambda wc: cell_timeout_s(GRIDS[wc.grid]),
+        # a warm process per GPU measures the cells (attnbench.worker); a resource, as above
+        worker_idle_s=lambda wc: GRIDS[wc.grid]["worker_idle_s"],
     params:
         spec=lambda wc: json.dumps(cell_of(wc), sort_keys=True),
         # The library's version: installing a missing library changes it, so Snakemake's
@@ -52,4 +54,4 @@ rule kernel_cell:
         "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import"
         " --time-limit-s {resources.cell_timeout_s} --"
         " python -m attnbench cell --spec {params.spec:q} --peak {input.peak} --threads {threads}"
-        " --out {output} > {log} 2>&1"
+        " --worker-idle-s {resources.worker_idle_s} --out {output} > {log} 2>&1"

@@ -33,9 +33,10 @@ class RankContext:
     comm: Comm
     guard: Guard
     kernel: object  # LocalKernel (None for torch_cp, which runs SDPA itself)
-    kernel_name: str | None = (
-        None  # torch_cp: the SDPA backend to pin (sdpa_flash, sdpa_cudnn, sdpa_efficient)
-    )
+    # torch_cp: the SDPA backend to pin (sdpa_flash, sdpa_cudnn); torch_cp_auto: auto
+    kernel_name: str | None = None
+    # the dtype dK/dV travel the ring in (catalog.DKV_COMM_DTYPES): accumulator or input
+    dkv_comm_dtype: str = "accumulator"
 
 
 class CPMethod:
@@ -97,6 +98,11 @@ class CPMethod:
     @property
     def elem(self) -> int:
         return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def dkv_dtype(self):
+        """The dtype dK/dV accumulators travel the ring in; every rank sums in self.acc."""
+        return self.dtype if self.rc.dkv_comm_dtype == "input" else self.acc
 
 
 class ScheduledMethod(CPMethod):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..kernels.catalog import FLASH_ATTN_2, first_missing, first_version, lookup
+from ..kernels.catalog import FLASH_ATTN_2, FLASH_ATTN_3, first_missing, first_version, lookup
 from ..masks import CP_MASKS
 
 PLACEMENTS = ("contiguous", "strided")
@@ -36,6 +36,20 @@ class MethodInfo(CPImplementation):
         ""  # how every figure draws it (its order in legends and tables: its place in METHODS)
     )
     marker: str = ""
+
+
+def _torch_cp(name, how, colour, marker, **kw) -> MethodInfo:
+    """PyTorch's own context parallelism: one class (torch_cp.py), SDPA pinned or left to choose."""
+    return MethodInfo(
+        name,
+        f"torch.distributed.tensor.experimental.context_parallel (SDPA), {how}",
+        "torch_cp:TorchCP",
+        ("cuda",),
+        masks=("full", "causal"),
+        colour=colour,
+        marker=marker,
+        **kw,
+    )
 
 
 # The 1-GPU baseline of `cp_vs_single_gpu`: the local kernel alone, not a CP method.
@@ -96,25 +110,38 @@ METHODS = {
             colour="#984ea3",
             marker="v",
         ),
-        MethodInfo(
-            "torch_cp",
-            "torch.distributed.tensor.experimental.context_parallel (SDPA)",
-            "torch_cp:TorchCP",
-            ("cuda",),
-            masks=("full", "causal"),
-            colour="#a65628",
-            marker="P",
+        _torch_cp("torch_cp", "pinned to the backend the local kernel names", "#a65628", "P"),
+        _torch_cp(
+            "torch_cp_auto",
+            "SDPA's own backend choice (PyTorch at its best)",
+            "#f781bf",
+            "h",
+            label="torch_cp, SDPA's choice",
         ),
     )
 }
+# Methods that run SDPA themselves: no local kernel of ours.
+TORCH_CP_METHODS = ("torch_cp", "torch_cp_auto")
+# Methods whose backward sends dK/dV around a ring (the ones cp.dkv_comm_dtype applies to).
+RING_DKV_METHODS = ("ring_p2p", "usp", "loongtrain")
 
 
 @dataclass(frozen=True)
 class LocalKernelInfo(CPImplementation):
     directions: dict  # device -> directions
     masks: tuple = CP_MASKS
-    modules: tuple = ()
+    masks_note: str = ""  # why the masks outside `masks` are refused
+    modules: tuple = ()  # Python modules it needs ("a|b": a, else b)
+    bwd_modules: tuple = ()  # further modules its backward needs
     dists: tuple = ("torch",)  # distributions whose versions identify it
+    bwd_dists: tuple = ()  # ... and its backward's, where that is another library
+    # auto's evidence: per direction, the kernel-family records ("impl|other impl", direction)
+    # that time the same library calls; their costs add up (flex's backward recomputes a forward)
+    evidence: dict = field(default_factory=dict)
+
+
+def _evidence(fwd, bwd) -> dict:
+    return {"fwd": tuple(fwd), "bwd": tuple(bwd)}
 
 
 _ALL = ("fwd", "bwd", "fwdbwd")
@@ -134,44 +161,79 @@ LOCAL_KERNELS = {
             "explicit softmax(q k^T) v and its backward, float32 (float64 for float64 inputs)",
             "kernels:MathKernel",
             {"cpu": _ALL, "cuda": _ALL},
+            evidence=_evidence([("naive", "fwd")], [("naive", "bwd")]),
         ),
         _local(
             "cpu_flash",
             "aten._scaled_dot_product_flash_attention_for_cpu (+ _backward)",
             "kernels:CpuFlash",
             {"cpu": _ALL},
+            evidence=_evidence([("sdpa", "fwd")], [("sdpa", "bwd")]),
         ),
         _local(
             "sdpa_flash",
             "aten._flash_attention_forward/_backward with cu_seqlens (varlen)",
-            "kernels:SdpaFlashVarlen",
+            "gpu_kernels:SdpaFlash",
+            evidence=_evidence([("sdpa_flash|varlen", "fwd")], [("sdpa_flash|varlen", "bwd")]),
         ),
         _local(
             "sdpa_cudnn",
-            "aten._scaled_dot_product_cudnn_attention (+ _backward), one rectangle per call",
-            "kernels:SdpaCudnn",
+            "aten._scaled_dot_product_cudnn_attention (+ _backward) with the LSE, native GQA, "
+            "one dense call per rectangle",
+            "gpu_kernels:SdpaCudnn",
             masks=("full", "causal"),
+            masks_note="it makes one dense cuDNN call per rectangle, so documents would be one "
+            "call each (cuDNN's ragged entry point ran tens of times slower than the varlen "
+            "kernels on an H200); fa2, fa3, sdpa_flash and flex run documents in one varlen call",
+            evidence=_evidence([("sdpa_cudnn", "fwd")], [("sdpa_cudnn", "bwd")]),
         ),
         _local(
             "flex",
             "FlexAttention with return_lse; backward by recomputation with the LSE gradient",
             "kernels:Flex",
             {"cpu": ("fwd",), "cuda": _ALL},
+            evidence=_evidence([("flex", "fwd")], [("flex", "fwd"), ("flex", "bwd")]),
         ),
-        _local("fa2", "flash_attn varlen (FlashAttention-2)", "kernels:FA2Varlen", **FLASH_ATTN_2),
+        _local(
+            "fa2",
+            "FlashAttention-2: flash_attn_interface._flash_attn_forward/_backward (one rectangle) "
+            "and their varlen forms (documents)",
+            "gpu_kernels:FA2",
+            **FLASH_ATTN_2,
+            evidence=_evidence([("fa2", "fwd")], [("fa2", "bwd")]),
+        ),
         _local(
             "fa3",
-            "flash_attn_interface varlen (FlashAttention-3, Hopper)",
-            "kernels:FA3Varlen",
-            modules=("flash_attn_interface",),
-            dists=("flash-attn-3", "flash_attn_3"),
+            "FlashAttention-3 forward (flash_attn_interface, else PyPI fa3-fwd's "
+            "fa3_fwd_interface) with the LSE; backward: FlashAttention-2's, given FA3's out and LSE",
+            "gpu_kernels:FA3",
+            **FLASH_ATTN_3,
+            bwd_modules=FLASH_ATTN_2["modules"],
+            bwd_dists=FLASH_ATTN_2["dists"],
+            evidence=_evidence([("fa3", "fwd")], [("fa2", "bwd")]),
         ),
     )
 }
-DEFAULT_LOCAL_KERNEL = {"cpu": "cpu_flash", "cuda": "sdpa_flash"}
+# `auto`: the fastest local kernel measured on the device (cp/choose.py); with no records, the first
+# of these that can run the cell. The order is what the H200 sweep measured (README): FA3's forward,
+# then cuDNN (the fastest backward on full and causal), FA2, PyTorch's FA2 code, FlexAttention
+# (which compiles per chunk shape and recomputes a forward in its backward), the explicit math.
+AUTO = "auto"
+AUTO_ORDER = {
+    ("cuda", "fwd"): ("fa3", "sdpa_cudnn", "fa2", "sdpa_flash", "flex", "math"),
+    ("cuda", "bwd"): ("sdpa_cudnn", "fa2", "fa3", "sdpa_flash", "flex", "math"),
+    ("cpu", "fwd"): ("cpu_flash", "math", "flex"),
+    ("cpu", "bwd"): ("cpu_flash", "math", "flex"),
+}
 # torch_cp runs SDPA itself; the cell's local kernel names the backend it is pinned to, so that it
-# is compared with our methods over the same kernel (left to itself, SDPA picks cuDNN on an H200)
+# is compared with our methods over the same kernel (`auto`: FLASH, the pinned comparison it always
+# was); torch_cp_auto leaves the choice to SDPA (on an H200 it picks cuDNN).
 TORCH_CP_BACKENDS = ("sdpa_flash", "sdpa_cudnn")
+TORCH_CP_PINNED_DEFAULT = "sdpa_flash"
+# cp.dkv_comm_dtype: the dtype dK/dV travel the ring in (accumulator: float32, float64 for float64
+# inputs; input: the inputs' dtype, bfloat16 on GPUs); every rank still sums in the accumulator.
+# (Which of these settings a cell id carries: grid.expand.cp_suffix.)
+DKV_COMM_DTYPES = ("accumulator", "input")
 
 
 def method(name: str) -> MethodInfo:
@@ -184,16 +246,22 @@ def method_label(name: str) -> str:
 
 
 def local_kernel(name: str) -> LocalKernelInfo:
-    return lookup(LOCAL_KERNELS, name, "local kernel", also=("auto",))
+    return lookup(LOCAL_KERNELS, name, "local kernel", also=(AUTO,))
 
 
 def library_version(kernel_name: str) -> str:
-    """The local kernel's library and version (first distribution found), or 'missing'. No import."""
-    return first_version(local_kernel(kernel_name).dists)
+    """The local kernel's library and version (first distribution found), or 'missing'; for
+    `auto`, every local kernel's (any may be chosen). No import."""
+    if kernel_name == AUTO:
+        return "; ".join(f"{k}: {library_version(k)}" for k in LOCAL_KERNELS)
+    k = local_kernel(kernel_name)
+    version = first_version(k.dists)
+    return f"{version} + {first_version(k.bwd_dists)} (backward)" if k.bwd_dists else version
 
 
-def resolve_local_kernel(name: str, device: str) -> str:
-    return DEFAULT_LOCAL_KERNEL[device] if name == "auto" else name
+def uses_local_kernel(method_name: str) -> bool:
+    """Whether the method runs our local kernel (torch's context_parallel runs SDPA itself)."""
+    return method_name not in TORCH_CP_METHODS
 
 
 # ---------------------------------------------------------------- degrees
@@ -255,7 +323,7 @@ def degrees(
         raise ValueError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
     if name == "ulysses":
         return Degrees(gpus, 1, 1, placement)
-    if name in ("ring_p2p", "ring_allgather", "torch_cp", BARE_KERNEL):
+    if name in ("ring_p2p", "ring_allgather", BARE_KERNEL, *TORCH_CP_METHODS):
         return Degrees(1, gpus, 1, placement)
     u = min(gpus, gpus_per_node) if ulysses_degree == "auto" else int(ulysses_degree)
     if u < 1 or gpus % u:
@@ -292,17 +360,27 @@ def kv_replication(ulysses: int, heads_kv: int) -> int:
     return ulysses // heads_kv if ulysses > heads_kv else 1
 
 
-def unavailable_reason(method_name: str, kernel_name: str, device: str) -> str | None:
+def unavailable_reason(
+    method_name: str, kernel_name: str, device: str, direction: str = "fwd"
+) -> str | None:
     """Why the method or its local kernel cannot run on this machine at all (device, library)."""
-    m, k = method(method_name), local_kernel(kernel_name)
+    m = method(method_name)
     if device not in m.devices:
         return f"{m.name} runs only on {', '.join(m.devices)}, not on {device}"
-    if m.name != "torch_cp":
-        if device not in k.devices:
-            return f"local kernel {k.name} runs only on {', '.join(k.devices)}, not on {device}"
-        missing = first_missing(k.modules)
-        if missing:
-            return f"local kernel {k.name} needs the Python module {missing!r}, which is not installed"
+    if not uses_local_kernel(m.name):
+        return None
+    k = local_kernel(kernel_name)
+    if device not in k.devices:
+        return f"local kernel {k.name} runs only on {', '.join(k.devices)}, not on {device}"
+    missing = first_missing(k.modules)
+    if missing:
+        return f"local kernel {k.name} needs the Python module {missing!r}, which is not installed"
+    missing = first_missing(k.bwd_modules) if direction != "fwd" else None
+    if missing:
+        return (
+            f"local kernel {k.name}'s backward needs the Python module {missing!r}, which is not "
+            f"installed ({k.summary})"
+        )
     return None
 
 
@@ -315,6 +393,49 @@ def mask_reason(m: MethodInfo, mask: str) -> str | None:
     )
 
 
+def kernel_reason(kernel_name: str, mask: str, direction: str, device: str) -> str | None:
+    """Why our local kernel cannot run this mask or direction, or None."""
+    k = local_kernel(kernel_name)
+    if mask not in k.masks:
+        note = f": {k.masks_note}" if k.masks_note else ""
+        return f"local kernel {k.name} cannot express the {mask} mask (it runs: {', '.join(k.masks)}){note}"
+    dirs = k.directions.get(device, ())
+    if direction not in dirs:
+        return f"local kernel {k.name} has no {direction} on {device} (it runs: {', '.join(dirs) or 'nothing'})"
+    return None
+
+
+def torch_cp_reason(method_name: str, kernel_name: str) -> str | None:
+    """Why torch's context_parallel cannot run under this local-kernel setting, or None."""
+    if method_name == "torch_cp" and kernel_name not in TORCH_CP_BACKENDS:
+        return (
+            f"torch_cp runs SDPA under one pinned backend; local kernel {kernel_name!r} is none "
+            f"(valid: {', '.join(TORCH_CP_BACKENDS)}; SDPA's own choice is torch_cp_auto)"
+        )
+    if method_name == "torch_cp_auto" and kernel_name != AUTO:
+        return (
+            f"torch_cp_auto leaves the backend to SDPA; its local kernel must be {AUTO}, not "
+            f"{kernel_name!r} (torch_cp pins one)"
+        )
+    return None
+
+
+def dkv_reason(method_name: str, dkv_comm_dtype: str, direction: str, deg: Degrees) -> str | None:
+    """Why cp.dkv_comm_dtype cannot apply to this cell, or None."""
+    if dkv_comm_dtype not in DKV_COMM_DTYPES:
+        return f"unknown dkv_comm_dtype {dkv_comm_dtype!r}; valid: {', '.join(DKV_COMM_DTYPES)}"
+    if dkv_comm_dtype == DKV_COMM_DTYPES[0]:
+        return None
+    if method_name not in RING_DKV_METHODS or deg.ring < 2:
+        return (
+            f"dkv_comm_dtype {dkv_comm_dtype}: {method_name} at ring degree {deg.ring} sends no dK/dV "
+            f"around a ring (it applies to {', '.join(RING_DKV_METHODS)} at ring degree >= 2)"
+        )
+    if direction == "fwd":
+        return f"dkv_comm_dtype {dkv_comm_dtype}: a forward cell communicates no dK/dV"
+    return None
+
+
 def unsupported_reason(
     method_name: str,
     kernel_name: str,
@@ -324,23 +445,23 @@ def unsupported_reason(
     deg: Degrees,
     heads_q: int,
     heads_kv: int,
+    dkv_comm_dtype: str = DKV_COMM_DTYPES[0],
 ) -> str | None:
     """Why the method cannot run this configuration natively, or None. Static facts only."""
     m = method(method_name)
     if why := mask_reason(m, mask):
         return why
-    if m.name == "torch_cp" and kernel_name not in TORCH_CP_BACKENDS:
-        return (
-            f"torch_cp runs SDPA under one pinned backend; local kernel {kernel_name!r} is none "
-            f"(valid: {', '.join(TORCH_CP_BACKENDS)})"
-        )
-    if m.name != "torch_cp":
-        k = local_kernel(kernel_name)
-        if mask not in k.masks:
-            return f"local kernel {k.name} cannot express the {mask} mask (it runs: {', '.join(k.masks)})"
-        dirs = k.directions.get(device, ())
-        if direction not in dirs:
-            return f"local kernel {k.name} has no {direction} on {device} (it runs: {', '.join(dirs) or 'nothing'})"
+    if why := torch_cp_reason(m.name, kernel_name):
+        return why
+    # (auto: the cell chooses among the kernels that can run it, cp/choose.py)
+    if (
+        uses_local_kernel(m.name)
+        and kernel_name != AUTO
+        and (why := kernel_reason(kernel_name, mask, direction, device))
+    ):
+        return why
+    if why := dkv_reason(m.name, dkv_comm_dtype, direction, deg):
+        return why
     if heads_q % heads_kv:
         return f"{heads_q} query heads are not a multiple of {heads_kv} KV heads"
     if deg.ulysses > 1:

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from .. import status as S
+from ..grid.expand import output_root
 from ..harness.faults import crash_if_asked, hang_if_asked
 from ..harness.inputs import check_mask_rng, input_seed, local_inputs, mask_rng, torch_dtype
 from ..harness.measure import peak_memory, quantiles, sample_timings, synchronize, time_ms
@@ -36,6 +37,7 @@ from ..harness.samples import (
 from ..record.record import base_record, environment, now, summarise, write_record
 from . import catalog, run
 from .base import load
+from .choose import choose_local_kernel
 
 MEMORY_LIMIT_ENV = "ATTNBENCH_CP_MEMORY_LIMIT"
 
@@ -55,21 +57,27 @@ def limit_memory_if_asked(rank: int):
     resource.setrlimit(resource.RLIMIT_AS, (vm + int(extra), resource.RLIM_INFINITY))
 
 
-def implementation(spec) -> dict:
+def implementation(spec, choice: dict | None = None) -> dict:
+    """What ran: the method and the local kernel (`choice`: choose.choose_local_kernel's; without
+    it, the kernel the grid named, e.g. for a cell stopped before it chose)."""
     info = catalog.method(spec["impl"])
-    kern = spec["cp"]["local_kernel"]
-    return {
+    choice = choice or {"setting": spec["cp"]["local_kernel"], "local_kernel": None}
+    kern = choice["local_kernel"] or choice["setting"]
+    known = kern in catalog.LOCAL_KERNELS and catalog.uses_local_kernel(info.name)
+    out = {
         "name": info.name,
         "family": "cp",
         "summary": info.summary,
         "local_kernel": kern,
-        "local_kernel_summary": catalog.local_kernel(kern).summary
-        if kern in catalog.LOCAL_KERNELS
-        else None,
+        "local_kernel_setting": choice["setting"],
+        "local_kernel_summary": catalog.local_kernel(kern).summary if known else None,
         "library_version": catalog.library_version(kern)
-        if kern in catalog.LOCAL_KERNELS
+        if known
         else f"torch {torch.__version__}",
     }
+    if "reason" in choice:
+        out["local_kernel_choice"] = {k: v for k, v in choice.items() if k != "setting"}
+    return out
 
 
 def degrees_of(spec) -> catalog.Degrees:
@@ -77,23 +85,49 @@ def degrees_of(spec) -> catalog.Degrees:
     return catalog.Degrees(c["ulysses"], c["ring"], c["windows"], c["placement"])
 
 
-def static_outcome(spec):
-    """(status, reason) known before anything runs (the same on every rank), or (None, None)."""
-    c = spec["cp"]
-    reason = catalog.unavailable_reason(spec["impl"], c["local_kernel"], spec["device"])
+def dkv_comm_dtype(spec) -> str:
+    return spec["cp"].get("dkv_comm_dtype", catalog.DKV_COMM_DTYPES[0])
+
+
+def device_name(device: str) -> str:
+    """The device's name as records carry it (environment.device_name): auto's evidence must match."""
+    if device == "cuda":
+        return torch.cuda.get_device_name(int(os.environ.get("LOCAL_RANK", 0)))
+    from ..harness.environment import cpu_model
+
+    return cpu_model()
+
+
+def choose(spec, out_path) -> dict:
+    """The local kernel this cell runs (choose.choose_local_kernel), from the records under the
+    output folder the cell's record goes to."""
+    name = None
+    if spec["cp"]["local_kernel"] == catalog.AUTO and catalog.uses_local_kernel(spec["impl"]):
+        if spec["device"] != "cuda" or torch.cuda.is_available():
+            name = device_name(spec["device"])
+    return choose_local_kernel(spec, output_root(out_path, spec), name)
+
+
+def static_outcome(spec, kernel):
+    """(status, reason) known before anything runs (the same on every rank), or (None, None).
+    `kernel`: the local kernel the cell runs (None: auto found none that can)."""
+    if kernel is None:
+        return S.UNSUPPORTED, "no local kernel can run this cell (local_kernel_choice says why)"
+    reason = catalog.unavailable_reason(spec["impl"], kernel, spec["device"], spec["direction"])
     if reason:
         return S.UNAVAILABLE, reason
     if spec["device"] == "cuda" and not torch.cuda.is_available():
         return S.UNAVAILABLE, "no CUDA device is visible"
     reason = catalog.unsupported_reason(
         spec["impl"],
-        c["local_kernel"],
+        kernel,
         spec["mask"],
         spec["direction"],
         spec["device"],
         degrees_of(spec),
         spec["heads_q"],
         spec["heads_kv"],
+        dkv_comm_dtype(spec),
     )
     if reason:
         return S.UNSUPPORTED, reason
@@ -171,7 +205,7 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
     max_times = _max_over_ranks(times, device)
 
     split = {}
-    if spec["cp"]["breakdown"] and session.world > 1 and spec["impl"] != "torch_cp":
+    if spec["cp"]["breakdown"] and session.world > 1 and catalog.uses_local_kernel(spec["impl"]):
         rc.comm.enabled = False  # compute-only: the same schedule, no transfer
         t_compute = time_ms(call, 1, spec["reps"], device, before=before)
         rc.comm.enabled = True
@@ -270,7 +304,7 @@ def check_sample(session, spec, index, histograms) -> dict:
     c = spec["check"]
     s, too_long = min(spec["seqlen"], c["max_seqlen"]), []
     while True:
-        if spec["impl"] == "torch_cp":
+        if not catalog.uses_local_kernel(spec["impl"]):  # torch's context_parallel pads nothing
             s -= s % (2 * spec["gpus"])
         if s < 1:
             raise CheckOutOfMemory(
@@ -290,6 +324,7 @@ def check_sample(session, spec, index, histograms) -> dict:
             torch_dtype(spec["dtype"]),
             spec["direction"] != "fwd",
             c["tolerance_factor"],
+            dkv_comm_dtype(spec),
         )
         if verdict["status"] != run.CHECK_OOM:
             break
@@ -319,7 +354,8 @@ def measure(record, session, spec, peak):
         spec["cp"]["local_kernel"],
         torch_dtype(spec["dtype"]),
         spec["head_dim"],
-        load_kernel_too=spec["impl"] != "torch_cp",
+        load_kernel_too=catalog.uses_local_kernel(spec["impl"]),
+        dkv_comm_dtype=dkv_comm_dtype(spec),
     )
     limit_memory_if_asked(session.rank)  # after the groups (and their threads) exist
     rng = mask_rng(record["data_seed"])
@@ -340,8 +376,10 @@ def measure(record, session, spec, peak):
 
 
 def cp_summary(record, spec):
-    """Cell-level CP facts (medians over samples), and the tidy-table columns."""
+    """Cell-level CP facts (medians over samples), and the tidy-table columns. The local kernel
+    is the one that ran (record["kernel"]), its setting the grid's (auto or a name)."""
     samples = record["samples"]
+    ran = record["kernel"].get("local_kernel")
 
     def med(key):
         values = [s.get(key) for s in samples]
@@ -355,7 +393,9 @@ def cp_summary(record, spec):
             "windows": c["windows"],
             "placement": c["placement"],
         },
-        "local_kernel": c["local_kernel"],
+        "local_kernel": ran,
+        "local_kernel_setting": c["local_kernel"],
+        "dkv_comm_dtype": dkv_comm_dtype(spec),
         "nodes": c["nodes"],
         "nproc_per_node": c["nproc_per_node"],
     }
@@ -377,7 +417,9 @@ def cp_summary(record, spec):
     record["cp"] = out
     record["table_extra"] = {
         "method": spec["impl"],
-        "local_kernel": c["local_kernel"],
+        "local_kernel": ran,
+        "local_kernel_setting": c["local_kernel"],
+        "dkv_comm_dtype": dkv_comm_dtype(spec),
         "ulysses_degree": c["ulysses"],
         "ring_degree": c["ring"],
         "windows": c["windows"],
@@ -405,8 +447,9 @@ def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
     crash_if_asked(spec)
     t0 = time.perf_counter()
     rank = int(os.environ.get("RANK", 0))
-    record = base_record(spec, implementation(spec))
-    status, reason = static_outcome(spec)
+    choice = choose(spec, out_path)
+    record = base_record(spec, implementation(spec, choice))
+    status, reason = static_outcome(spec, choice["local_kernel"])
     session = None
     if status is None:
         device = run.init(spec["device"], spec["cp"]["timeout_s"])
@@ -414,7 +457,9 @@ def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
         hang_if_asked(
             spec, keep_alive=dist.barrier
         )  # a hang inside the process group, collectives running
-        status, reason = measure(record, session, spec, peak)
+        # what runs: the chosen local kernel (the record's cell keeps the grid's setting)
+        chosen = {**spec, "cp": {**spec["cp"], "local_kernel": choice["local_kernel"]}}
+        status, reason = measure(record, session, chosen, peak)
     record["status"], record["status_reason"] = status, reason
     if status in S.TIMED:
         summarise(record, peak, gpus=spec["gpus"])

@@ -25,15 +25,18 @@ from .layout import ShardLayout
 
 @dataclass(frozen=True)
 class Varlen:
-    """cu_seqlens form of a chunk; q_index / k_index are None when its rectangles tile the
-    rows in order (no gather needed), else the rows to gather (and scatter back)."""
+    """cu_seqlens form of a chunk. q_rows / k_rows say which local rows its rectangles use, in
+    order: None (all of them, no copy), a slice (one rectangle: a view, no copy) or an index
+    tensor (rows to gather, and to scatter results back to). `single`: one rectangle, so a
+    library's dense (batch 1) form can run it."""
 
-    q_index: object
-    k_index: object
+    q_rows: object
+    k_rows: object
     cu_q: object
     cu_k: object
     max_q: int
     max_k: int
+    single: bool
 
 
 class Chunk:
@@ -107,7 +110,10 @@ class Chunk:
 
         segs = sorted(self.segments, key=lambda s: s.q0)
 
-        def index(ranges, total):
+        def rows(ranges, total):
+            if len(ranges) == 1:
+                a, b = ranges[0]
+                return None if (a, b) == (0, total) else slice(a, b)
             pos, tiles = 0, True
             for a, b in ranges:
                 tiles &= a == pos
@@ -127,12 +133,13 @@ class Chunk:
             )
 
         return Varlen(
-            index([(s.q0, s.q1) for s in segs], self.ql),
-            index([(s.k0, s.k1) for s in segs], self.kl),
+            rows([(s.q0, s.q1) for s in segs], self.ql),
+            rows([(s.k0, s.k1) for s in segs], self.kl),
             cu(lq),
             cu(lk),
             max(lq),
             max(lk),
+            len(segs) == 1,
         )
 
 

@@ -163,6 +163,7 @@ class Hybrid(ScheduledMethod):
             self.elem,
             self.acc_elem,
             direction,
+            torch.empty((), dtype=self.dkv_dtype).element_size(),
         )
 
     @property
@@ -188,6 +189,7 @@ class Hybrid(ScheduledMethod):
     def describe(self) -> dict:
         return {
             "layout": self.layout.to_json(),
+            "dkv_comm_dtype": str(self.dkv_dtype).removeprefix("torch."),
             "kv_replication": self.rep,
             "heads_q_local": self.hq_l,
             "heads_kv_local": self.hkv_l,

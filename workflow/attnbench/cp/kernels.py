@@ -7,22 +7,24 @@ takes the FINAL output and LSE of these query rows (merged over every chunk they
 this chunk's share of (dq, dk, dv): with P = exp(s - lse) for the final lse, the shares of all
 chunks sum to the true gradients. That is what lets the ring methods run backward step by step.
 
-CPU: `math` (explicit, float32/float64) and `cpu_flash` (aten's CPU flash kernel with a dense
-mask, real logsumexp). GPU: `sdpa_flash` (aten flash varlen with cu_seqlens), `sdpa_cudnn`
-(aten cuDNN, one rectangle per call), `flex` (FlexAttention, return_lse), `fa2` / `fa3`
-(flash_attn / flash_attn_interface varlen, where installed).
+Here: the protocol, the two ways a chunk reaches a library (PackedKernel: one call over the
+rectangles' rows, dense for one rectangle, varlen with cu_seqlens for several; RectangleKernel:
+one call per rectangle, merged by LSE), the CPU kernels `math` (explicit, float32/float64) and
+`cpu_flash` (aten's CPU flash kernel with a dense mask, real logsumexp), and FlexAttention (`flex`,
+return_lse, backward by recomputation). The GPU libraries' adapters are in gpu_kernels.py. Each
+library's LSE convention is converted at its adapter; what a local kernel returns and consumes is
+always the [Hq, ql] natural-log form above.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-import inspect
 import math
 
 import torch
 
-from ..kernels.base import bhsd_view, from_thd, to_thd
+from ..kernels.base import bhsd_view, to_thd
 from ..masks.ranges import Slice
 from ..status import Unsupported
 from .catalog import LocalKernelInfo
@@ -165,212 +167,88 @@ class CpuFlash(LocalKernel):
         return to_thd(dq, "bhsd"), to_thd(dk, "bhsd"), to_thd(dv, "bhsd")
 
 
-# ---------------------------------------------------------------- GPU kernels (varlen)
+# ---------------------------------------------------------------- how a chunk reaches a library
 
 
-class VarlenKernel(LocalKernel):
-    """Gathers the chunk's rows when its rectangles leave gaps, runs a cu_seqlens kernel, and
-    scatters the results back (key ranges are disjoint, so index_copy is exact)."""
+def take(x, rows, dim=0):
+    """The rows of x a call uses (Varlen.q_rows / k_rows): all, a slice (a view) or gathered."""
+    if rows is None:
+        return x
+    if isinstance(rows, slice):
+        return x.narrow(dim, rows.start, rows.stop - rows.start)
+    return x.index_select(dim, rows)
 
-    def _pack(self, chunk, q, k, v):
-        vl = chunk.varlen(q.device)
-        qg = q if vl.q_index is None else q.index_select(0, vl.q_index)
-        kg = k if vl.k_index is None else k.index_select(0, vl.k_index)
-        vg = v if vl.k_index is None else v.index_select(0, vl.k_index)
-        return vl, qg.contiguous(), kg.contiguous(), vg.contiguous()
+
+def place(part, rows, total: int, fill, dim=0):
+    """The inverse of take: part's rows at `rows` of a tensor of `total` rows, the rest `fill`."""
+    if rows is None:
+        return part
+    shape = list(part.shape)
+    shape[dim] = total
+    out = torch.full(shape, fill, dtype=part.dtype, device=part.device)
+    if isinstance(rows, slice):
+        out.narrow(dim, rows.start, rows.stop - rows.start).copy_(part)
+    else:
+        out.index_copy_(dim, rows, part)
+    return out
+
+
+def lse_rows(lse, heads: int, rows: int, library: str):
+    """A library's LSE as [Hq, rows]: (b=1, h, s), (b=1, h, s, 1) (cuDNN) and (h, total) (varlen)
+    all hold the same numbers; anything else (a padded LSE) is refused, naming the library."""
+    if lse.numel() != heads * rows:
+        raise RuntimeError(
+            f"{library}: expected an LSE of {heads} heads x {rows} rows, got shape {tuple(lse.shape)}"
+        )
+    return lse.reshape(heads, rows)
+
+
+class PackedKernel(LocalKernel):
+    """One library call over the rows of the chunk's rectangles (a view when they are one
+    rectangle or tile the rows, gathered otherwise), with cu_seqlens; the results go back to
+    their rows (key ranges are disjoint, so the scatter is exact). Subclasses implement
+    packed_forward / packed_backward on packed rows (vl.single: a dense call can do it)."""
 
     def _forward(self, q, k, v, chunk):
-        vl, qg, kg, vg = self._pack(chunk, q, k, v)
-        out, lse = self.varlen_forward(qg, kg, vg, vl, chunk.causal)
-        if lse.shape != (q.shape[1], qg.shape[0]):
-            raise RuntimeError(
-                f"{self.name}: expected a varlen LSE of shape {(q.shape[1], qg.shape[0])}, "
-                f"got {tuple(lse.shape)}"
-            )
-        lse = lse.to(self.acc)
-        if vl.q_index is None:
-            return out, lse
-        full_out = q.new_zeros(q.shape).index_copy_(0, vl.q_index, out)
-        full_lse = torch.full(
-            (q.shape[1], q.shape[0]), float("-inf"), dtype=self.acc, device=q.device
-        )
-        return full_out, full_lse.index_copy_(1, vl.q_index, lse)
-
-    def _backward(self, dout, q, k, v, out, lse, chunk):
-        vl, qg, kg, vg = self._pack(chunk, q, k, v)
-        sel = (lambda x: x) if vl.q_index is None else (lambda x: x.index_select(0, vl.q_index))
-        lse_g = lse.float() if vl.q_index is None else lse.float().index_select(1, vl.q_index)
-        dq, dk, dv = self.varlen_backward(
-            sel(dout).contiguous(),
-            qg,
-            kg,
-            vg,
-            sel(out).contiguous(),
-            lse_g.contiguous(),
+        vl = chunk.varlen(q.device)
+        qp = take(q, vl.q_rows).contiguous()
+        out, lse = self.packed_forward(
+            qp,
+            take(k, vl.k_rows).contiguous(),
+            take(v, vl.k_rows).contiguous(),
             vl,
             chunk.causal,
         )
-        if vl.q_index is not None:
-            dq = q.new_zeros(q.shape).index_copy_(0, vl.q_index, dq)
-        if vl.k_index is not None:
-            dk = k.new_zeros(k.shape).index_copy_(0, vl.k_index, dk)
-            dv = v.new_zeros(v.shape).index_copy_(0, vl.k_index, dv)
-        return dq, dk, dv
+        lse = lse_rows(lse, q.shape[1], qp.shape[0], self.name).to(self.acc)
+        return place(out, vl.q_rows, q.shape[0], 0.0), place(
+            lse, vl.q_rows, q.shape[0], float("-inf"), dim=1
+        )
 
-    def varlen_forward(self, q, k, v, vl, causal):
+    def _backward(self, dout, q, k, v, out, lse, chunk):
+        vl = chunk.varlen(q.device)
+        dq, dk, dv = self.packed_backward(
+            take(dout, vl.q_rows).contiguous(),
+            take(q, vl.q_rows).contiguous(),
+            take(k, vl.k_rows).contiguous(),
+            take(v, vl.k_rows).contiguous(),
+            take(out, vl.q_rows).contiguous(),
+            take(lse, vl.q_rows, dim=1).float().contiguous(),
+            vl,
+            chunk.causal,
+        )
+        return (
+            place(dq, vl.q_rows, q.shape[0], 0.0),
+            place(dk, vl.k_rows, k.shape[0], 0.0),
+            place(dv, vl.k_rows, v.shape[0], 0.0),
+        )
+
+    def packed_forward(self, q, k, v, vl, causal):
+        """(out [rows, Hq, D], lse in the library's shape) of the packed rows."""
         raise NotImplementedError
 
-    def varlen_backward(self, dout, q, k, v, out, lse, vl, causal):
+    def packed_backward(self, dout, q, k, v, out, lse, vl, causal):
+        """(dq, dk, dv) of the packed rows; lse [Hq, rows] float32."""
         raise NotImplementedError
-
-
-class SdpaFlashVarlen(VarlenKernel):
-    """torch.ops.aten._flash_attention_forward / _backward (PyTorch's FlashAttention-2 code) with
-    cu_seqlens; causal is bottom-right aligned per sequence; GQA native."""
-
-    def varlen_forward(self, q, k, v, vl, causal):
-        out, lse, _, _, _ = torch.ops.aten._flash_attention_forward(
-            q, k, v, vl.cu_q, vl.cu_k, vl.max_q, vl.max_k, 0.0, causal, False, scale=self.scale
-        )
-        return out, lse
-
-    def varlen_backward(self, dout, q, k, v, out, lse, vl, causal):
-        rng_state = torch.zeros(2, dtype=torch.uint64, device=q.device)  # dropout is 0: unused
-        unused = torch.empty(0, device=q.device)
-        return torch.ops.aten._flash_attention_backward(
-            dout,
-            q,
-            k,
-            v,
-            out,
-            lse,
-            vl.cu_q,
-            vl.cu_k,
-            vl.max_q,
-            vl.max_k,
-            0.0,
-            causal,
-            rng_state,
-            unused,
-            scale=self.scale,
-        )
-
-
-def _kwargs_for(fn, **candidates):
-    """Keyword arguments `fn` accepts, from candidates (library signatures change between releases)."""
-    params = inspect.signature(fn).parameters
-    return {k: v for k, v in candidates.items() if k in params}
-
-
-class FA2Varlen(VarlenKernel):
-    """flash_attn.flash_attn_varlen_func(return_attn_probs=True) returns the LSE; the backward is
-    flash_attn's own varlen backward entry (the one its autograd Function calls)."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.iface = importlib.import_module("flash_attn.flash_attn_interface")
-
-    def varlen_forward(self, q, k, v, vl, causal):
-        res = self.iface.flash_attn_varlen_func(
-            q,
-            k,
-            v,
-            vl.cu_q,
-            vl.cu_k,
-            vl.max_q,
-            vl.max_k,
-            dropout_p=0.0,
-            softmax_scale=self.scale,
-            causal=causal,
-            return_attn_probs=True,
-        )
-        return res[0], res[1]
-
-    def varlen_backward(self, dout, q, k, v, out, lse, vl, causal):
-        fn = self.iface._flash_attn_varlen_backward
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        kw = _kwargs_for(
-            fn,
-            dout=dout,
-            q=q,
-            k=k,
-            v=v,
-            out=out,
-            softmax_lse=lse,
-            dq=dq,
-            dk=dk,
-            dv=dv,
-            cu_seqlens_q=vl.cu_q,
-            cu_seqlens_k=vl.cu_k,
-            max_seqlen_q=vl.max_q,
-            max_seqlen_k=vl.max_k,
-            dropout_p=0.0,
-            softmax_scale=self.scale,
-            causal=causal,
-            window_size=(-1, -1),
-            window_size_left=-1,
-            window_size_right=-1,
-            softcap=0.0,
-            alibi_slopes=None,
-            deterministic=False,
-            rng_state=None,
-        )
-        fn(**kw)
-        return dq, dk, dv
-
-
-class FA3Varlen(VarlenKernel):
-    """flash_attn_interface (FlashAttention-3, Hopper): varlen forward with the LSE, and its
-    backward entry, called with the keywords the installed release declares."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.iface = importlib.import_module("flash_attn_interface")
-
-    def varlen_forward(self, q, k, v, vl, causal):
-        fn = self.iface._flash_attn_forward
-        kw = _kwargs_for(
-            fn,
-            q=q,
-            k=k,
-            v=v,
-            cu_seqlens_q=vl.cu_q,
-            cu_seqlens_k=vl.cu_k,
-            max_seqlen_q=vl.max_q,
-            max_seqlen_k=vl.max_k,
-            softmax_scale=self.scale,
-            causal=causal,
-        )
-        res = fn(**kw)
-        return res[0], res[1]
-
-    def varlen_backward(self, dout, q, k, v, out, lse, vl, causal):
-        fn = self.iface._flash_attn_backward
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        kw = _kwargs_for(
-            fn,
-            dout=dout,
-            q=q,
-            k=k,
-            v=v,
-            out=out,
-            softmax_lse=lse,
-            cu_seqlens_q=vl.cu_q,
-            cu_seqlens_k=vl.cu_k,
-            max_seqlen_q=vl.max_q,
-            max_seqlen_k=vl.max_k,
-            dq=dq,
-            dk=dk,
-            dv=dv,
-            softmax_scale=self.scale,
-            causal=causal,
-            deterministic=False,
-        )
-        fn(**kw)
-        return dq, dk, dv
-
-
-# ---------------------------------------------------------------- rectangle-at-a-time kernels
 
 
 def bottom_right_parts(seg: Slice):
@@ -385,78 +263,76 @@ def bottom_right_parts(seg: Slice):
     ]
 
 
+def _rows(a: int, b: int, total: int):
+    return None if (a, b) == (0, total) else slice(a, b)
+
+
 class RectangleKernel(LocalKernel):
-    """One library call per rectangle (full, or causal with as many keys as queries); the
-    partial results of a query row are merged by LSE. Backward: one call per rectangle too."""
+    """One library call per rectangle (full, or causal with as many keys as queries). One
+    rectangle: its results as they are (placed in the chunk's rows); several: merged by LSE in
+    the accumulator dtype, and their gradient shares summed there."""
 
     def rectangles(self, chunk):
         return [p for s in chunk.segments for p in bottom_right_parts(s)]
 
     def _forward(self, q, k, v, chunk):
-        out = torch.zeros(q.shape, dtype=self.acc, device=q.device)
-        lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=self.acc, device=q.device)
-        for s in self.rectangles(chunk):
+        rects = self.rectangles(chunk)
+        if len(rects) == 1:
+            (s,) = rects
             o, rect_lse = self.rect_forward(
                 q[s.q0 : s.q1], k[s.k0 : s.k1], v[s.k0 : s.k1], s.kind == "causal"
             )
-            merge_into(out[s.q0 : s.q1], lse[:, s.q0 : s.q1], o, rect_lse)
+            rect_lse = lse_rows(rect_lse, q.shape[1], s.ql, self.name).to(self.acc)
+            rows = _rows(s.q0, s.q1, q.shape[0])
+            return place(o, rows, q.shape[0], 0.0), place(
+                rect_lse, rows, q.shape[0], float("-inf"), dim=1
+            )
+        out = torch.zeros(q.shape, dtype=self.acc, device=q.device)
+        lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=self.acc, device=q.device)
+        for s in rects:
+            o, rect_lse = self.rect_forward(
+                q[s.q0 : s.q1], k[s.k0 : s.k1], v[s.k0 : s.k1], s.kind == "causal"
+            )
+            merge_into(
+                out[s.q0 : s.q1],
+                lse[:, s.q0 : s.q1],
+                o,
+                lse_rows(rect_lse, q.shape[1], s.ql, self.name),
+            )
         return out.to(q.dtype), lse
 
     def _backward(self, dout, q, k, v, out, lse, chunk):
-        dq = torch.zeros(q.shape, dtype=self.acc, device=q.device)
-        dk = torch.zeros(k.shape, dtype=self.acc, device=q.device)
-        dv = torch.zeros(v.shape, dtype=self.acc, device=q.device)
-        for s in self.rectangles(chunk):
-            a, b, c = self.rect_backward(
+        rects = self.rectangles(chunk)
+        grads = None
+        for s in rects:
+            parts = self.rect_backward(
                 dout[s.q0 : s.q1],
                 q[s.q0 : s.q1],
                 k[s.k0 : s.k1],
                 v[s.k0 : s.k1],
                 out[s.q0 : s.q1],
-                lse[:, s.q0 : s.q1],
+                lse[:, s.q0 : s.q1].float().contiguous(),
                 s.kind == "causal",
             )
-            dq[s.q0 : s.q1] += a
-            dk[s.k0 : s.k1] += b
-            dv[s.k0 : s.k1] += c
-        return dq, dk, dv
-
-
-class SdpaCudnn(RectangleKernel):
-    """aten._scaled_dot_product_cudnn_attention(compute_log_sumexp=True) and its backward, in
-    bhsd layout; KV heads are repeated for GQA (and their gradients summed back)."""
-
-    def _bhsd(self, x, heads=None):
-        if heads is not None and x.shape[1] != heads:
-            x = x.repeat_interleave(heads // x.shape[1], dim=1)
-        return from_thd(x, "bhsd")
+            spans = ((s.q0, s.q1, q), (s.k0, s.k1, k), (s.k0, s.k1, v))
+            if len(rects) == 1:
+                return tuple(
+                    place(g, _rows(a, b, x.shape[0]), x.shape[0], 0.0)
+                    for g, (a, b, x) in zip(parts, spans)
+                )
+            if grads is None:
+                grads = [torch.zeros(x.shape, dtype=self.acc, device=x.device) for x in (q, k, v)]
+            for acc, g, (a, b, _) in zip(grads, parts, spans):
+                acc[a:b] += g
+        return tuple(grads)
 
     def rect_forward(self, q, k, v, causal):
-        hq = q.shape[1]
-        res = torch.ops.aten._scaled_dot_product_cudnn_attention(
-            self._bhsd(q),
-            self._bhsd(k, hq),
-            self._bhsd(v, hq),
-            None,
-            True,
-            0.0,
-            causal,
-            False,
-            scale=self.scale,
-        )
-        out, lse = res[0], res[1]
-        return to_thd(out, "bhsd"), lse.reshape(hq, q.shape[0]).to(self.acc)
+        """(out [ql, Hq, D], lse holding Hq x ql values) of one rectangle."""
+        raise NotImplementedError
 
-    def _backward(self, dout, q, k, v, out, lse, chunk):
-        # Seen on an H200 (torch 2.11): aten._scaled_dot_product_cudnn_attention_backward takes a
-        # non-optional attn_bias, and the empty tensor Python must pass for "none" makes it fail
-        # (IndexError: Dimension out of range). Until there is a way to call it without a bias,
-        # the backward of this local kernel is refused rather than crashing the job.
-        raise Unsupported(
-            "sdpa_cudnn local kernel: no callable cuDNN backward entry point without an attention "
-            "bias in this torch (IndexError in _scaled_dot_product_cudnn_attention_backward on an "
-            "H200 with torch 2.11); use local_kernel sdpa_flash or flex for backward"
-        )
+    def rect_backward(self, dout, q, k, v, out, lse, causal):
+        """(dq, dk, dv) of one rectangle, given the final out and lse [Hq, ql] float32."""
+        raise NotImplementedError
 
 
 # ---------------------------------------------------------------- FlexAttention

@@ -47,15 +47,17 @@ class DoubleRing:
         return self.order
 
     def setup(self, kv_shape, backward: bool):
-        e, acc = self.m.empty, self.m.acc
+        e = self.m.empty
         self.inner = [e(*kv_shape) for _ in range(2)] if self.w > 1 else []
         self.outer = [e(*kv_shape) for _ in range(2)] if self.W > 1 else []
-        # [send, receive] accumulators of dK, dV travelling home (float32 or better)
+        # [send, receive] accumulators of dK, dV travelling home: float32 or better, or the
+        # inputs' dtype (cp.dkv_comm_dtype: input), each hop adding in float32 and rounding once
+        dkv = self.m.dkv_dtype
         self.dkv_inner = (
-            [e(*kv_shape, dtype=acc) for _ in range(2)] if backward and self.w > 1 else []
+            [e(*kv_shape, dtype=dkv) for _ in range(2)] if backward and self.w > 1 else []
         )
         self.dkv_outer = (
-            [e(*kv_shape, dtype=acc) for _ in range(2)] if backward and self.W > 1 else []
+            [e(*kv_shape, dtype=dkv) for _ in range(2)] if backward and self.W > 1 else []
         )
 
     def _level(self, outer: bool):
@@ -164,13 +166,22 @@ class DoubleRing:
 
 
 def _pass_on(send, recv, first: bool, add):
-    """One hop of a dK/dV ring: send = what arrived (nothing on the first hop), then `add(send)` adds
-    this rank's contribution."""
-    if first:
-        send.zero_()
-    else:
-        send.copy_(recv)
-    add(send)
+    """One hop of a dK/dV ring: send = what arrived (nothing on the first hop) plus this rank's
+    contribution (`add(buffer)` adds it in place). A send buffer in a narrower dtype than the
+    accumulator (cp.dkv_comm_dtype: input) gets the sum made in the accumulator's dtype and
+    rounded once."""
+    if send.dtype == torch.float32 or send.dtype == torch.float64:
+        if first:
+            send.zero_()
+        else:
+            send.copy_(recv)
+        add(send)
+        return
+    total = torch.zeros(send.shape, dtype=torch.float32, device=send.device)
+    if not first:
+        total += recv
+    add(total)
+    send.copy_(total)
 
 
 def _add_last_hop(pending, g, total, recv):

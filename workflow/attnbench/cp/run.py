@@ -55,7 +55,13 @@ class Session:
         self._groups = {}
 
     def context(
-        self, deg: catalog.Degrees, kernel_name: str | None, dtype, head_dim, load_kernel_too=True
+        self,
+        deg: catalog.Degrees,
+        kernel_name: str | None,
+        dtype,
+        head_dim,
+        load_kernel_too=True,
+        dkv_comm_dtype: str = "accumulator",
     ) -> RankContext:
         if deg.world != self.world:
             raise ValueError(f"degrees {deg} need {deg.world} ranks, the job has {self.world}")
@@ -73,6 +79,7 @@ class Session:
             Guard(),
             kernel,
             kernel_name,
+            dkv_comm_dtype,
         )
 
 
@@ -132,12 +139,19 @@ def check_method(
     dtype,
     backward: bool,
     factor: float,
-    dense_reference=True,
+    dkv_comm_dtype: str = "accumulator",
 ) -> dict:
     """Run the method once on this rank and compare every rank's results with the float64
     reference (computed on rank 0). Every rank returns the same dict: status and errors."""
     info = catalog.method(method_name)
-    rc = session.context(deg, kernel_name, dtype, d, load_kernel_too=method_name != "torch_cp")
+    rc = session.context(
+        deg,
+        kernel_name,
+        dtype,
+        d,
+        load_kernel_too=catalog.uses_local_kernel(method_name),
+        dkv_comm_dtype=dkv_comm_dtype,
+    )
     try:
         method = load(info, rc, mask, hq, hkv, d, dtype)
     except S.CellOutcome as e:

@@ -86,10 +86,13 @@ def hybrid_schedule(
     elem: int,
     acc_elem: int,
     direction: str,
+    dkv_elem: int | None = None,
 ) -> dict:
     """Ulysses all-to-all inside groups of U around a double ring over R (cp/hybrid.py):
     {"fwd": [Step], "bwd": [Step]} (the phases `direction` includes) for global rank `rank`.
-    `chunks`: origin ring rank -> the Chunk of this rank's queries against that shard's keys."""
+    `chunks`: origin ring rank -> the Chunk of this rank's queries against that shard's keys.
+    dK/dV travel the ring with `dkv_elem` bytes per element (default: the accumulator's)."""
+    dkv_elem = acc_elem if dkv_elem is None else dkv_elem
     U, R, W = deg.ulysses, deg.ring, deg.windows
     r, u = deg.coords(rank)
     rep = kv_replication(U, heads_kv)
@@ -132,11 +135,11 @@ def hybrid_schedule(
             if (
                 t == 0 and phase == "bwd" and o >= 2
             ):  # the previous window's dKV total, through this window
-                window_moves.append(kv_hop("outer", ("ring_dkv", "p2p", kv * acc_elem)))
+                window_moves.append(kv_hop("outer", ("ring_dkv", "p2p", kv * dkv_elem)))
             if t < w - 1:
                 moves.append(kv_hop("inner", ("ring_kv", "p2p", kv * elem)))
             if phase == "bwd" and t >= 2:  # dKV accumulated up to step t-1 travels during step t
-                moves.append(kv_hop("inner", ("ring_dkv", "p2p", kv * acc_elem)))
+                moves.append(kv_hop("inner", ("ring_dkv", "p2p", kv * dkv_elem)))
             steps.append(
                 Step(
                     f"ring o{o} t{t}",
@@ -153,14 +156,14 @@ def hybrid_schedule(
                 steps.append(
                     Step(
                         f"dkv inner home o{o}",
-                        transfers=(kv_hop("inner", ("ring_dkv", "p2p", kv * acc_elem)),),
+                        transfers=(kv_hop("inner", ("ring_dkv", "p2p", kv * dkv_elem)),),
                     )
                 )
         if phase == "bwd" and W > 1:  # the last outer dKV hop, nothing left to hide it behind
             steps.append(
                 Step(
                     "dkv outer home",
-                    transfers=(kv_hop("outer", ("ring_dkv", "p2p", kv * acc_elem)),),
+                    transfers=(kv_hop("outer", ("ring_dkv", "p2p", kv * dkv_elem)),),
                 )
             )
         if phase == "fwd":

@@ -1,7 +1,9 @@
 """PyTorch's own context parallelism (torch.distributed.tensor.experimental.context_parallel)
 as a peer baseline: a ring over SDPA (flash / efficient / cuDNN) with all-gather or all-to-all
-KV rotation. GPU only; full and causal masks only (SDPA's own arguments). SDPA runs under the
-backend named by the cell's local kernel (sdpa_flash or sdpa_cudnn), never torch's own choice.
+KV rotation. GPU only; full and causal masks only (SDPA's own arguments). `torch_cp`: SDPA runs
+under the backend named by the cell's local kernel (sdpa_flash or sdpa_cudnn), so that it is
+compared over the same kernel as our methods; `torch_cp_auto`: SDPA chooses (PyTorch at its best;
+the record names the backend SDPA picks for the rank's shapes, torch._fused_sdp_choice).
 
 Its pitfalls (spec/context_parallel.md): buffers handed to the context are resharded in place,
 so here each rank passes its own rows (already in torch's layout: head-tail load balancing,
@@ -14,6 +16,8 @@ inside its collectives cannot be drained, so only the process-group timeout boun
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -22,6 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ..kernels.base import bhsd_view, from_thd, to_thd
 from ..status import Unavailable, Unsupported
 from .base import CPMethod
+from .catalog import torch_cp_reason
 
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
 
@@ -35,12 +40,11 @@ class TorchCP(CPMethod):
             )
         from torch.distributed.tensor.experimental import _attention as cp_attention  # noqa: F401
 
-        if rc.kernel_name not in BACKENDS:
-            raise Unsupported(
-                f"torch_cp runs SDPA under one pinned backend; local kernel {rc.kernel_name!r} is none "
-                f"(valid: {', '.join(BACKENDS)})"
-            )
-        self.backend = BACKENDS[rc.kernel_name]
+        why = torch_cp_reason(info.name, rc.kernel_name)
+        if why:
+            raise Unsupported(why)
+        self.backend = BACKENDS.get(rc.kernel_name)  # None: SDPA's own choice (torch_cp_auto)
+        self.sdpa_choice = None
 
         n, s = rc.deg.world, mask.seqlen
         self.causal = mask.name == "causal"
@@ -81,8 +85,18 @@ class TorchCP(CPMethod):
     def setup(self, backward: bool):
         self._mesh()
 
+    def _backend(self):
+        return sdpa_kernel(self.backend) if self.backend is not None else contextlib.nullcontext()
+
     def forward(self, q, k, v):
-        with self._context(), sdpa_kernel(self.backend):
+        if self.sdpa_choice is None:
+            views = [bhsd_view(x) for x in (q, k, v)]
+            self.sdpa_choice = SDPBackend(
+                torch._fused_sdp_choice(
+                    *views, is_causal=self.causal, enable_gqa=self.hq != self.hkv
+                )
+            ).name
+        with self._context(), self._backend():
             leaves = [from_thd(x, "bhsd").requires_grad_(True) for x in (q, k, v)]
             with torch.enable_grad():
                 out = F.scaled_dot_product_attention(
@@ -93,7 +107,7 @@ class TorchCP(CPMethod):
 
     def backward(self, dout):
         leaves, out = self.saved
-        with self._context(), sdpa_kernel(self.backend):
+        with self._context(), self._backend():
             grads = torch.autograd.grad(out, leaves, bhsd_view(dout), retain_graph=True)
         return tuple(to_thd(g, "bhsd") for g in grads)
 
@@ -116,5 +130,7 @@ class TorchCP(CPMethod):
         return {
             "load_balance": "head-tail" if self.causal else "none",
             "rows": len(self.positions),
-            "sdpa_backend": self.backend.name,
+            "sdpa_backend": self.backend.name if self.backend is not None else "SDPA's choice",
+            # what SDPA picks for this rank's shapes with every backend allowed
+            "sdpa_choice": self.sdpa_choice,
         }

@@ -6,6 +6,10 @@ Every method x degrees x mask x local kernel that this world size admits (and th
 not, which must say `unsupported`): GQA heads, documents whose lengths are not multiples of 2R,
 out / lse / dq / dk / dv of every rank against the float64 reference, and the bytes each rank
 counted against the schedule's formula. Rank 0 writes one JSON line per case and a summary.
+A local kernel that is not installed gives `unavailable` lines; one whose backward's library is
+missing (fa3's backward is FlashAttention-2's) is checked forward only (`backward: false`).
+--dkv-comm-dtype input sends dK/dV around the ring in the inputs' dtype (give --dtype bfloat16 on
+the CPU to see it round); the methods without a ring say `unsupported`.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from . import catalog, run
 
 DEFAULT_KERNELS = {
     "cpu": ("math", "cpu_flash"),
-    "cuda": ("sdpa_flash", "sdpa_cudnn", "flex", "fa2", "fa3"),
+    "cuda": ("sdpa_flash", "sdpa_cudnn", "fa2", "fa3", "flex"),
 }
+# FlashAttention builds take head dims that are multiples of 8 (this project's wheel: 64 and 128)
+DEFAULT_HEAD_DIM = {"cpu": 16, "cuda": 64}
 
 
 def odd_documents(total: int, ring: int, rng) -> list[int]:
@@ -56,12 +62,23 @@ def method_configs(world: int, device: str):
     yield "ring_p2p", catalog.degrees("ring_p2p", world)
     yield "ring_allgather", catalog.degrees("ring_allgather", world)
     if device == "cuda":
-        yield "torch_cp", catalog.degrees("torch_cp", world)
+        for name in catalog.TORCH_CP_METHODS:
+            yield name, catalog.degrees(name, world)
     for u in (d for d in range(1, world + 1) if world % d == 0):
         two_d = 1 < u < world
         for placement in catalog.PLACEMENTS if two_d else ("contiguous",):
             for name in ("usp", "loongtrain"):
                 yield name, catalog.degrees(name, world, ulysses_degree=u, placement=placement)
+
+
+def local_kernels_of(method: str, kernels) -> list[str]:
+    """The local kernels (settings) a method is checked with: ours run under every one given;
+    torch_cp under the SDPA backends among them, torch_cp_auto under SDPA's own choice."""
+    if method == "torch_cp":
+        return [k for k in kernels if k in catalog.TORCH_CP_BACKENDS]
+    if method == "torch_cp_auto":
+        return [catalog.AUTO]
+    return list(kernels)
 
 
 def main(argv=None):
@@ -76,7 +93,13 @@ def main(argv=None):
     p.add_argument("--methods", nargs="*", help="only these methods (default: all)")
     p.add_argument("--masks", nargs="*", help="only these masks (default: all CP masks)")
     p.add_argument("--heads", default="8:2", help="query:KV heads")
-    p.add_argument("--head-dim", type=int, default=16)
+    p.add_argument("--head-dim", type=int, help="default 16 on CPU, 64 on GPU")
+    p.add_argument(
+        "--dkv-comm-dtype",
+        default=catalog.DKV_COMM_DTYPES[0],
+        choices=catalog.DKV_COMM_DTYPES,
+        help="the dtype dK/dV travel the ring in (accumulator: float32)",
+    )
     p.add_argument("--tokens-per-rank", type=int, default=40)
     p.add_argument("--dtype", default=None, help="default float32 on CPU, bfloat16 on GPU")
     p.add_argument("--factor", type=float, default=5.0)
@@ -87,6 +110,7 @@ def main(argv=None):
     session = run.Session(device)
     world = session.world
     hq, hkv = (int(x) for x in a.heads.split(":"))
+    head_dim = a.head_dim or DEFAULT_HEAD_DIM[a.device]
     dtype = getattr(torch, a.dtype or ("float32" if a.device == "cpu" else "bfloat16"))
     seqlen = a.tokens_per_rank * world + 3  # never a multiple of 2R: the sequence itself is padded
     kernels = a.kernels or DEFAULT_KERNELS[a.device]
@@ -94,19 +118,19 @@ def main(argv=None):
     for method, deg in method_configs(world, a.device):
         if a.methods and method not in a.methods:
             continue
-        torch_cp = method == "torch_cp"
-        # torch_cp pads nothing: its sequence is a multiple of 2R
+        torch_cp = not catalog.uses_local_kernel(method)
+        # torch's context_parallel pads nothing: its sequence is a multiple of 2R
         length = seqlen - seqlen % (2 * world) if torch_cp else seqlen
-        for kname in (
-            [k for k in kernels if k in catalog.TORCH_CP_BACKENDS] if torch_cp else kernels
-        ):
-            unavailable = catalog.unavailable_reason(method, kname, a.device)
+        for kname in local_kernels_of(method, kernels):
             for mask in (
                 m for m in masks_for(world, length, a.seed) if not a.masks or m.name in a.masks
             ):
-                backward = torch_cp or "bwd" in catalog.local_kernel(kname).directions.get(
-                    a.device, ()
+                # forward only where the kernel has no backward here (or its library is missing)
+                backward = torch_cp or (
+                    "bwd" in catalog.local_kernel(kname).directions.get(a.device, ())
+                    and catalog.unavailable_reason(method, kname, a.device, "bwd") is None
                 )
+                unavailable = catalog.unavailable_reason(method, kname, a.device)
                 row = {
                     "world": world,
                     "method": method,
@@ -117,10 +141,19 @@ def main(argv=None):
                     "heads": [hq, hkv],
                     "dtype": str(dtype).split(".")[-1],
                     "backward": backward,
+                    "dkv_comm_dtype": a.dkv_comm_dtype,
                     "doc_lengths": mask.params.get("doc_lengths"),
                 }
                 unsupported = catalog.unsupported_reason(
-                    method, kname, mask.name, "bwd" if backward else "fwd", a.device, deg, hq, hkv
+                    method,
+                    kname,
+                    mask.name,
+                    "bwd" if backward else "fwd",
+                    a.device,
+                    deg,
+                    hq,
+                    hkv,
+                    a.dkv_comm_dtype,
                 )
                 if unavailable:
                     row.update(status="unavailable", reason=unavailable)
@@ -136,10 +169,11 @@ def main(argv=None):
                         a.seed,
                         hq,
                         hkv,
-                        a.head_dim,
+                        head_dim,
                         dtype,
                         backward,
                         a.factor,
+                        a.dkv_comm_dtype,
                     )
                     row.update(
                         status=v["status"],

@@ -71,6 +71,27 @@ def histograms_for(cfg, mask, seqlen):
     return {name: cfg["doc_length_histograms"][name]}
 
 
+# A cp cell whose local kernel is its device's entry here carries none in its id: the ids cells had
+# before a grid could name the local kernel per cell, so that their records stay valid. Any other
+# local kernel (`auto` included) and dK/dV sent in another dtype than the accumulator's are part of
+# the id (cp.catalog holds the names).
+UNSUFFIXED_LOCAL_KERNEL = {"cpu": "cpu_flash", "cuda": "sdpa_flash"}
+UNSUFFIXED_DKV = "accumulator"
+
+
+def cp_suffix(cell: dict) -> str:
+    c = cell.get("cp", {})
+    out = ""
+    if (
+        c.get("local_kernel", UNSUFFIXED_LOCAL_KERNEL[cell["device"]])
+        != UNSUFFIXED_LOCAL_KERNEL[cell["device"]]
+    ):
+        out += f"-k{c['local_kernel']}"
+    if c.get("dkv_comm_dtype", UNSUFFIXED_DKV) != UNSUFFIXED_DKV:
+        out += f"-dkv{c['dkv_comm_dtype']}"
+    return out
+
+
 def point_id(cell: dict) -> str:
     """The cell's file name: every axis that is not already a folder (grid/family/impl/mask)."""
     p = f"s{cell['seqlen']}-h{cell['heads_q']}x{cell['heads_kv']}-d{cell['head_dim']}-{cell['dtype']}-{cell['direction']}"
@@ -82,13 +103,24 @@ def point_id(cell: dict) -> str:
     if "density" in mp:
         p += f"-r{mp['density']}"
     if cell["family"] == "cp":
-        p += f"-g{cell['gpus']}"
+        p += f"-g{cell['gpus']}" + cp_suffix(cell)
     return p
 
 
 def cell_path(cell: dict) -> str:
     """Relative to the output folder: cells/{grid}/{family}/{impl}/{mask}/{point}.json."""
     return f"cells/{cell['grid']}/{cell['family']}/{cell['impl']}/{cell['mask']}/{point_id(cell)}.json"
+
+
+def output_root(path, cell: dict):
+    """The output folder a cell's record at `path` belongs to (path = root / cell_path(cell)), or
+    None where the record is written elsewhere."""
+    from pathlib import Path
+
+    path, rel = Path(path), Path(cell_path(cell))
+    if path.parts[-len(rel.parts) :] != rel.parts:
+        return None
+    return Path(*path.parts[: -len(rel.parts)]) if len(path.parts) > len(rel.parts) else Path(".")
 
 
 def mask_problems(prod, fam: str, valid_masks, at: str) -> list[str]:

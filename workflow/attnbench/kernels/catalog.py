@@ -88,6 +88,12 @@ GPU_ALL = {"cuda": ALL_DIRECTIONS}
 # How to tell FlashAttention-2 is here: its module, and the distributions naming its version
 # (the kernel fa2 and the CP local kernel fa2 both call it).
 FLASH_ATTN_2 = {"modules": ("flash_attn",), "dists": ("flash-attn", "flash_attn")}
+# FlashAttention-3: the full build, else PyPI's forward-only fa3-fwd (the kernel fa3 and the CP
+# local kernel fa3's forward).
+FLASH_ATTN_3 = {
+    "modules": (f"{FA3_FULL}|{FA3_FORWARD_ONLY}",),
+    "dists": ("flash-attn-3", "flash_attn_3", "fa3-fwd"),
+}
 BOTH_ALL = {"cpu": ALL_DIRECTIONS, "cuda": ALL_DIRECTIONS}
 KERNELS = {
     k.name: k
@@ -181,8 +187,7 @@ KERNELS = {
             "FlashAttention-3 (flash_attn_interface; else PyPI fa3-fwd's forward-only build, Hopper)",
             "flash_attn:FA3",
             REGULAR_MASKS,
-            modules=(f"{FA3_FULL}|{FA3_FORWARD_ONLY}",),
-            dists=("flash-attn-3", "flash_attn_3", "fa3-fwd"),
+            **FLASH_ATTN_3,
             min_capability=(9, 0),
             build_limits=fa3_build_limits,
             notes={

@@ -3,7 +3,10 @@
 A CP grid crosses methods x masks x tokens_per_gpu x gpus x heads x head_dim x dtype x direction;
 the grid's `cp:` object fixes the local kernel, the Ulysses degree of USP/LoongTrain (`auto`:
 min(N, gpus_per_node), the paper's), LoongTrain's windows, the rank placement and gpus_per_node.
-Every cell records its resolved degrees, nodes and processes per node.
+An `also:` entry may name its own `cp: {local_kernel, dkv_comm_dtype}` (both are part of the cell
+id, grid.expand.cp_suffix). A cell carries the local kernel as named (`auto` stays `auto`: the cell
+chooses when it runs, from the records then on disk, cp/choose.py), its resolved degrees, nodes and
+processes per node.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from ...cp import catalog
 from ...grid import expand as expansion  # the shared expansion (this module defines `expand`)
 
 
-def _cp(grid) -> dict:
-    return grid.get("cp", {})
+def _cp(grid, prod=None) -> dict:
+    """The grid's cp settings, with a product's own (an `also:` entry's cp) over them."""
+    return {**grid.get("cp", {}), **(prod or {}).get("cp", {})}
 
 
 def problems(cfg, grid, prod, at) -> list[str]:
@@ -30,7 +34,7 @@ def problems(cfg, grid, prod, at) -> list[str]:
 
 def grid_problems(grid, prod, at) -> list[str]:
     problems = []
-    c, device = _cp(grid), grid.get("device", "cuda")
+    c, device = _cp(grid, prod), grid.get("device", "cuda")
     if "methods" not in prod:
         problems.append(
             f"{at}: family cp needs 'methods' (valid methods: {', '.join(catalog.METHODS)})"
@@ -49,12 +53,12 @@ def grid_problems(grid, prod, at) -> list[str]:
     for key in ("tokens_per_gpu", "gpus"):
         if key not in prod:
             problems.append(f"{at}: family cp needs '{key}'")
-    kern = c.get("local_kernel", "auto")
-    if kern != "auto":
+    kern = c.get("local_kernel", catalog.AUTO)
+    if kern != catalog.AUTO:
         if kern not in catalog.LOCAL_KERNELS:
             problems.append(
-                f"{at}.cp.local_kernel: unknown local kernel {kern!r}; valid local kernels: auto, "
-                f"{', '.join(catalog.LOCAL_KERNELS)}"
+                f"{at}.cp.local_kernel: unknown local kernel {kern!r}; valid local kernels: "
+                f"{catalog.AUTO}, {', '.join(catalog.LOCAL_KERNELS)}"
             )
         elif device not in catalog.LOCAL_KERNELS[kern].devices:
             problems.append(
@@ -96,13 +100,25 @@ def _degrees(method, gpus, c) -> catalog.Degrees:
     )
 
 
+def _cell_cp(c: dict) -> dict:
+    """The cp settings a cell carries beyond its degrees: the local kernel as named, and the
+    settings that only some cells have (so the others keep the spec, and the id, they had)."""
+    out = {"local_kernel": c["local_kernel"]}
+    if c["local_kernel"] == catalog.AUTO and c.get("kernel_grids"):
+        out["kernel_grids"] = list(c["kernel_grids"])
+    if c.get("dkv_comm_dtype", catalog.DKV_COMM_DTYPES[0]) != catalog.DKV_COMM_DTYPES[0]:
+        out["dkv_comm_dtype"] = c["dkv_comm_dtype"]
+    return out
+
+
 def expand(cfg, gname) -> list[dict]:
     grid = cfg["grids"][gname]
-    c, device = _cp(grid), grid["device"]
+    device = grid["device"]
     common = expansion.common_fields(grid)
-    kernel = catalog.resolve_local_kernel(c["local_kernel"], device)
     cells = {}
     for prod in expansion.grid_products(grid):
+        c = _cp(grid, prod)
+        own = _cell_cp(c)
         for method, mask, tpg, gpus, (hq, hkv), d, dtype, direction in itertools.product(
             prod["methods"],
             prod["masks"],
@@ -134,13 +150,14 @@ def expand(cfg, gname) -> list[dict]:
                     **common,
                     "histograms": expansion.histograms_for(cfg, mask, seqlen),
                     "cp": {
-                        "local_kernel": kernel,
+                        "local_kernel": own["local_kernel"],
                         **deg.to_json(),
                         "gpus_per_node": c["gpus_per_node"],
                         "nodes": nodes,
                         "nproc_per_node": gpus // nodes,
                         "breakdown": c["breakdown"],
                         "timeout_s": c["timeout_s"],
+                        **{k: v for k, v in own.items() if k != "local_kernel"},
                     },
                 }
                 cells[expansion.cell_path(cell)] = cell

@@ -35,8 +35,32 @@ from ...status import TIMED
 MIB = 2**20
 
 
-def _method(df):
-    return df["impl"]
+def _column(df, name, default):
+    """A tidy-table column that older records may lack (their rows take `default`)."""
+    if name not in df:
+        return pd.Series([default] * len(df), index=df.index, dtype=object)
+    return df[name].astype(object).where(df[name].notna(), default)
+
+
+def with_variants(df: pd.DataFrame) -> pd.DataFrame:
+    """Methods that a grid runs in several variants (local-kernel settings, dK/dV dtypes) get one
+    name per variant in tables and figures, e.g. `ring_p2p [dkv input]`; the bare kernel keeps
+    its name (it is the baseline, matched by its local kernel: _baseline)."""
+    if df.empty:
+        return df
+    setting = _column(df, "local_kernel_setting", None)
+    setting = setting.where(setting.notna(), _column(df, "local_kernel", ""))
+    dkv = _column(df, "dkv_comm_dtype", "accumulator")
+    names = []
+    for i, impl in df["impl"].items():
+        mine = df["impl"] == impl
+        parts = []
+        if impl != BARE_KERNEL and setting[mine].nunique() > 1:
+            parts.append(str(setting[i]))
+        if dkv[mine].nunique() > 1:
+            parts.append(f"dkv {dkv[i]}")
+        names.append(impl + "".join(f" [{p}]" for p in parts))
+    return df.assign(impl=names)
 
 
 def _tokens(df) -> list[int]:
@@ -136,9 +160,32 @@ BASELINE_KEY = ["mask", "direction", "tokens_per_gpu", "heads_q", "heads_kv", "h
 
 
 def _baselines(df: pd.DataFrame) -> dict:
-    """The `local` cell (bare kernel, 1 GPU) of each BASELINE_KEY, whatever its status."""
+    """The `local` cells (bare kernel, 1 GPU) of each BASELINE_KEY, whatever their status."""
     bare = df[(df["impl"] == BARE_KERNEL) & (df["gpus"] == 1)]
-    return {tuple(r.get(k) for k in BASELINE_KEY): r for _, r in bare.iterrows()}
+    out = {}
+    for _, r in bare.iterrows():
+        out.setdefault(tuple(r.get(k) for k in BASELINE_KEY), []).append(r)
+    return out
+
+
+def _baseline(refs: dict, r):
+    """The CP cell's baseline: the bare cell of its key that ran the same local kernel, else the
+    one of the same local-kernel setting, else the key's first; None without one."""
+    cands = refs.get(tuple(r.get(k) for k in BASELINE_KEY), [])
+    for key in ("local_kernel", "local_kernel_setting"):
+        same = [b for b in cands if pd.notna(r.get(key)) and b.get(key) == r.get(key)]
+        if same:
+            return same[0]
+    return cands[0] if cands else None
+
+
+def _kernel_text(r) -> str:
+    """The local kernel that ran, with `(auto)` where the cell chose it."""
+    ran = r.get("local_kernel")
+    if ran is None or pd.isna(ran):
+        return ""
+    setting = r.get("local_kernel_setting")
+    return f"{ran} (auto)" if setting == "auto" and ran != "auto" else str(ran)
 
 
 def _share(r, ref) -> str:
@@ -162,12 +209,16 @@ def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
     refs = _baselines(df)
     rows = []
     for _, r in df[df["impl"] != BARE_KERNEL].iterrows():
-        ref = refs.get(tuple(r.get(k) for k in BASELINE_KEY))
+        ref = _baseline(refs, r)
         rows.append(
             {
                 **_point(r),
+                "local kernel": _kernel_text(r),
                 "TFLOP/s per GPU": _tflops_text(r),
                 f"{method_label(BARE_KERNEL)} (TFLOP/s)": "" if ref is None else _tflops_text(ref),
+                f"{method_label(BARE_KERNEL)}: local kernel": ""
+                if ref is None
+                else _kernel_text(ref),
                 "share of 1 GPU": _share(r, ref),
             }
         )
@@ -204,6 +255,7 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
             {
                 **_point(r),
                 "degrees": _degrees(r),
+                "local kernel": _kernel_text(r),
                 "status": STATUS_LABEL.get(r["status"], r["status"]),
                 "time (ms)": (
                     fmt_number(r["time_ms_median"]) + spread_text(r, "time_ms_median")
@@ -236,6 +288,7 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def tables(df: pd.DataFrame, out: Path) -> list[Path]:
+    df = with_variants(df)
     paths = write_table(
         tflops_table(df),
         out / "cp_tflops",
@@ -398,6 +451,7 @@ def _legend(fig, axes, ncol=6, extra=()):
 
 def figures(df: pd.DataFrame, out: Path, style, only=None) -> list[Path]:
     """Both figures at once (`only` is not used: they share no costly part worth splitting)."""
+    df = with_variants(df)
     fig, _ = tflops_vs_gpus(df)
     paths = plotting.save(fig, out, "cp_tflops_vs_gpus", style)
     fig, _ = breakdown(df)

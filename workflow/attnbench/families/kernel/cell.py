@@ -6,8 +6,10 @@ process itself fails; then no record is written and the Snakemake job fails.
 
 from __future__ import annotations
 
+import importlib
 import time
 
+from ... import launch
 from ... import status as S
 from ...harness.faults import crash_if_asked, hang_if_asked
 from ...harness.inputs import check_mask_rng, input_seed, make_inputs, mask_rng, torch_dtype
@@ -41,14 +43,54 @@ def kernel_info(spec) -> "catalog.KernelInfo":
     return catalog.resolve(spec.get("kernel_class", spec["impl"]))
 
 
-def availability_reason(info, spec) -> str | None:
-    """Why the kernel cannot run on this machine at all (library or device), or None."""
+def installed_reason(info, spec) -> str | None:
+    """Why the kernel cannot run here, known without touching a device (its devices, its
+    library), or None."""
     device = spec["device"]
     if device not in info.devices:
         return f"{info.name} runs only on {', '.join(info.devices)}, not on {device}"
     missing = catalog.missing_module(info)
     if missing:
         return f"{info.name} needs the Python module {' or '.join(map(repr, missing.split('|')))}, which is not installed"
+    return None
+
+
+def ends_without_gpu(spec) -> bool:
+    """A cell that will only write why it cannot run (library missing, mask unsupported): it
+    needs no GPU, so it does not wait for one (claim_gpu_after_start)."""
+    info = kernel_info(spec)
+    return bool(installed_reason(info, spec) or unsupported(info, spec) or fails_to_import(info))
+
+
+def fails_to_import(info) -> bool:
+    """An installed library that cannot load here (built for another CUDA, say): the cell
+    records it `unavailable` when loading the kernel."""
+    for entry in info.modules:
+        try:
+            importlib.import_module(catalog.findable(entry))
+        except (ImportError, OSError, RuntimeError):
+            return True
+    return False
+
+
+def unsupported(info, spec) -> str | None:
+    return catalog.unsupported_reason(
+        info,
+        spec["mask"],
+        spec["direction"],
+        spec["device"],
+        spec["heads_q"],
+        spec["heads_kv"],
+        spec.get("mask_params"),
+    )
+
+
+def availability_reason(info, spec) -> str | None:
+    """Why the kernel cannot run on this machine at all (library or device), or None."""
+    device = spec["device"]
+    reason = installed_reason(info, spec)
+    if reason:
+        return reason
     if device == "cuda":
         import torch
 
@@ -244,18 +286,11 @@ def run_cell(spec: dict, peak: dict | None = None) -> dict:
     outcome = availability_reason(info, spec)
     status, reason = (S.UNAVAILABLE, outcome) if outcome else (None, None)
     if status is None:
-        reason = catalog.unsupported_reason(
-            info,
-            spec["mask"],
-            spec["direction"],
-            spec["device"],
-            spec["heads_q"],
-            spec["heads_kv"],
-            spec.get("mask_params"),
-        )
+        reason = unsupported(info, spec)
         status = S.UNSUPPORTED if reason else None
     if status is None:
         status, reason = _measure(record, info, spec, peak)
+    launch.release_gpus()  # the rest writes the record: the next cell may take the GPU
     record["status"], record["status_reason"] = status, reason
     if status in S.TIMED:
         summarise(record, peak)
@@ -269,7 +304,7 @@ def run_cell(spec: dict, peak: dict | None = None) -> dict:
 
 def process_timing() -> dict:
     """Where this process' time went: since it started (imports included), and waiting for a GPU."""
-    from ... import STARTED, launch
+    from ... import STARTED
 
     return {"process_s": time.time() - STARTED, "gpu_wait_s": launch.CLAIM_WAIT_S}
 

@@ -180,15 +180,21 @@ def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-def measured_cells(df: pd.DataFrame, grid: str) -> pd.DataFrame:
+def measured_cells(df: pd.DataFrame, grid: str, kernel: str) -> pd.DataFrame:
+    """The grid's ok cells of modelled methods that ran the modelled local kernel (a grid may also
+    hold cells of other local kernels, or with dK/dV sent in another dtype: not this model's)."""
     if df.empty or "method" not in df:
         return df.iloc[0:0]
+    same = df["local_kernel"] == kernel if "local_kernel" in df else True
+    if "dkv_comm_dtype" in df:
+        same = same & df["dkv_comm_dtype"].fillna("accumulator").eq("accumulator")
     return df[
         (df["grid"] == grid)
         & (df["family"] == "cp")
         & (df["status"] == "ok")
         & df["method"].isin(MODELLED_METHODS)
         & df["tflops_per_gpu"].notna()
+        & same
     ]
 
 
@@ -222,7 +228,7 @@ def run_predict(
         mc["local_kernel"] if kernel == "auto" else kernel
     )  # the grid's own local kernel first
     kt = KernelTime.from_table(recs, kernel, s.heads_q, s.heads_kv, s.head_dim, s.dtype)
-    measured = measured_cells(recs, grid)
+    measured = measured_cells(recs, grid, kernel)
     pred = attach_measured(prediction_rows(cfg, mc, s, directions, kt, progress), measured)
     val = validation_rows(measured, s, kt, mc["network"], mc)
     tables_dir.mkdir(parents=True, exist_ok=True)
