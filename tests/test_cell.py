@@ -208,41 +208,16 @@ def test_reference_out_of_memory_retries_shorter_and_keeps_the_timings(cells, tm
 
 
 def test_document_masks_check_three_samples(cells):
-    spec = pick(
-        cells,
-        "sdpa",
-        "causal_document",
-        128,
-        "fwd",
-        samples={"document": 4, "single": 1},
-        warmup=0,
-        reps=1,
-    )
-    r = C.run_cell(spec)
-    assert spec["check"]["samples"] == 1 and [("check" in s) for s in r["samples"]] == [
-        True,
-        True,
-        True,
-        False,
-    ]
-    r = C.run_cell({**spec, "samples": {"document": 2, "single": 1}})
-    assert all("check" in s for s in r["samples"])  # fewer than 3: all of them
-    r = C.run_cell(
-        pick(
-            cells,
-            "sdpa",
-            "causal",
-            128,
-            "fwd",
-            samples={"document": 4, "single": 2},
-            warmup=0,
-            reps=1,
-        )
-    )
-    assert [("check" in s) for s in r["samples"]] == [
-        True,
-        False,
-    ]  # a single-sequence mask: check.samples
+    def checked(mask, document, single) -> list[bool]:
+        """Which samples a one-repetition sdpa cell checks against the reference."""
+        samples = {"document": document, "single": single}
+        spec = pick(cells, "sdpa", mask, samples=samples, warmup=0, reps=1)
+        assert spec["check"]["samples"] == 1
+        return [("check" in s) for s in C.run_cell(spec)["samples"]]
+
+    assert checked("causal_document", 4, 1) == [True, True, True, False]
+    assert checked("causal_document", 2, 1) == [True, True]  # fewer than 3: all of them
+    assert checked("causal", 4, 2) == [True, False]  # a single-sequence mask: check.samples
 
 
 def test_a_crash_writes_no_record(cells, tmp_path, monkeypatch):

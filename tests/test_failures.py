@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,103 +25,32 @@ from attnbench.harness.faults import HANG_ENV
 from attnbench.record.record import write_record
 from attnbench.record.validate import record_problems
 from attnbench.report.collect import read_cells
+from bounded import run_bounded
+from commands import (
+    PY,
+    cp_cell_cmd,
+    in_flight,
+    package_env,
+    planned_jobs,
+    records,
+    snakemake_cmd,
+    wait_for,
+)
+from tinygrids import config_running, cp_grid, kernel_grid
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests/cp"))
-from bounded import run_bounded  # noqa: E402
-
-PY = sys.executable
 # Two kernels on one mask and length: the cell that hangs, and one that must still run.
-GRID = {
-    "description": "failure tests",
-    "family": "kernel",
-    "device": "cpu",
-    "kernels": ["naive", "sdpa"],
-    "masks": ["causal"],
-    "seqlen": [64],
-    "heads": [[2, 1]],
-    "head_dim": [16],
-    "dtype": ["float32"],
-    "direction": ["fwd"],
-    "samples": {"document": 1, "single": 1},
-    "warmup": 0,
-    "reps": 2,
-    "runtime_min": 1,
-    "cell_timeout_s": 10,
-}
+GRID = kernel_grid(description="failure tests", runtime_min=1, cell_timeout_s=10)
 HUNG = "naive/causal/s64-h2x1-d16-float32-fwd"
-CP_GRID = {
-    "family": "cp",
-    "device": "cpu",
-    "methods": ["ring_p2p"],
-    "masks": ["causal"],
-    "tokens_per_gpu": [32],
-    "gpus": [2],
-    "heads": [[2, 1]],
-    "head_dim": [16],
-    "dtype": ["float32"],
-    "direction": ["fwd"],
-    "samples": {"document": 1, "single": 1},
-    "warmup": 0,
-    "reps": 2,
-    "check": {"max_seqlen": 512, "tolerance_factor": 5, "samples": 1},
-    "cp": {"local_kernel": "cpu_flash", "timeout_s": 60},
-}
-
-
-def config(grids: dict, run=None) -> dict:
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["run"] = run or list(grids)
-    cfg["grids"] = grids
-    return cfg
-
-
-def env(**extra) -> dict:
-    return {
-        **os.environ,
-        "PATH": f"{Path(PY).parent}:{os.environ['PATH']}",
-        "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}",
-        **extra,
-    }
-
-
-def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
-    return [
-        PY,
-        "-m",
-        "snakemake",
-        "--profile",
-        str(REPO / "profiles/local"),
-        "-s",
-        str(REPO / "Snakefile"),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        *args,
-    ]
+CP_GRID = cp_grid()
 
 
 def snakemake(workdir: Path, *args: str, timeout=600, **extra_env) -> subprocess.CompletedProcess:
-    return run_bounded(snakemake_cmd(workdir, *args), timeout, env=env(**extra_env))
+    cmd = snakemake_cmd(workdir, *args, profile="local")
+    return run_bounded(cmd, timeout, env=package_env(**extra_env))
 
 
 def planned(workdir: Path) -> dict:
-    p = snakemake(workdir, "-n", timeout=120)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    text = p.stdout + p.stderr
-    if "Nothing to be done" in text:
-        return {}
-    stats = text.split("Job stats:")[1].split("\n\n")[0]
-    return {
-        m.group(1): int(m.group(2))
-        for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)
-        if m.group(1) != "total"
-    }
-
-
-def records(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.json"))}
+    return planned_jobs(snakemake(workdir, "-n", timeout=120))
 
 
 def leftovers(root: Path) -> list[Path]:
@@ -145,24 +72,14 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def wait_for(predicate, limit_s: float, what: str):
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {limit_s} s: {what}")
-
-
 # ---------------------------------------------------------------- the time budget in the config
 
 
 def test_time_budget_defaults_below_the_slurm_limit_and_a_budget_past_it_is_refused():
-    cfg = validate(config({"g": {**GRID, "runtime_min": 10, "cell_timeout_s": "auto"}}))
+    cfg = validate(config_running({"g": {**GRID, "runtime_min": 10, "cell_timeout_s": "auto"}}))
     assert cell_timeout_s(cfg["grids"]["g"]) == 540  # 90% of 10 minutes
     default = validate(
-        config(
+        config_running(
             {"g": {k: v for k, v in GRID.items() if k not in ("runtime_min", "cell_timeout_s")}}
         )
     )
@@ -173,9 +90,9 @@ def test_time_budget_defaults_below_the_slurm_limit_and_a_budget_past_it_is_refu
     with pytest.raises(
         ConfigError, match=r"grids\.g\.cell_timeout_s: 60 s is not below runtime_min \(60 s\)"
     ):
-        validate(config({"g": {**GRID, "cell_timeout_s": 60}}))
+        validate(config_running({"g": {**GRID, "cell_timeout_s": 60}}))
     with pytest.raises(ConfigError, match="cell_timeout_s"):
-        validate(config({"g": {**GRID, "cell_timeout_s": 0}}))
+        validate(config_running({"g": {**GRID, "cell_timeout_s": 0}}))
 
 
 # ---------------------------------------------------------------- a cell that hangs
@@ -185,7 +102,7 @@ def test_time_budget_defaults_below_the_slurm_limit_and_a_budget_past_it_is_refu
 def hung_run(tmp_path_factory):
     """The grid through `snakemake --profile profiles/local` with one cell hanging for ever."""
     workdir = tmp_path_factory.mktemp("hang")
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config({"hang": GRID})))
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config_running({"hang": GRID})))
     t0 = time.monotonic()
     p = snakemake(workdir, timeout=400, **{HANG_ENV: f"^{HUNG}$"})
     return workdir, p, time.monotonic() - t0
@@ -255,29 +172,9 @@ def test_a_timeout_record_with_timings_or_an_unknown_status_is_not_a_record():
 
 def cp_cell(tokens_per_gpu=32) -> dict:
     (cell,) = expand_cells(
-        validate(config({"cp": {**CP_GRID, "tokens_per_gpu": [tokens_per_gpu]}}))
+        validate(config_running({"cp": {**CP_GRID, "tokens_per_gpu": [tokens_per_gpu]}}))
     )
     return cell
-
-
-def cp_launch(cell, out: Path, *launch_args: str) -> list[str]:
-    return [
-        PY,
-        "-m",
-        "attnbench.launch",
-        "--nproc-per-node",
-        str(cell["gpus"]),
-        *launch_args,
-        "--",
-        PY,
-        "-m",
-        "attnbench",
-        "cp-cell",
-        "--spec",
-        json.dumps(cell),
-        "--out",
-        str(out),
-    ]
 
 
 @pytest.mark.slow
@@ -286,9 +183,9 @@ def test_a_hung_cp_cell_is_stopped_on_every_rank_and_recorded_as_timeout(tmp_pat
     out = tmp_path / "cp.json"
     t0 = time.monotonic()
     p = run_bounded(
-        cp_launch(cell, out, "--time-limit-s", "10"),
+        cp_cell_cmd(cell, out, "--time-limit-s", "10"),
         180,
-        env=env(**{HANG_ENV: "^ring_p2p/causal/"}),
+        env=package_env(**{HANG_ENV: "^ring_p2p/causal/"}),
     )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert time.monotonic() - t0 < 10 + launch.STOP_GRACE_S + 60
@@ -326,10 +223,10 @@ def test_a_cp_rank_killed_mid_cell_ends_every_rank_writes_no_record_and_a_rerun_
     marker = tmp_path / "cp.log"
     with marker.open("w") as log:
         proc = subprocess.Popen(
-            cp_launch(cell, out, "--time-limit-s", "300"),
+            cp_cell_cmd(cell, out, "--time-limit-s", "300"),
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=env(**{HANG_ENV: "^ring_p2p/causal/"}),
+            env=package_env(**{HANG_ENV: "^ring_p2p/causal/"}),
             start_new_session=True,
         )
     try:
@@ -352,7 +249,7 @@ def test_a_cp_rank_killed_mid_cell_ends_every_rank_writes_no_record_and_a_rerun_
     assert rc != 0 and ended < 60, (rc, ended)
     assert not out.exists() and not leftovers(tmp_path)
     print(f"\nrank 1 killed: the launcher ended {ended:.1f} s later with status {rc}")
-    p = run_bounded(cp_launch(cell, out, "--time-limit-s", "300"), 180, env=env())
+    p = run_bounded(cp_cell_cmd(cell, out, "--time-limit-s", "300"), 180, env=package_env())
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert json.loads(out.read_text())["status"] == "ok"
 
@@ -370,17 +267,6 @@ INTERRUPTED = {
 STUCK = "sdpa/causal/s64-h2x1-d16-float32-fwd"
 
 
-def in_flight(workdir: Path) -> set[str]:
-    """Outputs Snakemake marks incomplete: their jobs were running when it stopped (it cannot know
-    whether they finished; the next run, with the profile's rerun-incomplete, runs them again)."""
-    import base64
-
-    marks = workdir / ".snakemake/incomplete"
-    return (
-        {base64.b64decode(m.name).decode() for m in marks.iterdir()} if marks.exists() else set()
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGINT to the process group (Ctrl-C)", "SIGTERM to snakemake"])
 def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_runs_only_the_rest(
@@ -394,8 +280,8 @@ def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_r
     whose job was ending at the very moment of a Ctrl-C), never one that had finished."""
     sigint = how.startswith("SIGINT")
     grid = {**INTERRUPTED, "cell_timeout_s": 500 if sigint else 30}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config({"int": grid})))
-    cells = [cell_path(c) for c in expand_cells(validate(config({"int": grid})))]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_running({"int": grid})))
+    cells = [cell_path(c) for c in expand_cells(validate(config_running({"int": grid})))]
     results = tmp_path / "results"
     stuck_log, log_path = (
         results / f"logs/cells/int/kernel/{STUCK}.log",
@@ -411,13 +297,12 @@ def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_r
 
     with log_path.open("w") as log:
         # --prioritize: the stuck cell starts first; the others run one at a time beside it
+        stuck_first = ["--prioritize", f"results/cells/int/kernel/{STUCK}.json"]
         proc = subprocess.Popen(
-            snakemake_cmd(
-                tmp_path, "--cores", "2", "--prioritize", f"results/cells/int/kernel/{STUCK}.json"
-            ),
+            snakemake_cmd(tmp_path, "--cores", "2", *stuck_first, profile="local"),
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=env(**{HANG_ENV: f"^{STUCK}$"}),
+            env=package_env(**{HANG_ENV: f"^{STUCK}$"}),
             start_new_session=True,
         )
     try:
@@ -465,7 +350,7 @@ def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_r
 
 @pytest.mark.slow
 def test_collect_stops_at_a_corrupted_or_foreign_json_naming_it_and_changes_nothing(tmp_path):
-    cfg = validate(config({"c": GRID}))
+    cfg = validate(config_running({"c": GRID}))
     root = tmp_path / "results"
     for cell in expand_cells(cfg):
         write_record(run_cell(cell), root / cell_path(cell))
@@ -482,7 +367,7 @@ def test_collect_stops_at_a_corrupted_or_foreign_json_naming_it_and_changes_noth
         "--out",
         str(table),
     ]
-    assert run_bounded(collect, 120, env=env()).returncode == 0
+    assert run_bounded(collect, 120, env=package_env()).returncode == 0
     before = table.read_text()
 
     victim = root / cell_path(expand_cells(cfg)[0])
@@ -500,7 +385,7 @@ def test_collect_stops_at_a_corrupted_or_foreign_json_naming_it_and_changes_noth
     }
     for what, (path, text) in bad_files.items():
         path.write_text(text)
-        p = run_bounded(collect, 120, env=env())
+        p = run_bounded(collect, 120, env=package_env())
         assert p.returncode != 0, what
         assert f"collect: {path}: not a" in p.stderr, (what, p.stderr[-2000:])
         assert "Traceback" not in p.stderr
@@ -514,4 +399,4 @@ def test_collect_stops_at_a_corrupted_or_foreign_json_naming_it_and_changes_noth
             path.write_text(good[str(victim.relative_to(root))])
         else:
             path.unlink()
-    assert run_bounded(collect, 120, env=env()).returncode == 0
+    assert run_bounded(collect, 120, env=package_env()).returncode == 0

@@ -21,17 +21,10 @@ from attnbench.harness.perturb import perturbations
 from attnbench.harness.reference import reference_attention
 from attnbench.kernels import catalog
 from attnbench.kernels.base import load
+from tinygrids import mask_params
 
 S, HQ, HKV, D = 128, 4, 2, 32
-CFG = dict(
-    window=16,
-    block=16,
-    block_size=16,
-    density=0.4,
-    avg_block=16,
-    min_block=8,
-    long_doc_range=[32, 64],
-)
+CFG = mask_params(block=16, window=16, long_doc_range=[32, 64])
 DTYPES = [torch.float32, torch.bfloat16]
 CP_ONLY = [m for m in M.CP_MASKS if m not in M.STATIC_MASKS]
 CPU_KERNELS = [k for k, info in catalog.KERNELS.items() if "cpu" in info.devices]

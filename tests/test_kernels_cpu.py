@@ -8,16 +8,9 @@ from attnbench.harness.reference import reference_attention, rel_err
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load, to_thd
 from attnbench.status import Unsupported
+from tinygrids import mask_params
 
-CFG = dict(
-    window=9,
-    block=8,
-    block_size=8,
-    density=0.4,
-    avg_block=16,
-    min_block=8,
-    long_doc_range=[20, 40],
-)
+CFG = mask_params(block=8, window=9, long_doc_range=[20, 40])
 S, HQ, HKV, D = 96, 4, 2, 16
 CPU_KERNELS = [k for k, info in catalog.KERNELS.items() if "cpu" in info.devices]
 

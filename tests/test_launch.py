@@ -4,13 +4,11 @@ and a real two-rank gloo job on this machine (tests/slurm run it through a Slurm
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from attnbench import launch
+from commands import REPO, launched, package_env
 
-REPO = Path(__file__).resolve().parents[1]
 ALLREDUCE = REPO / "tests/slurm/workflow/allreduce.py"
 
 
@@ -94,24 +92,11 @@ def test_several_nodes_need_an_allocation_and_the_batch_step(monkeypatch):
 def test_two_ranks_on_this_machine(tmp_path):
     out = tmp_path / "allreduce.json"
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attnbench.launch",
-            "--nproc-per-node",
-            "2",
-            "--",
-            sys.executable,
-            str(ALLREDUCE),
-            str(out),
-        ],
+        launched(["--nproc-per-node", "2"], str(ALLREDUCE), str(out)),
         capture_output=True,
         text=True,
         timeout=180,
-        env={
-            **os.environ,
-            "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}",
-        },
+        env=package_env(),
     )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     result = json.loads(out.read_text())
@@ -120,28 +105,12 @@ def test_two_ranks_on_this_machine(tmp_path):
     assert all(r["sum"] == result["expected_sum"] == 3 for r in result["ranks"])
 
 
-def launched_devices(tmp_path, n_gpus, visible, hold_s=0.0):
-    """Start `launch --gpus-per-node n` around a command that reports its CUDA_VISIBLE_DEVICES."""
-    probe = f"import os, time; print(os.environ.get('CUDA_VISIBLE_DEVICES')); time.sleep({hold_s})"
-    env = {
-        **os.environ,
-        "CUDA_VISIBLE_DEVICES": visible,
-        "ATTNBENCH_GPU_LOCK_DIR": str(tmp_path / "locks"),
-        "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}",
-    }
+def launched_devices(tmp_path, visible, probe, *launch_args):
+    """Start `launch LAUNCH_ARGS` around `python -c PROBE`, as on a machine with these GPUs."""
+    env = package_env(CUDA_VISIBLE_DEVICES=visible, ATTNBENCH_GPU_LOCK_DIR=str(tmp_path / "locks"))
     env.pop("SLURM_JOB_ID", None)
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "attnbench.launch",
-            "--gpus-per-node",
-            str(n_gpus),
-            "--",
-            sys.executable,
-            "-c",
-            probe,
-        ],
+        launched(launch_args, "-c", probe),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -149,24 +118,30 @@ def launched_devices(tmp_path, n_gpus, visible, hold_s=0.0):
     )
 
 
+def devices_seen(tmp_path, n_gpus, visible, hold_s=0.0):
+    """Start `launch --gpus-per-node n` around a command that reports its CUDA_VISIBLE_DEVICES."""
+    probe = f"import os, time; print(os.environ.get('CUDA_VISIBLE_DEVICES')); time.sleep({hold_s})"
+    return launched_devices(tmp_path, visible, probe, "--gpus-per-node", str(n_gpus))
+
+
 def test_concurrent_cells_on_one_machine_get_different_gpus(tmp_path):
     # Two commands at once on a machine with GPUs 3 and 5: each holds one of its own.
-    first, second = (launched_devices(tmp_path, 1, "3,5", hold_s=3) for _ in range(2))
+    first, second = (devices_seen(tmp_path, 1, "3,5", hold_s=3) for _ in range(2))
     seen = [p.communicate(timeout=60)[0].split()[-1] for p in (first, second)]
     assert sorted(seen) == ["3", "5"]
     # The locks went with the processes: both GPUs are free again.
-    both = launched_devices(tmp_path, 2, "3,5")
+    both = devices_seen(tmp_path, 2, "3,5")
     assert both.communicate(timeout=60)[0].split()[-1] == "3,5"
 
 
 def test_asking_for_more_gpus_than_visible_fails_clearly(tmp_path):
-    p = launched_devices(tmp_path, 3, "0,1")
+    p = devices_seen(tmp_path, 3, "0,1")
     _, err = p.communicate(timeout=60)
     assert p.returncode != 0 and "3 GPUs asked for, 2 visible" in err
 
 
 def test_no_gpu_here_runs_the_command_unchanged(tmp_path):
-    p = launched_devices(tmp_path, 1, "")
+    p = devices_seen(tmp_path, 1, "")
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 0 and "no GPU visible here" in out and out.splitlines()[-1] == ""
 
@@ -183,34 +158,8 @@ def test_claim_after_import_starts_at_once_and_waits_for_the_gpu_inside(tmp_path
         + "print(json.dumps({'gpus': g, 'started': t0, 'claimed': t1, 'released': t2, "
         "'ended': time.time()}))"
     )
-    env = {
-        **os.environ,
-        "CUDA_VISIBLE_DEVICES": "4",
-        "ATTNBENCH_GPU_LOCK_DIR": str(tmp_path / "locks"),
-        "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}",
-    }
-    env.pop("SLURM_JOB_ID", None)
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "attnbench.launch",
-                "--gpus-per-node",
-                "1",
-                "--claim-after-import",
-                "--",
-                sys.executable,
-                "-c",
-                probe,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for _ in range(2)
-    ]
+    claimed_inside = ("--gpus-per-node", "1", "--claim-after-import")
+    procs = [launched_devices(tmp_path, "4", probe, *claimed_inside) for _ in range(2)]
     runs = sorted(
         (json.loads(p.communicate(timeout=60)[0].splitlines()[-1]) for p in procs),
         key=lambda r: r["claimed"],

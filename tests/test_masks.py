@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 import torch
 from attnbench.masks.ranges import Slice, dense_from_slices
+from tinygrids import mask_params
 
-CFG = dict(
-    window=7, block=4, block_size=4, density=0.5, avg_block=8, min_block=4, long_doc_range=[5, 20]
-)
+CFG = mask_params(block=4, window=7, long_doc_range=[5, 20], density=0.5, avg_block=8, min_block=4)
 LENGTHS = [1, 2, 3, 5, 7, 8, 12, 16, 31, 64, 100, 128]
 
 

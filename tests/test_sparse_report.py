@@ -18,6 +18,29 @@ def spread_of(tflops, rel) -> dict:
     return {"tflops_p20": tflops * (1 - rel), "tflops_p80": tflops * (1 + rel)}
 
 
+# What every row shares besides its cell and numbers: grid g, bf16 at head dim 128 on an H200.
+SHARED = dict(
+    grid="g",
+    family="sparse",
+    head_dim=128,
+    dtype="bfloat16",
+    device="cuda",
+    device_name="NVIDIA H200",
+    mem_source="cuda_allocator",
+)
+
+
+def row(
+    impl, mask, s, heads, direction, status, tflops, mem, area, block=None, avg=None, rho=None
+):
+    """One row (the block-sparse columns stay None for a dense kernel)."""
+    hq, hkv = heads
+    cell = dict(impl=impl, mask=mask, seqlen=s, heads_q=hq, heads_kv=hkv, direction=direction)
+    measured = dict(status=status, tflops=tflops, **spread_of(tflops, 0.01), peak_mem_bytes=mem)
+    blocks = dict(block_size=block, avg_block=avg, density=rho, realised_density=rho)
+    return {**SHARED, **cell, **measured, **blocks, "mask_area_mean": area}
+
+
 def tidy_table() -> pd.DataFrame:
     """Rows shaped like collect.py's (the statuses and numbers are test data, not measurements)."""
     rows = []
@@ -53,64 +76,17 @@ def tidy_table() -> pd.DataFrame:
                 0.5,
             ):
                 tflops = 402.0  # inside the dense reference's spread
-            rows.append(
-                dict(
-                    grid="g",
-                    family="sparse",
-                    impl=impl,
-                    mask=mask,
-                    seqlen=s,
-                    heads_q=hq,
-                    heads_kv=hkv,
-                    head_dim=128,
-                    dtype="bfloat16",
-                    direction=direction,
-                    device="cuda",
-                    device_name="NVIDIA H200",
-                    status=status,
-                    tflops=tflops,
-                    **spread_of(tflops, 0.01),
-                    peak_mem_bytes=None if tflops is None else 2**30 * s / 16384,
-                    mem_source="cuda_allocator",
-                    block_size=b,
-                    avg_block=a,
-                    density=rho,
-                    realised_density=rho,
-                    mask_area_mean=area,
-                )
-            )
+            mem = None if tflops is None else 2**30 * s / 16384
+            heads = (hq, hkv)
+            rows.append(row(impl, mask, s, heads, direction, status, tflops, mem, area, b, a, rho))
     # dense kernels on the full mask at the lengths of area ~ 0.5 S^2 (S' = 23170, 46341): sdpa_flash
     # everywhere; at 23170 forward also fa3 (slower, inside sdpa_flash's spread) and flashmask (faster,
     # but incorrect: never the reference)
     dense = [("sdpa_flash", s, d, "ok", 400.0) for s in (23170, 46341) for d in ("fwd", "bwd")]
     dense += [("fa3", 23170, "fwd", "ok", 398.0), ("flashmask", 23170, "fwd", "incorrect", 900.0)]
     for impl, s, direction, status, tflops in dense:
-        rows.append(
-            dict(
-                grid="g",
-                family="sparse",
-                impl=impl,
-                mask="full",
-                seqlen=s,
-                heads_q=64,
-                heads_kv=8,
-                head_dim=128,
-                dtype="bfloat16",
-                direction=direction,
-                device="cuda",
-                device_name="NVIDIA H200",
-                status=status,
-                tflops=tflops,
-                **spread_of(tflops, 0.01),
-                peak_mem_bytes=2**30 * s / 16384,
-                mem_source="cuda_allocator",
-                block_size=None,
-                avg_block=None,
-                density=None,
-                realised_density=None,
-                mask_area_mean=float(s * s),
-            )
-        )
+        mem, area = 2**30 * s / 16384, float(s * s)
+        rows.append(row(impl, "full", s, (64, 8), direction, status, tflops, mem, area))
     df = pd.DataFrame(rows)
     df["peak_mem_gib"] = df["peak_mem_bytes"] / 2**30
     return df

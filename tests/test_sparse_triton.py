@@ -55,6 +55,14 @@ def bsa(request):
         interp._patch_lang_tensor = original
 
 
+def block_sparse(s, block, density, hq, hkv, seed=0, **params):
+    """A block_sparse mask of s tokens for hq query heads on hkv KV heads."""
+    params = dict(block_size=block, density=density, **params)
+    return M.sample_mask(
+        "block_sparse", s, params, np.random.default_rng(seed), heads_q=hq, heads_kv=hkv
+    )
+
+
 def inputs(s, hq, hkv, d, dtype, device, seed=0):
     g = torch.Generator().manual_seed(seed)
     return [
@@ -86,14 +94,7 @@ SHAPES = [
 def test_fp32_matches_float64_reference_fwd_and_bwd(bsa, block, s, hq, hkv, d, gran):
     mod, device = bsa
     for seed in range(2):
-        mask = M.sample_mask(
-            "block_sparse",
-            s,
-            dict(block_size=block, density=0.5, granularity=gran),
-            np.random.default_rng(seed),
-            heads_q=hq,
-            heads_kv=hkv,
-        )
+        mask = block_sparse(s, block, 0.5, hq, hkv, seed=seed, granularity=gran)
         q, k, v, dout = inputs(s, hq, hkv, d, torch.float32, device, seed)
         out, grads = run(mod, mask, q, k, v, dout)
         ref_out, _, ref_grads = reference_attention(q, k, v, mask, dout)
@@ -104,14 +105,7 @@ def test_fp32_matches_float64_reference_fwd_and_bwd(bsa, block, s, hq, hkv, d, g
 
 def test_lse_is_the_masked_log_sum_exp(bsa):
     mod, device = bsa
-    mask = M.sample_mask(
-        "block_sparse",
-        128,
-        dict(block_size=32, density=0.3),
-        np.random.default_rng(1),
-        heads_q=2,
-        heads_kv=1,
-    )
+    mask = block_sparse(128, 32, 0.3, 2, 1, seed=1)
     q, k, v, _ = inputs(128, 2, 1, 16, torch.float32, device)
     index = mod.BlockIndex.from_layout(mask.layout(), 32, device)
     _, lse2 = mod.forward(
@@ -139,14 +133,7 @@ def test_half_precision_within_the_acceptance_rule(bsa, dtype):
         head_dim=32,
     )
     for block in (64, 128):
-        mask = M.sample_mask(
-            "block_sparse",
-            256,
-            dict(block_size=block, density=0.5),
-            np.random.default_rng(0),
-            heads_q=4,
-            heads_kv=2,
-        )
+        mask = block_sparse(256, block, 0.5, 4, 2)
         q, k, v, dout = inputs(256, 4, 2, 32, dtype, device)
         fn = kernel.prepare(mask)
         chk = C.check_correctness(kernel, fn, mask, q, k, v, dout, "bwd", 5)
@@ -175,14 +162,7 @@ def test_kernel_adapter_refuses_other_masks_and_bad_inputs(bsa):
     )
     with pytest.raises(Unsupported, match="uniform block_sparse"):
         kernel.prepare(var)
-    mask = M.sample_mask(
-        "block_sparse",
-        128,
-        dict(block_size=32, density=0.5),
-        np.random.default_rng(0),
-        heads_q=2,
-        heads_kv=1,
-    )
+    mask = block_sparse(128, 32, 0.5, 2, 1)
     index = mod.BlockIndex.from_layout(mask.layout(), 32, device)
     q, k, v, _ = (from_thd(x, "bhsd") for x in inputs(128, 2, 1, 32, torch.float32, device))
     with pytest.raises(ValueError, match="head dim 24"):
@@ -195,14 +175,7 @@ def test_kernel_adapter_refuses_other_masks_and_bad_inputs(bsa):
 
 def test_index_is_proportional_to_kept_blocks(bsa):
     mod, device = bsa
-    mask = M.sample_mask(
-        "block_sparse",
-        1024,
-        dict(block_size=64, density=0.25),
-        np.random.default_rng(0),
-        heads_q=8,
-        heads_kv=2,
-    )
+    mask = block_sparse(1024, 64, 0.25, 8, 2)
     index = mod.BlockIndex.from_layout(mask.layout(), 64, device)
     kept = mask.params["kept_blocks"]
     assert index.kv_indices.numel() == kept and index.q_indices.numel() == kept

@@ -7,22 +7,22 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from attnbench import families as outputs
-from test_workflow import TINY, planned_jobs, snakemake, workflow_copy
+from commands import planned_jobs
+from tinygrids import config_running, kernel_grid, snakemake_on_copy, workflow_copy
 
 REPO = Path(__file__).resolve().parents[1]
-# The kernel test grid's device, kernels, shapes and repetitions, over the two sparse masks.
-TINY_SPARSE = {
-    **TINY,
-    "description": "tiny block-sparse test grid",
-    "family": "sparse",
-    "masks": ["block_sparse", "variable_block_sparse"],
-    "seqlen": [128, 256],
-    "block_size": [32],
-    "avg_block": [64],
-    "density": [0.5],
-    "mask_params": {"min_block": 32},
-    "samples": {"document": 1, "single": 2},
-    "also": [
+# The tiny kernel grid's device, kernels, shapes and repetitions, over the two sparse masks.
+TINY_SPARSE = kernel_grid(
+    description="tiny block-sparse test grid",
+    family="sparse",
+    masks=["block_sparse", "variable_block_sparse"],
+    seqlen=[128, 256],
+    block_size=[32],
+    avg_block=[64],
+    density=[0.5],
+    mask_params={"min_block": 32},
+    samples={"document": 1, "single": 2},
+    also=[
         {"density": [0.25], "seqlen": [256]},
         {
             "kernels": ["triton_block_sparse", "flashinfer"],
@@ -32,14 +32,16 @@ TINY_SPARSE = {
         # a dense reference whose area equals the density-0.5 masks' at 256: 181^2 ~ 0.5 x 256^2
         {"kernels": ["sdpa"], "masks": ["full"], "seqlen": [181]},
     ],
-}
+)
 N_CELLS = 2 * 2 * 2 + 2 * 2 + 2 + 1
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    d = workflow_copy(tmp_path_factory.mktemp("wf_sparse"), "tiny_sparse", TINY_SPARSE)
-    p = snakemake(d)
+    d = workflow_copy(
+        tmp_path_factory.mktemp("wf_sparse"), config_running({"tiny_sparse": TINY_SPARSE})
+    )
+    p = snakemake_on_copy(d)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return d
 
@@ -63,7 +65,7 @@ def test_tiny_sparse_grid_records_tables_and_figures(run):
     assert "B=32" in table and "var A=64" in table and "naive fwd" in table and "n/a" in table
     ratio = (res / "tables/tiny_sparse/sparse_vs_dense.md").read_text()
     assert "sdpa (full, S=181)" in ratio  # the equal-area dense reference was found
-    assert planned_jobs(snakemake(run, "-n")) == {}
+    assert planned_jobs(snakemake_on_copy(run, "-n")) == {}
 
 
 @pytest.mark.slow
@@ -85,7 +87,7 @@ def test_editing_the_sparse_report_reruns_only_its_tables_and_figures(run):
     original = code.read_text()
     code.write_text(original + "\n# an edit\n")
     try:
-        plan = planned_jobs(snakemake(run, "-n"))
+        plan = planned_jobs(snakemake_on_copy(run, "-n"))
     finally:
         code.write_text(original)
     assert set(plan) == {"tables_tiny_sparse", "figures_tiny_sparse", "all"}

@@ -5,105 +5,43 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from commands import planned_jobs, tool_env
+from tinygrids import config_running, kernel_grid, snakemake_on_copy, workflow_copy
 
-REPO = Path(__file__).resolve().parents[1]
-TINY = {
-    "description": "test grid",
-    "family": "kernel",
-    "device": "cpu",
-    "kernels": ["naive", "sdpa"],
-    "masks": ["causal", "causal_document"],
-    "seqlen": [64, 128],
-    "heads": [[2, 1]],
-    "head_dim": [16],
-    "dtype": ["float32"],
-    "direction": ["fwd"],
-    "samples": {"document": 1, "single": 1},
-    "warmup": 0,
-    "reps": 2,
-    "also": [{"kernels": ["fa2"], "masks": ["causal"], "seqlen": [64]}],
-}
+TINY = kernel_grid(
+    description="test grid",
+    masks=["causal", "causal_document"],
+    seqlen=[64, 128],
+    also=[{"kernels": ["fa2"], "masks": ["causal"], "seqlen": [64]}],
+)
 N_CELLS = 2 * 2 * 2 + 1
-
-
-def snakemake(workdir, *args, env=None, timeout=600):
-    e = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        **(env or {}),
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(workdir / "code/Snakefile"),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-        *args,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
-
-
-def planned_jobs(p) -> dict:
-    """Job counts from a dry run's 'Job stats' table."""
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    text = p.stdout + p.stderr
-    if "Nothing to be done" in text:
-        return {}
-    stats = text.split("Job stats:")[1]
-    return {
-        m.group(1): int(m.group(2))
-        for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)
-        if m.group(1) != "total"
-    }
-
-
-def workflow_copy(d, grid_name, grid):
-    """A copy of the workflow's code (and envs/) in d/code, so a test can edit it (the cells still
-    run the installed package), and d/config.yaml: the repository's, running only this one grid."""
-    (d / "code").mkdir()
-    shutil.copy(REPO / "Snakefile", d / "code/Snakefile")
-    shutil.copytree(
-        REPO / "workflow", d / "code/workflow", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    # the rules' conda environments: Snakemake records each job's, so the files must be there
-    shutil.copytree(REPO / "envs", d / "code/envs")
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["run"] = [grid_name]
-    cfg["grids"] = {grid_name: grid}
-    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
-    return d
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    return workflow_copy(tmp_path_factory.mktemp("wf"), "tiny", TINY)
+    return workflow_copy(tmp_path_factory.mktemp("wf"), config_running({"tiny": TINY}))
 
 
 @pytest.mark.slow
 def test_crash_keep_going_then_rerun_only_the_crashed_cell(workdir):
     crashed = workdir / "results/cells/tiny/kernel/naive/causal/s64-h2x1-d16-float32-fwd.json"
-    p = snakemake(workdir, "--keep-going", env={"ATTNBENCH_CRASH_CELLS": "^naive/causal/s64-"})
+    p = snakemake_on_copy(
+        workdir, "--keep-going", env={"ATTNBENCH_CRASH_CELLS": "^naive/causal/s64-"}
+    )
     assert p.returncode != 0
     records = list((workdir / "results/cells").rglob("*.json"))
     assert len(records) == N_CELLS - 1 and not crashed.exists()  # the others finished
     assert not (workdir / "results/tables/cells.csv").exists()
 
-    plan = planned_jobs(snakemake(workdir, "-n"))
+    plan = planned_jobs(snakemake_on_copy(workdir, "-n"))
     assert plan["kernel_cell"] == 1  # only the crashed cell, and what depends on it
     assert set(plan) == {"kernel_cell", "collect", "tables_tiny", "figures_tiny", "all"}
 
-    p = snakemake(workdir)
+    p = snakemake_on_copy(workdir)
     assert p.returncode == 0, p.stderr[-3000:]
     df = pd.read_csv(workdir / "results/tables/cells.csv")
     assert len(df) == N_CELLS
@@ -120,7 +58,7 @@ def test_crash_keep_going_then_rerun_only_the_crashed_cell(workdir):
         "figures/tiny/tflops_bars_fwd.caption.rst",
     ):
         assert (workdir / "results" / f).stat().st_size > 0
-    assert planned_jobs(snakemake(workdir, "-n")) == {}
+    assert planned_jobs(snakemake_on_copy(workdir, "-n")) == {}
 
 
 def plan_after_edit(workdir, module):
@@ -129,7 +67,7 @@ def plan_after_edit(workdir, module):
     original = code.read_text()
     code.write_text(original + "\n# an edit\n")
     try:
-        return planned_jobs(snakemake(workdir, "-n"))
+        return planned_jobs(snakemake_on_copy(workdir, "-n"))
     finally:
         code.write_text(original)
         os.utime(code, (0, 0))  # older than the outputs again, as before the edit
@@ -173,7 +111,7 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
     for style in ("figures: {dpi: 80}", "figures: {bar_seqlen: 64}"):
         (workdir / "style.yaml").write_text(style + "\n")
         plan = planned_jobs(
-            snakemake(
+            snakemake_on_copy(
                 workdir,
                 "-n",
                 "--configfile",
@@ -183,7 +121,9 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
         )
         assert set(plan) == {"figures_tiny", "all"}, style
     # The named target regenerates figures and tables without running a cell.
-    p = snakemake(workdir, "figures", "tables", "--forcerun", "figures_tiny", "tables_tiny")
+    p = snakemake_on_copy(
+        workdir, "figures", "tables", "--forcerun", "figures_tiny", "tables_tiny"
+    )
     assert p.returncode == 0 and "kernel_cell" not in p.stdout + p.stderr
 
 
@@ -191,7 +131,7 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
 def test_report_has_a_caption_per_figure_and_table_from_the_records(workdir):
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the first test")
-    p = snakemake(workdir, "--report", str(workdir / "report.html"))
+    p = snakemake_on_copy(workdir, "--report", str(workdir / "report.html"))
     assert p.returncode == 0, p.stderr[-3000:]
     html = (workdir / "report.html").read_text()
     df = pd.read_csv(workdir / "results/tables/cells.csv")
@@ -231,7 +171,7 @@ def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
     original = table.read_text()
     cells = pd.read_csv(table)
     pd.concat([cells, cells.head(1).assign(grid="other")]).to_csv(table, index=False)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = tool_env()
     p = subprocess.run(
         [
             sys.executable,
@@ -270,7 +210,7 @@ def test_cells_missing_after_a_partial_regenerate_are_still_run(workdir):
     record = workdir / "results/cells/tiny/kernel/sdpa/causal/s128-h2x1-d16-float32-fwd.json"
     aside = workdir / "aside.json"
     shutil.move(record, aside)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = tool_env()
     regenerate = [sys.executable, "-m", "attnbench", "regenerate", "--config", "config.yaml"]
     try:
         p = subprocess.run(
@@ -280,7 +220,7 @@ def test_cells_missing_after_a_partial_regenerate_are_still_run(workdir):
             p.stdout + p.stderr
         )
         assert len(pd.read_csv(workdir / "results/tables/cells.csv")) == N_CELLS - 1
-        p = snakemake(workdir, "-n", "--printshellcmds")
+        p = snakemake_on_copy(workdir, "-n", "--printshellcmds")
         assert planned_jobs(p) == {
             "kernel_cell": 1,
             "collect": 1,
@@ -306,19 +246,17 @@ def test_installing_a_missing_library_reruns_exactly_its_cells(workdir, tmp_path
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n")
     env = {"PYTHONPATH": f"{site}:{os.environ.get('PYTHONPATH', '')}"}
-    p = snakemake(workdir, "-n", "--printshellcmds", env=env)
+    p = snakemake_on_copy(workdir, "-n", "--printshellcmds", env=env)
     plan = planned_jobs(p)
     assert plan["kernel_cell"] == 1
     assert "/fa2/causal/" in p.stdout and "/naive/" not in p.stdout.split("rule collect")[0]
 
 
 def test_bad_config_fails_before_any_job(workdir, tmp_path):
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["run"] = ["tiny"]
-    cfg["grids"] = {"tiny": {**TINY, "kernels": ["naive", "flashy"]}}
+    cfg = config_running({"tiny": {**TINY, "kernels": ["naive", "flashy"]}})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     shutil.copytree(workdir / "code", tmp_path / "code")
-    p = snakemake(tmp_path, "-n")
+    p = snakemake_on_copy(tmp_path, "-n")
     assert p.returncode != 0
     assert "grids.tiny.kernels[1]: unknown kernel 'flashy'; valid kernels:" in p.stdout + p.stderr
     # a grid given twice (plain YAML would keep the second silently)
@@ -328,5 +266,5 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
             "\ngrids:\n", "\ngrids:\n  tiny: {kernels: [naive]}\n", 1
         )  # the top-level key
     )
-    p = snakemake(tmp_path, "-n")
+    p = snakemake_on_copy(tmp_path, "-n")
     assert p.returncode != 0 and "key 'tiny' appears twice in one mapping" in p.stdout + p.stderr

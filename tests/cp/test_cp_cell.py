@@ -4,7 +4,6 @@ rank giving `oom` on every rank without a hang."""
 import copy
 import json
 import os
-import sys
 import time
 
 import pytest
@@ -14,6 +13,7 @@ from attnbench.grid.expand import cell_path
 from attnbench.harness import faults as F
 from attnbench.harness.environment import cpu_model
 from bounded import run_bounded
+from commands import cp_cell_cmd
 from kernel_records import write_kernel_record
 
 GRID = {
@@ -45,24 +45,8 @@ def spec(base, **changes):
 
 
 def launch(cell, out, env=None, timeout=240):
-    cmd = [
-        sys.executable,
-        "-m",
-        "attnbench.launch",
-        "--nproc-per-node",
-        str(cell["gpus"]),
-        "--",
-        sys.executable,
-        "-m",
-        "attnbench",
-        "cp-cell",
-        "--spec",
-        json.dumps(cell),
-        "--out",
-        str(out),
-    ]
     t0 = time.perf_counter()
-    p = run_bounded(cmd, timeout, env={**os.environ, **(env or {})})
+    p = run_bounded(cp_cell_cmd(cell, out), timeout, env={**os.environ, **(env or {})})
     return p, time.perf_counter() - t0
 
 

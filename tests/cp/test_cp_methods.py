@@ -4,49 +4,20 @@ against the float64 reference on every rank; counted bytes against the schedule'
 One torchrun per world size runs the whole matrix (attnbench.cp.verify) in one process group.
 """
 
-import json
-import sys
-
 import pytest
 from attnbench.cp import catalog
 from attnbench.masks import CP_MASKS
-from bounded import run_bounded
+from commands import VERIFY_HEADS, cp_verify
 
-HQ, HKV = 8, 2  # GQA; Ulysses at 4 ranks replicates the 2 KV heads
+HQ, HKV = VERIFY_HEADS  # GQA; Ulysses at 4 ranks replicates the 2 KV heads
 D = 16  # attnbench.cp.verify's default head dim
-
-
-def verify(world, tmp_path, *extra):
-    out = tmp_path / f"verify{world}.jsonl"
-    cmd = [
-        sys.executable,
-        "-m",
-        "attnbench.launch",
-        "--nproc-per-node",
-        str(world),
-        "--",
-        sys.executable,
-        "-m",
-        "attnbench.cp.verify",
-        "--device",
-        "cpu",
-        "--out",
-        str(out),
-        "--heads",
-        f"{HQ}:{HKV}",
-        "--timeout-s",
-        "60",
-        *extra,
-    ]
-    p = run_bounded(cmd, 420)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    return [json.loads(line) for line in out.read_text().splitlines()]
 
 
 @pytest.fixture(scope="module", params=[1, 2, 3, 4])
 def matrix(request, tmp_path_factory):
     world = request.param
-    return world, verify(world, tmp_path_factory.mktemp(f"w{world}"))
+    out = tmp_path_factory.mktemp(f"w{world}") / "verify.jsonl"
+    return world, cp_verify(world, out, timeout=420)
 
 
 def expected_unsupported(row) -> bool:
@@ -150,23 +121,12 @@ def test_ranks_compute_exactly_the_mask(matrix):
 def test_mha_and_the_flex_local_kernel(tmp_path):
     """MHA (4:4, so Ulysses splits KV heads 2 per rank) with cpu_flash forward and backward, and
     FlexAttention (eager on the CPU, forward only there) under the same methods."""
-    rows = verify(
-        2,
-        tmp_path,
-        "--heads",
-        "4:4",
-        "--kernels",
-        "cpu_flash",
-        "flex",
-        "--methods",
-        "ulysses",
-        "ring_p2p",
-        "ring_allgather",
-        "usp",
-        "--masks",
-        "full_document",
-        "causal_document_long",
-    )
+    kernels = ["--kernels", "cpu_flash", "flex"]
+    methods = ["--methods", "ulysses", "ring_p2p", "ring_allgather", "usp"]
+    masks = ["--masks", "full_document", "causal_document_long"]
+    # a second --heads replaces cp_verify's
+    mha = ["--heads", "4:4", *kernels, *methods, *masks]
+    rows = cp_verify(2, tmp_path / "verify.jsonl", *mha, timeout=420)
     assert len(rows) == 5 * 2 * 2 and all(r["status"] == "ok" for r in rows), [
         r for r in rows if r["status"] != "ok"
     ]
@@ -179,23 +139,9 @@ def test_dkv_sent_in_bf16_halves_the_ring_dkv_bytes_and_stays_within_the_gate(tm
     outer one) in bf16, summed in float32 on each rank; the ring's dK/dV bytes are then half its KV
     bytes (KV travels forward and backward, dK/dV once), every case passes the float64 gate, and
     the methods without a ring say so."""
-    rows = verify(
-        4,
-        tmp_path,
-        "--dtype",
-        "bfloat16",
-        "--dkv-comm-dtype",
-        "input",
-        "--kernels",
-        "cpu_flash",
-        "--methods",
-        "ring_p2p",
-        "usp",
-        "loongtrain",
-        "--masks",
-        "full",
-        "causal_document",
-    )
+    bf16 = ["--dtype", "bfloat16", "--dkv-comm-dtype", "input", "--kernels", "cpu_flash"]
+    cases = ["--methods", "ring_p2p", "usp", "loongtrain", "--masks", "full", "causal_document"]
+    rows = cp_verify(4, tmp_path / "verify.jsonl", *bf16, *cases, timeout=420)
     ringed = [r for r in rows if r["degrees"]["ring"] > 1]
     assert ringed and all(r["status"] == "ok" and r["passed"] for r in ringed), ringed
     assert any(r["degrees"]["windows"] == 2 for r in ringed)  # LoongTrain's outer dK/dV ring too

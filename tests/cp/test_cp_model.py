@@ -23,38 +23,10 @@ from attnbench.families.cp.model.predict import Setting, predict
 from attnbench.families.cp.model.run import read_records, run_predict
 from attnbench.masks import Mask
 from bounded import run_bounded
+from commands import cp_verify, launched
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "results" / "h200"
-
-
-def verify(world, tmp_path, *extra):
-    out = tmp_path / f"verify{world}.jsonl"
-    cmd = [
-        sys.executable,
-        "-m",
-        "attnbench.launch",
-        "--nproc-per-node",
-        str(world),
-        "--",
-        sys.executable,
-        "-m",
-        "attnbench.cp.verify",
-        "--device",
-        "cpu",
-        "--out",
-        str(out),
-        "--heads",
-        "8:2",
-        "--timeout-s",
-        "60",
-        "--kernels",
-        "cpu_flash",
-        *extra,
-    ]
-    p = run_bounded(cmd, 300)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    return [json.loads(line) for line in out.read_text().splitlines()]
 
 
 @pytest.mark.parametrize(
@@ -64,7 +36,8 @@ def test_schedule_bytes_by_counter_are_what_real_runs_count(world, methods, tmp_
     """Forward and backward on real gloo processes: every rank's counted bytes per counter
     (ring_kv, ring_dkv, ulysses, all_gather, reduce_scatter) equal its schedule's, and the
     pairs all ranks compute add up to the mask's area."""
-    rows = verify(world, tmp_path, "--methods", *methods, "--masks", "causal_document", "full")
+    cases = ["--kernels", "cpu_flash", "--methods", *methods, "--masks", "causal_document", "full"]
+    rows = cp_verify(world, tmp_path / "verify.jsonl", *cases, timeout=300)
     ok = [r for r in rows if r["status"] == "ok"]
     assert {r["method"] for r in ok} == set(methods)
     for r in ok:
@@ -181,28 +154,9 @@ def test_h200_validation_median_within_ten_percent(tmp_path):
 
 def test_comm_bench_at_world_size_two(tmp_path):
     out = tmp_path / "comm.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "attnbench.launch",
-        "--nproc-per-node",
-        "2",
-        "--",
-        sys.executable,
-        "-m",
-        "attnbench.families.cp.model.commbench",
-        "--device",
-        "cpu",
-        "--out",
-        str(out),
-        "--sizes-mib",
-        "0.25",
-        "1",
-        "--reps",
-        "2",
-        "--warmup",
-        "1",
-    ]
+    bench = ["attnbench.families.cp.model.commbench", "--device", "cpu", "--out", str(out)]
+    sizes = ["--sizes-mib", "0.25", "1", "--reps", "2", "--warmup", "1"]
+    cmd = launched(["--nproc-per-node", "2"], "-m", *bench, *sizes)
     p = run_bounded(cmd, 120)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())

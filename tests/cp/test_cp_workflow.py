@@ -1,70 +1,32 @@
 """Snakemake end to end on a tiny CP grid: records through torchrun, the tidy table, CP tables and figures."""
 
-import os
-import shutil
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
-import yaml
 from bounded import run_bounded
+from commands import snakemake_cmd, tool_env
+from tinygrids import config_running, cp_grid, workflow_copy
 
-REPO = Path(__file__).resolve().parents[2]
-TINY = {
-    "family": "cp",
-    "device": "cpu",
-    "methods": ["ring_p2p", "ulysses", "torch_cp"],
-    "masks": ["causal"],
-    "tokens_per_gpu": [24],
-    "gpus": [2],
-    "heads": [[3, 1]],
-    "head_dim": [8],
-    "dtype": ["float32"],
-    "direction": ["bwd"],
-    "samples": {"document": 1, "single": 1},
-    "warmup": 0,
-    "reps": 2,
-    "check": {"max_seqlen": 256, "tolerance_factor": 5, "samples": 1},
-    "runtime_min": 5,
-    "mem_mb": 2000,
-    "cp": {"local_kernel": "cpu_flash", "timeout_s": 60},
-    "also": [{"methods": ["local"], "gpus": [1]}],
-}  # the bare kernel on 1 GPU: cp_vs_single_gpu's baseline
+TINY = cp_grid(
+    methods=["ring_p2p", "ulysses", "torch_cp"],
+    tokens_per_gpu=[24],
+    heads=[[3, 1]],
+    head_dim=[8],
+    direction=["bwd"],
+    check={"max_seqlen": 256, "tolerance_factor": 5, "samples": 1},
+    runtime_min=5,
+    mem_mb=2000,
+    # the bare kernel on 1 GPU: cp_vs_single_gpu's baseline
+    also=[{"methods": ["local"], "gpus": [1]}],
+)
 
 
 @pytest.mark.slow
 def test_snakemake_runs_a_cp_grid(tmp_path):
-    shutil.copy(REPO / "Snakefile", tmp_path / "Snakefile")
-    shutil.copytree(
-        REPO / "workflow", tmp_path / "workflow", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    shutil.copytree(
-        REPO / "envs", tmp_path / "envs"
-    )  # the rules' conda environments (recorded per job)
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["run"] = ["tinycp"]
-    cfg["grids"] = {"tinycp": TINY}
+    cfg = config_running({"tinycp": TINY})
     cfg["figures"] = {"formats": ["png", "pdf"], "dpi": 60}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    p = run_bounded(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(tmp_path / "Snakefile"),
-            "-d",
-            str(tmp_path),
-            "--configfile",
-            str(tmp_path / "config.yaml"),
-            "--cores",
-            "2",
-        ],
-        600,
-        env=env,
-    )
+    workflow_copy(tmp_path, cfg)
+    cmd = snakemake_cmd(tmp_path, "--cores", "2", snakefile=tmp_path / "code/Snakefile")
+    p = run_bounded(cmd, 600, env=tool_env())
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     res = tmp_path / "results"
     records = sorted((res / "cells/tinycp/cp").rglob("*.json"))

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from commands import REPO, package_env, planned_jobs, snakemake_cmd
 
-REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "workflow/scripts/slurm"
 PACKAGES = ["munge", "slurmctld", "slurmd", "slurm-client"]
 ACCOUNTING_PACKAGES = ["slurmdbd", "mariadb-server"]
@@ -99,8 +99,8 @@ def slurm_cluster(
 
 
 class Snakemake:
-    """`snakemake --profile profiles/slurm` in workdir, started now, interrupted with SIGINT (which
-    makes it scancel its jobs) after limit_s seconds; `.result()` waits for it."""
+    """`snakemake --profile profiles/slurm` on workdir and its config.yaml, started now, interrupted
+    with SIGINT (which makes it scancel its jobs) after limit_s seconds; `.result()` waits for it."""
 
     def __init__(
         self,
@@ -110,39 +110,18 @@ class Snakemake:
         limit_s: int = 300,
         env: dict | None = None,
     ):
-        e = {
-            **os.environ,
-            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-            "PYTHONPATH": f"{REPO / 'workflow'}:{os.environ.get('PYTHONPATH', '')}",
-            **(env or {}),
-        }
-        self.cmd = [
-            "timeout",
-            "-s",
-            "INT",
-            "-k",
-            "60",
-            str(limit_s),
-            sys.executable,
-            "-m",
-            "snakemake",
-            "--profile",
-            str(REPO / "profiles/slurm"),
-            "-s",
-            str(snakefile),
-            "-d",
-            str(workdir),
-            # Tiny test jobs: look at them soon (the plugin's default is 40 s, +10 s per idle look).
-            "--slurm-init-seconds-before-status-checks",
-            "2",
-            *args,
-        ]
+        # Tiny test jobs: look at them soon (the plugin's default is 40 s, +10 s per idle look).
+        soon = ["--slurm-init-seconds-before-status-checks", "2"]
+        snakemake = snakemake_cmd(workdir, *soon, *args, snakefile=snakefile, profile="slurm")
+        self.cmd = ["timeout", "-s", "INT", "-k", "60", str(limit_s), *snakemake]
         self.workdir, self.limit_s = workdir, limit_s
         # Output to files, not pipes: several runs at once must never block on a full pipe.
         self.out, self.err = (
             open(workdir / f"snakemake-{os.getpid()}-{id(self)}.{n}", "w+") for n in ("out", "err")
         )
-        self.proc = subprocess.Popen(self.cmd, stdout=self.out, stderr=self.err, text=True, env=e)
+        self.proc = subprocess.Popen(
+            self.cmd, stdout=self.out, stderr=self.err, text=True, env=package_env(**(env or {}))
+        )
 
     def result(self) -> subprocess.CompletedProcess:
         try:
@@ -214,14 +193,4 @@ def sacct(job_ids, fields: str = "JobID,State,NodeList,AllocTRES") -> dict[str, 
 
 def planned(workdir: Path, *args: str, snakefile: Path = REPO / "Snakefile") -> dict[str, int]:
     """Jobs per rule that the same command would run now (a dry run; submits nothing)."""
-    p = snakemake(workdir, "-n", *args, snakefile=snakefile, limit_s=120)
-    assert p.returncode == 0, p.stderr[-3000:]
-    text = p.stdout + p.stderr
-    if "Nothing to be done" in text:
-        return {}
-    stats = text.split("Job stats:")[1].split("\n\n")[0]
-    return {
-        m.group(1): int(m.group(2))
-        for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)
-        if m.group(1) != "total"
-    }
+    return planned_jobs(snakemake(workdir, "-n", *args, snakefile=snakefile, limit_s=120))

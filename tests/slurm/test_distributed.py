@@ -68,17 +68,9 @@ def runs(cluster, tmp_path_factory):
     }
     (cp_cell / "config.yaml").write_text(yaml.safe_dump(cp))
     started = {
-        "launches": Snakemake(
-            launches,
-            "--configfile",
-            str(launches / "config.yaml"),
-            snakefile=TEST_WORKFLOW,
-            limit_s=300,
-        ),
-        "gpu_cell": Snakemake(
-            gpu_cell, "--configfile", str(gpu_cell / "config.yaml"), limit_s=300
-        ),
-        "cp_cell": Snakemake(cp_cell, "--configfile", str(cp_cell / "config.yaml"), limit_s=300),
+        "launches": Snakemake(launches, snakefile=TEST_WORKFLOW, limit_s=300),
+        "gpu_cell": Snakemake(gpu_cell, limit_s=300),
+        "cp_cell": Snakemake(cp_cell, limit_s=300),
     }
     return {name: (run.workdir, run.result()) for name, run in started.items()}
 

@@ -12,10 +12,8 @@ the same command runs again. About 3 minutes on two cores.
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
-import time
 
 import pytest
 import yaml
@@ -23,8 +21,8 @@ from attnbench.families import expand_cells, validate
 from attnbench.grid.expand import cell_path
 from attnbench.harness.faults import HANG_ENV
 from attnbench.record.validate import record_problems
+from commands import in_flight, records, wait_for
 from slurmtools import (
-    REPO,
     Snakemake,
     planned,
     slurm_cluster,
@@ -32,24 +30,11 @@ from slurmtools import (
     snakemake,
     submitted_jobs,
 )
+from tinygrids import config_running, kernel_grid
 
-GRID = {
-    "description": "Slurm failure tests",
-    "family": "kernel",
-    "device": "cpu",
-    "kernels": ["naive", "sdpa"],
-    "masks": ["causal"],
-    "seqlen": [64, 128],
-    "heads": [[2, 1]],
-    "head_dim": [16],
-    "dtype": ["float32"],
-    "direction": ["fwd"],
-    "samples": {"document": 1, "single": 1},
-    "warmup": 0,
-    "reps": 2,
-    "runtime_min": 10,
-    "mem_mb": 1000,
-}
+GRID = kernel_grid(
+    description="Slurm failure tests", seqlen=[64, 128], runtime_min=10, mem_mb=1000
+)
 HUNG = "naive/causal/s64-h2x1-d16-float32-fwd"
 # One cell per job, each allowed one minute by Slurm; two jobs submitted at a time, the hanging
 # cell's among the first two.
@@ -94,32 +79,17 @@ def scontrol_update(*args: str):
     )
 
 
-def wait_for(predicate, limit_s: float, what: str):
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(1)
-    raise AssertionError(f"not within {limit_s} s: {what}")
-
-
-def records(root):
-    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.json"))}
-
-
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_time_limit_and_drained_node_then_a_rerun_runs_only_the_missing_cells(cluster, tmp_path):
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["run"], cfg["grids"] = ["slurmfail"], {"slurmfail": GRID}
+    cfg = config_running({"slurmfail": GRID})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     cells = [cell_path(c) for c in expand_cells(validate(cfg))]
-    args = ("--configfile", str(tmp_path / "config.yaml"), *ARGS)
     results = tmp_path / "results"
     hung_log = results / f"logs/cells/slurmfail/kernel/{HUNG}.log"
     node = node_name()
 
-    run = Snakemake(tmp_path, *args, limit_s=420, env={HANG_ENV: f"^{HUNG}$"})
+    run = Snakemake(tmp_path, *ARGS, limit_s=420, env={HANG_ENV: f"^{HUNG}$"})
     try:
         wait_for(
             lambda: (
@@ -137,12 +107,14 @@ def test_time_limit_and_drained_node_then_a_rerun_runs_only_the_missing_cells(cl
             lambda: "TIMEOUT" in {j["state"] for j in slurm_states().values()},
             180,
             "Slurm stopping the hanging job at its time limit",
+            every_s=1,  # each look asks the Slurm controller
         )
         # jobs that were running when the node was drained have ended; the waiting ones still wait
         wait_for(
             lambda: not {"RUNNING", "COMPLETING"} & {j["state"] for j in slurm_states().values()},
             120,
             "the jobs running at the drain ending",
+            every_s=1,  # each look asks the Slurm controller
         )
         assert "PENDING" in {j["state"] for j in slurm_states().values()}
         assert node_state(node) == "drained"
@@ -166,15 +138,12 @@ def test_time_limit_and_drained_node_then_a_rerun_runs_only_the_missing_cells(cl
     assert (
         set(drained_at) <= set(done) and len(done) < len(cells) - 1
     )  # cells waited on the drained node
-    marks = tmp_path / ".snakemake/incomplete"
-    in_flight = (
-        {base64.b64decode(m.name).decode() for m in marks.iterdir()} if marks.exists() else set()
-    )
-    finished = {k: v for k, v in done.items() if f"results/cells/{k}" not in in_flight}
-    plan = planned(tmp_path, *args)
-    assert plan.get("kernel_cell") == len(cells) - len(finished), (plan, sorted(done), in_flight)
+    marked = in_flight(tmp_path)
+    finished = {k: v for k, v in done.items() if f"results/cells/{k}" not in marked}
+    plan = planned(tmp_path, *ARGS)
+    assert plan.get("kernel_cell") == len(cells) - len(finished), (plan, sorted(done), marked)
 
-    second = snakemake(tmp_path, *args, limit_s=420)
+    second = snakemake(tmp_path, *ARGS, limit_s=420)
     assert second.returncode == 0, second.stderr[-3000:]
     after = records(results / "cells")
     assert (
@@ -184,7 +153,7 @@ def test_time_limit_and_drained_node_then_a_rerun_runs_only_the_missing_cells(cl
     rerun = submitted_jobs(second)
     assert rerun and all(states[j]["state"] == "COMPLETED" for j in rerun)
     assert json.loads(after[f"slurmfail/kernel/{HUNG}.json"])["status"] == "ok"
-    assert planned(tmp_path, *args) == {}
+    assert planned(tmp_path, *ARGS) == {}
     print(
         f"\nSlurm failures: {len(finished)} of {len(cells)} cells kept from the first run, "
         f"{len(cells) - len(finished)} run again ({len(rerun)} jobs with the tables and figures)"

@@ -45,14 +45,11 @@ def test_smoke_grid_as_slurm_jobs_crash_keep_going_and_rerun(cluster, tmp_path):
     cfg = smoke_config(tmp_path)
     cells = {cell_path(c): c for c in expand_cells(cfg)}
     env = {"ATTNBENCH_SLURM_PARTITION": PARTITION}
-    args = ("--configfile", str(tmp_path / "config.yaml"))
     crashed = tmp_path / "results" / f"cells/smoke/kernel/{CRASHED}.json"
     assert crashed.relative_to(tmp_path / "results").as_posix() in cells
 
     t0 = time.monotonic()
-    first = snakemake(
-        tmp_path, *args, limit_s=900, env={**env, "ATTNBENCH_CRASH_CELLS": f"^{CRASHED}$"}
-    )
+    first = snakemake(tmp_path, limit_s=900, env={**env, "ATTNBENCH_CRASH_CELLS": f"^{CRASHED}$"})
     t_first = time.monotonic() - t0
     assert first.returncode == 1, first.stderr[-3000:]
     jobs = submitted_jobs(first)
@@ -91,7 +88,7 @@ def test_smoke_grid_as_slurm_jobs_crash_keep_going_and_rerun(cluster, tmp_path):
     assert not (tmp_path / "results/tables/cells.csv").exists()
 
     # The same command again would submit exactly the crashed cell and the aggregation.
-    plan = planned(tmp_path, *args)
+    plan = planned(tmp_path)
     assert plan == {
         "kernel_cell": 1,
         "collect": 1,
@@ -101,7 +98,7 @@ def test_smoke_grid_as_slurm_jobs_crash_keep_going_and_rerun(cluster, tmp_path):
     }
 
     t0 = time.monotonic()
-    second = snakemake(tmp_path, *args, limit_s=600, env=env)
+    second = snakemake(tmp_path, limit_s=600, env=env)
     t_second = time.monotonic() - t0
     assert second.returncode == 0, second.stderr[-3000:]
     rerun = submitted_jobs(second)
@@ -123,7 +120,7 @@ def test_smoke_grid_as_slurm_jobs_crash_keep_going_and_rerun(cluster, tmp_path):
         assert (tmp_path / "results/tables/smoke" / name).stat().st_size > 0
     for name in outputs.figure_names(grid, cfg["figures"]["formats"]):
         assert (tmp_path / "results/figures/smoke" / name).stat().st_size > 0
-    assert planned(tmp_path, *args) == {}
+    assert planned(tmp_path) == {}
     print(
         f"\nsmoke grid via Slurm: {len(cells)} cells, first run {t_first:.0f} s ({len(jobs)} jobs), "
         f"rerun {t_second:.0f} s ({len(rerun)} jobs)"

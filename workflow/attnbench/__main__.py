@@ -391,6 +391,16 @@ TIMED_OUT_HELP = (
 )
 
 
+def _grids_parser(sub, name, what, fn):
+    """A command over grids of a config file (by default the grids of its run list)."""
+    c = sub.add_parser(name, help=what)
+    c.add_argument("--config", default="config.yaml")
+    c.add_argument("--grids", nargs="*", help="default: the config's run list")
+    c.add_argument("--overrides", help="JSON merged over the config file")
+    c.set_defaults(fn=fn)
+    return c
+
+
 def _report_parser(sub, name, what, fn, grid_config_help):
     """A command that reads the tidy table and writes one grid's report files (tables, figures)."""
     c = sub.add_parser(name, help=what)
@@ -456,12 +466,12 @@ def main(argv=None):
     c.add_argument("config")
     c.add_argument("--overrides", help="JSON merged over the file (like snakemake --config)")
     c.set_defaults(fn=cmd_check_config)
-    c = sub.add_parser(
-        "regenerate", help="tidy table, tables and figures from the records on disk (no cell runs)"
+    c = _grids_parser(
+        sub,
+        "regenerate",
+        "tidy table, tables and figures from the records on disk (no cell runs)",
+        cmd_regenerate,
     )
-    c.add_argument("--config", default="config.yaml")
-    c.add_argument("--grids", nargs="*", help="default: the config's run list")
-    c.add_argument("--overrides", help="JSON merged over the config file")
     c.add_argument(
         "--jobs",
         type=int,
@@ -475,18 +485,16 @@ def main(argv=None):
         help="also write the Snakemake HTML report (default path: <output_dir>/report.html)",
     )
     c.add_argument("--snakefile", default="Snakefile", help="for --report")
-    c.set_defaults(fn=cmd_regenerate)
-    c = sub.add_parser(
-        "records", help="record paths of the grids' cells not on disk (Snakemake targets)"
+    c = _grids_parser(
+        sub,
+        "records",
+        "record paths of the grids' cells not on disk (Snakemake targets)",
+        cmd_records,
     )
-    c.add_argument("--config", default="config.yaml")
-    c.add_argument("--grids", nargs="*", help="default: the config's run list")
-    c.add_argument("--overrides", help="JSON merged over the config file")
     c.add_argument("--seqlen", nargs="*", type=int, help="only kernel cells of these lengths")
     c.add_argument("--kernels", nargs="*", help="only these kernels (or CP methods)")
     c.add_argument("--masks", nargs="*", help="only these masks")
     c.add_argument("--all", action="store_true", help="also the records already on disk")
-    c.set_defaults(fn=cmd_records)
     c = sub.add_parser(
         "predict",
         help="CP throughput model to 1024 GPUs for one cp grid (cp_model in config.yaml)",

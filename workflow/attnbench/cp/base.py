@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..status import Unsupported
+from . import schedule
 from .catalog import Degrees, MethodInfo, mask_reason
 from .comm import Comm, Groups, Guard
 from .merge import accumulator_dtype
@@ -102,6 +103,21 @@ class CPMethod:
     def dkv_dtype(self):
         """The dtype dK/dV accumulators travel the ring in; every rank sums in self.acc."""
         return self.dtype if self.rc.dkv_comm_dtype == "input" else self.acc
+
+
+class ScheduledMethod(CPMethod):
+    """A method whose bytes and work are read off its schedule (cp/schedule.py)."""
+
+    def schedule(self, direction: str) -> dict:
+        """This rank's steps: chunks computed and bytes moved, per phase."""
+        raise NotImplementedError
+
+    def volume(self, direction: str) -> dict:
+        """The schedule's bytes per rank (sent = received: every pattern here is symmetric)."""
+        return schedule.volume(self.schedule(direction))
+
+    def work(self) -> int:
+        return schedule.work(self.schedule("fwd")["fwd"])
 
 
 def load(info: MethodInfo, rc: RankContext, mask, heads_q, heads_kv, head_dim, dtype) -> CPMethod:

@@ -6,10 +6,11 @@ A method's implementation lives in its own module (`impl`), loaded only when a c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from ..kernels.catalog import first_missing, first_version
+from ..kernels.catalog import FLASH_ATTN_2, FLASH_ATTN_3, first_missing, first_version, lookup
 from ..masks import CP_MASKS
 
 PLACEMENTS = ("contiguous", "strided")
@@ -144,76 +145,71 @@ def _evidence(fwd, bwd) -> dict:
 
 
 _ALL = ("fwd", "bwd", "fwdbwd")
+
+
+def _local(name, summary, impl, directions=None, **kw) -> LocalKernelInfo:
+    """A local kernel on the devices of its directions (by default CUDA only, every direction)."""
+    directions = directions or {"cuda": _ALL}
+    return LocalKernelInfo(name, summary, impl, tuple(directions), directions, **kw)
+
+
 LOCAL_KERNELS = {
     k.name: k
     for k in (
-        LocalKernelInfo(
+        _local(
             "math",
             "explicit softmax(q k^T) v and its backward, float32 (float64 for float64 inputs)",
             "kernels:MathKernel",
-            ("cpu", "cuda"),
             {"cpu": _ALL, "cuda": _ALL},
             evidence=_evidence([("naive", "fwd")], [("naive", "bwd")]),
         ),
-        LocalKernelInfo(
+        _local(
             "cpu_flash",
             "aten._scaled_dot_product_flash_attention_for_cpu (+ _backward)",
             "kernels:CpuFlash",
-            ("cpu",),
             {"cpu": _ALL},
             evidence=_evidence([("sdpa", "fwd")], [("sdpa", "bwd")]),
         ),
-        LocalKernelInfo(
+        _local(
             "sdpa_flash",
             "aten._flash_attention_forward/_backward with cu_seqlens (varlen)",
             "gpu_kernels:SdpaFlash",
-            ("cuda",),
-            {"cuda": _ALL},
             evidence=_evidence([("sdpa_flash|varlen", "fwd")], [("sdpa_flash|varlen", "bwd")]),
         ),
-        LocalKernelInfo(
+        _local(
             "sdpa_cudnn",
             "aten._scaled_dot_product_cudnn_attention (+ _backward) with the LSE, native GQA, "
             "one dense call per rectangle",
             "gpu_kernels:SdpaCudnn",
-            ("cuda",),
-            {"cuda": _ALL},
             masks=("full", "causal"),
             masks_note="it makes one dense cuDNN call per rectangle, so documents would be one "
             "call each (cuDNN's ragged entry point ran tens of times slower than the varlen "
             "kernels on an H200); fa2, fa3, sdpa_flash and flex run documents in one varlen call",
             evidence=_evidence([("sdpa_cudnn", "fwd")], [("sdpa_cudnn", "bwd")]),
         ),
-        LocalKernelInfo(
+        _local(
             "flex",
             "FlexAttention with return_lse; backward by recomputation with the LSE gradient",
             "kernels:Flex",
-            ("cpu", "cuda"),
             {"cpu": ("fwd",), "cuda": _ALL},
             evidence=_evidence([("flex", "fwd")], [("flex", "fwd"), ("flex", "bwd")]),
         ),
-        LocalKernelInfo(
+        _local(
             "fa2",
             "FlashAttention-2: flash_attn_interface._flash_attn_forward/_backward (one rectangle) "
             "and their varlen forms (documents)",
             "gpu_kernels:FA2",
-            ("cuda",),
-            {"cuda": _ALL},
-            modules=("flash_attn",),
-            dists=("flash-attn", "flash_attn"),
+            **FLASH_ATTN_2,
             evidence=_evidence([("fa2", "fwd")], [("fa2", "bwd")]),
         ),
-        LocalKernelInfo(
+        _local(
             "fa3",
             "FlashAttention-3 forward (flash_attn_interface, else PyPI fa3-fwd's "
             "fa3_fwd_interface) with the LSE; backward: FlashAttention-2's, given FA3's out and LSE",
             "gpu_kernels:FA3",
-            ("cuda",),
-            {"cuda": _ALL},
-            modules=("flash_attn_interface|fa3_fwd_interface",),
-            bwd_modules=("flash_attn",),
-            dists=("flash-attn-3", "flash_attn_3", "fa3-fwd"),
-            bwd_dists=("flash-attn", "flash_attn"),
+            **FLASH_ATTN_3,
+            bwd_modules=FLASH_ATTN_2["modules"],
+            bwd_dists=FLASH_ATTN_2["dists"],
             evidence=_evidence([("fa3", "fwd")], [("fa2", "bwd")]),
         ),
     )
@@ -241,12 +237,7 @@ DKV_COMM_DTYPES = ("accumulator", "input")
 
 
 def method(name: str) -> MethodInfo:
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown context-parallel method {name!r}; valid methods: {', '.join(METHODS)}"
-        ) from None
+    return lookup(METHODS, name, "context-parallel method", "methods")
 
 
 def method_label(name: str) -> str:
@@ -255,12 +246,7 @@ def method_label(name: str) -> str:
 
 
 def local_kernel(name: str) -> LocalKernelInfo:
-    try:
-        return LOCAL_KERNELS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown local kernel {name!r}; valid local kernels: {AUTO}, {', '.join(LOCAL_KERNELS)}"
-        ) from None
+    return lookup(LOCAL_KERNELS, name, "local kernel", also=(AUTO,))
 
 
 def library_version(kernel_name: str) -> str:
@@ -310,12 +296,7 @@ class Degrees:
         return r * self.ulysses + u if self.placement == "contiguous" else u * self.ring + r
 
     def to_json(self) -> dict:
-        return {
-            "ulysses": self.ulysses,
-            "ring": self.ring,
-            "windows": self.windows,
-            "placement": self.placement,
-        }
+        return dataclasses.asdict(self)
 
 
 def default_windows(ring: int) -> int:

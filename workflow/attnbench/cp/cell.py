@@ -25,11 +25,15 @@ import torch.distributed as dist
 from .. import status as S
 from ..grid.expand import output_root
 from ..harness.faults import crash_if_asked, hang_if_asked
-from ..harness.flops import attention_flops
 from ..harness.inputs import check_mask_rng, input_seed, local_inputs, mask_rng, torch_dtype
-from ..harness.measure import peak_memory, quantiles, synchronize, time_ms
-from ..harness.samples import CheckOutOfMemory, checked_samples, n_samples
-from ..masks import sample_mask
+from ..harness.measure import peak_memory, quantiles, sample_timings, synchronize, time_ms
+from ..harness.samples import (
+    CheckOutOfMemory,
+    checked_outcome,
+    checked_samples,
+    n_samples,
+    spec_mask,
+)
 from ..record.record import base_record, environment, now, summarise, write_record
 from . import catalog, run
 from .base import load
@@ -238,16 +242,8 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
         mine["kv_replication_extra_bytes"] = method.replication_bytes(direction)
     ranks = _gather(mine)
 
-    flops = attention_flops(sum(mask.area_per_head), d, direction)
-    tq = quantiles(max_times)
     sample = {
-        "index": index,
-        "mask_params": mask.params,
-        "mask_area": mask.area,
-        "flops": flops,
-        "time_ms": max_times,
-        **{f"time_ms_{k}": v for k, v in tq.items()},
-        "tflops_median": flops / (tq["median"] * 1e-3) / 1e12 / session.world,
+        **sample_timings(index, mask, d, direction, max_times, ranks=session.world),
         "peak_mem_bytes": max((r["peak_mem_bytes"] or 0) for r in ranks)
         if ranks[0]["peak_mem_bytes"] is not None
         else None,
@@ -257,7 +253,7 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
         "mem_source": ranks[0]["mem_source"],
         "ranks": ranks,
     }
-    sample.update(_split_summary(split, tq["median"]))
+    sample.update(_split_summary(split, sample["time_ms_median"]))
     sample.update(_bytes_summary(ranks))
     work = [r["work_pairs"] for r in ranks]
     sample["work_pairs_total"] = int(sum(work))
@@ -341,29 +337,14 @@ def check_sample(session, spec, index, histograms) -> dict:
 
 
 def _check_mask(spec, index, s, histograms):
+    """At the cell's own length, the timed sample's mask (the index-th draw); else one of its own."""
     if s == spec["seqlen"]:
-        rng = mask_rng(spec["_data_seed"])
-        for _ in range(index + 1):
-            mask = sample_mask(
-                spec["mask"],
-                s,
-                spec.get("mask_params", {}),
-                rng,
-                histograms,
-                spec["heads_q"],
-                spec["heads_kv"],
-            )
-        return mask
-    rng = check_mask_rng(spec["_data_seed"], index, s)
-    return sample_mask(
-        spec["mask"],
-        s,
-        spec.get("mask_params", {}),
-        rng,
-        histograms,
-        spec["heads_q"],
-        spec["heads_kv"],
-    )
+        rng, draws = mask_rng(spec["_data_seed"]), index + 1
+    else:
+        rng, draws = check_mask_rng(spec["_data_seed"], index, s), 1
+    for _ in range(draws):
+        mask = spec_mask(spec, s, rng, histograms)
+    return mask
 
 
 def measure(record, session, spec, peak):
@@ -381,15 +362,7 @@ def measure(record, session, spec, peak):
     hist = spec.get("histograms")
     try:
         for i in range(n_samples(spec)):
-            mask = sample_mask(
-                spec["mask"],
-                spec["seqlen"],
-                spec.get("mask_params", {}),
-                rng,
-                hist,
-                spec["heads_q"],
-                spec["heads_kv"],
-            )
+            mask = spec_mask(spec, spec["seqlen"], rng, hist)
             sample = measure_sample(session, rc, spec, i, mask)
             if i < checked_samples(spec):
                 verdict = check_sample(session, spec, i, hist)
@@ -399,13 +372,7 @@ def measure(record, session, spec, peak):
             record["samples"].append(sample)
     except Failed as e:
         return e.status, e.reason
-    failed = [s["index"] for s in record["samples"] if not s.get("check", {}).get("passed", True)]
-    if failed:
-        return (
-            S.INCORRECT,
-            f"samples {failed} disagree with the float64 reference beyond tolerance",
-        )
-    return S.OK, None
+    return checked_outcome(record["samples"])
 
 
 def cp_summary(record, spec):

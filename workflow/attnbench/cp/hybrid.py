@@ -17,7 +17,7 @@ import torch
 
 from ..status import Unsupported
 from . import schedule
-from .base import CPMethod
+from .base import ScheduledMethod
 from .catalog import head_split_reason, kv_replication
 from .chunks import document_lengths, is_causal, ring_step_chunk
 from .layout import ShardLayout
@@ -33,7 +33,7 @@ def heads_by_group(x, groups: int, rep: int):
     return x.view(rows, groups, -1, d)
 
 
-class Hybrid(CPMethod):
+class Hybrid(ScheduledMethod):
     def __init__(self, info, rc, mask, heads_q, heads_kv, head_dim, dtype):
         super().__init__(info, rc, mask, heads_q, heads_kv, head_dim, dtype)
         deg = rc.deg
@@ -166,10 +166,6 @@ class Hybrid(CPMethod):
             torch.empty((), dtype=self.dkv_dtype).element_size(),
         )
 
-    def volume(self, direction: str) -> dict:
-        """The schedule's bytes per rank (sent = received, every pattern here is symmetric)."""
-        return schedule.volume(self.schedule(direction))
-
     @property
     def acc_elem(self) -> int:
         return torch.empty((), dtype=self.acc).element_size()
@@ -189,9 +185,6 @@ class Hybrid(CPMethod):
             // self.U
         )
         return per * (("fwd" in direction) + ("bwd" in direction))
-
-    def work(self) -> int:
-        return schedule.work(self.schedule("fwd")["fwd"])
 
     def describe(self) -> dict:
         return {

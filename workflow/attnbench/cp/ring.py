@@ -60,30 +60,48 @@ class DoubleRing:
             [e(*kv_shape, dtype=dkv) for _ in range(2)] if backward and self.W > 1 else []
         )
 
-    def _kv_transfer(self, send, buf, nxt, prv, group):
-        return self.m.comm.p2p([(send, nxt)], [(buf, prv)], group, "ring_kv")
+    def _level(self, outer: bool):
+        """(next rank, previous rank, KV group, dK/dV group) of the outer or the inner ring."""
+        grp = self.m.rc.groups
+        if outer:
+            return self.outer_next, self.outer_prev, grp.kv_outer, grp.dkv_outer
+        return self.inner_next, self.inner_prev, grp.kv_inner, grp.dkv_inner
+
+    def _prefetch(self, kv, step: int, outer: bool):
+        """Send kv on and receive the next step's KV while kv is used (the last step of the ring
+        moves nothing): (the transfer, the KV of the next step)."""
+        steps, bufs = (self.W, self.outer) if outer else (self.w, self.inner)
+        if step == steps - 1:
+            return Pending(), kv
+        nxt, prv, group, _ = self._level(outer)
+        buf = bufs[step % 2]
+        return self.m.comm.p2p([(kv, nxt)], [(buf, prv)], group, "ring_kv"), buf
+
+    def _dkv_hop(self, pending, first: bool, add, outer: bool):
+        """One hop of a dK/dV ring: wait for the previous one (send buffer free, receive buffer
+        full), pass on what arrived with this rank's part added (`add`), send it."""
+        pending.wait()
+        send, recv = self.dkv_outer if outer else self.dkv_inner
+        g = self.m.guard
+        if g.go:
+            with g:
+                _pass_on(send, recv, first, add)
+        nxt, prv, _, group = self._level(outer)
+        return self.m.comm.p2p([(send, nxt)], [(recv, prv)], group, "ring_dkv")
 
     def forward(self, q, kv0):
         """Merged (out, lse) of q [rows, Hq_local, D] against every KV shard of the ring."""
-        m, g, grp = self.m, self.m.guard, self.m.rc.groups
+        m, g = self.m, self.m.guard
         acc = None
         if g.go:
             with g:
                 acc = new_accumulator(q.shape[0], q.shape[1], q.shape[2], m.dtype, m.device)
         head = kv0
         for o in range(self.W):
-            outer = Pending()
-            if o < self.W - 1:
-                outer = self._kv_transfer(
-                    head, self.outer[o % 2], self.outer_next, self.outer_prev, grp.kv_outer
-                )
+            outer, next_head = self._prefetch(head, o, outer=True)
             cur = head
             for t in range(self.w):
-                inner = Pending()
-                if t < self.w - 1:
-                    inner = self._kv_transfer(
-                        cur, self.inner[t % 2], self.inner_next, self.inner_prev, grp.kv_inner
-                    )
+                inner, next_cur = self._prefetch(cur, t, outer=False)
                 if g.go:
                     with g:
                         out_t, lse_t = m.rc.kernel.forward(
@@ -91,16 +109,14 @@ class DoubleRing:
                         )
                         merge_into(acc[0], acc[1], out_t, lse_t)
                 inner.wait()
-                if t < self.w - 1:
-                    cur = self.inner[t % 2]
+                cur = next_cur
             outer.wait()
-            if o < self.W - 1:
-                head = self.outer[o % 2]
+            head = next_head
         return acc
 
     def backward(self, dout, q, kv0, out, lse):
         """(dq [rows, Hq_local, D], dkv [2, rows, Hkv_local, D]) in the accumulation dtype."""
-        m, g, grp, comm = self.m, self.m.guard, self.m.rc.groups, self.m.comm
+        m, g = self.m, self.m.guard
         dq = dkv_home = None
         if g.go:
             with g:
@@ -109,18 +125,10 @@ class DoubleRing:
                 dkv_home = torch.zeros(kv0.shape, dtype=m.acc, device=m.device)
         head, outer_dkv = kv0, Pending()
         for o in range(self.W):
-            outer = Pending()
-            if o < self.W - 1:
-                outer = self._kv_transfer(
-                    head, self.outer[o % 2], self.outer_next, self.outer_prev, grp.kv_outer
-                )
+            outer, next_head = self._prefetch(head, o, outer=True)
             cur, window_total, inner_dkv = head, None, Pending()
             for t in range(self.w):
-                inner = Pending()
-                if t < self.w - 1:
-                    inner = self._kv_transfer(
-                        cur, self.inner[t % 2], self.inner_next, self.inner_prev, grp.kv_inner
-                    )
+                inner, next_cur = self._prefetch(cur, t, outer=False)
                 res = None
                 if g.go:
                     with g:
@@ -135,19 +143,11 @@ class DoubleRing:
                             window_total = torch.zeros(kv0.shape, dtype=m.acc, device=m.device)
                             _add_dkv(window_total, res)
                 else:
-                    inner_dkv.wait()  # the previous hop: send buffer free, receive buffer full
-                    if g.go:
-                        with g:
-                            _pass_on(*self.dkv_inner, t == 1, lambda buf: _add_dkv(buf, res))
-                    inner_dkv = comm.p2p(
-                        [(self.dkv_inner[0], self.inner_next)],
-                        [(self.dkv_inner[1], self.inner_prev)],
-                        grp.dkv_inner,
-                        "ring_dkv",
+                    inner_dkv = self._dkv_hop(
+                        inner_dkv, t == 1, lambda buf: _add_dkv(buf, res), outer=False
                     )
                 inner.wait()
-                if t < self.w - 1:
-                    cur = self.inner[t % 2]
+                cur = next_cur
             if self.w > 1:
                 _add_last_hop(inner_dkv, g, window_total, self.dkv_inner[1])
             if o == 0:
@@ -155,19 +155,11 @@ class DoubleRing:
                     with g:
                         dkv_home += window_total
             else:
-                outer_dkv.wait()
-                if g.go:
-                    with g:
-                        _pass_on(*self.dkv_outer, o == 1, lambda buf: buf.add_(window_total))
-                outer_dkv = comm.p2p(
-                    [(self.dkv_outer[0], self.outer_next)],
-                    [(self.dkv_outer[1], self.outer_prev)],
-                    grp.dkv_outer,
-                    "ring_dkv",
+                outer_dkv = self._dkv_hop(
+                    outer_dkv, o == 1, lambda buf: buf.add_(window_total), outer=True
                 )
             outer.wait()
-            if o < self.W - 1:
-                head = self.outer[o % 2]
+            head = next_head
         if self.W > 1:
             _add_last_hop(outer_dkv, g, dkv_home, self.dkv_outer[1])
         return dq, dkv_home

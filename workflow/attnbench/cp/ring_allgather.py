@@ -14,14 +14,14 @@ from __future__ import annotations
 import torch
 
 from . import schedule
-from .base import CPMethod
+from .base import ScheduledMethod
 from .chunks import allgather_chunks, document_lengths, is_causal
 from .kernels import finite_lse
 from .layout import ShardLayout
 from .merge import merge_into, new_accumulator
 
 
-class RingAllGather(CPMethod):
+class RingAllGather(ScheduledMethod):
     def __init__(self, info, rc, mask, heads_q, heads_kv, head_dim, dtype):
         super().__init__(info, rc, mask, heads_q, heads_kv, head_dim, dtype)
         self.R = rc.deg.ring
@@ -113,12 +113,6 @@ class RingAllGather(CPMethod):
             torch.empty((), dtype=self.acc).element_size(),
             direction,
         )
-
-    def volume(self, direction: str) -> dict:
-        return schedule.volume(self.schedule(direction))
-
-    def work(self) -> int:
-        return schedule.work(self.schedule("fwd")["fwd"])
 
     def describe(self) -> dict:
         return {

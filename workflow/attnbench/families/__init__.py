@@ -6,7 +6,7 @@
     CELL_COMMAND             the `python -m attnbench` subcommand that runs one cell (`cell`: the
                              kernel rule runs it, kernels.smk; `cp-cell`: context_parallel.smk)
     record_skeleton(spec)    the record a cell starts with (as is for a cell stopped at its budget)
-    table_names(grid), figure_stems(grid)            the files its tables and figures write
+    table_stems(grid), figure_stems(grid)            the files its tables and figures write
     TABLES, FIGURES          its modules (in the folder) holding
                              tables(df, out) -> paths, table_captions(df) -> ({stem: text}, {stem: rst}),
                              figures(df, out, style, only) -> paths, figure_captions(df, style) -> {stem: text}
@@ -19,6 +19,7 @@ and the drivers of the table and figure commands.
 
 from __future__ import annotations
 
+from functools import partial
 from importlib import import_module
 from pathlib import Path
 
@@ -103,8 +104,14 @@ def expand_cells(cfg: dict, grids=None) -> list[dict]:
 # ---------------------------------------------------------------- the files a grid writes
 
 
+def table_stems(grid: dict) -> list[str]:
+    return of_grid(grid).table_stems(grid)
+
+
 def table_names(grid: dict) -> list[str]:
-    return of_grid(grid).table_names(grid)
+    from ..report.outputs import TABLE_FORMATS
+
+    return [f"{stem}.{fmt}" for stem in table_stems(grid) for fmt in TABLE_FORMATS]
 
 
 def figure_stems(grid: dict) -> list[str]:
@@ -113,10 +120,6 @@ def figure_stems(grid: dict) -> list[str]:
 
 def figure_names(grid: dict, formats) -> list[str]:
     return [f"{stem}.{fmt}" for stem in figure_stems(grid) for fmt in formats]
-
-
-def table_stems(grid: dict) -> list[str]:
-    return list(dict.fromkeys(n.rsplit(".", 1)[0] for n in table_names(grid)))
 
 
 def figure_caption_names(grid: dict) -> list[str]:
@@ -146,50 +149,22 @@ def register_own_kernels(grid_cfg: dict | None) -> None:
                 catalog.resolve(entry)
 
 
-def write_tables(
-    cells_csv,
-    out_dir,
-    grid: str | None = None,
-    family: str | None = None,
-    grid_cfg: dict | None = None,
-) -> list[Path]:
-    """The grid's tables, written by its family, and a report caption per table."""
+def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -> list[Path]:
+    """The grid's tables, written by its family, and a report caption per table
+    (report.tables.write_tables; `where`: grid, family)."""
     from ..report.tables import write_tables as write_with
 
     register_own_kernels(grid_cfg)
-    return write_with(
-        cells_csv,
-        out_dir,
-        lambda name: part(name, "TABLES"),
-        grid=grid,
-        family=family,
-        grid_cfg=grid_cfg,
-    )
+    tables_of = partial(part, which="TABLES")
+    return write_with(cells_csv, out_dir, tables_of, grid_cfg=grid_cfg, **where)
 
 
-def write_figures(
-    cells_csv,
-    out_dir,
-    style=None,
-    grid: str | None = None,
-    grid_cfg: dict | None = None,
-    only=None,
-    strict: bool = True,
-) -> list[Path]:
-    """The grid's figures, drawn by its family, and their captions (report.figures.write_figures)."""
+def write_figures(cells_csv, out_dir, style=None, *, grid_cfg: dict | None = None, **where):
+    """The grid's figures, drawn by its family, and their captions (report.figures.write_figures;
+    `where`: grid, only, strict)."""
     from ..report.figures import write_figures as write_with
 
     register_own_kernels(grid_cfg)
-
     promised = figure_stems(grid_cfg) if grid_cfg is not None else None
-    return write_with(
-        cells_csv,
-        out_dir,
-        lambda name: part(name, "FIGURES"),
-        style,
-        promised,
-        grid=grid,
-        grid_cfg=grid_cfg,
-        only=only,
-        strict=strict,
-    )
+    figures_of = partial(part, which="FIGURES")
+    return write_with(cells_csv, out_dir, figures_of, style, promised, grid_cfg=grid_cfg, **where)

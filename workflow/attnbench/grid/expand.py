@@ -40,6 +40,18 @@ def common_fields(grid: dict) -> dict:
     return {k: grid[k] for k in COMMON_KEYS}
 
 
+def grid_cells(cfg: dict, gname: str, product_cells) -> list[dict]:
+    """A grid's cells: `product_cells(cfg, gname, product, common fields)` of each of its products,
+    one cell per record path (a cell that two products name keeps its first place)."""
+    grid = cfg["grids"][gname]
+    common = common_fields(grid)
+    cells = {}
+    for prod in grid_products(grid):
+        for cell in product_cells(cfg, gname, prod, common):
+            cells[cell_path(cell)] = cell
+    return list(cells.values())
+
+
 def grid_products(grid):
     """The grid's own cross product, then one per `also` entry (overriding some axes)."""
     base = {k: grid[k] for k in AXES if k in grid}

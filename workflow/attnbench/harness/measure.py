@@ -20,6 +20,24 @@ def quantiles(values) -> dict:
     }
 
 
+def sample_timings(index: int, mask, head_dim: int, direction: str, times, ranks: int = 1) -> dict:
+    """What a timed sample records first: its mask, FLOPs, times (ms) and their quantiles, and
+    the median TFLOP/s (per rank where `ranks` share the work)."""
+    from .flops import attention_flops
+
+    flops = attention_flops(sum(mask.area_per_head), head_dim, direction)
+    tq = quantiles(times)
+    return {
+        "index": index,
+        "mask_params": mask.params,
+        "mask_area": mask.area,
+        "flops": flops,
+        "time_ms": times,
+        **{f"time_ms_{k}": v for k, v in tq.items()},
+        "tflops_median": flops / (tq["median"] * 1e-3) / 1e12 / ranks,
+    }
+
+
 def synchronize(device):
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)

@@ -1,13 +1,20 @@
-"""How many samples a cell draws and checks, and at which length its float64 check runs (shared
-by the kernel and CP cells)."""
+"""How many samples a cell draws and checks, at which length its float64 check runs, the cell's
+mask at a length, and the cell's outcome from its checks (shared by the kernel and CP cells)."""
 
 from __future__ import annotations
 
-from ..masks import pattern
+from .. import status as S
+from ..masks import pattern, sample_mask
 
 
 def n_samples(spec) -> int:
     return int(spec["samples"][pattern(spec["mask"]).sample_class if spec["mask"] else "single"])
+
+
+def spec_mask(spec, s: int, rng, histograms):
+    """One draw from rng of the cell's mask (its parameters, its heads) at length s."""
+    params = spec.get("mask_params", {})
+    return sample_mask(spec["mask"], s, params, rng, histograms, spec["heads_q"], spec["heads_kv"])
 
 
 def check_seqlen(spec, cap: int | None = None) -> int:
@@ -45,6 +52,17 @@ def checked_samples(spec) -> int:
     if spec["mask"] and pattern(spec["mask"]).sample_class != "single":
         return max(asked, min(3, n))
     return asked
+
+
+def checked_outcome(samples: list[dict]) -> tuple[str, str | None]:
+    """A measured cell's status and reason: incorrect, naming the samples whose check failed, or ok."""
+    failed = [s["index"] for s in samples if not s.get("check", {}).get("passed", True)]
+    if failed:
+        return (
+            S.INCORRECT,
+            f"samples {failed} disagree with the float64 reference beyond tolerance",
+        )
+    return S.OK, None
 
 
 class CheckOutOfMemory(RuntimeError):

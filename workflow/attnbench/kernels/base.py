@@ -71,6 +71,13 @@ class Kernel:
     def unsupported(self, why: str):
         raise Unsupported(f"{self.info.name}: {why}")
 
+    def require_blocks(self, mask, block: int):
+        """Unsupported unless the mask is block_sparse with `block`-token blocks."""
+        if mask.name != "block_sparse" or mask.params["block_size"] != block:
+            self.unsupported(
+                f"needs block_sparse with {block}-token blocks, got {mask.name} {mask.params}"
+            )
+
     def half_precision_form(self, mask):
         """The mask's documents/causal/window form for a FlashAttention-style kernel (fp16/bf16 only)."""
         import torch

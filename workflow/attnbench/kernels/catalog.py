@@ -54,8 +54,14 @@ class KernelInfo:
         return tuple(self.directions)
 
 
-def _k(name, family, summary, impl, masks, directions, **kw) -> KernelInfo:
-    return KernelInfo(name, family, summary, impl, tuple(masks), directions, **kw)
+def _dense(name, summary, impl, masks, directions=None, **kw) -> KernelInfo:
+    """A dense kernel; by default it runs on CUDA only, in every direction."""
+    return KernelInfo(name, "dense", summary, impl, tuple(masks), directions or GPU_ALL, **kw)
+
+
+def _sparse(name, summary, impl, masks=("block_sparse",), directions=None, **kw) -> KernelInfo:
+    """A block-sparse kernel; by default of uniform blocks, on CUDA only, in every direction."""
+    return KernelInfo(name, "sparse", summary, impl, tuple(masks), directions or GPU_ALL, **kw)
 
 
 WINDOW_MASKS = ("sliding_window", "sliding_window_causal")
@@ -79,13 +85,21 @@ def fa3_build_limits(mask: str, direction: str) -> str | None:
 
 
 GPU_ALL = {"cuda": ALL_DIRECTIONS}
+# How to tell FlashAttention-2 is here: its module, and the distributions naming its version
+# (the kernel fa2 and the CP local kernel fa2 both call it).
+FLASH_ATTN_2 = {"modules": ("flash_attn",), "dists": ("flash-attn", "flash_attn")}
+# FlashAttention-3: the full build, else PyPI's forward-only fa3-fwd (the kernel fa3 and the CP
+# local kernel fa3's forward).
+FLASH_ATTN_3 = {
+    "modules": (f"{FA3_FULL}|{FA3_FORWARD_ONLY}",),
+    "dists": ("flash-attn-3", "flash_attn_3", "fa3-fwd"),
+}
 BOTH_ALL = {"cpu": ALL_DIRECTIONS, "cuda": ALL_DIRECTIONS}
 KERNELS = {
     k.name: k
     for k in (
-        _k(
+        _dense(
             "naive",
-            "dense",
             "eager softmax(q k^T + bias) v",
             "naive:Naive",
             DENSE_MASKS,
@@ -93,9 +107,8 @@ KERNELS = {
             colour="#7f7f7f",
             marker="o",
         ),
-        _k(
+        _dense(
             "sdpa",
-            "dense",
             "SDPA, PyTorch's own backend choice",
             "sdpa:SDPADefault",
             DENSE_MASKS,
@@ -103,9 +116,8 @@ KERNELS = {
             colour="#1f77b4",
             marker="s",
         ),
-        _k(
+        _dense(
             "sdpa_math",
-            "dense",
             "SDPA, MATH backend",
             "sdpa:SDPAMath",
             DENSE_MASKS,
@@ -113,39 +125,32 @@ KERNELS = {
             colour="#6baed6",
             marker="^",
         ),
-        _k(
+        _dense(
             "sdpa_flash",
-            "dense",
             "SDPA, FLASH backend (FA2 code)",
             "sdpa:SDPAFlash",
             ("full", "causal"),
-            GPU_ALL,
             colour="#08306b",
             marker="D",
         ),
-        _k(
+        _dense(
             "sdpa_efficient",
-            "dense",
             "SDPA, memory-efficient backend",
             "sdpa:SDPAEfficient",
             DENSE_MASKS,
-            GPU_ALL,
             colour="#17becf",
             marker="v",
         ),
-        _k(
+        _dense(
             "sdpa_cudnn",
-            "dense",
             "SDPA, cuDNN backend",
             "sdpa:SDPACudnn",
             DENSE_MASKS,
-            GPU_ALL,
             colour="#5254a3",
             marker="P",
         ),
-        _k(
+        _dense(
             "flex",
-            "dense",
             "FlexAttention, compiled, BlockMask",
             "flex:Flex",
             DENSE_MASKS,
@@ -159,38 +164,30 @@ KERNELS = {
             colour="#2ca02c",
             marker="*",
         ),
-        _k(
+        _dense(
             "varlen",
-            "dense",
             "torch.nn.attention.varlen.varlen_attn",
             "varlen:Varlen",
             REGULAR_MASKS,
-            GPU_ALL,
             modules=("torch.nn.attention.varlen",),
             colour="#bcbd22",
             marker="<",
         ),
-        _k(
+        _dense(
             "fa2",
-            "dense",
             "FlashAttention-2 (flash_attn)",
             "flash_attn:FA2",
             REGULAR_MASKS,
-            GPU_ALL,
-            modules=("flash_attn",),
-            dists=("flash-attn", "flash_attn"),
+            **FLASH_ATTN_2,
             colour="#ff7f0e",
             marker=">",
         ),
-        _k(
+        _dense(
             "fa3",
-            "dense",
             "FlashAttention-3 (flash_attn_interface; else PyPI fa3-fwd's forward-only build, Hopper)",
             "flash_attn:FA3",
             REGULAR_MASKS,
-            GPU_ALL,
-            modules=(f"{FA3_FULL}|{FA3_FORWARD_ONLY}",),
-            dists=("flash-attn-3", "flash_attn_3", "fa3-fwd"),
+            **FLASH_ATTN_3,
             min_capability=(9, 0),
             build_limits=fa3_build_limits,
             notes={
@@ -200,51 +197,42 @@ KERNELS = {
             colour="#d62728",
             marker="h",
         ),
-        _k(
+        _dense(
             "fa4",
-            "dense",
             "FlashAttention-4 (flash_attn.cute)",
             "flash_attn:FA4",
             REGULAR_MASKS,
-            GPU_ALL,
             modules=("flash_attn.cute",),
             dists=("flash-attn-4", "nvidia-cutlass-dsl"),
             min_capability=(9, 0),
             colour="#8c564b",
             marker="p",
         ),
-        _k(
+        _dense(
             "cudnn_te",
-            "dense",
             "cuDNN fused attention via TransformerEngine",
             "transformer_engine:CudnnTE",
             REGULAR_MASKS,
-            GPU_ALL,
             modules=("transformer_engine.pytorch",),
             dists=("transformer-engine", "transformer_engine", "transformer-engine-torch"),
             colour="#9467bd",
             marker="H",
         ),
-        _k(
+        _dense(
             "flashmask",
-            "dense",
             "FlashMask (PaddlePaddle)",
             "flashmask:FlashMask",
             STATIC_MASKS,
-            GPU_ALL,
             modules=("paddle",),
             dists=("paddlepaddle-gpu", "paddlepaddle"),
             colour="#e377c2",
             marker="d",
         ),
         # Block-sparse kernels (spec/kernels.md). Each receives the realised mask of its grid point.
-        _k(
+        _sparse(
             "triton_block_sparse",
-            "sparse",
             "block-sparse attention in Triton, written in this project",
             "triton_block_sparse:TritonBlockSparse",
-            ("block_sparse",),
-            GPU_ALL,
             modules=("triton",),
             dists=("triton",),
             block_sizes=(64, 128),
@@ -255,13 +243,10 @@ KERNELS = {
             colour="#000000",
             marker="8",
         ),
-        _k(
+        _sparse(
             "vsa",
-            "sparse",
             "VSA block-sparse attention (FastVideo; ThunderKittens on Hopper)",
             "vsa_sparse:VSA",
-            ("block_sparse",),
-            GPU_ALL,
             modules=("vsa",),
             dists=("vsa",),
             mha_only=True,
@@ -273,9 +258,8 @@ KERNELS = {
             colour="#e7298a",
             marker="D",
         ),
-        _k(
+        _sparse(
             "flashinfer",
-            "sparse",
             "FlashInfer VariableBlockSparseAttentionWrapper",
             "flashinfer_sparse:FlashInferVariableBlockSparse",
             SPARSE_MASKS,
@@ -289,13 +273,11 @@ KERNELS = {
             colour="#e6ab02",
             marker="v",
         ),
-        _k(
+        _sparse(
             "fa2_sparse",
-            "sparse",
             "MIT Han Lab Block-Sparse-Attention (FlashAttention-2 based)",
             "fa2_sparse:FA2BlockSparse",
-            ("block_sparse",),
-            {"cuda": ("fwd",)},
+            directions={"cuda": ("fwd",)},
             modules=("block_sparse_attn",),
             dists=("block_sparse_attn", "block-sparse-attn"),
             block_sizes=(128,),
@@ -346,11 +328,19 @@ def resolve(entry: str) -> KernelInfo:
     return info
 
 
-def get(name: str) -> KernelInfo:
+def lookup(table: dict, name: str, what: str, plural: str = "", also: tuple = ()):
+    """table[name], or a ValueError naming the valid names (`also`: names accepted elsewhere)."""
     try:
-        return KERNELS[name]
+        return table[name]
     except KeyError:
-        raise ValueError(f"unknown kernel {name!r}; valid kernels: {', '.join(KERNELS)}") from None
+        valid = ", ".join((*also, *table))
+        raise ValueError(
+            f"unknown {what} {name!r}; valid {plural or what + 's'}: {valid}"
+        ) from None
+
+
+def get(name: str) -> KernelInfo:
+    return lookup(KERNELS, name, "kernel")
 
 
 def first_version(dists) -> str:

@@ -50,10 +50,7 @@ class FA2BlockSparse(Kernel):
     layout = "thd"
 
     def prepare(self, mask):
-        if mask.name != "block_sparse" or mask.params["block_size"] != FA2_SPARSE_BLOCK:
-            self.unsupported(
-                f"needs block_sparse with {FA2_SPARSE_BLOCK}-token blocks, got {mask.name} {mask.params}"
-            )
+        self.require_blocks(mask, FA2_SPARSE_BLOCK)
         block_sparse_attn_func = self.import_library("block_sparse_attn").block_sparse_attn_func
         args = call_arguments(mask, self.heads_q, self.device)
         return lambda q, k, v: block_sparse_attn_func(q, k, v, **args)

@@ -33,10 +33,7 @@ class VSA(Kernel):
     def prepare(self, mask):
         import torch
 
-        if mask.name != "block_sparse" or mask.params["block_size"] != VSA_BLOCK:
-            self.unsupported(
-                f"needs block_sparse with {VSA_BLOCK}-token blocks, got {mask.name} {mask.params}"
-            )
+        self.require_blocks(mask, VSA_BLOCK)
         if self.gqa:
             self.unsupported(
                 f"needs as many KV heads as query heads, got {self.heads_q}:{self.heads_kv}"

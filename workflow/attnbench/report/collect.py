@@ -22,13 +22,8 @@ CELL_KEYS = (
     "direction",
     "gpus",
 )
-# The columns every row has, in this order; more (method-specific) follow.
-COLUMNS = [
-    *CELL_KEYS,
-    "device",
-    "device_name",
-    "status",
-    "status_reason",
+# Fields copied from the record as they are (the peak matmul throughput stands between the two).
+TIMINGS = (
     "time_ms_median",
     "time_ms_p20",
     "time_ms_p80",
@@ -37,12 +32,28 @@ COLUMNS = [
     "tflops_p80",
     "flops",
     "fraction_of_peak",
-    "matmul_peak_tflops",
+)
+MEMORY_AND_CHECK = (
     "peak_mem_bytes",
     "peak_mem_increment_bytes",
     "mem_source",
     "max_rel_err",
     "check_passed",
+)
+# Provenance: the machine and software a record was made on, when, and the hashes of the code
+# tree and the cell config that made it.
+MACHINE = ("host", "python", "triton", "cuda", "cudnn", "driver")
+WHEN_AND_WHAT = ("started_at", "finished_at", "code_sha256", "config_sha256")
+# The columns every row has, in this order; more (method-specific) follow.
+COLUMNS = [
+    *CELL_KEYS,
+    "device",
+    "device_name",
+    "status",
+    "status_reason",
+    *TIMINGS,
+    "matmul_peak_tflops",
+    *MEMORY_AND_CHECK,
     "samples",
     "mask_area_mean",
     "block_size",
@@ -57,17 +68,9 @@ COLUMNS = [
     # provenance for report captions (spec/measurement.md: the environment fingerprint)
     "warmup",
     "reps",
-    "host",
-    "python",
-    "triton",
-    "cuda",
-    "cudnn",
-    "driver",
+    *MACHINE,
     "git_dirty",
-    "started_at",
-    "finished_at",
-    "code_sha256",
-    "config_sha256",  # the code tree and the cell config that made the record
+    *WHEN_AND_WHAT,
 ]
 
 
@@ -92,24 +95,7 @@ def row(record: dict, path: str) -> dict:
         "device_name": env.get("device_name"),
         "status": record["status"],
         "status_reason": record.get("status_reason"),
-        **{
-            k: _num(record.get(k))
-            for k in (
-                "time_ms_median",
-                "time_ms_p20",
-                "time_ms_p80",
-                "tflops",
-                "tflops_p20",
-                "tflops_p80",
-                "flops",
-                "fraction_of_peak",
-                "peak_mem_bytes",
-                "peak_mem_increment_bytes",
-                "mem_source",
-                "max_rel_err",
-                "check_passed",
-            )
-        },
+        **{k: _num(record.get(k)) for k in (*TIMINGS, *MEMORY_AND_CHECK)},
         "matmul_peak_tflops": (record.get("matmul_peak") or {}).get("matmul_peak_tflops"),
         "samples": len(samples),
         "mask_area_mean": sum(s["mask_area"] for s in samples) / len(samples) if samples else None,
@@ -149,22 +135,7 @@ def collect(paths=(), root=None) -> pd.DataFrame:
 
 
 # Versions and names stay text ("12.10" is not 12.1, "570.00" not 570.0).
-TEXT_COLUMNS = (
-    "device_name",
-    "library_version",
-    "torch",
-    "git_commit",
-    "host",
-    "python",
-    "triton",
-    "cuda",
-    "cudnn",
-    "driver",
-    "started_at",
-    "finished_at",
-    "code_sha256",
-    "config_sha256",
-)
+TEXT_COLUMNS = ("device_name", "library_version", "torch", "git_commit", *MACHINE, *WHEN_AND_WHAT)
 
 
 def read_cells(path) -> pd.DataFrame:

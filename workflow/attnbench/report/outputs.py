@@ -1,11 +1,14 @@
 """What the names of a grid's outputs share: a grid's axis values, the report caption beside every
 table and figure (`<stem>.caption.rst`), and the figure format the report shows. Each family names
-its own files (attnbench.families.<family>.table_names / figure_stems), known before anything
+its own files (attnbench.families.<family>.table_stems / figure_stems), known before anything
 runs: Snakemake needs them at DAG time, and the writers produce exactly these."""
 
 from __future__ import annotations
 
 CAPTION_SUFFIX = ".caption.rst"
+
+# Every table is written in these formats (report.tables.write_table).
+TABLE_FORMATS = ("md", "tex")
 
 # Formats the report can show inline, best first.
 REPORT_FORMATS = ("png", "svg", "pdf")

@@ -1,5 +1,5 @@
-"""Drawing helpers every figure family shares: theme, panel grids, the line-vs-x panel with status
-marks, the legend and footnote placed below the panels (never over data), saving.
+"""Drawing helpers every figure family shares: theme, panel grids, a kernel's line with its status
+marks, notes in a panel, the legend and footnote placed below the panels (never over data), saving.
 
 Drawing functions return what they drew (counts per kind), and tag each artist with a `gid`
 ("line|<impl>|...", "oom|...", "incorrect|...", "bar|...", "mark|<status>|...") so tests can check
@@ -123,6 +123,67 @@ def _legend_columns(labels, width_in: float) -> int:
     return math.ceil(len(labels) / rows)  # balanced rows: 10 entries as 5 + 5, not 9 + 1
 
 
+def legend_below(fig, handles: dict, ncol: int, loc: str = "upper center", y: float = 0.0):
+    """One legend for all panels, centred on the figure at height y (below the panels)."""
+    return fig.legend(
+        list(handles.values()),
+        list(handles.keys()),
+        loc=loc,
+        ncol=ncol,
+        bbox_to_anchor=(0.5, y),
+        frameon=False,
+        fontsize="small",
+    )
+
+
+def note_below(fig, note: str, y: float, bottom: float = 0.0):
+    """A grey note centred at height y (below the panels), then the panels laid out between
+    `bottom` and the title."""
+    fig.text(0.5, y, note, ha="center", fontsize="small", color="0.3")
+    fig.tight_layout(rect=(0, bottom, 1, 0.97))
+
+
+def panel_notes(ax, notes: list[str], **text_kw):
+    """Notes in a panel's top left corner (e.g. what did not run there), one per line."""
+    ax.text(
+        0.02,
+        0.97,
+        "\n".join(notes),
+        transform=ax.transAxes,
+        fontsize="x-small",
+        va="top",
+        color="0.35",
+        **text_kw,
+    )
+
+
+def kernel_line(ax, x, y, name: str, ls: str = "-", **line_kw):
+    """A kernel's (or CP method's) line in its own colour and marker."""
+    return ax.plot(x, y, ls, color=colour(name), marker=marker(name), **line_kw)
+
+
+def timed_line(ax, g: pd.DataFrame, x: str, value: str, name: str, label: str, ms, lw, ring_ms):
+    """One kernel's rows g: the timed ones as a line of value against x, red rings on the
+    incorrect ones, out-of-memory ones as X on the axis floor. Returns (points, OOM marks)."""
+    ok = g[g["status"].isin(TIMED) & g[value].notna()].sort_values(x)
+    if len(ok):
+        kernel_line(ax, ok[x], ok[value], name, ms=ms, lw=lw, label=label)
+        bad = ok[ok["status"] == "incorrect"]
+        ax.plot(bad[x], bad[value], "o", mfc="none", mec="red", ms=ring_ms, lw=0)
+    oom = g[g["status"] == "oom"]
+    if len(oom):
+        ax.plot(
+            oom[x],
+            np.zeros(len(oom)),
+            "X",
+            color=colour(name),
+            ms=8,
+            clip_on=False,
+            label=f"{name} OOM",
+        )
+    return len(ok), len(oom)
+
+
 def legend_and_notes(fig, handles: dict, notes: list[str], keys: dict | None = None):
     """Below the panels: the kernels' legend, then a legend of the marks and line styles (`keys`),
     then footnotes; all outside every axes.
@@ -137,15 +198,7 @@ def legend_and_notes(fig, handles: dict, notes: list[str], keys: dict | None = N
     for entries in (handles, keys or {}):
         if not entries:
             continue
-        leg = fig.legend(
-            list(entries.values()),
-            list(entries.keys()),
-            loc="upper center",
-            ncol=_legend_columns(list(entries), width_in),
-            bbox_to_anchor=(0.5, bottom),
-            frameon=False,
-            fontsize="small",
-        )
+        leg = legend_below(fig, entries, _legend_columns(list(entries), width_in), y=bottom)
         bottom = leg.get_window_extent(renderer).transformed(fig.transFigure.inverted()).y0
     if notes:
         chars = max(60, int(width_in * 15))

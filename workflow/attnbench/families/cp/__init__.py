@@ -21,15 +21,8 @@ def record_skeleton(spec: dict) -> dict:
     return record
 
 
-def table_names(grid: dict) -> list[str]:
-    return [
-        "cp_tflops.md",
-        "cp_tflops.tex",
-        "cp_vs_single_gpu.md",
-        "cp_vs_single_gpu.tex",
-        "cp_breakdown.md",
-        "cp_breakdown.tex",
-    ]
+def table_stems(grid: dict) -> list[str]:
+    return ["cp_tflops", "cp_vs_single_gpu", "cp_breakdown"]
 
 
 def figure_stems(grid: dict) -> list[str]:

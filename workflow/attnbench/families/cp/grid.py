@@ -112,53 +112,53 @@ def _cell_cp(c: dict) -> dict:
 
 
 def expand(cfg, gname) -> list[dict]:
+    return expansion.grid_cells(cfg, gname, _product_cells)
+
+
+def _product_cells(cfg, gname, prod, common):
+    """The cells of one product of a cp grid."""
     grid = cfg["grids"][gname]
     device = grid["device"]
-    common = expansion.common_fields(grid)
-    cells = {}
-    for prod in expansion.grid_products(grid):
-        c = _cp(grid, prod)
-        own = _cell_cp(c)
-        for method, mask, tpg, gpus, (hq, hkv), d, dtype, direction in itertools.product(
-            prod["methods"],
-            prod["masks"],
-            prod["tokens_per_gpu"],
-            prod["gpus"],
-            prod["heads"],
-            prod["head_dim"],
-            prod["dtype"],
-            prod["direction"],
-        ):
-            deg = _degrees(method, gpus, c)
-            nodes = -(-gpus // c["gpus_per_node"]) if device == "cuda" else 1
-            seqlen = tpg * gpus
-            for mp in expansion.mask_param_points(mask, grid, prod):
-                cell = {
-                    "grid": gname,
-                    "family": "cp",
-                    "impl": method,
-                    "mask": mask,
-                    "mask_params": mp,
-                    "seqlen": seqlen,
-                    "tokens_per_gpu": tpg,
-                    "heads_q": hq,
-                    "heads_kv": hkv,
-                    "head_dim": d,
-                    "dtype": dtype,
-                    "direction": direction,
-                    "gpus": gpus,
-                    **common,
-                    "histograms": expansion.histograms_for(cfg, mask, seqlen),
-                    "cp": {
-                        "local_kernel": own["local_kernel"],
-                        **deg.to_json(),
-                        "gpus_per_node": c["gpus_per_node"],
-                        "nodes": nodes,
-                        "nproc_per_node": gpus // nodes,
-                        "breakdown": c["breakdown"],
-                        "timeout_s": c["timeout_s"],
-                        **{k: v for k, v in own.items() if k != "local_kernel"},
-                    },
-                }
-                cells[expansion.cell_path(cell)] = cell
-    return list(cells.values())
+    c = _cp(grid, prod)
+    own = _cell_cp(c)
+    for method, mask, tpg, gpus, (hq, hkv), d, dtype, direction in itertools.product(
+        prod["methods"],
+        prod["masks"],
+        prod["tokens_per_gpu"],
+        prod["gpus"],
+        prod["heads"],
+        prod["head_dim"],
+        prod["dtype"],
+        prod["direction"],
+    ):
+        deg = _degrees(method, gpus, c)
+        nodes = -(-gpus // c["gpus_per_node"]) if device == "cuda" else 1
+        seqlen = tpg * gpus
+        for mp in expansion.mask_param_points(mask, grid, prod):
+            yield {
+                "grid": gname,
+                "family": "cp",
+                "impl": method,
+                "mask": mask,
+                "mask_params": mp,
+                "seqlen": seqlen,
+                "tokens_per_gpu": tpg,
+                "heads_q": hq,
+                "heads_kv": hkv,
+                "head_dim": d,
+                "dtype": dtype,
+                "direction": direction,
+                "gpus": gpus,
+                **common,
+                "histograms": expansion.histograms_for(cfg, mask, seqlen),
+                "cp": {
+                    "local_kernel": own["local_kernel"],
+                    **deg.to_json(),
+                    "gpus_per_node": c["gpus_per_node"],
+                    "nodes": nodes,
+                    "nproc_per_node": gpus // nodes,
+                    "breakdown": c["breakdown"],
+                    "timeout_s": c["timeout_s"],
+                    **{k: v for k, v in own.items() if k != "local_kernel"},
+                },
+            }

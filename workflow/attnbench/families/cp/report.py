@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ...cp.catalog import BARE_KERNEL, method_label
+from ...report import plotting
 from ...report.labels import GIB, STATUS_LABEL, order
-from ...report.plotting import describe, grid_axes, save
-from ...report.style import colour, marker
+from ...report.style import colour
 from ...report.tables import (
     MEDIAN_SPREAD,
     WITHIN_NOTE,
@@ -134,6 +133,13 @@ def _sorted(t: pd.DataFrame, keys: list[str], index: list[str]) -> pd.DataFrame:
 POINT = ["mask", "direction", "tokens_per_gpu", "gpus"]
 
 
+def _point(r) -> dict:
+    """A table row's first columns: the method and its point (POINT)."""
+    names = {k: r[k] for k in ("mask", "direction")}
+    counts = {k: int(r[k]) for k in ("tokens_per_gpu", "gpus")}
+    return {"method": r["impl"], **names, **counts}
+
+
 def tflops_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per-GPU TFLOP/s, median [p20-p80], one column per method, and the fastest correct CP method
     of each row (the bare kernel is the baseline, not a contender), naming every method whose
@@ -206,11 +212,7 @@ def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
         ref = _baseline(refs, r)
         rows.append(
             {
-                "method": r["impl"],
-                "mask": r["mask"],
-                "direction": r["direction"],
-                "tokens_per_gpu": int(r["tokens_per_gpu"]),
-                "gpus": int(r["gpus"]),
+                **_point(r),
                 "local kernel": _kernel_text(r),
                 "TFLOP/s per GPU": _tflops_text(r),
                 f"{method_label(BARE_KERNEL)} (TFLOP/s)": "" if ref is None else _tflops_text(ref),
@@ -251,11 +253,7 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
 
         rows.append(
             {
-                "method": r["impl"],
-                "mask": r["mask"],
-                "direction": r["direction"],
-                "tokens_per_gpu": int(r["tokens_per_gpu"]),
-                "gpus": r["gpus"],
+                **_point(r),
                 "degrees": _degrees(r),
                 "local kernel": _kernel_text(r),
                 "status": STATUS_LABEL.get(r["status"], r["status"]),
@@ -325,45 +323,33 @@ def tables(df: pd.DataFrame, out: Path) -> list[Path]:
 # ---------------------------------------------------------------- figures
 
 
+TFLOPS_NOTE = (
+    "per-GPU TFLOP/s = global FLOPs of the exact mask area / (slowest rank's time x GPUs); "
+    "X on the axis: out of memory; red ring: disagrees with the float64 reference"
+)
+BREAKDOWN_NOTE = (
+    "solid: the schedule with transfers disabled; hatched: with computation disabled; "
+    "dot: the real schedule (a dot below the bar's top means communication overlapped computation)"
+)
+
+
 def tflops_vs_gpus(df: pd.DataFrame):
     """One panel per (mask, direction); a line per method; OOM as X on the floor. Returns the
     figure and what was drawn (for tests)."""
     panels = _panels(df)
-    fig, axes = grid_axes(len(panels), ncols=min(4, max(1, len(panels))))
+    fig, axes = plotting.grid_axes(len(panels), ncols=min(4, max(1, len(panels))))
     drawn = {"lines": 0, "points": 0, "oom_markers": 0, "not_run": {}}
     for ax, (mask, direction, tpg) in zip(axes, panels):
         d = _panel_rows(df, mask, direction, tpg)
         not_run = []
         for m in order(d["impl"]):
             g = d[d["impl"] == m]
-            ok = g[g["status"].isin(TIMED) & g["tflops"].notna()].sort_values("gpus")
-            if len(ok):
-                ax.plot(
-                    ok["gpus"],
-                    ok["tflops"],
-                    "-",
-                    color=colour(m),
-                    marker=marker(m),
-                    ms=5,
-                    lw=1.4,
-                    label=_name(m),
-                )
-                bad = ok[ok["status"] == "incorrect"]
-                ax.plot(bad["gpus"], bad["tflops"], "o", mfc="none", mec="red", ms=10, lw=0)
-                drawn["lines"] += 1
-                drawn["points"] += len(ok)
-            oom = g[g["status"] == "oom"]
-            if len(oom):
-                ax.plot(
-                    oom["gpus"],
-                    np.zeros(len(oom)),
-                    "X",
-                    color=colour(m),
-                    ms=8,
-                    clip_on=False,
-                    label=f"{m} OOM",
-                )
-                drawn["oom_markers"] += len(oom)
+            points, ooms = plotting.timed_line(
+                ax, g, "gpus", "tflops", m, _name(m), ms=5, lw=1.4, ring_ms=10
+            )
+            drawn["lines"] += int(points > 0)
+            drawn["points"] += points
+            drawn["oom_markers"] += ooms
             for st in ("unsupported", "unavailable", "timeout"):
                 gpus = sorted(g[g["status"] == st]["gpus"])
                 if gpus:
@@ -377,31 +363,14 @@ def tflops_vs_gpus(df: pd.DataFrame):
         ax.set_ylabel("TFLOP/s per GPU")
         ax.grid(alpha=0.3)
         if not_run:
-            ax.text(
-                0.02,
-                0.97,
-                "\n".join(not_run),
-                transform=ax.transAxes,
-                fontsize="x-small",
-                va="top",
-                color="0.35",
-            )
+            plotting.panel_notes(ax, not_run)
     _legend(fig, axes)
     fig.suptitle(
         f"Context parallelism: throughput vs GPUs ({', '.join(map(str, _tokens(df)))} tokens per GPU) | "
-        f"{describe(df)}",
+        f"{plotting.describe(df)}",
         y=1.0,
     )
-    fig.text(
-        0.5,
-        -0.12,
-        "per-GPU TFLOP/s = global FLOPs of the exact mask area / (slowest rank's time x GPUs); "
-        "X on the axis: out of memory; red ring: disagrees with the float64 reference",
-        ha="center",
-        fontsize="small",
-        color="0.3",
-    )
-    fig.tight_layout(rect=(0, 0.0, 1, 0.97))
+    plotting.note_below(fig, TFLOPS_NOTE, -0.12)
     return fig, drawn
 
 
@@ -410,7 +379,7 @@ def breakdown(df: pd.DataFrame):
     compute-only time and, above it, communication-only time; a black dot marks the measured
     time (below the bar's top: the schedule overlapped the two)."""
     panels = _panels(df)
-    fig, axes = grid_axes(len(panels), ncols=min(3, max(1, len(panels))), w=4.6, h=3.0)
+    fig, axes = plotting.grid_axes(len(panels), ncols=min(3, max(1, len(panels))), w=4.6, h=3.0)
     drawn = {"bars": 0}
     for ax, (mask, direction, tpg) in zip(axes, panels):
         d = _panel_rows(df, mask, direction, tpg)
@@ -465,46 +434,28 @@ def breakdown(df: pd.DataFrame):
         ),
     ]
     _legend(fig, axes, ncol=4, extra=styles)
-    fig.suptitle(f"Context parallelism: communication vs computation | {describe(df)}", y=1.0)
-    fig.text(
-        0.5,
-        -0.16,
-        "solid: the schedule with transfers disabled; hatched: with computation disabled; "
-        "dot: the real schedule (a dot below the bar's top means communication overlapped computation)",
-        ha="center",
-        fontsize="small",
-        color="0.3",
+    fig.suptitle(
+        f"Context parallelism: communication vs computation | {plotting.describe(df)}", y=1.0
     )
-    fig.tight_layout(rect=(0, 0.0, 1, 0.97))
+    plotting.note_below(fig, BREAKDOWN_NOTE, -0.16)
     return fig, drawn
 
 
 def _legend(fig, axes, ncol=6, extra=()):
-    handles = {}
-    for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
+    handles = plotting.collect_handles(axes)
     for h in extra:
         handles[h.get_label()] = h
     if handles:
-        fig.legend(
-            handles.values(),
-            handles.keys(),
-            loc="upper center",
-            ncol=min(ncol, len(handles)),
-            bbox_to_anchor=(0.5, 0.0),
-            frameon=False,
-            fontsize="small",
-        )
+        plotting.legend_below(fig, handles, min(ncol, len(handles)))
 
 
 def figures(df: pd.DataFrame, out: Path, style, only=None) -> list[Path]:
     """Both figures at once (`only` is not used: they share no costly part worth splitting)."""
     df = with_variants(df)
     fig, _ = tflops_vs_gpus(df)
-    paths = save(fig, out, "cp_tflops_vs_gpus", style)
+    paths = plotting.save(fig, out, "cp_tflops_vs_gpus", style)
     fig, _ = breakdown(df)
-    return paths + save(fig, out, "cp_breakdown", style)
+    return paths + plotting.save(fig, out, "cp_breakdown", style)
 
 
 def table_captions(df: pd.DataFrame) -> tuple[dict, dict]:

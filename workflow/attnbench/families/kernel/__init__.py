@@ -20,8 +20,8 @@ def record_skeleton(spec: dict) -> dict:
     return base_record(spec, implementation(spec))
 
 
-def table_names(grid: dict) -> list[str]:
-    return ["tflops.md", "tflops.tex", "memory.md", "memory.tex", "support.md", "support.tex"]
+def table_stems(grid: dict) -> list[str]:
+    return ["tflops", "memory", "support"]
 
 
 def figure_stems(grid: dict) -> list[str]:

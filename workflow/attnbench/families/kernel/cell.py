@@ -12,14 +12,15 @@ import time
 from ... import launch
 from ... import status as S
 from ...harness.faults import crash_if_asked, hang_if_asked
-from ...harness.flops import attention_flops
 from ...harness.inputs import check_mask_rng, input_seed, make_inputs, mask_rng, torch_dtype
 from ...harness.samples import (
     CheckOutOfMemory,
     check_seqlen,
+    checked_outcome,
     checked_samples,
     n_samples,
     shorter_check_seqlen,
+    spec_mask,
 )
 from ...kernels import catalog
 from ...record.record import base_record, environment, now, summarise
@@ -154,16 +155,13 @@ def check_correctness(kernel, fn, mask, q, k, v, dout, direction, factor) -> dic
 def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
     import torch
 
-    from ...harness.measure import DeviceClock, peak_memory, quantiles, time_ms
+    from ...harness.measure import DeviceClock, peak_memory, sample_timings, time_ms
     from ...kernels.base import from_thd
-    from ...masks import sample_mask
 
     hq, hkv, d, direction = spec["heads_q"], spec["heads_kv"], spec["head_dim"], spec["direction"]
     clock = DeviceClock(device)
     with clock.phase("mask"):
-        mask = sample_mask(
-            spec["mask"], spec["seqlen"], spec.get("mask_params", {}), rng, histograms, hq, hkv
-        )
+        mask = spec_mask(spec, spec["seqlen"], rng, histograms)
     with clock.phase("inputs"):
         q, k, v, dout = make_inputs(
             input_seed(spec["_data_seed"], index, spec["seqlen"]),
@@ -203,18 +201,7 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
         times = time_ms(call, spec["warmup"], spec["reps"], device)
     with clock.phase("memory", busy=True):
         mem = peak_memory(call, device)
-    flops = attention_flops(sum(mask.area_per_head), d, direction)
-    tq = quantiles(times)
-    sample = {
-        "index": index,
-        "mask_params": mask.params,
-        "mask_area": mask.area,
-        "flops": flops,
-        "time_ms": times,
-        **{f"time_ms_{k}": v for k, v in tq.items()},
-        "tflops_median": flops / (tq["median"] * 1e-3) / 1e12,
-        **mem,
-    }
+    sample = {**sample_timings(index, mask, d, direction, times), **mem}
     if index < checked_samples(spec):
         s_check = check_seqlen(spec)
         if s_check != spec["seqlen"]:
@@ -233,8 +220,6 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
 def check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms) -> dict:
     """The gate at `s_check` (on the timed sample's mask and inputs when `timed` holds them);
     when the check itself runs out of memory, again at a shorter length (never the kernel's oom)."""
-    from ...masks import sample_mask
-
     hq, hkv, d = spec["heads_q"], spec["heads_kv"], spec["head_dim"]
     too_long = []
     while True:
@@ -243,9 +228,7 @@ def check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms)
                 mask, q, k, v, dout, fn = timed
             else:
                 crng = check_mask_rng(spec["_data_seed"], index, s_check)
-                mask = sample_mask(
-                    spec["mask"], s_check, spec.get("mask_params", {}), crng, histograms, hq, hkv
-                )
+                mask = spec_mask(spec, s_check, crng, histograms)
                 q, k, v, dout = make_inputs(
                     input_seed(spec["_data_seed"], index, s_check),
                     s_check,
@@ -358,10 +341,4 @@ def _measure(record, info, spec, peak):
                 f"out of memory at sample {len(record['samples'])}: {str(e).splitlines()[0][:300]}",
             )
         raise
-    failed = [s["index"] for s in record["samples"] if not s.get("check", {}).get("passed", True)]
-    if failed:
-        return (
-            S.INCORRECT,
-            f"samples {failed} disagree with the float64 reference beyond tolerance",
-        )
-    return S.OK, None
+    return checked_outcome(record["samples"])

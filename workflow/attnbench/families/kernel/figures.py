@@ -160,6 +160,22 @@ def bars_at_length(df: pd.DataFrame, title: str, expected_impls=(), subtitle: st
 # ----------------------------------------------------------------------------- Figs. 8-14, 16-17
 
 
+def _finish_lines(fig, axes, ncols, title, subtitle, counts, notrun, keys=None):
+    """Axis labels outside, the title, and below the panels: the kernels' legend, the line styles
+    (keys) and status marks drawn, what did not run. Returns (fig, counts with `not_run`)."""
+    outer_labels(axes, ncols)
+    fig.tight_layout()
+    title_above(fig, title, subtitle)
+    marks = status_handles(
+        oom=counts["oom_markers"] > 0,
+        incorrect=counts["incorrect_markers"] > 0,
+        timeout=counts["timeout_markers"] > 0,
+    )
+    legend_and_notes(fig, collect_handles(axes), notrun.lines(), {**(keys or {}), **marks})
+    counts["not_run"] = notrun
+    return fig, counts
+
+
 def family_lines(
     df: pd.DataFrame, masks: list, value: str, ylabel: str, title: str, subtitle: str = ""
 ):
@@ -187,17 +203,7 @@ def family_lines(
             categorical_lengths(ax, lengths)
             finish_axes(ax, ylabel)
             ax.set_title(f"{mask} | {heads_label(*hk)} | {direction}", fontsize="medium")
-    outer_labels(axes, len(settings))
-    fig.tight_layout()
-    title_above(fig, title, subtitle)
-    keys = status_handles(
-        oom=counts["oom_markers"] > 0,
-        incorrect=counts["incorrect_markers"] > 0,
-        timeout=counts["timeout_markers"] > 0,
-    )
-    legend_and_notes(fig, collect_handles(axes), notrun.lines(), keys)
-    counts["not_run"] = notrun
-    return fig, counts
+    return _finish_lines(fig, axes, len(settings), title, subtitle, counts, notrun)
 
 
 def memory_lines(df: pd.DataFrame, value: str, ylabel: str, title: str, subtitle: str = ""):
@@ -230,20 +236,8 @@ def memory_lines(df: pd.DataFrame, value: str, ylabel: str, title: str, subtitle
         categorical_lengths(ax, lengths)
         finish_axes(ax, ylabel)
         ax.set_title(mask, fontsize="medium")
-    outer_labels(axes, min(4, len(masks)))
-    fig.tight_layout()
-    title_above(fig, title, subtitle)
-    keys = heads_handles(styles)
-    keys.update(
-        status_handles(
-            oom=counts["oom_markers"] > 0,
-            incorrect=counts["incorrect_markers"] > 0,
-            timeout=counts["timeout_markers"] > 0,
-        )
-    )
-    legend_and_notes(fig, collect_handles(axes), notrun.lines(), keys)
-    counts["not_run"] = notrun
-    return fig, counts
+    ncols = min(4, len(masks))
+    return _finish_lines(fig, axes, ncols, title, subtitle, counts, notrun, heads_handles(styles))
 
 
 # ----------------------------------------------------------------------------- the kernel family

@@ -37,41 +37,40 @@ def problems(cfg, grid, prod, at, family="kernel") -> list[str]:
 
 
 def expand(cfg, gname) -> list[dict]:
+    return expansion.grid_cells(cfg, gname, _product_cells)
+
+
+def _product_cells(cfg, gname, prod, common):
+    """The cells of one product of a kernel grid."""
     grid = cfg["grids"][gname]
-    fam = grid["family"]
-    common = expansion.common_fields(grid)
-    cells = {}
-    for prod in expansion.grid_products(grid):
-        for impl, mask, seqlen, (hq, hkv), d, dtype, direction in itertools.product(
-            prod["kernels"],
-            prod["masks"],
-            prod["seqlen"],
-            prod["heads"],
-            prod["head_dim"],
-            prod["dtype"],
-            prod["direction"],
-        ):
-            # your own kernel: cells use its registered name, and carry its import path for the
-            # processes that run and draw them
-            own = {"kernel_class": impl} if ":" in impl else {}
-            name = catalog.resolve(impl).name
-            for mp in expansion.mask_param_points(mask, grid, prod):
-                cell = {
-                    "grid": gname,
-                    "family": fam,
-                    "impl": name,
-                    **own,
-                    "mask": mask,
-                    "mask_params": mp,
-                    "seqlen": seqlen,
-                    "heads_q": hq,
-                    "heads_kv": hkv,
-                    "head_dim": d,
-                    "dtype": dtype,
-                    "direction": direction,
-                    "gpus": 1,
-                    **common,
-                    "histograms": expansion.histograms_for(cfg, mask, seqlen),
-                }
-                cells[expansion.cell_path(cell)] = cell
-    return list(cells.values())
+    for impl, mask, seqlen, (hq, hkv), d, dtype, direction in itertools.product(
+        prod["kernels"],
+        prod["masks"],
+        prod["seqlen"],
+        prod["heads"],
+        prod["head_dim"],
+        prod["dtype"],
+        prod["direction"],
+    ):
+        # your own kernel: cells use its registered name, and carry its import path for the
+        # processes that run and draw them
+        own = {"kernel_class": impl} if ":" in impl else {}
+        name = catalog.resolve(impl).name
+        for mp in expansion.mask_param_points(mask, grid, prod):
+            yield {
+                "grid": gname,
+                "family": grid["family"],
+                "impl": name,
+                **own,
+                "mask": mask,
+                "mask_params": mp,
+                "seqlen": seqlen,
+                "heads_q": hq,
+                "heads_kv": hkv,
+                "head_dim": d,
+                "dtype": dtype,
+                "direction": direction,
+                "gpus": 1,
+                **common,
+                "histograms": expansion.histograms_for(cfg, mask, seqlen),
+            }

@@ -18,15 +18,8 @@ def problems(cfg, grid, prod, at) -> list[str]:
     return kernel_grid.problems(cfg, grid, prod, at, family=NAME)
 
 
-def table_names(grid: dict) -> list[str]:
-    return [
-        "sparse_tflops.md",
-        "sparse_tflops.tex",
-        "sparse_memory.md",
-        "sparse_memory.tex",
-        "sparse_vs_dense.md",
-        "sparse_vs_dense.tex",
-    ]
+def table_stems(grid: dict) -> list[str]:
+    return ["sparse_tflops", "sparse_memory", "sparse_vs_dense"]
 
 
 def figure_stems(grid: dict) -> list[str]:

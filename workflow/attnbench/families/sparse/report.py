@@ -11,13 +11,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ...masks import SPARSE_MASKS
 from ...report.labels import order, seqlen_label
-from ...report.plotting import GIB, describe, grid_axes, save
-from ...report.style import colour, marker
+from ...report.plotting import (
+    GIB,
+    collect_handles,
+    describe,
+    grid_axes,
+    kernel_line,
+    legend_below,
+    note_below,
+    panel_notes,
+    save,
+    timed_line,
+)
+from ...report.style import colour
 from ...report.tables import (
     MEDIAN_SPREAD,
     WITHIN_NOTE,
@@ -233,33 +243,9 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
     missing = {"unsupported": [], "unavailable": [], "timeout": []}
     for impl in order(d["impl"]):
         g = d[d["impl"] == impl]
-        ok = g[g["status"].isin(["ok", "incorrect"]) & g[value].notna()].sort_values(x)
-        if len(ok):
-            ax.plot(
-                ok[x],
-                ok[value],
-                "-",
-                color=colour(impl),
-                marker=marker(impl),
-                ms=4,
-                lw=1.3,
-                label=impl,
-            )
-            bad = ok[ok["status"] == "incorrect"]
-            ax.plot(bad[x], bad[value], "o", mfc="none", mec="red", ms=9, lw=0)
-            drawn["points"] += len(ok)
-        oom = g[g["status"] == "oom"]
-        if len(oom):
-            ax.plot(
-                oom[x],
-                np.zeros(len(oom)),
-                "X",
-                color=colour(impl),
-                ms=8,
-                clip_on=False,
-                label=f"{impl} OOM",
-            )
-            drawn["oom_markers"] += len(oom)
+        points, ooms = timed_line(ax, g, x, value, impl, impl, ms=4, lw=1.3, ring_ms=9)
+        drawn["points"] += points
+        drawn["oom_markers"] += ooms
         for st in missing:
             if len(g) and (g["status"] == st).all():
                 missing[st].append(impl)
@@ -271,16 +257,8 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
                 (dense["impl"] == impl) & (dense["status"] == "ok") & dense[value].notna()
             ].sort_values(x)
             if len(ok):
-                ax.plot(
-                    ok[x],
-                    ok[value],
-                    "--",
-                    color=colour(impl),
-                    marker=marker(impl),
-                    ms=3,
-                    lw=1,
-                    label=f"{impl} (dense, full mask, at its own S)",
-                )
+                label = f"{impl} (dense, full mask, at its own S)"
+                kernel_line(ax, ok[x], ok[value], impl, "--", ms=3, lw=1, label=label)
                 for _, p in ok.iterrows() if "equal_area_seqlen" in ok else ():
                     ax.annotate(
                         f"area of {seqlen_label(int(p['equal_area_seqlen']))}",
@@ -336,29 +314,9 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
         top = ax.get_ylim()[1]
         ax.set_ylim(0, top * (1 + 0.12 * (len(notes) + 1)))  # headroom for the notes
         if notes:
-            ax.text(
-                0.02,
-                0.97,
-                "\n".join(notes),
-                transform=ax.transAxes,
-                fontsize="x-small",
-                va="top",
-                color="0.35",
-                wrap=True,
-            )
-    handles = {}
-    for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
-    fig.legend(
-        handles.values(),
-        handles.keys(),
-        loc="lower center",
-        ncol=min(6, max(1, len(handles))),
-        bbox_to_anchor=(0.5, -0.02),
-        frameon=False,
-        fontsize="small",
-    )
+            panel_notes(ax, notes, wrap=True)
+    handles = collect_handles(axes)
+    legend_below(fig, handles, min(6, max(1, len(handles))), loc="lower center", y=-0.02)
     fig.suptitle(title, y=1.0)
     note = (
         "X on the axis: out of memory; red ring: disagrees with the float64 reference; "
@@ -369,8 +327,7 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
             "\ndashed: a dense kernel on the full mask at its own length S', whose visible area S'^2 equals "
             "the sparse masks' at the length named beside each point"
         )
-    fig.text(0.5, -0.06, note, ha="center", fontsize="small", color="0.3")
-    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    note_below(fig, note, -0.06, bottom=0.06)
     return fig, drawn
 
 

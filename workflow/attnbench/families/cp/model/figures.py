@@ -6,7 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ....cp.catalog import method_label
-from ....report.plotting import apply_theme, grid_axes, save, title_above
+from ....report.plotting import (
+    apply_theme,
+    collect_handles,
+    grid_axes,
+    kernel_line,
+    legend_below,
+    save,
+    title_above,
+)
 from ....report.style import colour, marker
 
 
@@ -22,17 +30,9 @@ def model_figure(pred, out: Path, style, subtitle: str) -> list[Path]:
             for m, g in p.groupby("method", sort=False):
                 g = g.sort_values("gpus")
                 ok = g.dropna(subset=["predicted_tflops_per_gpu"])
-                ax.plot(
-                    ok["gpus"],
-                    ok["predicted_tflops_per_gpu"],
-                    "-",
-                    color=colour(m),
-                    marker=marker(m),
-                    ms=3,
-                    mfc="none",
-                    lw=1.3,
-                    label=f"{method_label(m)} (model)",
-                )
+                model = ok["predicted_tflops_per_gpu"]
+                label = f"{method_label(m)} (model)"
+                kernel_line(ax, ok["gpus"], model, m, ms=3, mfc="none", lw=1.3, label=label)
                 meas = g.dropna(subset=["measured_tflops_per_gpu"])
                 if len(meas):
                     ax.plot(
@@ -53,19 +53,8 @@ def model_figure(pred, out: Path, style, subtitle: str) -> list[Path]:
             ax.set_xlabel("GPUs")
             ax.set_ylabel("TFLOP/s per GPU")
             ax.grid(alpha=0.3)
-        handles = {}
-        for ax in axes:
-            for h, lab in zip(*ax.get_legend_handles_labels()):
-                handles.setdefault(lab, h)
-        fig.legend(
-            handles.values(),
-            handles.keys(),
-            loc="upper center",
-            bbox_to_anchor=(0.5, 0.0),
-            ncol=min(5, len(handles)),
-            frameon=False,
-            fontsize="small",
-        )
+        handles = collect_handles(axes)
+        legend_below(fig, handles, min(5, len(handles)))
         title_above(
             fig,
             f"CP model: predicted per-GPU TFLOP/s ({tpg} tokens per GPU)",
