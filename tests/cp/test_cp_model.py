@@ -63,7 +63,13 @@ def test_every_rank_meets_every_shard_once_and_steps_tile_the_mask(ring, windows
         )
         chunks = {s: ring_step_chunk(layout, r, s, True) for s in range(ring)}
         phases = schedule.hybrid_schedule(
-            deg, rank, chunks, layout.shard_len, layout.piece_len, 8, 2, 16, 4, 4, "fwdbwd"
+            deg,
+            rank,
+            chunks,
+            layout.shard_len,
+            layout.piece_len,
+            schedule.Attn(8, 2, 16, 4, 4),
+            "fwdbwd",
         )
         total += schedule.work(phases["fwd"])
         kinds = schedule.volume(phases)["by_kind"]

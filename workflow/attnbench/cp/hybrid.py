@@ -157,11 +157,7 @@ class Hybrid(ScheduledMethod):
             self.chunks,
             self.layout.shard_len,
             self.layout.piece_len,
-            self.hq,
-            self.hkv,
-            self.d,
-            self.elem,
-            self.acc_elem,
+            schedule.Attn(self.hq, self.hkv, self.d, self.elem, self.acc_elem),
             direction,
             torch.empty((), dtype=self.dkv_dtype).element_size(),
         )

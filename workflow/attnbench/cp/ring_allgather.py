@@ -106,11 +106,13 @@ class RingAllGather(ScheduledMethod):
             self.rc.rank,
             self.chunks,
             self.layout.shard_len,
-            self.hq,
-            self.hkv,
-            self.d,
-            self.elem,
-            torch.empty((), dtype=self.acc).element_size(),
+            schedule.Attn(
+                self.hq,
+                self.hkv,
+                self.d,
+                self.elem,
+                torch.empty((), dtype=self.acc).element_size(),
+            ),
             direction,
         )
 

@@ -74,17 +74,28 @@ def alltoall_bytes(buffer_bytes: int, n: int) -> int:
     return buffer_bytes * (n - 1) // n if n > 1 else 0
 
 
+@dataclass(frozen=True)
+class Attn:
+    """What a schedule needs of the attention: heads, head dim, bytes per element of the inputs
+    and of the float32 accumulators (dq, dK/dV partial sums)."""
+
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    elem: int
+    acc_elem: int
+
+    def fields(self) -> tuple:
+        return self.heads_q, self.heads_kv, self.head_dim, self.elem, self.acc_elem
+
+
 def hybrid_schedule(
     deg: Degrees,
     rank: int,
     chunks: dict,
     shard_len: int,
     piece_len: int,
-    heads_q: int,
-    heads_kv: int,
-    head_dim: int,
-    elem: int,
-    acc_elem: int,
+    attn: Attn,
     direction: str,
     dkv_elem: int | None = None,
 ) -> dict:
@@ -92,6 +103,7 @@ def hybrid_schedule(
     {"fwd": [Step], "bwd": [Step]} (the phases `direction` includes) for global rank `rank`.
     `chunks`: origin ring rank -> the Chunk of this rank's queries against that shard's keys.
     dK/dV travel the ring with `dkv_elem` bytes per element (default: the accumulator's)."""
+    heads_q, heads_kv, head_dim, elem, acc_elem = attn.fields()
     dkv_elem = acc_elem if dkv_elem is None else dkv_elem
     U, R, W = deg.ulysses, deg.ring, deg.windows
     r, u = deg.coords(rank)
@@ -185,15 +197,12 @@ def allgather_schedule(
     rank: int,
     chunks: tuple,
     shard_len: int,
-    heads_q: int,
-    heads_kv: int,
-    head_dim: int,
-    elem: int,
-    acc_elem: int,
+    attn: Attn,
     direction: str,
 ) -> dict:
     """Ring AllGather (cp/ring_allgather.py): gather K, V; compute both query chunks; backward
     gathers again and reduce-scatters dK, dV (float32). Nothing overlaps."""
+    heads_q, heads_kv, head_dim, elem, acc_elem = attn.fields()
     group = tuple(range(ring))
     kv = 2 * shard_len * heads_kv * head_dim
     gather = Transfer("all_gather", "all_gather", (ring - 1) * kv * elem, group)

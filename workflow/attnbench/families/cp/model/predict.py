@@ -73,7 +73,9 @@ def rank_schedules(
     geo = geometry(
         document_lengths(mask), deg.ring, 1 if method == "ring_allgather" else deg.ulysses
     )
-    e, a = ELEM_BYTES[s.dtype], ACC_BYTES[s.dtype]
+    attn = schedule.Attn(
+        s.heads_q, s.heads_kv, s.head_dim, ELEM_BYTES[s.dtype], ACC_BYTES[s.dtype]
+    )
     out = {}
     for r in rank_sample(deg.ring, max_ring_ranks):
         if method == "ring_allgather":
@@ -83,11 +85,7 @@ def rank_schedules(
                 rank,
                 tuple(geo.allgather_chunks(r, causal)),
                 geo.shard_len,
-                s.heads_q,
-                s.heads_kv,
-                s.head_dim,
-                e,
-                a,
+                attn,
                 direction,
             )
             continue
@@ -100,11 +98,7 @@ def rank_schedules(
                 chunks,
                 geo.shard_len,
                 geo.piece_len,
-                s.heads_q,
-                s.heads_kv,
-                s.head_dim,
-                e,
-                a,
+                attn,
                 direction,
             )
     return out, geo
