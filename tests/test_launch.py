@@ -1,12 +1,14 @@
 """The distributed launcher without Slurm: its Slurm resources, its task environment, its refusals,
 and a real two-rank gloo job on this machine (tests/slurm run it through a Slurm cluster)."""
 
+import fcntl
 import json
 import os
 import subprocess
 
 import pytest
 from attnbench import launch
+from attnbench.families import expand_cells, load_config
 from commands import REPO, launched, package_env
 
 ALLREDUCE = REPO / "tests/slurm/workflow/allreduce.py"
@@ -171,3 +173,32 @@ def test_claim_after_import_starts_at_once_and_waits_for_the_gpu_inside(tmp_path
     assert runs[1]["claimed"] - runs[0]["released"] < 1.0
     if release_early:  # long before the first process ended
         assert runs[1]["claimed"] < runs[0]["ended"] - 2
+
+
+def test_a_cell_that_cannot_run_does_not_wait_for_the_gpu(tmp_path):
+    """A cell that only records why it cannot run (here an unsupported mask) writes its record at
+    once while another cell holds the GPU; it would otherwise wait for the lock."""
+    spec = next(
+        c
+        for c in expand_cells(load_config(REPO / "config.yaml"), ["h200_sweep"])
+        if (c["impl"], c["mask"]) == ("sdpa_flash", "full_document")
+    )
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    with open(locks / "gpu-4.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another cell is measuring on GPU 4
+        cmd = launched(
+            ["--gpus-per-node", "1", "--claim-after-import"],
+            "-m",
+            "attnbench",
+            "cell",
+            "--spec",
+            json.dumps(spec),
+            "--out",
+            str(tmp_path / "r.json"),
+        )
+        env = package_env(CUDA_VISIBLE_DEVICES="4", ATTNBENCH_GPU_LOCK_DIR=str(locks))
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["status"] in ("unsupported", "unavailable") and record["gpu_wait_s"] is None
