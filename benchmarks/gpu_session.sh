@@ -5,10 +5,11 @@
 # cells without a record). Everything written goes under OUTPUT_DIR, packed into $OUT at the end.
 #   STEPS="verify cp sparse kernels dobench" benchmarks/gpu_session.sh [OUTPUT_DIR]
 # Steps (budgets in seconds, from the environment):
-#   verify   CP correctness matrix with NCCL on 2 GPUs: SDPA local kernels (T_VERIFY), FlashAttention
+#   verify   CP correctness matrix with NCCL on all the machine's GPUs (VERIFY_WORLD): SDPA local kernels (T_VERIFY), FlashAttention
 #            (fa2, fa3; T_VERIFY), then FlexAttention on every CP mask (T_VERIFY_FLEX; it compiles per
 #            mask), into OUTPUT_DIR/cp_verify; VERIFY="sdpa flash" (any of sdpa, flash, flex) runs those
 #   cp       the h200_cp grid (T_CP)          sparse   the h200_sparse grid (T_SPARSE)
+#   cpx8     the h200_cp_x8 grid, 4 and 8 GPUs (T_CPX8), on a machine of 8
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
 #            GPU-minute (benchmarks/harness_throughput.py) into OUTPUT_DIR/throughput/
@@ -51,8 +52,11 @@ grid() {  # grid NAME BUDGET [extra snakemake arguments]
 if has verify && [ "$gpus" -ge 2 ]; then
   verify() {  # verify NAME BUDGET [verify arguments]
     local name=$1 budget=$2; shift 2
-    log "cp verify $name (NCCL, 2 ranks, ${budget} s)"
-    timeout "$budget" python -m attnbench.launch --nproc-per-node 2 --gpus-per-node 2 -- \
+    # every GPU of the machine (VERIFY_WORLD fewer); beyond 2 the files are named by world size
+    local world=${VERIFY_WORLD:-$gpus}
+    [ "$world" -eq 2 ] || name="${name}_w$world"
+    log "cp verify $name (NCCL, $world ranks, ${budget} s)"
+    timeout "$budget" python -m attnbench.launch --nproc-per-node "$world" --gpus-per-node "$world" -- \
       python -m attnbench.cp.verify --device cuda --head-dim 64 --tokens-per-rank 256 --timeout-s 30 \
       --out "$outdir/cp_verify/$name.jsonl" "$@" > "$outdir/cp_verify/$name.log" 2>&1
     log "cp verify $name exit $?: $(grep -E '^world' "$outdir/cp_verify/$name.log")"
@@ -95,6 +99,8 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
     2>&1 | tee -a "$out/session.txt"
 fi
 has cp && [ "$gpus" -ge 2 ] && grid h200_cp "${T_CP:-300}"
+# 4 and 8 GPUs (issue 15), on 8 GPUs: two 4-GPU cells run side by side
+has cpx8 && [ "$gpus" -ge 8 ] && grid h200_cp_x8 "${T_CPX8:-540}" --resources gpu="$gpus"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU
 has sparse && grid h200_sparse "${T_SPARSE:-150}" --resources gpu=$((3 * gpus))
 has kernels && grid h200 "${T_KERNELS:-240}" --resources gpu=$((3 * gpus))

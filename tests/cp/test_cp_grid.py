@@ -131,6 +131,31 @@ def test_an_also_entry_names_its_own_local_kernel_and_dkv_dtype(base):
     assert "placement" in msg
 
 
+def test_an_also_entry_names_a_factorisation_of_the_same_gpus(base):
+    """USP 2x4 and 4x2 on 8 GPUs (issue 15): two cells, each named by its degrees; a grid-wide
+    Ulysses degree names none (the ids cells had before)."""
+    cfg = with_grid(
+        base,
+        methods=["usp"],
+        gpus=[8],
+        heads=[[8, 4]],
+        also=[
+            {"methods": ["usp"], "gpus": [8], "cp": {"ulysses_degree": 2}},
+            {"methods": ["usp"], "gpus": [8], "cp": {"ulysses_degree": 4}},
+            {"methods": ["loongtrain"], "gpus": [8], "cp": {"ulysses_degree": 2, "windows": 2}},
+        ],
+    )
+    tails = {cell_path(c).split("-g8")[1]: c["cp"] for c in expand_cells(validate(cfg))}
+    assert set(tails) == {
+        "-kauto.json",
+        "-kauto-u2r4w1.json",
+        "-kauto-u4r2w1.json",
+        "-kauto-u2r4w2.json",
+    }
+    assert (tails["-kauto-u4r2w1.json"]["ulysses"], tails["-kauto-u4r2w1.json"]["ring"]) == (4, 2)
+    assert tails["-kauto-u2r4w2.json"]["windows"] == 2
+
+
 def test_dkv_dtype_applies_to_the_ring_backward_only():
     deg = catalog.degrees("ring_p2p", 2)
     args = ("causal", "bwd", "cpu", deg, 4, 2)

@@ -101,6 +101,8 @@ def cp_suffix(cell: dict) -> str:
         out += f"-k{c['local_kernel']}"
     if c.get("dkv_comm_dtype", UNSUFFIXED_DKV) != UNSUFFIXED_DKV:
         out += f"-dkv{c['dkv_comm_dtype']}"
+    if c.get("degrees_named"):  # an also: entry named the factorisation (USP 2x4 beside 4x2)
+        out += f"-u{c['ulysses']}r{c['ring']}w{c['windows']}"
     return out
 
 

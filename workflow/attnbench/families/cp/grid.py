@@ -3,8 +3,8 @@
 A CP grid crosses methods x masks x tokens_per_gpu x gpus x heads x head_dim x dtype x direction;
 the grid's `cp:` object fixes the local kernel, the Ulysses degree of USP/LoongTrain (`auto`:
 min(N, gpus_per_node), the paper's), LoongTrain's windows, the rank placement and gpus_per_node.
-An `also:` entry may name its own `cp: {local_kernel, dkv_comm_dtype}` (both are part of the cell
-id, grid.expand.cp_suffix). A cell carries the local kernel as named (`auto` stays `auto`: the cell
+An `also:` entry may name its own `cp: {local_kernel, dkv_comm_dtype, ulysses_degree, windows}`
+(each is then part of the cell id, grid.expand.cp_suffix). A cell carries the local kernel as named (`auto` stays `auto`: the cell
 chooses when it runs, from the records then on disk, cp/choose.py), its resolved degrees, nodes and
 processes per node.
 """
@@ -100,10 +100,14 @@ def _degrees(method, gpus, c) -> catalog.Degrees:
     )
 
 
-def _cell_cp(c: dict) -> dict:
+def _cell_cp(c: dict, own: dict) -> dict:
     """The cp settings a cell carries beyond its degrees: the local kernel as named, and the
-    settings that only some cells have (so the others keep the spec, and the id, they had)."""
+    settings that only some cells have (so the others keep the spec, and the id, they had):
+    among them a Ulysses degree or windows that an `also:` entry names itself (`own`), so that
+    two factorisations of the same GPUs (USP 2x4 and 4x2) are two cells."""
     out = {"local_kernel": c["local_kernel"]}
+    if "ulysses_degree" in own or "windows" in own:
+        out["degrees_named"] = True
     if c["local_kernel"] == catalog.AUTO and c.get("kernel_grids"):
         out["kernel_grids"] = list(c["kernel_grids"])
     if c.get("dkv_comm_dtype", catalog.DKV_COMM_DTYPES[0]) != catalog.DKV_COMM_DTYPES[0]:
@@ -120,7 +124,7 @@ def _product_cells(cfg, gname, prod, common):
     grid = cfg["grids"][gname]
     device = grid["device"]
     c = _cp(grid, prod)
-    own = _cell_cp(c)
+    own = _cell_cp(c, prod.get("cp", {}))
     for method, mask, tpg, gpus, (hq, hkv), d, dtype, direction in itertools.product(
         prod["methods"],
         prod["masks"],
