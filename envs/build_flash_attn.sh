@@ -7,6 +7,8 @@
 set -euo pipefail
 
 PROG=$(basename "$0")
+# shellcheck source=envs/build_lib.sh
+source "$(dirname "$0")/build_lib.sh"
 # What FlashAttention-2 has kernels for, and what its setup.py knows how to target.
 VALID_HEAD_DIMS=(32 64 96 128 192 256)
 VALID_ARCHS=(80 90 100 120)
@@ -39,11 +41,6 @@ Options (environment variable in brackets):
 EOF
 }
 
-die() {
-  echo "$PROG: error: $*" >&2
-  exit 1
-}
-
 version="${FA_VERSION:-2.8.3.post2}"
 version_given=0
 [[ -n "${FA_VERSION:-}" ]] && version_given=1
@@ -57,10 +54,6 @@ python="${PYTHON:-python3}"
 local_version="${FA_LOCAL_VERSION-auto}"
 patch_only=0
 keep_work_dir=0
-
-need_value() {
-  [[ $# -ge 2 ]] || die "option $1 needs a value (see --help)"
-}
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -80,23 +73,6 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-# Splits a comma/semicolon separated list into the array named $1, sorted and unique, after
-# checking each item against the valid choices (the remaining arguments).
-parse_choices() {
-  local -n parsed="$1"  # a nameref: the caller's array is filled
-  local what="$2" given="$3"; shift 3
-  local valid=" $* " item items=()
-  IFS=',;' read -r -a items <<<"$given"
-  [[ ${#items[@]} -gt 0 ]] || die "no $what given; choose from: $*"
-  for item in "${items[@]}"; do
-    item="${item// /}"
-    [[ -n "$item" && "$valid" == *" $item "* ]] \
-      || die "$what '$item' is not one this build supports; choose from: $*"
-  done
-  # shellcheck disable=SC2034  # the nameref above
-  mapfile -t parsed < <(printf '%s\n' "${items[@]// /}" | sort -n -u)
-}
-
 arch_list=()
 head_dim_list=()
 parse_choices arch_list "CUDA arch" "$archs" "${VALID_ARCHS[@]}"
@@ -105,18 +81,12 @@ parse_choices head_dim_list "head dim" "$head_dims" "${VALID_HEAD_DIMS[@]}"
 if [[ -n "$jobs" && ! "$jobs" =~ ^[1-9][0-9]*$ ]]; then
   die "--jobs/MAX_JOBS must be a positive integer, got '$jobs'"
 fi
-if [[ -n "$local_version" && "$local_version" != auto && ! "$local_version" =~ ^[a-z0-9]+(\.[a-z0-9]+)*$ ]]; then
-  die "--local-version '$local_version' is not a PEP 440 local label (lowercase letters and digits, '.' between)"
-fi
+check_local_version "$local_version"
 if [[ -n "$sdist" ]]; then
   [[ -f "$sdist" ]] || die "--sdist '$sdist' is not a file"
   sdist=$(cd "$(dirname "$sdist")" && pwd)/$(basename "$sdist")
 fi
-python=$(command -v "$python") || die "Python '$python' not found (set --python or PYTHON)"
-# Absolute, since the build runs from inside the source tree.
-[[ "$python" == /* ]] || python="$PWD/$python"
-# Tools installed beside that Python (ninja in a virtual environment) are found as if it were activated.
-PATH="$(dirname "$(command -v "$python")"):$PATH"
+resolve_python "$python"
 
 download_sdist() {
   local dest="$work_dir/sdist"
@@ -291,75 +261,8 @@ for name in patch_setup_py():
 PY
 }
 
-# Checks, before compiling, what would otherwise fail late or silently: a CPU torch, no nvcc,
-# an nvcc too old for an arch (setup.py would silently skip it), a CUDA major version other than
-# torch's, no ninja (the build would run serially, for hours).
-check_build_tools() {
-  "$python" - "${arch_list[*]}" <<'PY'
-import shutil
-import subprocess
-import sys
-
-archs = sys.argv[1].split()
-def fail(why):
-    sys.exit(f"build_flash_attn.sh: error: {why}")
-
-try:
-    import torch
-    from torch.utils.cpp_extension import CUDA_HOME
-except ImportError as err:
-    fail(f"{sys.executable} cannot import torch ({err}); use --python with a CUDA build of torch")
-if torch.version.cuda is None:
-    fail(f"torch {torch.__version__} at {sys.executable} is not a CUDA build; use --python with a CUDA torch")
-if CUDA_HOME is None:
-    fail("torch finds no CUDA toolkit (nvcc); set CUDA_HOME or put nvcc on PATH")
-nvcc = f"{CUDA_HOME}/bin/nvcc"
-try:
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
-except (OSError, subprocess.CalledProcessError) as err:
-    fail(f"cannot run {nvcc} ({err})")
-nvcc_version = tuple(int(x) for x in out.split("release ")[1].split(",")[0].split("."))
-minimum = {"80": (11, 7), "90": (11, 8), "100": (12, 8), "120": (12, 8)}
-for arch in archs:
-    if nvcc_version < minimum[arch]:
-        fail(f"nvcc {nvcc_version} at {nvcc} is too old for sm{arch} (needs CUDA >= {minimum[arch]})")
-torch_cuda_major = int(torch.version.cuda.split(".")[0])
-if nvcc_version[0] != torch_cuda_major:
-    fail(f"nvcc is CUDA {'.'.join(map(str, nvcc_version))} but torch {torch.__version__} was built with "
-         f"CUDA {torch.version.cuda}; torch's extension builder needs the same major version")
-if shutil.which("ninja") is None:
-    fail("ninja not found on PATH; without it the build compiles one file at a time. "
-         "Install it into this environment (pip install ninja)")
-for module in ("packaging", "setuptools", "wheel.bdist_wheel"):
-    try:
-        __import__(module)
-    except ImportError:
-        fail(f"{sys.executable} cannot import {module}; install it into this environment")
-print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), nvcc {'.'.join(map(str, nvcc_version))} at {nvcc}")
-PY
-}
-
-# A temporary work folder goes when the script fails before compiling; a failed build keeps it
-# for its log.
-made_work_dir=0
-keep_work_dir_on_failure=0
-remove_work_dir_on_failure() {
-  local status=$?
-  if [[ $status -ne 0 && $made_work_dir -eq 1 && $keep_work_dir_on_failure -eq 0 ]]; then
-    rm -rf "$work_dir"
-  fi
-  return $status
-}
-trap remove_work_dir_on_failure EXIT
-
-[[ $patch_only -eq 1 ]] || check_build_tools
-if [[ -z "$work_dir" ]]; then
-  work_dir=$(mktemp -d "${TMPDIR:-/tmp}/flash_attn_build.XXXXXX")
-  made_work_dir=1
-else
-  mkdir -p "$work_dir"
-fi
-work_dir=$(cd "$work_dir" && pwd)
+[[ $patch_only -eq 1 ]] || check_build_tools "${arch_list[@]}"
+make_work_dir "$work_dir" flash_attn_build
 
 if [[ -z "$sdist" ]]; then
   sdist=$(download_sdist)
@@ -391,34 +294,8 @@ if [[ -z "$jobs" ]]; then
   jobs=$(nproc)
   (( jobs > ${#kept_sources[@]} )) && jobs=${#kept_sources[@]}
 fi
-mkdir -p "$out_dir"
-out_dir=$(cd "$out_dir" && pwd)
-log="$work_dir/build.log"
 arch_env=$(IFS=';'; echo "${arch_list[*]}")
-echo "Compiling with $jobs jobs; follow it with: tail -f $log"
-keep_work_dir_on_failure=1
-start=$SECONDS
-# Run in a subshell so the build's environment stays with the build.
-if ! (
-  cd "$src"
-  export FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS="$arch_env" MAX_JOBS="$jobs" NVCC_THREADS=1
-  export FLASH_ATTN_LOCAL_VERSION="$local_version"
-  "$python" setup.py bdist_wheel --dist-dir "$out_dir"
-) >"$log" 2>&1; then
-  tail -n 40 "$log" >&2
-  die "the build failed after $((SECONDS - start)) s; full log: $log (work folder kept)"
-fi
-wheels=("$out_dir"/flash_attn-"$version"*.whl)
-[[ -f "${wheels[0]}" ]] || die "the build wrote no flash_attn-$version*.whl to $out_dir; log: $log"
-# The newest, should the folder hold an earlier build; wheel names have no odd characters.
-# shellcheck disable=SC2012
-wheel=$(ls -t "${wheels[@]}" | head -n 1)
-if [[ $made_work_dir -eq 1 && $keep_work_dir -eq 0 ]]; then
-  rm -rf "$work_dir"
-else
-  echo "Work folder kept: $work_dir"
-fi
-
-echo "Built in $((SECONDS - start)) s: $wheel ($(du -h "$wheel" | cut -f1))"
-echo "Install into your environment: $python -m pip install --no-deps '$wheel'"
+echo "Compiling with $jobs jobs"
+build_wheel "$src" FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS="$arch_env" MAX_JOBS="$jobs" \
+  NVCC_THREADS=1 FLASH_ATTN_LOCAL_VERSION="$local_version" "flash_attn-$version*.whl"
 echo "Check it: $python -c \"import torch, flash_attn; from flash_attn import flash_attn_func; q = torch.randn(1, 256, 4, ${head_dim_list[0]}, device='cuda', dtype=torch.bfloat16); print(flash_attn.__version__, flash_attn_func(q, q, q, causal=True).shape)\""
