@@ -26,6 +26,8 @@ def table_names(grid: dict) -> list[str]:
         "sparse_memory.tex",
         "sparse_vs_dense.md",
         "sparse_vs_dense.tex",
+        "sparse_vs_paper.md",
+        "sparse_vs_paper.tex",
     ]
 
 
