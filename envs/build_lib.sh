@@ -1,5 +1,8 @@
 # Shared by the subset-build scripts (build_flash_attn.sh, build_block_sparse_attn.sh); sourced,
-# not run. The including script sets PROG (its name, for messages) before sourcing.
+# not run. The including script sets PROG (its name, for messages) before sourcing. Their source
+# edits share envs/subset_patch.py (ENVS_DIR on the patching Python's path).
+
+ENVS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 die() {
   echo "$PROG: error: $*" >&2
@@ -8,6 +11,37 @@ die() {
 
 need_value() {
   [[ $# -ge 2 ]] || die "option $1 needs a value (see --help)"
+}
+
+# The options both scripts take: sets its variable and returns how many arguments it used, or 0
+# for an option that is not one of them (call as `common_option "$@" || used=$?`).
+common_option() {
+  case "$1" in
+    --archs) need_value "$@"; archs="$2"; return 2 ;;
+    --head-dims) need_value "$@"; head_dims="$2"; return 2 ;;
+    --jobs) need_value "$@"; jobs="$2"; return 2 ;;
+    --out-dir) need_value "$@"; out_dir="$2"; return 2 ;;
+    --work-dir) need_value "$@"; work_dir="$2"; return 2 ;;
+    --python) need_value "$@"; python="$2"; return 2 ;;
+    --local-version) need_value "$@"; local_version="$2"; return 2 ;;
+    --patch-only) patch_only=1; return 1 ;;
+    --keep-work-dir) keep_work_dir=1; return 1 ;;
+    -h|--help) usage; exit 0 ;;
+  esac
+  return 0
+}
+
+# After the options: the archs and head dims parsed into arch_list and head_dim_list (checked
+# against VALID_ARCHS and VALID_HEAD_DIMS), jobs and the local version checked.
+check_common_options() {
+  arch_list=()
+  head_dim_list=()
+  parse_choices arch_list "CUDA arch" "$archs" "${VALID_ARCHS[@]}"
+  parse_choices head_dim_list "head dim" "$head_dims" "${VALID_HEAD_DIMS[@]}"
+  if [[ -n "$jobs" && ! "$jobs" =~ ^[1-9][0-9]*$ ]]; then
+    die "--jobs/MAX_JOBS must be a positive integer, got '$jobs'"
+  fi
+  check_local_version "$local_version"
 }
 
 # Splits a comma/semicolon separated list into the array named $1, sorted and unique, after
@@ -147,4 +181,41 @@ build_wheel() {
   fi
   echo "Built in $((SECONDS - start)) s: $wheel ($(du -h "$wheel" | cut -f1))"
   echo "Install into your environment: $python -m pip install --no-deps '$wheel'"
+}
+
+# Unpacks the tarball $1 into a fresh $work_dir/src and prints the source tree's path.
+unpack_tarball() {
+  local src_root="$work_dir/src"
+  rm -rf "$src_root"
+  mkdir -p "$src_root"
+  tar -xzf "$1" -C "$src_root" || die "could not unpack '$1' (not a .tar.gz?)"
+  local trees=("$src_root"/*/)
+  [[ ${#trees[@]} -eq 1 && -f "${trees[0]}setup.py" ]] \
+    || die "'$1' does not hold one source folder with a setup.py"
+  echo "${trees[0]%/}"
+}
+
+# After unpacking: the script's patch_sources on the tree $1 (library $2, version $3), a list of
+# what will be compiled, the stop of --patch-only; then local_version (auto: e.g.
+# sm90.bf16.hd128), jobs (cores, at most one per file) and arch_env settled for the build.
+patch_and_settle() {
+  local src=$1 lib=$2 version=$3 kept
+  kept=$(patch_sources "$src") || die "patching the $lib $version sources failed (message above)"
+  mapfile -t kept_sources <<<"$kept"
+  echo "Patched $lib $version in $src: bf16, head dims ${head_dim_list[*]}, archs ${arch_list[*]}"
+  echo "Sources to compile (${#kept_sources[@]}):"
+  printf '  %s\n' "${kept_sources[@]}"
+  if [[ $patch_only -eq 1 ]]; then
+    echo "Stopped before compiling (--patch-only). Patched source tree: $src"
+    exit 0
+  fi
+  if [[ "$local_version" == auto ]]; then
+    local_version="$(printf 'sm%s.' "${arch_list[@]}")bf16$(printf '.hd%s' "${head_dim_list[@]}")"
+  fi
+  if [[ -z "$jobs" ]]; then
+    jobs=$(nproc)
+    (( jobs > ${#kept_sources[@]} )) && jobs=${#kept_sources[@]}
+  fi
+  arch_env=$(IFS=';'; echo "${arch_list[*]}")
+  echo "Compiling with $jobs jobs"
 }

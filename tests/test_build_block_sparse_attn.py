@@ -9,13 +9,12 @@ folder); without either the tests that need it are skipped.
 import io
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from build_scripts import run_build_script, run_switch_program
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "envs" / "build_block_sparse_attn.sh"
@@ -33,12 +32,7 @@ def subset_sources(dims=(128,)):
 
 
 def run_script(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(SCRIPT), "--python", sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_build_script(SCRIPT, *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -109,22 +103,9 @@ def test_launch_templates_build_only_the_variants_measured(patched):
         assert "BOOL_SWITCH(is_even_K, IsEvenKConst" in text
 
 
-# Runs the patched switches as the launch templates and flash_api.cpp do, with a throwing
-# stand-in for torch's TORCH_CHECK, and prints what each case dispatches to.
+# After switch_program.PREAMBLE: the patched switches as the launch templates and flash_api.cpp
+# use them; prints what each case dispatches to.
 SWITCH_PROGRAM = r"""
-#include <cstdio>
-#include <sstream>
-#include <stdexcept>
-#include <type_traits>
-namespace cutlass { struct half_t {}; struct bfloat16_t {}; }
-template <typename... Parts> [[noreturn]] void check_failed(const Parts&... parts) {
-  std::ostringstream message;
-  (message << ... << parts);
-  throw std::runtime_error(message.str());
-}
-#define TORCH_CHECK(COND, ...) do { if (!(COND)) check_failed(__VA_ARGS__); } while (0)
-#include "static_switch.h"
-
 template <typename F> void report(F f) {
   try { f(); } catch (const std::runtime_error& error) { std::printf("error: %s\n", error.what()); }
 }
@@ -156,21 +137,8 @@ int main() {
 
 
 def test_switches_dispatch_only_the_subset_and_reject_the_rest(patched, tmp_path):
-    compiler = shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        pytest.skip("no C++ compiler to run the patched static_switch.h")
     tree, _ = patched
-    (tmp_path / "switch.cpp").write_text(SWITCH_PROGRAM)
-    subprocess.run(
-        [compiler, "-std=c++17", f"-I{tree / KERNEL_DIR}", "switch.cpp", "-o", "switch"],
-        cwd=tmp_path,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    lines = subprocess.run(
-        [tmp_path / "switch"], capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+    lines = run_switch_program(SWITCH_PROGRAM, tree / KERNEL_DIR, tmp_path)
     only = (
         "This block_sparse_attn build has kernels for head dims 128 only, got {}; "
         "other head dims need a full block_sparse_attn build."
