@@ -20,9 +20,9 @@
 #            OUTPUT_DIR/sparse_bwd_bench.{txt,json}
 #   regen    tables and figures of the H200 grids (else only the tidy table, for dobench)
 # A wheel over what one call carries travels in parts, one call after the other while the machine
-# stays up: .whl/parts/NAME.whl.partK-of-N (split -n), gathered in /tmp/parts and installed once
+# stays up: .parts/NAME.whl.partK-of-N (split -n N), gathered in /tmp/parts and installed once
 # all N are there. .whl/flashinfer_aot/MODULE/MODULE.so (prebuilt FlashInfer kernels) are copied
-# into the installed flashinfer's data/aot, which it loads instead of compiling.
+# into the installed flashinfer's data/aot (once it is installed), which it loads instead of compiling.
 set -u
 outdir=${1:-results/h200}
 steps=${STEPS:-verify cp sparse kernels dobench}
@@ -36,8 +36,8 @@ if ls .whl/*.whl > /dev/null 2>&1; then
 elif [ ! -d /tmp/site/snakemake ]; then
   echo "no wheels carried (.whl) and none installed by an earlier call (/tmp/site)"; exit 1
 fi
-if ls .whl/parts/*.part* > /dev/null 2>&1; then
-  mkdir -p /tmp/parts && cp .whl/parts/*.part* /tmp/parts/
+if ls .parts/*.part* > /dev/null 2>&1; then
+  mkdir -p /tmp/parts && cp .parts/*.part* /tmp/parts/
   for first in /tmp/parts/*.part1-of-*; do
     whl=${first%.part1-of-*} n=${first##*-of-}
     if [ "$(ls "$whl".part*-of-"$n" | wc -l)" -eq "$n" ]; then
@@ -47,8 +47,10 @@ if ls .whl/parts/*.part* > /dev/null 2>&1; then
     fi
   done
 fi
-if [ -d .whl/flashinfer_aot ] && [ -d /tmp/site/flashinfer/data ]; then
-  mkdir -p /tmp/site/flashinfer/data/aot && cp -r .whl/flashinfer_aot/. /tmp/site/flashinfer/data/aot/
+# kept in /tmp until flashinfer itself is installed (its parts may come in later calls)
+[ -d .whl/flashinfer_aot ] && mkdir -p /tmp/flashinfer_aot && cp -r .whl/flashinfer_aot/. /tmp/flashinfer_aot/
+if [ -d /tmp/flashinfer_aot ] && [ -d /tmp/site/flashinfer/data ]; then
+  mkdir -p /tmp/site/flashinfer/data/aot && cp -r /tmp/flashinfer_aot/. /tmp/site/flashinfer/data/aot/
 fi
 export FLASHINFER_WORKSPACE_BASE=/tmp  # its JIT cache, kept while the machine stays up
 # `python` in the rules is the interpreter that has torch: a wrapper script (a symlink would lose its
