@@ -14,7 +14,16 @@
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
 #            GPU-minute (benchmarks/harness_throughput.py) into OUTPUT_DIR/throughput/
 #   gputests the GPU tests (T_GPUTESTS) into OUTPUT_DIR/pytest_gpu.txt
+#   bsa      build Block-Sparse-Attention (envs/build_block_sparse_attn.sh) from the carried source
+#            tarball .src/block_sparse_attn-src.tar.gz into /tmp/site, unless installed; its wheel
+#            goes to $OUT (carry it in .whl/ next time) and its log to OUTPUT_DIR/build_bsa.log
+#   sparsebench  benchmarks/sparse_bwd_bench.py (T_SPARSEBENCH; SPARSEBENCH="its options") into
+#            OUTPUT_DIR/sparse_bwd_bench.{txt,json}
 #   regen    tables and figures of the H200 grids (else only the tidy table, for dobench)
+# A wheel over what one call carries travels in parts, one call after the other while the machine
+# stays up: .parts/NAME.whl.partK-of-N (split -n N), gathered in /tmp/parts and installed once
+# all N are there. .whl/flashinfer_aot/MODULE/MODULE.so (prebuilt FlashInfer kernels) are copied
+# into the installed flashinfer's data/aot (once it is installed), which it loads instead of compiling.
 set -u
 outdir=${1:-results/h200}
 steps=${STEPS:-verify cp sparse kernels dobench}
@@ -22,11 +31,29 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # A call made right after another on the same machine finds the last call's /tmp/site, and may carry
 # other files (or only the wheels not installed yet) instead of the wheels again.
+install() { timeout 300 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"; }
 if ls .whl/*.whl > /dev/null 2>&1; then
-  timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  install .whl/*.whl || exit 1
 elif [ ! -d /tmp/site/snakemake ]; then
   echo "no wheels carried (.whl) and none installed by an earlier call (/tmp/site)"; exit 1
 fi
+if ls .parts/*.part* > /dev/null 2>&1; then
+  mkdir -p /tmp/parts && cp .parts/*.part* /tmp/parts/
+  for first in /tmp/parts/*.part1-of-*; do
+    whl=${first%.part1-of-*} n=${first##*-of-}
+    if [ "$(ls "$whl".part*-of-"$n" | wc -l)" -eq "$n" ]; then
+      for i in $(seq 1 "$n"); do cat "$whl.part$i-of-$n"; done > "$whl" && install "$whl" && echo "installed $(basename "$whl") from $n parts"
+    else
+      echo "$(basename "$whl"): $(ls "$whl".part*-of-"$n" | wc -l) of $n parts here so far"
+    fi
+  done
+fi
+# kept in /tmp until flashinfer itself is installed (its parts may come in later calls)
+[ -d .whl/flashinfer_aot ] && mkdir -p /tmp/flashinfer_aot && cp -r .whl/flashinfer_aot/. /tmp/flashinfer_aot/
+if [ -d /tmp/flashinfer_aot ] && [ -d /tmp/site/flashinfer/data ]; then
+  mkdir -p /tmp/site/flashinfer/data/aot && cp -r /tmp/flashinfer_aot/. /tmp/site/flashinfer/data/aot/
+fi
+export FLASHINFER_WORKSPACE_BASE=/tmp  # its JIT cache, kept while the machine stays up
 # `python` in the rules is the interpreter that has torch: a wrapper script (a symlink would lose its
 # venv; rm first: writing through a link left by an earlier session would overwrite the interpreter)
 mkdir -p /tmp/bin && rm -f /tmp/bin/python && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
@@ -64,6 +91,17 @@ if has verify && [ "$gpus" -ge 2 ]; then
   listed sdpa "${VERIFY:-sdpa flash flex}" && verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
   listed flash "${VERIFY:-sdpa flash flex}" && verify flash "${T_VERIFY:-90}" --kernels fa2 fa3
   listed flex "${VERIFY:-sdpa flash flex}" && verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
+fi
+if has bsa; then
+  if PYTHONPATH=/tmp/site python3 -c "import block_sparse_attn" 2> /dev/null; then
+    log "block_sparse_attn is installed already"
+  else
+    log "building block_sparse_attn (${T_BSA:-540} s)"
+    timeout "${T_BSA:-540}" bash envs/build_block_sparse_attn.sh --source .src/block_sparse_attn-src.tar.gz \
+      --python python3 --out-dir /tmp/bsa_dist > "$outdir/build_bsa.log" 2>&1
+    log "build exit $?: $(tail -3 "$outdir/build_bsa.log" | head -1)"
+    ls /tmp/bsa_dist/*.whl > /dev/null 2>&1 && install /tmp/bsa_dist/*.whl && cp /tmp/bsa_dist/*.whl "$out/"
+  fi
 fi
 if has gputests; then
   log "GPU tests (${T_GPUTESTS:-240} s)"
@@ -104,6 +142,13 @@ has cpx8 && [ "$gpus" -ge 8 ] && grid h200_cp_x8 "${T_CPX8:-540}" --resources gp
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU
 has sparse && grid h200_sparse "${T_SPARSE:-150}" --resources gpu=$((3 * gpus))
 has kernels && grid h200 "${T_KERNELS:-240}" --resources gpu=$((3 * gpus))
+
+if has sparsebench; then
+  log "sparse backward bench (${T_SPARSEBENCH:-240} s)"
+  timeout "${T_SPARSEBENCH:-240}" python benchmarks/sparse_bwd_bench.py ${SPARSEBENCH:-} \
+    --json "$outdir/sparse_bwd_bench.json" > "$outdir/sparse_bwd_bench.txt" 2>&1
+  log "sparse bench exit $?: $(tail -1 "$outdir/sparse_bwd_bench.txt")"
+fi
 
 # tables and figures are drawn afterwards from the records (make figures), not in device time
 if has regen; then

@@ -7,6 +7,8 @@
 set -euo pipefail
 
 PROG=$(basename "$0")
+# shellcheck source=envs/build_lib.sh
+source "$(dirname "$0")/build_lib.sh"
 # What FlashAttention-2 has kernels for, and what its setup.py knows how to target.
 VALID_HEAD_DIMS=(32 64 96 128 192 256)
 VALID_ARCHS=(80 90 100 120)
@@ -39,11 +41,6 @@ Options (environment variable in brackets):
 EOF
 }
 
-die() {
-  echo "$PROG: error: $*" >&2
-  exit 1
-}
-
 version="${FA_VERSION:-2.8.3.post2}"
 version_given=0
 [[ -n "${FA_VERSION:-}" ]] && version_given=1
@@ -58,65 +55,22 @@ local_version="${FA_LOCAL_VERSION-auto}"
 patch_only=0
 keep_work_dir=0
 
-need_value() {
-  [[ $# -ge 2 ]] || die "option $1 needs a value (see --help)"
-}
-
 while [[ $# -gt 0 ]]; do
+  used=0; common_option "$@" || used=$?
+  (( used == 0 )) || { shift "$used"; continue; }
   case "$1" in
     --version) need_value "$@"; version="$2"; version_given=1; shift 2 ;;
     --sdist) need_value "$@"; sdist="$2"; shift 2 ;;
-    --archs) need_value "$@"; archs="$2"; shift 2 ;;
-    --head-dims) need_value "$@"; head_dims="$2"; shift 2 ;;
-    --jobs) need_value "$@"; jobs="$2"; shift 2 ;;
-    --out-dir) need_value "$@"; out_dir="$2"; shift 2 ;;
-    --work-dir) need_value "$@"; work_dir="$2"; shift 2 ;;
-    --python) need_value "$@"; python="$2"; shift 2 ;;
-    --local-version) need_value "$@"; local_version="$2"; shift 2 ;;
-    --patch-only) patch_only=1; shift ;;
-    --keep-work-dir) keep_work_dir=1; shift ;;
-    -h|--help) usage; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
 
-# Splits a comma/semicolon separated list into the array named $1, sorted and unique, after
-# checking each item against the valid choices (the remaining arguments).
-parse_choices() {
-  local -n parsed="$1"  # a nameref: the caller's array is filled
-  local what="$2" given="$3"; shift 3
-  local valid=" $* " item items=()
-  IFS=',;' read -r -a items <<<"$given"
-  [[ ${#items[@]} -gt 0 ]] || die "no $what given; choose from: $*"
-  for item in "${items[@]}"; do
-    item="${item// /}"
-    [[ -n "$item" && "$valid" == *" $item "* ]] \
-      || die "$what '$item' is not one this build supports; choose from: $*"
-  done
-  # shellcheck disable=SC2034  # the nameref above
-  mapfile -t parsed < <(printf '%s\n' "${items[@]// /}" | sort -n -u)
-}
-
-arch_list=()
-head_dim_list=()
-parse_choices arch_list "CUDA arch" "$archs" "${VALID_ARCHS[@]}"
-parse_choices head_dim_list "head dim" "$head_dims" "${VALID_HEAD_DIMS[@]}"
-
-if [[ -n "$jobs" && ! "$jobs" =~ ^[1-9][0-9]*$ ]]; then
-  die "--jobs/MAX_JOBS must be a positive integer, got '$jobs'"
-fi
-if [[ -n "$local_version" && "$local_version" != auto && ! "$local_version" =~ ^[a-z0-9]+(\.[a-z0-9]+)*$ ]]; then
-  die "--local-version '$local_version' is not a PEP 440 local label (lowercase letters and digits, '.' between)"
-fi
+check_common_options
 if [[ -n "$sdist" ]]; then
   [[ -f "$sdist" ]] || die "--sdist '$sdist' is not a file"
   sdist=$(cd "$(dirname "$sdist")" && pwd)/$(basename "$sdist")
 fi
-python=$(command -v "$python") || die "Python '$python' not found (set --python or PYTHON)"
-# Absolute, since the build runs from inside the source tree.
-[[ "$python" == /* ]] || python="$PWD/$python"
-# Tools installed beside that Python (ninja in a virtual environment) are found as if it were activated.
-PATH="$(dirname "$(command -v "$python")"):$PATH"
+resolve_python "$python"
 
 download_sdist() {
   local dest="$work_dir/sdist"
@@ -132,18 +86,6 @@ download_sdist() {
   echo "$saved"
 }
 
-# Unpacks the sdist into a fresh folder and prints the source tree's path.
-unpack_sdist() {
-  local src_root="$work_dir/src"
-  rm -rf "$src_root"
-  mkdir -p "$src_root"
-  tar -xzf "$sdist" -C "$src_root" || die "could not unpack '$sdist' (not a .tar.gz sdist?)"
-  local trees=("$src_root"/*/)
-  [[ ${#trees[@]} -eq 1 && -f "${trees[0]}setup.py" ]] \
-    || die "'$sdist' does not hold one source folder with a setup.py"
-  echo "${trees[0]%/}"
-}
-
 sdist_version() {
   sed -n 's/^Version: *//p' "$1/PKG-INFO" | head -n 1
 }
@@ -151,85 +93,16 @@ sdist_version() {
 # Cuts csrc/flash_attn/src/static_switch.h and setup.py down to the subset. Each edit first checks
 # that the text it replaces is the one it knows, and stops with a message naming the file otherwise.
 patch_sources() {
-  "$python" - "$1" "${head_dim_list[*]}" "${VALID_HEAD_DIMS[*]}" <<'PY'
-import re
+  PYTHONPATH="$ENVS_DIR" "$python" - "$1" "${head_dim_list[*]}" "${VALID_HEAD_DIMS[*]}" <<'PY'
 import sys
-from pathlib import Path
 
-src = Path(sys.argv[1])
+from subset_patch import MARK, Sources
+
+src = Sources(sys.argv[1], "build_flash_attn.sh", "flash-attn 2.8.3.post2", "FlashAttention", "flash-attn")
 head_dims = [int(d) for d in sys.argv[2].split()]
 all_head_dims = [int(d) for d in sys.argv[3].split()]
-MARK = "attnbench subset build"
 DEFINES = ["-DFLASHATTENTION_DISABLE_DROPOUT", "-DFLASHATTENTION_DISABLE_ALIBI",
            "-DFLASHATTENTION_DISABLE_SOFTCAP", "-DFLASHATTENTION_DISABLE_UNEVEN_K"]
-
-
-def fail(path, why):
-    sys.exit(f"build_flash_attn.sh: error: {path.relative_to(src)} does not look as expected: {why}. "
-             "This script knows the layout of flash-attn 2.8.3.post2; another version needs the "
-             "script updated (or a full build).")
-
-
-def macro_block(path, text, name):
-    """The `#define name(...)` block, up to the line closing its lambda call."""
-    found = list(re.finditer(rf"^#define {name}\(.*?^\s*\}}\(\)[ \t]*$", text, re.M | re.S))
-    if len(found) != 1:
-        fail(path, f"{len(found)} definitions of {name} found, expected 1")
-    return found[0]
-
-
-def patch_static_switch():
-    path = src / "csrc/flash_attn/src/static_switch.h"
-    if not path.is_file():
-        fail(path, "file missing")
-    text = path.read_text()
-    if MARK in text:
-        fail(path, "already patched")
-
-    headdim = macro_block(path, text, "HEADDIM_SWITCH")
-    body = headdim.group(0)
-    bounds = [int(n) for n in re.findall(r"HEADDIM <= (\d+)", body)]
-    kernels = [int(n) for n in re.findall(r"kHeadDim = (\d+);", body)]
-    if bounds != all_head_dims or kernels != all_head_dims or body.count("return __VA_ARGS__();") != len(all_head_dims):
-        fail(path, f"HEADDIM_SWITCH dispatches to {kernels} (bounds {bounds}), expected {all_head_dims}")
-    dims = ", ".join(map(str, head_dims))
-    opener = ["if"] + ["} else if"] * (len(head_dims) - 1)
-    branches = "".join(
-        f"    {keyword} (HEADDIM == {d}) {{ \\\n"
-        f"      constexpr static int kHeadDim = {d}; \\\n"
-        f"      return __VA_ARGS__(); \\\n"
-        for keyword, d in zip(opener, head_dims))
-    new_headdim = (
-        f"// {MARK} (envs/build_flash_attn.sh): kernels for head dims {dims} only. With\n"
-        "// FLASHATTENTION_DISABLE_UNEVEN_K a kernel's head dim must equal the input's: exact match.\n"
-        "#define HEADDIM_SWITCH(HEADDIM, ...) \\\n"
-        "  [&] { \\\n"
-        f"{branches}"
-        "    } else { \\\n"
-        f"      TORCH_CHECK(false, \"This FlashAttention build has kernels for head dims {dims} only, got \", \\\n"
-        "                  HEADDIM, \"; other head dims need a full flash-attn build.\"); \\\n"
-        "    } \\\n"
-        "  }()")
-
-    fp16 = macro_block(path, text, "FP16_SWITCH")
-    body = fp16.group(0)
-    if (re.findall(r"cutlass::\w+", body) != ["cutlass::half_t", "cutlass::bfloat16_t"]
-            or "if (COND)" not in body or body.count("return __VA_ARGS__();") != 2):
-        fail(path, "FP16_SWITCH is not `if (COND) half_t else bfloat16_t`")
-    new_fp16 = (
-        f"// {MARK} (envs/build_flash_attn.sh): bf16 kernels only.\n"
-        "#define FP16_SWITCH(COND, ...) \\\n"
-        "  [&] { \\\n"
-        "    TORCH_CHECK(!(COND), \"This FlashAttention build has bf16 kernels only, got fp16; \" \\\n"
-        "                \"fp16 needs a full flash-attn build.\"); \\\n"
-        "    using elem_type = cutlass::bfloat16_t; \\\n"
-        "    return __VA_ARGS__(); \\\n"
-        "  }()")
-
-    # Replace the later block first so the earlier one's offsets stay valid.
-    for match, new in sorted([(headdim, new_headdim), (fp16, new_fp16)], key=lambda p: -p[0].start()):
-        text = text[:match.start()] + new + text[match.end():]
-    path.write_text(text)
 
 
 def kernel_sources(dims, dtypes):
@@ -238,134 +111,33 @@ def kernel_sources(dims, dtypes):
             for causal in ("", "_causal")]
 
 
-def replace_once(path, text, old, new):
-    if text.count(old) != 1:
-        fail(path, f"{text.count(old)} occurrences of {old.strip()!r}, expected 1")
-    return text.replace(old, new)
-
-
-def patch_setup_py():
-    path = src / "setup.py"
-    text = path.read_text()
-    if MARK in text:
-        fail(path, "already patched")
-    for needed in ('os.getenv("FLASH_ATTN_CUDA_ARCHS"', '"FLASH_ATTENTION_FORCE_BUILD"',
-                   '"FLASH_ATTN_LOCAL_VERSION"', 'name="flash_attn_2_cuda"'):
-        if needed not in text:
-            fail(path, f"{needed} not found")
-
-    lists = list(re.finditer(
-        r'^(?P<indent>[ \t]*)sources=\[\s*\n\s*"csrc/flash_attn/flash_api\.cpp",\n(?P<kernels>.*?)\n\s*\],',
-        text, re.M | re.S))
-    if len(lists) != 1:
-        fail(path, f"{len(lists)} CUDA source lists starting with flash_api.cpp, expected 1")
-    listed = re.findall(r'^\s*"([^"]+)",\s*$', lists[0].group("kernels"), re.M)
-    expected = kernel_sources(all_head_dims, ("fp16", "bf16"))
-    if sorted(listed) != sorted(expected):
-        fail(path, f"the CUDA sources differ from the known 72 kernel files: "
-                   f"unknown {sorted(set(listed) - set(expected))}, missing {sorted(set(expected) - set(listed))}")
-    kept = ["csrc/flash_attn/flash_api.cpp"] + kernel_sources(head_dims, ("bf16",))
-    for name in kept:
-        if not (src / name).is_file():
-            fail(path, f"source {name} is listed but not in the sdist")
-    indent = lists[0].group("indent")
-    new_list = (f"{indent}# {MARK}: bf16, head dims {head_dims} only\n{indent}sources=[\n"
-                + "".join(f'{indent}    "{name}",\n' for name in kept) + f"{indent}],")
-    text = text[:lists[0].start()] + new_list + text[lists[0].end():]
-
-    # The defines go to the host compiler too: flash_api.cpp's checks that reject dropout,
-    # softcap and uneven head dims with a clear error are compiled by it, not by nvcc.
-    text = replace_once(path, text, "ext_modules = []\n",
+src.cut_switches("csrc/flash_attn/src/static_switch.h", all_head_dims, head_dims,
+                 "With\n// FLASHATTENTION_DISABLE_UNEVEN_K a kernel's head dim must equal the input's: exact match.")
+path, text = src.read_setup(('os.getenv("FLASH_ATTN_CUDA_ARCHS"', '"FLASH_ATTENTION_FORCE_BUILD"',
+               '"FLASH_ATTN_LOCAL_VERSION"', 'name="flash_attn_2_cuda"'))
+kept = ["csrc/flash_attn/flash_api.cpp"] + kernel_sources(head_dims, ("bf16",))
+text = src.cut_source_list(path, text, kept[0], kernel_sources(all_head_dims, ("fp16", "bf16")), kept)
+# The defines go to the host compiler too: flash_api.cpp's checks that reject dropout,
+# softcap and uneven head dims with a clear error are compiled by it, not by nvcc.
+text = src.replace_once(path, text, "ext_modules = []\n",
                         f"ext_modules = []\n# {MARK}: features compiled out\nSUBSET_BUILD_DEFINES = {DEFINES!r}\n")
-    text = replace_once(path, text, '"cxx": compiler_c17_flag,',
+text = src.replace_once(path, text, '"cxx": compiler_c17_flag,',
                         '"cxx": compiler_c17_flag + SUBSET_BUILD_DEFINES,')
-    text = replace_once(path, text, '"nvcc": append_nvcc_threads(nvcc_flags + cc_flag),',
+text = src.replace_once(path, text, '"nvcc": append_nvcc_threads(nvcc_flags + cc_flag),',
                         '"nvcc": append_nvcc_threads(nvcc_flags + cc_flag + SUBSET_BUILD_DEFINES),')
-    path.write_text(text)
-    return kept
-
-
-patch_static_switch()
-for name in patch_setup_py():
-    print(name)
+path.write_text(text)
+print("\n".join(kept))
 PY
 }
 
-# Checks, before compiling, what would otherwise fail late or silently: a CPU torch, no nvcc,
-# an nvcc too old for an arch (setup.py would silently skip it), a CUDA major version other than
-# torch's, no ninja (the build would run serially, for hours).
-check_build_tools() {
-  "$python" - "${arch_list[*]}" <<'PY'
-import shutil
-import subprocess
-import sys
-
-archs = sys.argv[1].split()
-def fail(why):
-    sys.exit(f"build_flash_attn.sh: error: {why}")
-
-try:
-    import torch
-    from torch.utils.cpp_extension import CUDA_HOME
-except ImportError as err:
-    fail(f"{sys.executable} cannot import torch ({err}); use --python with a CUDA build of torch")
-if torch.version.cuda is None:
-    fail(f"torch {torch.__version__} at {sys.executable} is not a CUDA build; use --python with a CUDA torch")
-if CUDA_HOME is None:
-    fail("torch finds no CUDA toolkit (nvcc); set CUDA_HOME or put nvcc on PATH")
-nvcc = f"{CUDA_HOME}/bin/nvcc"
-try:
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
-except (OSError, subprocess.CalledProcessError) as err:
-    fail(f"cannot run {nvcc} ({err})")
-nvcc_version = tuple(int(x) for x in out.split("release ")[1].split(",")[0].split("."))
-minimum = {"80": (11, 7), "90": (11, 8), "100": (12, 8), "120": (12, 8)}
-for arch in archs:
-    if nvcc_version < minimum[arch]:
-        fail(f"nvcc {nvcc_version} at {nvcc} is too old for sm{arch} (needs CUDA >= {minimum[arch]})")
-torch_cuda_major = int(torch.version.cuda.split(".")[0])
-if nvcc_version[0] != torch_cuda_major:
-    fail(f"nvcc is CUDA {'.'.join(map(str, nvcc_version))} but torch {torch.__version__} was built with "
-         f"CUDA {torch.version.cuda}; torch's extension builder needs the same major version")
-if shutil.which("ninja") is None:
-    fail("ninja not found on PATH; without it the build compiles one file at a time. "
-         "Install it into this environment (pip install ninja)")
-for module in ("packaging", "setuptools", "wheel.bdist_wheel"):
-    try:
-        __import__(module)
-    except ImportError:
-        fail(f"{sys.executable} cannot import {module}; install it into this environment")
-print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), nvcc {'.'.join(map(str, nvcc_version))} at {nvcc}")
-PY
-}
-
-# A temporary work folder goes when the script fails before compiling; a failed build keeps it
-# for its log.
-made_work_dir=0
-keep_work_dir_on_failure=0
-remove_work_dir_on_failure() {
-  local status=$?
-  if [[ $status -ne 0 && $made_work_dir -eq 1 && $keep_work_dir_on_failure -eq 0 ]]; then
-    rm -rf "$work_dir"
-  fi
-  return $status
-}
-trap remove_work_dir_on_failure EXIT
-
-[[ $patch_only -eq 1 ]] || check_build_tools
-if [[ -z "$work_dir" ]]; then
-  work_dir=$(mktemp -d "${TMPDIR:-/tmp}/flash_attn_build.XXXXXX")
-  made_work_dir=1
-else
-  mkdir -p "$work_dir"
-fi
-work_dir=$(cd "$work_dir" && pwd)
+[[ $patch_only -eq 1 ]] || check_build_tools "${arch_list[@]}"
+make_work_dir "$work_dir" flash_attn_build
 
 if [[ -z "$sdist" ]]; then
   sdist=$(download_sdist)
 fi
 echo "sdist: $sdist"
-src=$(unpack_sdist)
+src=$(unpack_tarball "$sdist")
 found_version=$(sdist_version "$src")
 [[ -n "$found_version" ]] || die "'$sdist' has no PKG-INFO version"
 if [[ $version_given -eq 1 && "$found_version" != "$version" ]]; then
@@ -373,52 +145,7 @@ if [[ $version_given -eq 1 && "$found_version" != "$version" ]]; then
 fi
 version="$found_version"
 
-kept=$(patch_sources "$src") || die "patching the flash-attn $version sources failed (message above)"
-mapfile -t kept_sources <<<"$kept"
-echo "Patched flash-attn $version in $src: bf16, head dims ${head_dim_list[*]}, archs ${arch_list[*]}"
-echo "Sources to compile (${#kept_sources[@]}):"
-printf '  %s\n' "${kept_sources[@]}"
-
-if [[ $patch_only -eq 1 ]]; then
-  echo "Stopped before compiling (--patch-only). Patched source tree: $src"
-  exit 0
-fi
-
-if [[ "$local_version" == auto ]]; then
-  local_version="$(printf 'sm%s.' "${arch_list[@]}")bf16$(printf '.hd%s' "${head_dim_list[@]}")"
-fi
-if [[ -z "$jobs" ]]; then
-  jobs=$(nproc)
-  (( jobs > ${#kept_sources[@]} )) && jobs=${#kept_sources[@]}
-fi
-mkdir -p "$out_dir"
-out_dir=$(cd "$out_dir" && pwd)
-log="$work_dir/build.log"
-arch_env=$(IFS=';'; echo "${arch_list[*]}")
-echo "Compiling with $jobs jobs; follow it with: tail -f $log"
-keep_work_dir_on_failure=1
-start=$SECONDS
-# Run in a subshell so the build's environment stays with the build.
-if ! (
-  cd "$src"
-  export FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS="$arch_env" MAX_JOBS="$jobs" NVCC_THREADS=1
-  export FLASH_ATTN_LOCAL_VERSION="$local_version"
-  "$python" setup.py bdist_wheel --dist-dir "$out_dir"
-) >"$log" 2>&1; then
-  tail -n 40 "$log" >&2
-  die "the build failed after $((SECONDS - start)) s; full log: $log (work folder kept)"
-fi
-wheels=("$out_dir"/flash_attn-"$version"*.whl)
-[[ -f "${wheels[0]}" ]] || die "the build wrote no flash_attn-$version*.whl to $out_dir; log: $log"
-# The newest, should the folder hold an earlier build; wheel names have no odd characters.
-# shellcheck disable=SC2012
-wheel=$(ls -t "${wheels[@]}" | head -n 1)
-if [[ $made_work_dir -eq 1 && $keep_work_dir -eq 0 ]]; then
-  rm -rf "$work_dir"
-else
-  echo "Work folder kept: $work_dir"
-fi
-
-echo "Built in $((SECONDS - start)) s: $wheel ($(du -h "$wheel" | cut -f1))"
-echo "Install into your environment: $python -m pip install --no-deps '$wheel'"
+patch_and_settle "$src" flash-attn "$version"
+build_wheel "$src" FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS="$arch_env" MAX_JOBS="$jobs" \
+  NVCC_THREADS=1 FLASH_ATTN_LOCAL_VERSION="$local_version" "flash_attn-$version*.whl"
 echo "Check it: $python -c \"import torch, flash_attn; from flash_attn import flash_attn_func; q = torch.randn(1, 256, 4, ${head_dim_list[0]}, device='cuda', dtype=torch.bfloat16); print(flash_attn.__version__, flash_attn_func(q, q, q, causal=True).shape)\""

@@ -11,11 +11,11 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from build_scripts import run_build_script, run_switch_program
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "envs" / "build_flash_attn.sh"
@@ -30,13 +30,8 @@ SUBSET_SOURCES = ["csrc/flash_attn/flash_api.cpp"] + [
 ]
 
 
-def run_script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(SCRIPT), "--python", sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def run_script(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return run_build_script(SCRIPT, *args, timeout=timeout)
 
 
 def pypi_reachable() -> bool:
@@ -126,22 +121,9 @@ def test_setup_py_disables_the_features_for_both_compilers(patched):
         assert "SUBSET_BUILD_DEFINES" in ast.unparse(flags), compiler.value
 
 
-# Runs the patched FP16_SWITCH/HEADDIM_SWITCH as flash_api.cpp does, with a throwing stand-in for
-# torch's TORCH_CHECK, and prints what each (head dim, dtype) dispatches to.
+# After switch_program.PREAMBLE: the patched FP16_SWITCH/HEADDIM_SWITCH as flash_api.cpp uses them;
+# prints what each (head dim, dtype) dispatches to.
 SWITCH_PROGRAM = r"""
-#include <cstdio>
-#include <sstream>
-#include <stdexcept>
-#include <type_traits>
-namespace cutlass { struct half_t {}; struct bfloat16_t {}; }
-template <typename... Parts> [[noreturn]] void check_failed(const Parts&... parts) {
-  std::ostringstream message;
-  (message << ... << parts);
-  throw std::runtime_error(message.str());
-}
-#define TORCH_CHECK(COND, ...) do { if (!(COND)) check_failed(__VA_ARGS__); } while (0)
-#include "static_switch.h"
-
 void dispatch(int head_dim, bool is_fp16) {
   std::printf("%d %s -> ", head_dim, is_fp16 ? "fp16" : "bf16");
   try {
@@ -164,21 +146,8 @@ int main() {
 
 
 def test_switches_dispatch_only_the_subset_and_reject_the_rest(patched, tmp_path):
-    compiler = shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        pytest.skip("no C++ compiler to run the patched static_switch.h")
     tree, _ = patched
-    (tmp_path / "switch.cpp").write_text(SWITCH_PROGRAM)
-    subprocess.run(
-        [compiler, "-std=c++17", f"-I{tree / KERNEL_DIR}", "switch.cpp", "-o", "switch"],
-        cwd=tmp_path,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    lines = subprocess.run(
-        [tmp_path / "switch"], capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+    lines = run_switch_program(SWITCH_PROGRAM, tree / KERNEL_DIR, tmp_path)
     only_dims = (
         "This FlashAttention build has kernels for head dims 64, 128 only, got {}; "
         "other head dims need a full flash-attn build."

@@ -2,7 +2,9 @@
 library is absent, and the arguments each builds from a Mask, checked against the library's
 documented API and against the mask itself (expanded back to tokens, it is the same mask)."""
 
+import importlib.metadata
 import inspect
+import os
 
 import attnbench.masks as M
 import numpy as np
@@ -16,7 +18,12 @@ from attnbench.kernels.flashinfer_sparse import plan_arguments
 from attnbench.kernels.vsa_sparse import vsa_arguments
 from attnbench.status import Unsupported
 
-LIBRARIES = {"vsa": "vsa", "flashinfer": "flashinfer", "fa2_sparse": "block_sparse_attn"}
+LIBRARIES = {
+    "vsa": "vsa",
+    "vsa_triton": "vsa",
+    "flashinfer": "flashinfer",
+    "fa2_sparse": "block_sparse_attn",
+}
 
 # The documented signatures (vsa 0.0.4 block_sparse_wrapper; flashinfer.sparse
 # VariableBlockSparseAttentionWrapper.plan; block_sparse_attn.block_sparse_attn_func).
@@ -90,9 +97,11 @@ def test_absent_library_gives_an_unavailable_record(impl, repo):
 
 # What each library documents (spec/kernels.md's table, from the libraries' READMEs and the paper):
 # (masks, directions, block sizes, GQA). Written out here, not read from the catalog.
+# FA2-sparse's README documents its backward too (released 2024/10); the paper timed its forward.
 DOCUMENTED = {
     "vsa": (("block_sparse",), ("fwd", "bwd"), (64,), False),
-    "fa2_sparse": (("block_sparse",), ("fwd",), (128,), True),
+    "vsa_triton": (("block_sparse",), ("fwd", "bwd"), (64,), False),
+    "fa2_sparse": (("block_sparse",), ("fwd", "bwd"), (128,), True),
     "flashinfer": (("block_sparse", "variable_block_sparse"), ("fwd",), None, True),
 }
 
@@ -256,3 +265,103 @@ def test_installed_library_matches_the_documented_signature(impl, func):
 
         params = inspect.signature(flashinfer.VariableBlockSparseAttentionWrapper.plan).parameters
         assert set(FLASHINFER_PLAN) <= set(params)
+
+
+def lists_to_map(index, num, cols):
+    """[..., R, k] index lists (first num valid) -> [..., R, cols] bool map (the test's own)."""
+    out = torch.zeros(*index.shape[:-1], cols + 1, dtype=torch.bool)
+    valid = torch.arange(index.shape[-1]) < num[..., None]
+    out.scatter_(-1, torch.where(valid, index.long(), cols), True)  # padding into a spare column
+    return out[..., :cols]
+
+
+@pytest.mark.parametrize("granularity", ["kv_head", "head"])
+def test_vsa_triton_index_lists_encode_the_mask_and_its_transpose(granularity):
+    from attnbench.kernels.vsa_sparse import vsa_triton_arguments
+
+    m = uniform(512, 64, 4, 4, density=0.3, granularity=granularity)
+    a = vsa_triton_arguments(m)
+    keep = m.layout().keep.repeat_interleave(4 // m.layout().groups, dim=0)  # [H, 8, 8]
+    for name in ("q2k_index", "q2k_num", "k2q_index", "k2q_num"):
+        assert a[name].dtype == torch.int32 and a[name].shape[:2] == (1, 4), name
+    q2k, k2q = (a["q2k_index"][0], a["q2k_num"][0]), (a["k2q_index"][0], a["k2q_num"][0])
+    assert torch.equal(lists_to_map(*q2k, 8), keep)
+    assert torch.equal(lists_to_map(*k2q, 8), keep.transpose(-1, -2))
+    for index, num in (q2k, k2q):  # increasing, then -1 padding (VSA's layout)
+        valid = torch.arange(index.shape[-1]) < num[..., None]
+        assert (index[~valid] == -1).all() and (index[valid] >= 0).all()
+        assert (index[..., 1:] > index[..., :-1])[valid[..., 1:]].all()
+    assert a["variable_block_sizes"].tolist() == [64] * 8
+
+
+def test_vsa_triton_loads_vsas_triton_file_without_the_package():
+    """The wheel's __init__ loads its CUDA kernels (and on a CPU asks torch for a device): the
+    Triton VSA must not depend on it, so a cell can tell the two apart."""
+    if catalog.missing_module(catalog.get("vsa_triton")):
+        pytest.skip("vsa is not installed here")
+    import sys
+
+    from attnbench.families.kernel import cell
+    from attnbench.kernels.vsa_sparse import vsa_triton_module
+
+    mod = vsa_triton_module()
+    assert callable(mod.triton_block_sparse_attn_forward)
+    assert callable(mod.triton_block_sparse_attn_backward)
+    assert "vsa" not in sys.modules  # the package itself was not imported
+    assert not cell.fails_to_import(catalog.get("vsa_triton"))
+    if not torch.cuda.is_available():  # its __init__ cannot run without a GPU
+        assert cell.fails_to_import(catalog.get("vsa"))
+
+
+def test_cuda12_runtime_is_loaded_from_its_wheel_where_installed():
+    from attnbench.kernels.vsa_sparse import CUDART12_DIST, preload_cuda12_runtime
+
+    how = preload_cuda12_runtime()
+    try:
+        dist = importlib.metadata.distribution(CUDART12_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        assert how.startswith(f"{CUDART12_DIST} is not installed")
+        return
+    path = str(dist.locate_file("nvidia/cuda_runtime/lib/libcudart.so.12"))
+    assert how == f"libcudart.so.12 loaded from {path} ({CUDART12_DIST} {dist.version})"
+    maps = open("/proc/self/maps").read()
+    assert os.path.realpath(path) in maps  # really loaded into this process
+
+
+def test_the_record_says_how_vsa_was_loaded(tmp_path, monkeypatch, repo):
+    """Also when loading fails: the cuda_runtime note joins the record's kernel notes."""
+    from attnbench.families import expand_grid, load_config
+
+    pkg = tmp_path / "vsa"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise ImportError('libcudart.so.12: cannot open')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "vsa", raising=False)
+    spec = next(
+        c
+        for c in expand_grid(load_config(repo / "config.yaml"), "h200_sparse")
+        if c["impl"] == "vsa" and c["heads_kv"] == 64 and c["seqlen"] == 32768
+    )
+    small = dict(seqlen=256, heads_q=2, heads_kv=2, head_dim=16, device="cpu")
+    monkeypatch.setattr(C, "availability_reason", lambda info, spec: None)
+    monkeypatch.setattr(catalog, "unsupported_reason", lambda *a, **k: None)  # CUDA-only kernel
+    r = C.run_cell({**spec, **small})
+    assert r["status"] == "unavailable" and "libcudart.so.12" in r["status_reason"]
+    assert "libcudart.so.12" in r["kernel"]["notes"]["cuda_runtime"]
+
+
+def test_a_failed_flashinfer_build_names_the_compiler_error():
+    from attnbench.kernels.flashinfer_sparse import jit_failure_line
+
+    # FlashInfer 0.7.2's run_ninja message around what nvcc printed (here: no curand headers)
+    message = (
+        "Ninja build failed. Ninja output:\n[1/4] /usr/local/cuda/bin/nvcc ... -c prefill.cu\n"
+        "FAILED: prefill.cuda.o\nIn file included from flashinfer/cutlass_utils.cuh:42,\n"
+        "cutlass/util/reference/device/tensor_fill.h:52:10: fatal error: curand_kernel.h: "
+        "No such file or directory\ncompilation terminated.\n"
+        "ninja: build stopped: subcommand failed.\n"
+    )
+    assert jit_failure_line(message).endswith(
+        "fatal error: curand_kernel.h: No such file or directory"
+    )
+    assert jit_failure_line("nvcc not found\n") == "nvcc not found"

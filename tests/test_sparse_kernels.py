@@ -44,7 +44,9 @@ def test_every_kernel_of_a_grid_point_receives_the_identical_mask(
     ]
     kernels = {c["impl"] for c in specs}
     assert kernels == {"flex", "flashinfer"} | (
-        {"triton_block_sparse", "vsa", "fa2_sparse"} if mask_name == "block_sparse" else set()
+        {"triton_block_sparse", "vsa", "vsa_triton", "fa2_sparse"}
+        if mask_name == "block_sparse"
+        else set()
     )
     small = {
         "seqlen": 1024,

@@ -22,17 +22,6 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # set by conftest where n
 DEVICES = ["cuda"] if CUDA else ["cpu"]
 
 
-def _numpy24_index_fix(scope_patch):
-    """triton 3.6's interpreter converts a 1-element array with int() (triton-lang/triton#9171,
-    fixed upstream): numpy >= 2.4 refuses, so a loop bound loaded from memory fails to run."""
-
-    def patched(tensor, scope):
-        scope_patch(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    return patched
-
-
 @pytest.fixture(scope="module", params=DEVICES)
 def bsa(request):
     """(module, device): the kernel module, interpreted on the CPU, compiled on CUDA."""
@@ -45,14 +34,8 @@ def bsa(request):
         pytest.skip(
             "no GPU and TRITON_INTERPRET is not 1 (tests/conftest.py sets it before triton is imported)"
         )
-    import triton.runtime.interpreter as interp
-
-    original = interp._patch_lang_tensor
-    interp._patch_lang_tensor = _numpy24_index_fix(original)
-    try:
+    with mod.interpreter_numpy24_fix():
         yield mod, "cpu"
-    finally:
-        interp._patch_lang_tensor = original
 
 
 def block_sparse(s, block, density, hq, hkv, seed=0, **params):
@@ -71,11 +54,11 @@ def inputs(s, hq, hkv, d, dtype, device, seed=0):
     ]
 
 
-def run(mod, mask, q, k, v, dout):
+def run(mod, mask, q, k, v, dout, backward="split"):
     """(out, (dq, dk, dv)) in thd layout through the kernel's autograd function."""
     index = mod.BlockIndex.from_layout(mask.layout(), mask.params["block_size"], q.device)
     leaves = [from_thd(x, "bhsd").requires_grad_() for x in (q, k, v)]
-    out = mod.block_sparse_attention(*leaves, index)
+    out = mod.block_sparse_attention(*leaves, index, backward=backward)
     grads = torch.autograd.grad(out, leaves, from_thd(dout, "bhsd"))
     return to_thd(out.detach(), "bhsd"), [to_thd(g, "bhsd") for g in grads]
 
@@ -90,13 +73,14 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("backward", ["split", "atomic"])
 @pytest.mark.parametrize("block,s,hq,hkv,d,gran", SHAPES)
-def test_fp32_matches_float64_reference_fwd_and_bwd(bsa, block, s, hq, hkv, d, gran):
+def test_fp32_matches_float64_reference_fwd_and_bwd(bsa, block, s, hq, hkv, d, gran, backward):
     mod, device = bsa
     for seed in range(2):
         mask = block_sparse(s, block, 0.5, hq, hkv, seed=seed, granularity=gran)
         q, k, v, dout = inputs(s, hq, hkv, d, torch.float32, device, seed)
-        out, grads = run(mod, mask, q, k, v, dout)
+        out, grads = run(mod, mask, q, k, v, dout, backward)
         ref_out, _, ref_grads = reference_attention(q, k, v, mask, dout)
         assert rel_err(out, ref_out) < 1e-5
         for name, g, r in zip(("dq", "dk", "dv"), grads, ref_grads):

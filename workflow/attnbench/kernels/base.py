@@ -50,6 +50,8 @@ class Kernel:
     ):
         self.info, self.device, self.dtype = info, device, dtype
         self.heads_q, self.heads_kv, self.head_dim = heads_q, heads_kv, head_dim
+        # How the library was loaded here (which runtime library, say): joins the record's notes
+        self.load_notes: dict = {}
 
     @property
     def gqa(self) -> bool:
@@ -58,6 +60,13 @@ class Kernel:
     @classmethod
     def preload(cls):
         """Imports a kernel needs at its first call (a compiler, say): done before the GPU is claimed."""
+
+    @classmethod
+    def import_modules(cls, info: KernelInfo):
+        """Import what the kernel needs (info.modules); raises ImportError, OSError or RuntimeError
+        where an installed library cannot load here."""
+        for entry in info.modules:
+            importlib.import_module(findable(entry))
 
     def version(self) -> str:
         import torch
@@ -118,8 +127,7 @@ def preload(info: KernelInfo) -> None:
     is left for the cell to record (`unavailable`)."""
     try:
         cls = kernel_class(info)
-        for entry in info.modules:
-            importlib.import_module(findable(entry))
+        cls.import_modules(info)
         cls.preload()
     except Exception:  # noqa: BLE001 - the cell itself reports what is wrong
         pass

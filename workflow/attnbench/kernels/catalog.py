@@ -248,15 +248,34 @@ KERNELS = {
             "VSA block-sparse attention (FastVideo; ThunderKittens on Hopper)",
             "vsa_sparse:VSA",
             modules=("vsa",),
-            dists=("vsa",),
+            dists=("vsa", "nvidia-cuda-runtime-cu12"),
             mha_only=True,
             block_sizes=(64,),
             notes={
                 "timed": "block_map -> index lists happens inside each call (the library's API)",
                 "dtype": "bfloat16 only (its Hopper kernels)",
+                "runtime": "vsa 0.0.4 links libcudart.so.12: loaded first from the "
+                "nvidia-cuda-runtime-cu12 wheel where installed (notes.cuda_runtime says which)",
             },
             colour="#e7298a",
             marker="D",
+        ),
+        _sparse(
+            "vsa_triton",
+            "VSA's Triton block-sparse kernel (the vsa wheel's Triton port; the paper's Triton VSA)",
+            "vsa_sparse:VSATriton",
+            modules=("vsa",),  # found, not imported: its Triton file loads without the package
+            dists=("vsa",),
+            mha_only=True,
+            block_sizes=(64,),
+            notes={
+                "timed": "block map -> index lists in prepare, outside the timed region",
+                "dtype": "bfloat16 only (its kernels cast P to bfloat16)",
+                "backward": "vsa's own Triton backward: one program per key tile computes dK/dV "
+                "over the query blocks keeping it, then dQ of the query tile with the same index",
+            },
+            colour="#7570b3",
+            marker="X",
         ),
         _sparse(
             "flashinfer",
@@ -277,12 +296,13 @@ KERNELS = {
             "fa2_sparse",
             "MIT Han Lab Block-Sparse-Attention (FlashAttention-2 based)",
             "fa2_sparse:FA2BlockSparse",
-            directions={"cuda": ("fwd",)},
             modules=("block_sparse_attn",),
             dists=("block_sparse_attn", "block-sparse-attn"),
             block_sizes=(128,),
             notes={
-                "timed": "block mask -> row indices (a sort) happens inside each call (the library's API)"
+                "timed": "block mask -> row indices (a sort) happens inside each call (the library's API)",
+                "build": "envs/build_block_sparse_attn.sh: sm90, bf16, head dim 128, no dropout",
+                "backward": "the library's own (the paper measured its forward only)",
             },
             colour="#a6761d",
             marker="H",

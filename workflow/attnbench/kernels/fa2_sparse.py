@@ -1,11 +1,12 @@
-"""MIT Han Lab Block-Sparse-Attention (module `block_sparse_attn`, FlashAttention-2 based), forward.
+"""MIT Han Lab Block-Sparse-Attention (module `block_sparse_attn`, FlashAttention-2 based).
 
 block_sparse_attn_func(q, k, v, cu_seqlens_q, cu_seqlens_k, head_mask_type, streaming_info,
 base_blockmask, max_seqlen_q, max_seqlen_k, p_dropout, ...) with packed q [S, Hq, D] and
 k/v [S, Hkv, D] (GQA native), 128-token blocks, one block mask per query head
 (head_mask_type 1 = block-sparse). The library converts the block mask to its row-index form
-inside each call: that work is part of its timing. Its backward exists but the paper measured
-the forward only, as do we.
+inside each call: that work is part of its timing (the backward converts the transposed mask the
+same way). Its backward is autograd through the library's own function; the paper measured the
+forward only. Not on PyPI: envs/build_block_sparse_attn.sh builds the wheel.
 """
 
 from __future__ import annotations

@@ -1,12 +1,18 @@
 """FlashInfer's VariableBlockSparseAttentionWrapper (PyPI `flashinfer-python`), forward only.
 
-plan(block_mask_map [Hkv, MB, NB] bool, block_row_sz [Hkv, MB], block_col_sz [Hkv, NB],
-num_qo_heads, num_kv_heads, head_dim, ...) then run(q [Hq, S, D], k/v [Hkv, S, D]). Its mask is
-per KV head (a GQA group shares it), so a mask drawn per query head under GQA is unsupported.
-It gets exactly the realised mask every other kernel gets (the reference drew FlashInfer its
-own random mask). plan() happens in prepare, outside the timed region; it expands the kept
-blocks into token indices (memory ~ Hkv x row blocks x kept tokens), which is what runs out of
-memory at long lengths and high densities.
+Checked against flashinfer-python 0.7.2.post1 (flashinfer/sparse.py): plan(block_mask_map
+[Hkv, MB, NB] bool, block_row_sz [Hkv, MB], block_col_sz [Hkv, NB] int32, num_qo_heads,
+num_kv_heads, head_dim, causal, ..., q_data_type, kv_data_type) then run(q [Hq, S, D],
+k/v [Hkv, S, D]) -> out [Hq, S, D] (HND in and out; run rearranges q/k/v into its paged layout
+and back in every call, timed as the library's API). Its mask is per KV head (a GQA group shares
+it), so a mask drawn per query head under GQA is unsupported. It gets exactly the realised mask
+every other kernel gets (the reference drew FlashInfer its own random mask). plan() happens in
+prepare, outside the timed region: it expands the kept blocks into token indices (Hkv x density
+x S^2 / B of them, and int64 temporaries), which is what runs out of memory at long lengths and
+high densities, and it builds (JIT, ninja + nvcc) or loads (flashinfer/data/aot) the batch-prefill
+module of the backend it picks: fa3 on Hopper for bf16, head dim 128 (notes.backend says).
+FlashInfer's BlockSparseAttentionWrapper takes one BSR mask for all heads: it cannot run these
+per-KV-head masks in one call, so it is not used.
 """
 
 from __future__ import annotations
@@ -18,6 +24,14 @@ from .base import Kernel
 
 WORKSPACE_BYTES = 128 * 2**20  # the size FlashInfer's documentation recommends
 JIT_FAILURE_WORDS = ("nvcc", "ninja", "cuda_home", "compilation", "failed to compile")
+
+
+def jit_failure_line(message: str) -> str:
+    """The line of a failed build that says why (FlashInfer's message starts 'Ninja build
+    failed. Ninja output:' and the compiler's error comes later), else its first line."""
+    lines = message.splitlines()
+    why = next((ln for ln in lines if "error" in ln.lower() and "ninja" not in ln.lower()), None)
+    return (why or lines[0]).strip()[:300]
 
 
 def plan_arguments(mask, heads_q: int, heads_kv: int, head_dim: int, dtype, device="cpu") -> dict:
@@ -63,7 +77,8 @@ class FlashInferVariableBlockSparse(Kernel):
         except Exception as e:  # noqa: BLE001 - only a failed build is a cell outcome; the rest propagates
             if not is_oom(e) and any(w in str(e).lower() for w in JIT_FAILURE_WORDS):
                 raise Unavailable(
-                    f"flashinfer could not build its kernel here: {str(e).splitlines()[0][:300]}"
+                    f"flashinfer could not build its kernel here: {jit_failure_line(str(e))}"
                 ) from e
             raise
+        self.load_notes["backend"] = str(getattr(wrapper, "_backend", "unknown"))
         return lambda q, k, v: wrapper.run(q[0], k[0], v[0]).unsqueeze(0)

@@ -9,15 +9,19 @@ h // (Hq / G), so per-head (G = Hq) and per-KV-head (G = Hkv) masks both run.
 Forward (FlashAttention-2 style): one program per (query tile, head); it walks the kept key
 blocks with an online softmax (fp32 statistics and accumulator, tl.dot on bf16/fp16 tiles) and
 stores the output and the log-sum-exp (base 2) for the backward.
-Backward: delta = rowsum(dO * O); dQ walks the same kept blocks per query tile; dK/dV: one
-program per (key tile, KV head) walks the query blocks that keep its block (the transposed
-lists, CSR), for every query head of its group, so there are no atomics and GQA gradients are
-summed in registers. Tiles are >= 16 in every tl.dot dimension (Hopper's wgmma and mma.sync
+Backward: delta = rowsum(dO * O); dK/dV: one program per (key tile, KV head) walks the query
+blocks that keep its block (the transposed lists, CSR), for every query head of its group, so
+GQA gradients are summed in registers. dQ, two ways (`backward=`): "split" (the default, the one
+measured so far) walks the kept blocks again per query tile in a kernel of its own, without
+atomics but recomputing QK^T and dO V^T (7 matmuls per block pair instead of 5); "atomic" adds
+each pair's dS K to a float32 dQ in the dK/dV kernel (FlashAttention-2's way: 5 matmuls, dQ
+summed in a nondeterministic order), then scales and casts it. Tiles are >= 16 in every tl.dot dimension (Hopper's wgmma and mma.sync
 shapes); fp32 inputs use IEEE products (no TF32), so they can be checked against float64.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -26,6 +30,26 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+
+
+@contextlib.contextmanager
+def interpreter_numpy24_fix():
+    """Under TRITON_INTERPRET=1: triton 3.6's interpreter converts a 1-element array with int()
+    (triton-lang/triton#9171, fixed upstream), which numpy >= 2.4 refuses, so a loop bound loaded
+    from memory fails to run; this gives its tensors an __index__ that takes the one element."""
+    import triton.runtime.interpreter as interp
+
+    original = interp._patch_lang_tensor
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    interp._patch_lang_tensor = patched
+    try:
+        yield
+    finally:
+        interp._patch_lang_tensor = original
 
 
 @dataclass(frozen=True)
@@ -105,13 +129,23 @@ def _precision(dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+BACKWARD_MODES = ("split", "atomic")
+# Backward launch settings per block size, for tuning (benchmarks/sparse_bwd_bench.py --config):
+# {"dq": (BLOCK_M, BLOCK_N, warps, stages), "dkdv": (BLOCK_N, BLOCK_M, warps, stages)}; each tile
+# divides the block. Empty: the defaults of _tiles.
+BWD_CONFIG: dict[int, dict] = {}
+
+
 def _tiles(block: int):
-    """(forward BLOCK_M, BLOCK_N, warps), (dQ BLOCK_M, BLOCK_N), (dK/dV BLOCK_N, BLOCK_M): each divides the block."""
+    """(forward BLOCK_M, BLOCK_N, warps), dQ (BLOCK_M, BLOCK_N, warps, stages), dK/dV (BLOCK_N,
+    BLOCK_M, warps, stages)."""
     fwd_m = min(block, 128)
+    t = min(block, 64)
+    given = BWD_CONFIG.get(block, {})
     return (
         (fwd_m, min(block, 64), 8 if fwd_m == 128 else 4),
-        (min(block, 64), min(block, 64)),
-        (min(block, 64), min(block, 64)),
+        tuple(given.get("dq", (t, t, 4, 2))),
+        tuple(given.get("dkdv", (t, t, 8, 2))),
     )
 
 
@@ -401,11 +435,13 @@ def _bwd_dkdv_kernel(
     heads_per_kv,
     qk_scale,
     sm_scale,
+    DQ_ACC,  # float32 [B, Hq, S, D] contiguous, or unused
     BLOCK: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_M: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     PRECISION: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -450,6 +486,14 @@ def _bwd_dkdv_kernel(
                 dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
                 ds_t = p_t * (dp_t - delta[None, :])
                 dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PRECISION)
+                if ATOMIC_DQ:  # dQ[rows] += dS K, scaled: one float32 add per element
+                    dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k, input_precision=PRECISION)
+                    acc = (b * n_heads + h64) * seqlen * HEAD_DIM
+                    tl.atomic_add(
+                        DQ_ACC + acc + rows[:, None] * HEAD_DIM + offs_d[None, :],
+                        dq * sm_scale,
+                        sem="relaxed",
+                    )
     dk = dk * sm_scale
     tl.store(
         DK + b * stride_kb + kv64 * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :],
@@ -461,15 +505,19 @@ def _bwd_dkdv_kernel(
     )
 
 
-def backward(dout, q, k, v, out, lse, index: BlockIndex, scale: float):
-    """(dq, dk, dv) in the inputs' dtype and layout."""
+def backward(dout, q, k, v, out, lse, index: BlockIndex, scale: float, mode: str = "split"):
+    """(dq, dk, dv) in the inputs' dtype and layout; `mode` as BACKWARD_MODES (module doc)."""
+    if mode not in BACKWARD_MODES:
+        raise ValueError(f"unknown backward mode {mode!r}; valid: {', '.join(BACKWARD_MODES)}")
     bsz, hq, s, d = q.shape
     hkv = k.shape[1]
     dout = dout if dout.stride(-1) == 1 else dout.contiguous()
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(lse)
-    _, (dq_m, dq_n), (kv_n, kv_m) = _tiles(index.block)
+    _, (dq_m, dq_n, dq_warps, dq_stages), (kv_n, kv_m, kv_warps, kv_stages) = _tiles(index.block)
     prec = _precision(q.dtype)
+    atomic = mode == "atomic"
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic else dq
     _bwd_delta_kernel[(s // dq_m, hq, bsz)](
         out,
         dout,
@@ -500,6 +548,61 @@ def backward(dout, q, k, v, out, lse, index: BlockIndex, scale: float):
         dout.stride(2),
     )
     assert dq.stride() == q.stride() and dk.stride() == k.stride() and dv.stride() == v.stride()
+    if not atomic:
+        _dq_split(
+            q,
+            k,
+            v,
+            dout,
+            dq,
+            lse,
+            delta,
+            index,
+            strides,
+            scale,
+            prec,
+            (dq_m, dq_n, dq_warps, dq_stages),
+        )
+    n_col_blocks = (index.q_offsets.numel() - 1) // index.groups
+    _bwd_dkdv_kernel[(s // kv_n, hkv, bsz)](
+        q,
+        k,
+        v,
+        dout,
+        dk,
+        dv,
+        lse,
+        delta,
+        index.q_offsets,
+        index.q_indices,
+        *strides,
+        s,
+        hq,
+        n_col_blocks,
+        hq // index.groups,
+        hq // hkv,
+        scale * LOG2E,
+        scale,
+        dq_acc,
+        BLOCK=index.block,
+        BLOCK_N=kv_n,
+        BLOCK_M=kv_m,
+        HEAD_DIM=d,
+        PRECISION=prec,
+        ATOMIC_DQ=atomic,
+        num_warps=kv_warps,
+        num_stages=kv_stages,
+    )
+    if atomic:
+        dq.copy_(dq_acc)
+    return dq, dk, dv
+
+
+def _dq_split(q, k, v, dout, dq, lse, delta, index, strides, scale, prec, tiles):
+    """dQ in a kernel of its own (backward mode "split")."""
+    bsz, hq, s, d = q.shape
+    hkv = k.shape[1]
+    dq_m, dq_n, warps, stages = tiles
     _bwd_dq_kernel[(s // dq_m, hq, bsz)](
         q,
         k,
@@ -524,55 +627,32 @@ def backward(dout, q, k, v, out, lse, index: BlockIndex, scale: float):
         BLOCK_N=dq_n,
         HEAD_DIM=d,
         PRECISION=prec,
-        num_warps=4,
-        num_stages=2,
+        num_warps=warps,
+        num_stages=stages,
     )
-    n_col_blocks = (index.q_offsets.numel() - 1) // index.groups
-    _bwd_dkdv_kernel[(s // kv_n, hkv, bsz)](
-        q,
-        k,
-        v,
-        dout,
-        dk,
-        dv,
-        lse,
-        delta,
-        index.q_offsets,
-        index.q_indices,
-        *strides,
-        s,
-        hq,
-        n_col_blocks,
-        hq // index.groups,
-        hq // hkv,
-        scale * LOG2E,
-        scale,
-        BLOCK=index.block,
-        BLOCK_N=kv_n,
-        BLOCK_M=kv_m,
-        HEAD_DIM=d,
-        PRECISION=prec,
-        num_warps=8,
-        num_stages=2,
-    )
-    return dq, dk, dv
 
 
 class BlockSparseAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, index, scale):
+    def forward(ctx, q, k, v, index, scale, mode):
         out, lse = forward(q, k, v, index, scale)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.index, ctx.scale = index, scale
+        ctx.index, ctx.scale, ctx.mode = index, scale, mode
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        return (*backward(dout, q, k, v, out, lse, ctx.index, ctx.scale), None, None)
+        grads = backward(dout, q, k, v, out, lse, ctx.index, ctx.scale, ctx.mode)
+        return (*grads, None, None, None)
 
 
-def block_sparse_attention(q, k, v, index: BlockIndex, scale: float | None = None):
-    """softmax(q k^T * scale over the kept blocks) v, differentiable in q, k and v."""
+def block_sparse_attention(
+    q, k, v, index: BlockIndex, scale: float | None = None, backward: str = "split"
+):
+    """softmax(q k^T * scale over the kept blocks) v, differentiable in q, k and v; `backward`
+    picks how dQ is computed (BACKWARD_MODES)."""
+    if backward not in BACKWARD_MODES:
+        raise ValueError(f"unknown backward mode {backward!r}; valid: {', '.join(BACKWARD_MODES)}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    return BlockSparseAttention.apply(q, k, v, index, scale)
+    return BlockSparseAttention.apply(q, k, v, index, scale, backward)

@@ -6,7 +6,6 @@ process itself fails; then no record is written and the Snakemake job fails.
 
 from __future__ import annotations
 
-import importlib
 import time
 
 from ... import launch
@@ -65,11 +64,12 @@ def ends_without_gpu(spec) -> bool:
 def fails_to_import(info) -> bool:
     """An installed library that cannot load here (built for another CUDA, say): the cell
     records it `unavailable` when loading the kernel."""
-    for entry in info.modules:
-        try:
-            importlib.import_module(catalog.findable(entry))
-        except (ImportError, OSError, RuntimeError):
-            return True
+    from ...kernels.base import kernel_class
+
+    try:
+        kernel_class(info).import_modules(info)
+    except (ImportError, OSError, RuntimeError):
+        return True
     return False
 
 
@@ -310,8 +310,6 @@ def process_timing() -> dict:
 
 
 def _measure(record, info, spec, peak):
-    import torch
-
     from ...kernels.base import load
 
     dtype, device = torch_dtype(spec["dtype"]), spec["device"]
@@ -325,6 +323,15 @@ def _measure(record, info, spec, peak):
         head_dim=spec["head_dim"],
     )
     rng = mask_rng(record["data_seed"])
+    try:
+        return _measure_samples(record, kernel, spec, rng, dtype, device)
+    finally:  # how the library was loaded, also when it could not be
+        record["kernel"]["notes"].update(getattr(kernel, "load_notes", {}))
+
+
+def _measure_samples(record, kernel, spec, rng, dtype, device):
+    import torch
+
     try:
         for i in range(n_samples(spec)):
             record["samples"].append(

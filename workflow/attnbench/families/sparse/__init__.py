@@ -19,7 +19,7 @@ def problems(cfg, grid, prod, at) -> list[str]:
 
 
 def table_stems(grid: dict) -> list[str]:
-    return ["sparse_tflops", "sparse_memory", "sparse_vs_dense"]
+    return ["sparse_tflops", "sparse_memory", "sparse_vs_dense", "sparse_vs_paper"]
 
 
 def figure_stems(grid: dict) -> list[str]:

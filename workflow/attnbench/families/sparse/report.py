@@ -39,6 +39,7 @@ from ...report.tables import (
     spread_text,
     write_table,
 )
+from . import paper
 
 MAIN_DENSITY = 0.5
 AREA_MATCH = 0.02  # a dense reference counts when its area is within 2% of the sparse cell's
@@ -220,7 +221,7 @@ def tables(df: pd.DataFrame, out_dir) -> list[Path]:
     if ratio.empty:
         caption += "; no dense reference cell of equal area in this grid"
     paths += write_table(ratio.set_index("kernel"), out / "sparse_vs_dense", caption)
-    return paths
+    return paths + paper.write(sparse, out, about)
 
 
 # ----------------------------------------------------------------------------- figures
