@@ -1,10 +1,13 @@
 """What the subset-build tests (test_build_flash_attn.py, test_build_block_sparse_attn.py) share:
-running a script, and a C++ program against a patched static_switch.h (the macros as the libraries
+running a script, a source tarball with one edit (a source of another layout), and a C++ program against a patched static_switch.h (the macros as the libraries
 expand them, with a throwing stand-in for torch's TORCH_CHECK)."""
 
+import io
 import shutil
 import subprocess
 import sys
+import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +25,29 @@ template <typename... Parts> [[noreturn]] void check_failed(const Parts&... part
 #define TORCH_CHECK(COND, ...) do { if (!(COND)) check_failed(__VA_ARGS__); } while (0)
 #include "static_switch.h"
 """
+
+
+def layout_edits(top_headdim: int, *more: tuple) -> list[tuple]:
+    """(file, old, new, message) edits that give a source of another layout, which the script
+    must refuse naming what it did not find: both libraries' HEADDIM_SWITCH (its last case moved)
+    and FP16_SWITCH (made to pick another type), then the library's own."""
+    headdim = (f"HEADDIM <= {top_headdim}", "HEADDIM <= 80", "HEADDIM_SWITCH dispatches to")
+    fp16 = ("using elem_type = cutlass::half_t;", "using elem_type = float;", "FP16_SWITCH")
+    return [("static_switch.h", *headdim), ("static_switch.h", *fp16), *more]
+
+
+def subset_lines(build: str, package: str, head_dims: tuple[int, ...], fp16_dim: int) -> list[str]:
+    """What a switch program prints for head dims 32..256 in bf16, then one in fp16, when the
+    build has `head_dims` in bf16 only (`build`: how its errors name it; `package`: the full one)."""
+    dims = ", ".join(map(str, head_dims))
+    only = f"This {build} build has kernels for head dims {dims} only, got {{}}; other head dims need a full {package} build."
+    return [
+        f"{d} bf16 -> {d} bf16" if d in head_dims else f"{d} bf16 -> error: " + only.format(d)
+        for d in (32, 64, 96, 128, 256)
+    ] + [
+        f"{fp16_dim} fp16 -> error: This {build} build has bf16 kernels only, got fp16; "
+        f"fp16 needs a full {package} build."
+    ]
 
 
 def run_switch_program(body: str, include_dir, tmp_path) -> list[str]:
@@ -48,3 +74,19 @@ def run_build_script(script, *args: str, timeout: float = 60) -> subprocess.Comp
         text=True,
         timeout=timeout,
     )
+
+
+def edited_tarball(
+    files: dict[str, bytes], path: Path, edit_file: str, old: str, new: str
+) -> Path:
+    """A tarball at `path` of the given files (name -> bytes), the first `old` in the file named
+    `edit_file` replaced by `new` (which must be there: the edit is made to the real source)."""
+    with tarfile.open(path, "w:gz") as target:
+        for name, data in files.items():
+            if name.endswith(edit_file):
+                assert old in data.decode(), f"{old!r} not in the real {edit_file}"
+                data = data.decode().replace(old, new, 1).encode()
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            target.addfile(member, io.BytesIO(data))
+    return path

@@ -36,6 +36,11 @@ def launched(launch_args, *command: str) -> list[str]:
     return [PY, "-m", "attnbench.launch", *launch_args, "--", PY, *command]
 
 
+def cell_args(spec: dict, out: Path, *extra: str) -> list[str]:
+    """The arguments (after python) of one kernel cell writing its record to out."""
+    return ["-m", "attnbench", "cell", "--spec", json.dumps(spec), "--out", str(out), *extra]
+
+
 def cp_cell_cmd(cell: dict, out: Path, *launch_args: str) -> list[str]:
     """One CP cell on its ranks, its record written to out."""
     cell_args = ["cp-cell", "--spec", json.dumps(cell), "--out", str(out)]

@@ -6,15 +6,14 @@ The library is not on PyPI and its CUTLASS is a git submodule: the source tarbal
 folder); without either the tests that need it are skipped.
 """
 
-import io
 import os
 import re
 import subprocess
 import tarfile
 from pathlib import Path
 
+import build_scripts as build
 import pytest
-from build_scripts import run_build_script, run_switch_program
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "envs" / "build_block_sparse_attn.sh"
@@ -32,7 +31,7 @@ def subset_sources(dims=(128,)):
 
 
 def run_script(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return run_build_script(SCRIPT, *args, timeout=timeout)
+    return build.run_build_script(SCRIPT, *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -138,19 +137,9 @@ int main() {
 
 def test_switches_dispatch_only_the_subset_and_reject_the_rest(patched, tmp_path):
     tree, _ = patched
-    lines = run_switch_program(SWITCH_PROGRAM, tree / KERNEL_DIR, tmp_path)
-    only = (
-        "This block_sparse_attn build has kernels for head dims 128 only, got {}; "
-        "other head dims need a full block_sparse_attn build."
-    )
+    lines = build.run_switch_program(SWITCH_PROGRAM, tree / KERNEL_DIR, tmp_path)
     assert lines == [
-        "32 bf16 -> error: " + only.format(32),
-        "64 bf16 -> error: " + only.format(64),
-        "96 bf16 -> error: " + only.format(96),
-        "128 bf16 -> 128 bf16",
-        "256 bf16 -> error: " + only.format(256),
-        "128 fp16 -> error: This block_sparse_attn build has bf16 kernels only, got fp16; "
-        "fp16 needs a full block_sparse_attn build.",
+        *build.subset_lines("block_sparse_attn", "block_sparse_attn", (128,), 128),
         "keep 1.0 -> no dropout",
         "keep 0.9 -> error: This block_sparse_attn build has no dropout kernels; "
         "dropout needs a full block_sparse_attn build.",
@@ -169,29 +158,16 @@ def test_choices_outside_the_library_are_rejected(option, value, choices):
 
 
 def rewrite(source: Path, folder: Path, edit_file: str, old: str, new: str) -> Path:
-    """The same tarball with one edit in one file (a source of another layout)."""
-    fake = folder / "edited.tar.gz"
-    with tarfile.open(source) as src, tarfile.open(fake, "w:gz") as dst:
-        for member in src:
-            data = src.extractfile(member).read() if member.isfile() else None
-            if data is not None and member.name.endswith(edit_file):
-                assert old in data.decode(), f"{old!r} not in the real {edit_file}"
-                data = data.decode().replace(old, new, 1).encode()
-                member.size = len(data)
-            dst.addfile(member, io.BytesIO(data) if data is not None else None)
-    return fake
+    """The same tarball's files with one edit in one file (a source of another layout)."""
+    with tarfile.open(source) as src:
+        files = {m.name: src.extractfile(m).read() for m in src if m.isfile()}
+    return build.edited_tarball(files, folder / "edited.tar.gz", edit_file, old, new)
 
 
 @pytest.mark.parametrize(
     "edit_file, old, new, message",
-    [
-        ("static_switch.h", "HEADDIM <= 64", "HEADDIM <= 80", "HEADDIM_SWITCH dispatches to"),
-        (
-            "static_switch.h",
-            "using elem_type = cutlass::half_t;",
-            "using elem_type = float;",
-            "FP16_SWITCH",
-        ),
+    build.layout_edits(
+        64,
         (
             "flash_fwd_launch_template.h",
             "BOOL_SWITCH(return_softmax, ReturnSoftmaxConst",
@@ -210,7 +186,7 @@ def rewrite(source: Path, folder: Path, edit_file: str, old: str, new: str) -> P
             'subprocess.check_call(["git", "submodule"',
             "0 occurrences of 'subprocess.run",
         ),
-    ],
+    ),
 )
 def test_sources_of_another_layout_fail_loudly(source, tmp_path, edit_file, old, new, message):
     fake = rewrite(source, tmp_path, edit_file, old, new)

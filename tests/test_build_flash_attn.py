@@ -5,7 +5,6 @@ download (skipped when pypi.org cannot be reached).
 """
 
 import ast
-import io
 import os
 import re
 import shutil
@@ -15,7 +14,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from build_scripts import run_build_script, run_switch_program
+from build_scripts import (
+    edited_tarball,
+    layout_edits,
+    run_build_script,
+    run_switch_program,
+    subset_lines,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "envs" / "build_flash_attn.sh"
@@ -148,19 +153,7 @@ int main() {
 def test_switches_dispatch_only_the_subset_and_reject_the_rest(patched, tmp_path):
     tree, _ = patched
     lines = run_switch_program(SWITCH_PROGRAM, tree / KERNEL_DIR, tmp_path)
-    only_dims = (
-        "This FlashAttention build has kernels for head dims 64, 128 only, got {}; "
-        "other head dims need a full flash-attn build."
-    )
-    assert lines == [
-        "32 bf16 -> error: " + only_dims.format(32),
-        "64 bf16 -> 64 bf16",
-        "96 bf16 -> error: " + only_dims.format(96),
-        "128 bf16 -> 128 bf16",
-        "256 bf16 -> error: " + only_dims.format(256),
-        "64 fp16 -> error: This FlashAttention build has bf16 kernels only, got fp16; "
-        "fp16 needs a full flash-attn build.",
-    ]
+    assert lines == subset_lines("FlashAttention", "flash-attn", (64, 128), 64)
 
 
 @pytest.mark.parametrize(
@@ -195,28 +188,13 @@ def script_inputs(sdist) -> dict[str, bytes]:
 
 def fake_sdist(files: dict[str, bytes], folder: Path, edit_file: str, old: str, new: str) -> Path:
     """An sdist holding only the given files, with one edit."""
-    fake = folder / "fake.tar.gz"
-    with tarfile.open(fake, "w:gz") as target:
-        for name, data in files.items():
-            if name.endswith(edit_file):
-                assert old in data.decode(), f"{old!r} not in the real {edit_file}"
-                data = data.decode().replace(old, new, 1).encode()
-            member = tarfile.TarInfo(name)
-            member.size = len(data)
-            target.addfile(member, io.BytesIO(data))
-    return fake
+    return edited_tarball(files, folder / "fake.tar.gz", edit_file, old, new)
 
 
 @pytest.mark.parametrize(
     "edit_file, old, new, message",
-    [
-        ("static_switch.h", "HEADDIM <= 96", "HEADDIM <= 80", "HEADDIM_SWITCH dispatches to"),
-        (
-            "static_switch.h",
-            "using elem_type = cutlass::half_t;",
-            "using elem_type = float;",
-            "FP16_SWITCH",
-        ),
+    layout_edits(
+        96,
         (
             "setup.py",
             '"csrc/flash_attn/src/flash_bwd_hdim96_bf16_sm80.cu",\n',
@@ -229,7 +207,7 @@ def fake_sdist(files: dict[str, bytes], folder: Path, edit_file: str, old: str, 
             '"cxx": compiler_c17_flag + ["-g"],',
             "compiler_c17_flag",
         ),
-    ],
+    ),
 )
 def test_sources_of_another_layout_fail_loudly(
     script_inputs, tmp_path, edit_file, old, new, message

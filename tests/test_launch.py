@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from attnbench import launch
 from attnbench.families import expand_cells, load_config
-from commands import REPO, launched, package_env
+from commands import REPO, cell_args, launched, package_env
 
 ALLREDUCE = REPO / "tests/slurm/workflow/allreduce.py"
 
@@ -188,14 +188,7 @@ def test_a_cell_that_cannot_run_does_not_wait_for_the_gpu(tmp_path):
     with open(locks / "gpu-4.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # another cell is measuring on GPU 4
         cmd = launched(
-            ["--gpus-per-node", "1", "--claim-after-import"],
-            "-m",
-            "attnbench",
-            "cell",
-            "--spec",
-            json.dumps(spec),
-            "--out",
-            str(tmp_path / "r.json"),
+            ["--gpus-per-node", "1", "--claim-after-import"], *cell_args(spec, tmp_path / "r.json")
         )
         env = package_env(CUDA_VISIBLE_DEVICES="4", ATTNBENCH_GPU_LOCK_DIR=str(locks))
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)

@@ -34,19 +34,9 @@ def test_the_data_file_holds_the_cells_issue_18_quotes():
 
 def test_measured_cells_stand_beside_the_papers_and_the_rest_is_empty():
     quoted = paper.paper_numbers()
+    columns = ("direction", "seqlen", "block_size", "density", "heads", "impl", "tflops", "source")
     extra = pd.DataFrame(
-        [
-            dict(
-                direction="bwd",
-                seqlen=32768,
-                block_size=64,
-                density=0.5,
-                heads="64:64",
-                impl="vsa",
-                tflops=250.0,
-                source="test",
-            )
-        ]
+        [dict(zip(columns, ("bwd", 32768, 64, 0.5, "64:64", "vsa", 250.0, "test")))]
     )
     df = tidy(
         [

@@ -5,13 +5,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 from attnbench.families import expand_cells, load_config
 from attnbench.harness.faults import CRASH_ENV, HANG_ENV
 from attnbench.worker import socket_path
+from commands import PY, cell_args
 
 
 @pytest.fixture(scope="module")
@@ -21,20 +21,7 @@ def cells(repo):
 
 
 def cell_cmd(spec, out, idle_s=30):
-    return [
-        sys.executable,
-        "-m",
-        "attnbench",
-        "cell",
-        "--spec",
-        json.dumps(spec),
-        "--out",
-        str(out),
-        "--threads",
-        "1",
-        "--worker-idle-s",
-        str(idle_s),
-    ]
+    return [PY, *cell_args(spec, out, "--threads", "1", "--worker-idle-s", str(idle_s))]
 
 
 def run_env(repo, **extra):

@@ -85,6 +85,8 @@ def fa3_build_limits(mask: str, direction: str) -> str | None:
 
 
 GPU_ALL = {"cuda": ALL_DIRECTIONS}
+# What both of the vsa wheel's kernels (its CUDA one and its Triton port) run: MHA, blocks of 64.
+VSA_SHAPES = {"modules": ("vsa",), "mha_only": True, "block_sizes": (64,)}
 # How to tell FlashAttention-2 is here: its module, and the distributions naming its version
 # (the kernel fa2 and the CP local kernel fa2 both call it).
 FLASH_ATTN_2 = {"modules": ("flash_attn",), "dists": ("flash-attn", "flash_attn")}
@@ -247,10 +249,8 @@ KERNELS = {
             "vsa",
             "VSA block-sparse attention (FastVideo; ThunderKittens on Hopper)",
             "vsa_sparse:VSA",
-            modules=("vsa",),
             dists=("vsa", "nvidia-cuda-runtime-cu12"),
-            mha_only=True,
-            block_sizes=(64,),
+            **VSA_SHAPES,
             notes={
                 "timed": "block_map -> index lists happens inside each call (the library's API)",
                 "dtype": "bfloat16 only (its Hopper kernels)",
@@ -264,10 +264,8 @@ KERNELS = {
             "vsa_triton",
             "VSA's Triton block-sparse kernel (the vsa wheel's Triton port; the paper's Triton VSA)",
             "vsa_sparse:VSATriton",
-            modules=("vsa",),  # found, not imported: its Triton file loads without the package
             dists=("vsa",),
-            mha_only=True,
-            block_sizes=(64,),
+            **VSA_SHAPES,  # vsa found, not imported: its Triton file loads without the package
             notes={
                 "timed": "block map -> index lists in prepare, outside the timed region",
                 "dtype": "bfloat16 only (its kernels cast P to bfloat16)",
