@@ -273,7 +273,7 @@ KERNELS = {
                 "over the query blocks keeping it, then dQ of the query tile with the same index",
             },
             colour="#7570b3",
-            marker="X",
+            marker="d",  # VSA's diamond, thin (X is the out-of-memory mark)
         ),
         _sparse(
             "flashinfer",
