@@ -193,10 +193,11 @@ for name, switches in OFF.items():
         text = text.replace(old, f'ATTNBENCH_OFF_SWITCH({switch}, "{what}", [&]')
     path.write_text(f"// {MARK}: dropout, local windows and the like compiled out\n" + text)
 
-path, text = src.read_setup(('os.getenv("BLOCK_SPARSE_ATTN_CUDA_ARCHS"', '"BLOCK_SPARSE_ATTN_FORCE_BUILD"',
-               '"FLASH_ATTN_LOCAL_VERSION"', 'name="block_sparse_attn_cuda"'))
-kept = ["csrc/block_sparse_attn/flash_api.cpp"] + kernel_sources(head_dims, ("bf16",))
-text = src.cut_source_list(path, text, kept[0], kernel_sources(all_head_dims, ("fp16", "bf16")), kept)
+path, text, kept = src.setup_keeping(
+    ('os.getenv("BLOCK_SPARSE_ATTN_CUDA_ARCHS"', '"BLOCK_SPARSE_ATTN_FORCE_BUILD"',
+     '"FLASH_ATTN_LOCAL_VERSION"', 'name="block_sparse_attn_cuda"'),
+    "csrc/block_sparse_attn/flash_api.cpp", kernel_sources(head_dims, ("bf16",)),
+    kernel_sources(all_head_dims, ("fp16", "bf16")))
 # The tarball already holds CUTLASS; an offline machine cannot update a submodule, and one
 # without git would stop here.
 text = src.replace_once(path, text, 'subprocess.run(["git", "submodule", "update", "--init", "csrc/cutlass"])\n',

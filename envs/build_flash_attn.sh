@@ -113,10 +113,11 @@ def kernel_sources(dims, dtypes):
 
 src.cut_switches("csrc/flash_attn/src/static_switch.h", all_head_dims, head_dims,
                  "With\n// FLASHATTENTION_DISABLE_UNEVEN_K a kernel's head dim must equal the input's: exact match.")
-path, text = src.read_setup(('os.getenv("FLASH_ATTN_CUDA_ARCHS"', '"FLASH_ATTENTION_FORCE_BUILD"',
-               '"FLASH_ATTN_LOCAL_VERSION"', 'name="flash_attn_2_cuda"'))
-kept = ["csrc/flash_attn/flash_api.cpp"] + kernel_sources(head_dims, ("bf16",))
-text = src.cut_source_list(path, text, kept[0], kernel_sources(all_head_dims, ("fp16", "bf16")), kept)
+path, text, kept = src.setup_keeping(
+    ('os.getenv("FLASH_ATTN_CUDA_ARCHS"', '"FLASH_ATTENTION_FORCE_BUILD"',
+     '"FLASH_ATTN_LOCAL_VERSION"', 'name="flash_attn_2_cuda"'),
+    "csrc/flash_attn/flash_api.cpp", kernel_sources(head_dims, ("bf16",)),
+    kernel_sources(all_head_dims, ("fp16", "bf16")))
 # The defines go to the host compiler too: flash_api.cpp's checks that reject dropout,
 # softcap and uneven head dims with a clear error are compiled by it, not by nvcc.
 text = src.replace_once(path, text, "ext_modules = []\n",

@@ -45,6 +45,13 @@ class Sources:
                 self.fail(path, f"{snippet} not found")
         return path, text
 
+    def setup_keeping(self, needed, api_cpp: str, kernels, all_kernels) -> tuple[Path, str, list]:
+        """setup.py checked for the `needed` snippets, its CUDA source list (`api_cpp`, then
+        exactly `all_kernels`) cut to `api_cpp` and `kernels`; also the sources kept."""
+        path, text = self.read_setup(needed)
+        kept = [api_cpp, *kernels]
+        return path, self.cut_source_list(path, text, api_cpp, all_kernels, kept), kept
+
     def replace_once(self, path, text: str, old: str, new: str) -> str:
         if text.count(old) != 1:
             self.fail(path, f"{text.count(old)} occurrences of {old.strip()!r}, expected 1")
