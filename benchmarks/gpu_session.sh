@@ -54,10 +54,30 @@ if [ -d /tmp/flashinfer_aot ] && [ -d /tmp/site/flashinfer/data ]; then
   mkdir -p /tmp/site/flashinfer/data/aot && cp -r /tmp/flashinfer_aot/. /tmp/site/flashinfer/data/aot/
 fi
 export FLASHINFER_WORKSPACE_BASE=/tmp  # its JIT cache, kept while the machine stays up
+# FlashAttention-4 and its CuTe DSL share top-level folders with FA2 (flash_attn) and with each other
+# (nvidia_cutlass_dsl): one pip call installs them into their own folder, whose flash_attn/cute then
+# replaces the older copy FA2's wheel ships. They come in .fa4*/ folders, over calls made one after
+# the other, gathered in /tmp/fa4: wheels, and the DSL's 92 MB library wheel unpacked as a tar.xz in
+# parts (NAME.tar.xz.partK-of-N, 61 MiB in all), unpacked over the installed wheels.
+for d in .fa4*/; do [ -d "$d" ] && mkdir -p /tmp/fa4 && cp "$d"* /tmp/fa4/; done
+if [ ! -d /tmp/site_fa4/flash_attn/cute ] && ls /tmp/fa4/*.tar.xz.part1-of-* > /dev/null 2>&1; then
+  first=$(ls /tmp/fa4/*.tar.xz.part1-of-* | head -1); tarxz=${first%.part1-of-*} n=${first##*-of-}
+  if [ "$(ls "$tarxz".part*-of-"$n" | wc -l)" -eq "$n" ]; then
+    rm -rf /tmp/site_fa4
+    timeout 300 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_fa4 /tmp/fa4/*.whl &&
+      for i in $(seq 1 "$n"); do cat "$tarxz.part$i-of-$n"; done | tar xJf - -C /tmp/site_fa4 &&
+      rm -rf /tmp/site/flash_attn/cute && cp -r /tmp/site_fa4/flash_attn/cute /tmp/site/flash_attn/ &&
+      echo "installed FlashAttention-4: $(cd /tmp/fa4 && ls *.whl "${tarxz##*/}".part1-of-"$n" | tr '\n' ' ')"
+  else
+    echo "FlashAttention-4: $(ls "$tarxz".part*-of-"$n" | wc -l) of $n parts here so far"
+  fi
+fi
+# the DSL's .pth (which puts dsl_packages on sys.path) is not read from PYTHONPATH
+fa4path=""; [ -d /tmp/site_fa4 ] && fa4path=/tmp/site_fa4:/tmp/site_fa4/nvidia_cutlass_dsl/dsl_packages:
 # `python` in the rules is the interpreter that has torch: a wrapper script (a symlink would lose its
 # venv; rm first: writing through a link left by an earlier session would overwrite the interpreter)
 mkdir -p /tmp/bin && rm -f /tmp/bin/python && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
-export PATH=/tmp/bin:/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD/workflow
+export PATH=/tmp/bin:/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$fa4path$PWD/workflow
 log() { echo "[$(date +%T)] $*" | tee -a "$out/session.txt"; }
 listed() { case " $2 " in *" $1 "*) return 0;; esac; return 1; }  # listed WORD "LIST"
 has() { listed "$1" "$steps"; }

@@ -8,7 +8,7 @@ import torch
 from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel import cell as C
 from attnbench.kernels import catalog
-from attnbench.kernels.flash_attn import flash_call_args
+from attnbench.kernels.flash_attn import VARLEN_KEYWORDS, flash_call_args
 from attnbench.kernels.flashmask import decode_encoding, flashmask_encoding
 from attnbench.kernels.transformer_engine import te_arguments
 from attnbench.kernels.varlen import varlen_kwargs
@@ -49,6 +49,34 @@ def test_flash_arguments_compute_the_mask(mask_name, unbounded, histograms):
             assert var_args[2] == max(m.doc_lengths)
         assert all(w is unbounded or w >= 0 for w in kwargs["window_size"])
         assert torch.equal(flash_semantics(kwargs, var_args, 150), m.dense())
+
+
+# the leading parameters of each library's varlen function (flash-attn 2.8.3, fa3-fwd 0.0.3,
+# flash-attn-4 4.0.0b36: FA4 puts qv fourth, where the others take cu_seqlens_q)
+VARLEN_SIGNATURES = {
+    "fa2": lambda q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+    causal=False, window_size=(-1, -1): 0,
+    "fa3": lambda q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
+    seqused_k=None, softmax_scale=None, causal=False, qv=None, window_size=(-1, -1): 0,
+    "fa4": lambda q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+    max_seqlen_k=None, causal=False, window_size=(None, None): 0,
+}
+
+
+@pytest.mark.parametrize("library", sorted(VARLEN_SIGNATURES))
+def test_flash_varlen_arguments_bind_by_name(library, histograms):
+    import inspect
+
+    for seed in range(20):  # a sample of more than one document
+        m = M.sample_mask("causal_document", 150, CFG, np.random.default_rng(seed), histograms)
+        kwargs, var_args = flash_call_args(m.native_form(), "cpu")
+        if var_args:
+            break
+    bound = inspect.signature(VARLEN_SIGNATURES[library]).bind(
+        "q", "k", "v", **dict(zip(VARLEN_KEYWORDS, var_args)), **kwargs
+    ).arguments
+    assert bound["cu_seqlens_q"] is var_args[0] and bound["max_seqlen_k"] == var_args[3]
+    assert bound.get("qv") is None
 
 
 def test_varlen_keywords_follow_the_installed_signature(histograms):

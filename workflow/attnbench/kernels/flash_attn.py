@@ -9,6 +9,9 @@ from __future__ import annotations
 from .base import Kernel
 from .varlen import cu_seqlens
 
+# by name: FA4's varlen function takes `qv` where FA2/FA3 take cu_seqlens_q
+VARLEN_KEYWORDS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
+
 
 def _first(out):
     """FA3/FA4 return (out, lse) in some releases and out in others."""
@@ -45,7 +48,8 @@ class FlashFamily(Kernel):
             return lambda q, k, v: _first(
                 dense(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), **kwargs)
             )[0]
-        return lambda q, k, v: _first(varlen(q, k, v, *var_args, **kwargs))
+        named = dict(zip(VARLEN_KEYWORDS, var_args))
+        return lambda q, k, v: _first(varlen(q, k, v, **named, **kwargs))
 
 
 class FA2(FlashFamily):

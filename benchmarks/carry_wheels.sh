@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Fill .whl/ with what benchmarks/gpu_session.sh installs on a GPU machine that has no network:
+# Snakemake and its plugins (the pins of envs/requirements-cpu.txt, minus what the GPU image already
+# has), plus any extra wheel files named as arguments (FlashAttention from ../shared/wheels, fa3-fwd).
+# Compiled wheels are fetched for CPython 3.12 on manylinux x86_64 (the GPU image), the rest built here.
+#   benchmarks/carry_wheels.sh [EXTRA.whl ...]; then run with carry [".whl"]
+set -eu
+dest=.whl
+python=${PYTHON:-python3}
+# in the GPU image already (spec/h200.md), or not needed there (PuLP: the sessions use --scheduler greedy)
+image="numpy pandas pyyaml jinja2 requests psutil wrapt matplotlib seaborn pytest torch triton markupsafe
+packaging pillow contourpy cycler fonttools kiwisolver pyparsing python-dateutil tzdata certifi idna
+urllib3 charset-normalizer filelock fsspec networkx sympy mpmath typing-extensions iniconfig pluggy
+pygments pulp"
+mkdir -p "$dest"
+norm() { echo "$1" | tr 'A-Z_' 'a-z-'; }
+grep -E '^[A-Za-z]' envs/requirements-cpu.txt | while IFS= read -r pin; do
+  name=$(norm "${pin%%==*}")
+  case " $(echo $image) " in *" $name "*) continue;; esac
+  "$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --abi cp312 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_28_x86_64 --platform any -d "$dest" "$pin" 2> /dev/null ||
+    "$python" -m pip wheel --quiet --no-deps -w "$dest" "$pin"
+done
+for extra in "$@"; do cp "$extra" "$dest/"; done
+ls "$dest"/*.whl | wc -l | xargs echo "wheels in $dest:"
+du -sh "$dest"
