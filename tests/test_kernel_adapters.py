@@ -54,12 +54,15 @@ def test_flash_arguments_compute_the_mask(mask_name, unbounded, histograms):
 # the leading parameters of each library's varlen function (flash-attn 2.8.3, fa3-fwd 0.0.3,
 # flash-attn-4 4.0.0b36: FA4 puts qv fourth, where the others take cu_seqlens_q)
 VARLEN_SIGNATURES = {
-    "fa2": lambda q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-    causal=False, window_size=(-1, -1): 0,
-    "fa3": lambda q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
-    seqused_k=None, softmax_scale=None, causal=False, qv=None, window_size=(-1, -1): 0,
-    "fa4": lambda q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-    max_seqlen_k=None, causal=False, window_size=(None, None): 0,
+    "fa2": lambda q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0, causal=False, window_size=(-1, -1): (
+        0
+    ),
+    "fa3": lambda q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None, seqused_k=None, softmax_scale=None, causal=False, qv=None, window_size=(-1, -1): (
+        0
+    ),
+    "fa4": lambda q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, causal=False, window_size=(None, None): (
+        0
+    ),
 }
 
 
@@ -72,9 +75,11 @@ def test_flash_varlen_arguments_bind_by_name(library, histograms):
         kwargs, var_args = flash_call_args(m.native_form(), "cpu")
         if var_args:
             break
-    bound = inspect.signature(VARLEN_SIGNATURES[library]).bind(
-        "q", "k", "v", **dict(zip(VARLEN_KEYWORDS, var_args)), **kwargs
-    ).arguments
+    bound = (
+        inspect.signature(VARLEN_SIGNATURES[library])
+        .bind("q", "k", "v", **dict(zip(VARLEN_KEYWORDS, var_args)), **kwargs)
+        .arguments
+    )
     assert bound["cu_seqlens_q"] is var_args[0] and bound["max_seqlen_k"] == var_args[3]
     assert bound.get("qv") is None
 
