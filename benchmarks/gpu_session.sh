@@ -66,11 +66,14 @@ if [ ! -d /tmp/site_fa4/flash_attn/cute ] && ls /tmp/fa4/*.tar.xz.part1-of-* > /
     rm -rf /tmp/site_fa4
     timeout 300 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_fa4 /tmp/fa4/*.whl &&
       for i in $(seq 1 "$n"); do cat "$tarxz.part$i-of-$n"; done | tar xJf - -C /tmp/site_fa4 &&
-      rm -rf /tmp/site/flash_attn/cute && cp -r /tmp/site_fa4/flash_attn/cute /tmp/site/flash_attn/ &&
       echo "installed FlashAttention-4: $(cd /tmp/fa4 && ls *.whl "${tarxz##*/}".part1-of-"$n" | tr '\n' ' ')"
   else
     echo "FlashAttention-4: $(ls "$tarxz".part*-of-"$n" | wc -l) of $n parts here so far"
   fi
+fi
+# every call: FA2's wheel, installed again from a .whl/ left on the machine, brings its old copy back
+if [ -d /tmp/site_fa4/flash_attn/cute ] && [ -d /tmp/site/flash_attn ]; then
+  rm -rf /tmp/site/flash_attn/cute && cp -r /tmp/site_fa4/flash_attn/cute /tmp/site/flash_attn/
 fi
 # the DSL's .pth (which puts dsl_packages on sys.path) is not read from PYTHONPATH
 fa4path=""; [ -d /tmp/site_fa4 ] && fa4path=/tmp/site_fa4:/tmp/site_fa4/nvidia_cutlass_dsl/dsl_packages:

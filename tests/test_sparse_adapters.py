@@ -235,6 +235,30 @@ def test_a_library_that_fails_to_import_makes_the_cell_unavailable(tmp_path, mon
         k.prepare(uniform(256, 64, 4, 4))
 
 
+def test_a_library_release_that_does_not_match_its_dependency_makes_the_cell_unavailable(
+    tmp_path, monkeypatch
+):
+    """FA4 4.0.0b36 beside an older CuTe DSL raised AttributeError at import (H200, 2026-12-01)."""
+    import sys
+
+    from attnbench.families.kernel import cell
+    from attnbench.status import Unavailable
+
+    (tmp_path / "flash_attn" / "cute").mkdir(parents=True)
+    (tmp_path / "flash_attn" / "__init__.py").write_text("")
+    (tmp_path / "flash_attn" / "cute" / "__init__.py").write_text(
+        "raise AttributeError(\"module 'cutlass.cute.core' has no attribute 'ThrMma'\")\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("flash_attn", "flash_attn.cute"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    info = catalog.get("fa4")
+    assert cell.fails_to_import(info)
+    k = load(info, device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=2, head_dim=32)
+    with pytest.raises(Unavailable, match="importing flash_attn.cute failed: module 'cutlass"):
+        k.functions()
+
+
 def test_fa2_sparse_refuses_64_token_blocks_before_importing_it():
     k = load(
         catalog.get("fa2_sparse"),

@@ -63,8 +63,8 @@ class Kernel:
 
     @classmethod
     def import_modules(cls, info: KernelInfo):
-        """Import what the kernel needs (info.modules); raises ImportError, OSError or RuntimeError
-        where an installed library cannot load here."""
+        """Import what the kernel needs (info.modules); raises one of LOAD_ERRORS where an
+        installed library cannot load here."""
         for entry in info.modules:
             importlib.import_module(findable(entry))
 
@@ -103,10 +103,18 @@ class Kernel:
         for another torch or CUDA, no device) makes the cell `unavailable`, not a crash."""
         try:
             return importlib.import_module(name)
-        except (ImportError, OSError, RuntimeError) as e:
-            raise Unavailable(
-                f"{self.info.name}: importing {name} failed: {str(e).splitlines()[0][:300]}"
-            ) from e
+        except LOAD_ERRORS as e:
+            raise Unavailable(f"{self.info.name}: importing {name} failed: {load_error(e)}") from e
+
+
+# What an installed library raises when it cannot load here: a binary built for another CUDA or
+# torch, no device, or a release that does not match its dependency (FA4 4.0.0b36 on an older
+# cutlass-dsl: AttributeError)
+LOAD_ERRORS = (ImportError, OSError, RuntimeError, AttributeError)
+
+
+def load_error(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0][:300]
 
 
 def kernel_class(info: KernelInfo) -> type[Kernel]:

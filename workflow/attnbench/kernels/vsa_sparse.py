@@ -23,7 +23,7 @@ import importlib.util
 from pathlib import Path
 
 from ..status import Unavailable
-from .base import Kernel
+from .base import LOAD_ERRORS, Kernel, load_error
 
 VSA_BLOCK = 64
 CUDART12_DIST = "nvidia-cuda-runtime-cu12"
@@ -137,10 +137,8 @@ class VSA(Kernel):
         try:
             self.load_notes["cuda_runtime"] = preload_cuda12_runtime()
             vsa = import_vsa()
-        except (ImportError, OSError, RuntimeError) as e:
-            raise Unavailable(
-                f"{self.info.name}: importing vsa failed: {str(e).splitlines()[0][:300]}"
-            ) from e
+        except LOAD_ERRORS as e:
+            raise Unavailable(f"{self.info.name}: importing vsa failed: {load_error(e)}") from e
         block_map, sizes = vsa_arguments(mask, self.device)
 
         def fn(q, k, v):

@@ -64,11 +64,11 @@ def ends_without_gpu(spec) -> bool:
 def fails_to_import(info) -> bool:
     """An installed library that cannot load here (built for another CUDA, say): the cell
     records it `unavailable` when loading the kernel."""
-    from ...kernels.base import kernel_class
+    from ...kernels.base import LOAD_ERRORS, kernel_class
 
     try:
         kernel_class(info).import_modules(info)
-    except (ImportError, OSError, RuntimeError):
+    except LOAD_ERRORS:
         return True
     return False
 
