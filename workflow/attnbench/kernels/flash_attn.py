@@ -6,6 +6,8 @@ All three take the FlashAttention form of a mask: documents (cu_seqlens), causal
 
 from __future__ import annotations
 
+import os
+
 from .base import Kernel
 from .varlen import cu_seqlens
 
@@ -70,6 +72,9 @@ class FA3(FlashFamily):
 
 class FA4(FlashFamily):
     unbounded = None
+    # FA4 compiles each kernel variant at its first call (CuTe DSL JIT, seconds each); its own disk
+    # cache, off by default, lets the next cell's process load it instead (read at its import)
+    os.environ.setdefault("FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED", "1")
 
     def functions(self):
         lib = self.import_library("flash_attn.cute")
