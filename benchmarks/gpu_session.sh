@@ -33,7 +33,14 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 # other files (or only the wheels not installed yet) instead of the wheels again.
 install() { timeout 300 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"; }
 if ls .whl/*.whl > /dev/null 2>&1; then
-  install .whl/*.whl || exit 1
+  # .whl/ stays on the machine between calls (ignored paths are kept): install it once
+  carried=$(cd .whl && ls -l -- *.whl | md5sum)
+  if [ "$(cat /tmp/site/.carried 2> /dev/null)" = "$carried" ]; then
+    echo "the wheels of .whl/ are installed already"
+  else
+    install .whl/*.whl || exit 1
+    echo "$carried" > /tmp/site/.carried
+  fi
 elif [ ! -d /tmp/site/snakemake ]; then
   echo "no wheels carried (.whl) and none installed by an earlier call (/tmp/site)"; exit 1
 fi
@@ -71,7 +78,7 @@ if [ ! -d /tmp/site_fa4/flash_attn/cute ] && ls /tmp/fa4/*.tar.xz.part1-of-* > /
     echo "FlashAttention-4: $(ls "$tarxz".part*-of-"$n" | wc -l) of $n parts here so far"
   fi
 fi
-# every call: FA2's wheel, installed again from a .whl/ left on the machine, brings its old copy back
+# every call: installing FA2's wheel again (a new .whl/) brings its old copy back
 if [ -d /tmp/site_fa4/flash_attn/cute ] && [ -d /tmp/site/flash_attn ]; then
   rm -rf /tmp/site/flash_attn/cute && cp -r /tmp/site_fa4/flash_attn/cute /tmp/site/flash_attn/
 fi
