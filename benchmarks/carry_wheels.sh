@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fill .whl/ with what benchmarks/gpu_session.sh installs on a GPU machine that has no network:
 # Snakemake and its plugins (the pins of envs/requirements-cpu.txt, minus what the GPU image already
-# has), plus any extra wheel files named as arguments (FlashAttention from ../shared/wheels, fa3-fwd).
+# has), ninja (for the subset builds), plus any extra wheel files named as arguments (FlashAttention
+# from ../shared/wheels, fa3-fwd).
 # Compiled wheels are fetched for CPython 3.12 on manylinux x86_64 (the GPU image), the rest built here.
 #   benchmarks/carry_wheels.sh [EXTRA.whl ...]; then run with carry [".whl"]
 set -eu
@@ -22,6 +23,9 @@ grep -E '^[A-Za-z]' envs/requirements-cpu.txt | while IFS= read -r pin; do
     --platform manylinux_2_28_x86_64 --platform any -d "$dest" "$pin" 2> /dev/null ||
     "$python" -m pip wheel --quiet --no-deps -w "$dest" "$pin"
 done
+# ninja: the subset builds (gpu_session.sh steps fa2build, bsa) compile in parallel only with it
+"$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$dest" ninja
 for extra in "$@"; do cp "$extra" "$dest/"; done
 ls "$dest"/*.whl | wc -l | xargs echo "wheels in $dest:"
 du -sh "$dest"

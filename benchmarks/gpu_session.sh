@@ -14,6 +14,9 @@
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
 #            GPU-minute (benchmarks/harness_throughput.py) into OUTPUT_DIR/throughput/
 #   gputests the GPU tests (T_GPUTESTS) into OUTPUT_DIR/pytest_gpu.txt
+#   fa2build build FlashAttention-2's subset (envs/build_flash_attn.sh, T_FA2BUILD) from the carried
+#            sdist .src/flash_attn-2.8.3.post2.tar.gz, then FA2's GPU test on that wheel: its log and
+#            the test's into OUTPUT_DIR/build_fa2.log and pytest_gpu_fa2_built.txt, the wheel to $OUT
 #   bsa      build Block-Sparse-Attention (envs/build_block_sparse_attn.sh) from the carried source
 #            tarball .src/block_sparse_attn-src.tar.gz into /tmp/site, unless installed; its wheel
 #            goes to $OUT (carry it in .whl/ next time) and its log to OUTPUT_DIR/build_bsa.log
@@ -131,6 +134,21 @@ if has bsa; then
       --python python3 --out-dir /tmp/bsa_dist > "$outdir/build_bsa.log" 2>&1
     log "build exit $?: $(tail -3 "$outdir/build_bsa.log" | head -1)"
     ls /tmp/bsa_dist/*.whl > /dev/null 2>&1 && install /tmp/bsa_dist/*.whl && cp /tmp/bsa_dist/*.whl "$out/"
+  fi
+fi
+if has fa2build; then  # envs/build_flash_attn.sh on this machine, then FA2's GPU test on its wheel
+  log "building flash-attn from its sdist (${T_FA2BUILD:-480} s)"
+  rm -rf /tmp/fa2_dist /tmp/site_fa2build
+  timeout "${T_FA2BUILD:-480}" bash envs/build_flash_attn.sh --sdist .src/flash_attn-2.8.3.post2.tar.gz \
+    --python python3 --out-dir /tmp/fa2_dist > "$outdir/build_fa2.log" 2>&1
+  log "build exit $?: $(tail -1 "$outdir/build_fa2.log")"
+  if ls /tmp/fa2_dist/*.whl > /dev/null 2>&1; then
+    cp /tmp/fa2_dist/*.whl "$out/"
+    timeout 300 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_fa2build /tmp/fa2_dist/*.whl
+    { PYTHONPATH=/tmp/site_fa2build:$PYTHONPATH python -c "import flash_attn; print('flash_attn', flash_attn.__version__, 'from', flash_attn.__file__)"
+      PYTHONPATH=/tmp/site_fa2build:$PYTHONPATH timeout 240 python -m pytest -q -p no:cacheprovider \
+        tests/gpu/test_gpu_kernels.py -k "fa2 and not sparse"; } > "$outdir/pytest_gpu_fa2_built.txt" 2>&1
+    log "FA2 GPU test on the built wheel: $(tail -1 "$outdir/pytest_gpu_fa2_built.txt")"
   fi
 fi
 if has gputests; then
