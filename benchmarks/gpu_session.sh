@@ -34,7 +34,15 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # A call made right after another on the same machine finds the last call's /tmp/site, and may carry
 # other files (or only the wheels not installed yet) instead of the wheels again.
-install() { timeout 300 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"; }
+# install WHEEL...: into /tmp/site, or the folder TARGET names
+install() { timeout 300 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "${TARGET:-/tmp/site}" "$@"; }
+# gather FIRST: NAME from its parts NAME.partK-of-N (FIRST is part 1), once all N are beside it
+gather() {
+  local whole=${1%.part1-of-*} n=${1##*-of-} have
+  have=$(ls "$whole".part*-of-"$n" | wc -l)
+  if [ "$have" -ne "$n" ]; then echo "$(basename "$whole"): $have of $n parts here so far"; return 1; fi
+  for i in $(seq 1 "$n"); do cat "$whole.part$i-of-$n"; done > "$whole"
+}
 if ls .whl/*.whl > /dev/null 2>&1; then
   # .whl/ stays on the machine between calls (ignored paths are kept): install it once
   carried=$(cd .whl && ls -l -- *.whl | md5sum)
@@ -50,12 +58,7 @@ fi
 if ls .parts/*.part* > /dev/null 2>&1; then
   mkdir -p /tmp/parts && cp .parts/*.part* /tmp/parts/
   for first in /tmp/parts/*.part1-of-*; do
-    whl=${first%.part1-of-*} n=${first##*-of-}
-    if [ "$(ls "$whl".part*-of-"$n" | wc -l)" -eq "$n" ]; then
-      for i in $(seq 1 "$n"); do cat "$whl.part$i-of-$n"; done > "$whl" && install "$whl" && echo "installed $(basename "$whl") from $n parts"
-    else
-      echo "$(basename "$whl"): $(ls "$whl".part*-of-"$n" | wc -l) of $n parts here so far"
-    fi
+    gather "$first" && install "${first%.part1-of-*}" && echo "installed $(basename "${first%.part1-of-*}") from parts"
   done
 fi
 # kept in /tmp until flashinfer itself is installed (its parts may come in later calls)
@@ -70,16 +73,11 @@ export FLASHINFER_WORKSPACE_BASE=/tmp  # its JIT cache, kept while the machine s
 # the other, gathered in /tmp/fa4: wheels, and the DSL's 92 MB library wheel unpacked as a tar.xz in
 # parts (NAME.tar.xz.partK-of-N, 61 MiB in all), unpacked over the installed wheels.
 for d in .fa4*/; do [ -d "$d" ] && mkdir -p /tmp/fa4 && cp "$d"* /tmp/fa4/; done
-if [ ! -d /tmp/site_fa4/flash_attn/cute ] && ls /tmp/fa4/*.tar.xz.part1-of-* > /dev/null 2>&1; then
-  first=$(ls /tmp/fa4/*.tar.xz.part1-of-* | head -1); tarxz=${first%.part1-of-*} n=${first##*-of-}
-  if [ "$(ls "$tarxz".part*-of-"$n" | wc -l)" -eq "$n" ]; then
-    rm -rf /tmp/site_fa4
-    timeout 300 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_fa4 /tmp/fa4/*.whl &&
-      for i in $(seq 1 "$n"); do cat "$tarxz.part$i-of-$n"; done | tar xJf - -C /tmp/site_fa4 &&
-      echo "installed FlashAttention-4: $(cd /tmp/fa4 && ls *.whl "${tarxz##*/}".part1-of-"$n" | tr '\n' ' ')"
-  else
-    echo "FlashAttention-4: $(ls "$tarxz".part*-of-"$n" | wc -l) of $n parts here so far"
-  fi
+first=$(ls /tmp/fa4/*.tar.xz.part1-of-* 2> /dev/null | head -1)
+if [ ! -d /tmp/site_fa4/flash_attn/cute ] && [ -n "$first" ] && gather "$first"; then
+  rm -rf /tmp/site_fa4
+  TARGET=/tmp/site_fa4 install /tmp/fa4/*.whl && tar xJf "${first%.part1-of-*}" -C /tmp/site_fa4 &&
+    echo "installed FlashAttention-4: $(cd /tmp/fa4 && ls -- *.whl "$(basename "${first%.part1-of-*}")" | tr '\n' ' ')"
 fi
 # every call: installing FA2's wheel again (a new .whl/) brings its old copy back
 if [ -d /tmp/site_fa4/flash_attn/cute ] && [ -d /tmp/site/flash_attn ]; then
@@ -144,7 +142,7 @@ if has fa2build; then  # envs/build_flash_attn.sh on this machine, then FA2's GP
   log "build exit $?: $(tail -1 "$outdir/build_fa2.log")"
   if ls /tmp/fa2_dist/*.whl > /dev/null 2>&1; then
     cp /tmp/fa2_dist/*.whl "$out/"
-    timeout 300 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_fa2build /tmp/fa2_dist/*.whl
+    TARGET=/tmp/site_fa2build install /tmp/fa2_dist/*.whl
     { PYTHONPATH=/tmp/site_fa2build:$PYTHONPATH python -c "import flash_attn; print('flash_attn', flash_attn.__version__, 'from', flash_attn.__file__)"
       PYTHONPATH=/tmp/site_fa2build:$PYTHONPATH timeout 240 python -m pytest -q -p no:cacheprovider \
         tests/gpu/test_gpu_kernels.py -k "fa2 and not sparse"; } > "$outdir/pytest_gpu_fa2_built.txt" 2>&1
