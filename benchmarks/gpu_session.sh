@@ -7,8 +7,12 @@
 # Steps (budgets in seconds, from the environment):
 #   verify   CP correctness matrix with NCCL on all the machine's GPUs (VERIFY_WORLD): SDPA local kernels (T_VERIFY), FlashAttention
 #            (fa2, fa3; T_VERIFY), then FlexAttention on every CP mask (T_VERIFY_FLEX; it compiles per
-#            mask), into OUTPUT_DIR/cp_verify; VERIFY="sdpa flash" (any of sdpa, flash, flex) runs those
-#   cp       the h200_cp grid (T_CP)          sparse   the h200_sparse grid (T_SPARSE)
+#            mask), into OUTPUT_DIR/cp_verify; VERIFY="sdpa flash" (any of sdpa, flash, flex, dkv: Ring P2P
+#            (and USP, LoongTrain where they have a ring) with dK/dV sent in bf16) runs those
+#   cp       the h200_cp grid (T_CP) in stages of cell lengths (CP_STAGES, "|" between stages;
+#            default 64K tokens per GPU and the 1-GPU references first, then 128K, then 16K)
+#   comm     the NCCL communication benchmark of the CP model (rule comm_bench) on all the GPUs
+#   sparse   the h200_sparse grid (T_SPARSE)
 #   cpx8     the h200_cp_x8 grid, 4 and 8 GPUs (T_CPX8), on a machine of 8
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
@@ -122,6 +126,9 @@ if has verify && [ "$gpus" -ge 2 ]; then
   listed sdpa "${VERIFY:-sdpa flash flex}" && verify sdpa "${T_VERIFY:-90}" --kernels sdpa_flash sdpa_cudnn
   listed flash "${VERIFY:-sdpa flash flex}" && verify flash "${T_VERIFY:-90}" --kernels fa2 fa3
   listed flex "${VERIFY:-sdpa flash flex}" && verify flex "${T_VERIFY_FLEX:-240}" --kernels flex
+  # dK/dV travelling the ring in bf16 (cp.dkv_comm_dtype: input), fp32 sums kept on every rank
+  listed dkv "${VERIFY:-sdpa flash flex}" && verify dkv_input "${T_VERIFY:-90}" --kernels sdpa_cudnn fa2 \
+    --methods ring_p2p usp loongtrain --dkv-comm-dtype input
 fi
 if has bsa; then
   if PYTHONPATH=/tmp/site python3 -c "import block_sparse_attn" 2> /dev/null; then
@@ -182,7 +189,26 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
     --since "$since" --nvml "$outdir/throughput/nvml_$stamp.csv" --json "$outdir/throughput/h200_sweep_$stamp.json" \
     2>&1 | tee -a "$out/session.txt"
 fi
-has cp && [ "$gpus" -ge 2 ] && grid h200_cp "${T_CP:-300}"
+if has comm && [ "$gpus" -ge 2 ]; then  # the CP model's network preset is fitted from it (issue 17)
+  log "comm_bench on $gpus GPUs (${T_COMM:-120} s)"
+  timeout "${T_COMM:-120}" snakemake "$outdir/comm/cuda_n$gpus.json" --profile profiles/local --cores "$(nproc)" \
+    --config "output_dir=$outdir" > "$out/snakemake_comm.log" 2>&1
+  log "comm_bench exit $?"
+fi
+if has cp && [ "$gpus" -ge 2 ]; then  # the cells one session most needs first; what is left runs next time
+  t0=$(date +%s) budget=${T_CP:-300}
+  IFS='|' read -ra stages <<< "${CP_STAGES:-65536 131072|262144|16384 32768}"
+  for lengths in "${stages[@]}"; do
+    left=$((budget - ($(date +%s) - t0)))
+    [ "$left" -gt 30 ] || break
+    targets=$(python -m attnbench records --grids h200_cp --seqlen $lengths --overrides "{\"output_dir\": \"$outdir\"}")
+    [ -n "$targets" ] || continue
+    log "h200_cp S in {$lengths}: $(echo "$targets" | wc -l) cells, ${left} s left"
+    timeout -s INT "$left" snakemake $targets --profile profiles/local --cores "$(nproc)" \
+      --config "run=[h200_cp]" "output_dir=$outdir" >> "$out/snakemake_h200_cp.log" 2>&1
+    log "h200_cp S in {$lengths}: exit $? ($(grep -c 'Finished job' "$out/snakemake_h200_cp.log") jobs finished so far)"
+  done
+fi
 # 4 and 8 GPUs (issue 15), on 8 GPUs: two 4-GPU cells run side by side
 has cpx8 && [ "$gpus" -ge 8 ] && grid h200_cp_x8 "${T_CPX8:-540}" --resources gpu="$gpus"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU
