@@ -170,6 +170,32 @@ def test_comm_bench_at_world_size_two(tmp_path):
     assert set(res["fit"]) == {"all_to_all", "p2p", "all_gather"}
     p2p = res["patterns"]["p2p"]
     assert [x["bytes_sent"] for x in p2p] == [2**18, 2**20] and all(x["seconds"] > 0 for x in p2p)
+    # a preset naming the output times each intra-node pattern by its own fit
+    preset = {"gpus_per_node": 2, "intra_gbytes_per_s": 1e6, "intra_latency_us": 0}
+    preset.update(inter_gbytes_per_s=1, inter_latency_us=0, comm_bench=str(out))
+    net = Network.from_config("gloo", preset)
+    for pattern in ("p2p", "all_to_all", "all_gather"):
+        fit = res["fit"][pattern]
+        # peers: the other rank of a send/recv, every member of a collective
+        t = schedule.Transfer("x", pattern, 10**8, (1,) if pattern == "p2p" else (0, 1))
+        if fit["gbytes_per_s"]:
+            want = max(0.0, fit["latency_us"]) * 1e-6 + 10**8 / (fit["gbytes_per_s"] * 1e9)
+        else:  # gloo's small messages can fit no bandwidth: the preset's then
+            want = 10**8 / 1e15
+        assert net.seconds(t, 0) == pytest.approx(want)
+    # the same, deterministically: a fit without bandwidth, a negative intercept
+    fits = {"p2p": {"latency_us": -3.0, "gbytes_per_s": 100.0}}
+    fits["all_to_all"] = {"latency_us": 50.0, "gbytes_per_s": None}
+    (tmp_path / "fits.json").write_text(json.dumps({"fit": fits}))
+    made = Network.from_config("t", {**preset, "comm_bench": str(tmp_path / "fits.json")})
+    assert made.intra_by_pattern == (("p2p", 100.0, 0.0),)
+    assert made.intra("all_to_all") == (1e15, 0.0) and made.intra("p2p") == (1e11, 0.0)
+    rs = schedule.Transfer("x", "reduce_scatter", 10**8, (0, 1))
+    assert net.seconds(rs, 0) == net.seconds(schedule.Transfer("x", "all_gather", 10**8, (0, 1)), 0)
+    # off the node the preset's NIC, whatever was measured inside it
+    assert net.seconds(schedule.Transfer("x", "p2p", 10**9, (2,)), 0) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="comm_bench 'nowhere.json' is not a readable"):
+        Network.from_config("gloo", {**preset, "comm_bench": "nowhere.json"})
 
 
 @pytest.mark.parametrize("seed", range(4))

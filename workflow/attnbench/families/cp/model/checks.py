@@ -130,8 +130,7 @@ def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
     lines = [
         f"# CP throughput model: {mc['grid'].get('description', '')}",
         "",
-        f"Network `{net.name}`: {net.gpus_per_node} GPUs per node; intra-node {net.intra_gbytes_per_s} GB/s, "
-        f"{net.intra_latency_us} us; inter-node {net.inter_gbytes_per_s} GB/s, {net.inter_latency_us} us per GPU; "
+        f"Network `{net.name}`: {net.gpus_per_node} GPUs per node; intra-node {intra_text(net)}; inter-node {net.inter_gbytes_per_s} GB/s, {net.inter_latency_us} us per GPU; "
         f"compute scale {net.compute_scale}. Source: {mc['networks'][net.name].get('source', 'not stated')}",
         "",
         f"Local kernel `{kt.kernel}`: time per visible pair and query head interpolated in log length from "
@@ -170,6 +169,7 @@ def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
     ]
     if len(val):
         lines.append(_error_line(val, "relative_error", "per-GPU TFLOP/s"))
+        lines += _per_kernel_lines(val, kt.kernel, mc.get("other_kernels", {}))
         mem = val.dropna(subset=["mem_relative_error"])
         lines.append("")
         lines.append(
@@ -184,3 +184,29 @@ def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
     lines += ["", "## The paper's findings, as checks", ""]
     lines += [f"- {'PASS' if c['passed'] else 'FAIL'}: {c['name']}: {c['detail']}" for c in checks]
     return "\n".join(lines) + "\n"
+
+
+def _per_kernel_lines(val, kernel: str, others: dict) -> list[str]:
+    """Validation per local kernel, where the grid ran more than the modelled one (`auto`)."""
+    if not others:
+        return []
+    lines = ["", "Per local kernel (each its own time fit from its kernel records, and its own overheads):", ""]
+    for name in [kernel, *others]:
+        cells = val[val["local_kernel"] == name]
+        fit = others.get(name)
+        how = (
+            f"per-call overheads {fit.text()}"
+            if fit is not None and not isinstance(fit, str)
+            else (fit or "the model's own kernel, above")
+        )
+        err = _error_line(cells, "relative_error", f"`{name}`") if len(cells) else f"`{name}`: no cell"
+        lines.append(f"- {err}; {how}")
+    return lines
+
+
+def intra_text(net) -> str:
+    if not net.intra_by_pattern:
+        return f"{net.intra_gbytes_per_s} GB/s, {net.intra_latency_us} us"
+    return "measured per pattern: " + ", ".join(
+        f"{p} {bw:.0f} GB/s, {lat:.0f} us" for p, bw, lat in net.intra_by_pattern
+    )

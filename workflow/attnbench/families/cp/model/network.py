@@ -1,13 +1,19 @@
 """A network as the model sees it: bandwidth and latency per GPU, inside a node and across nodes.
 
-Presets live in config.yaml (`cp_model.networks`); each names where its numbers come from.
+Presets live in config.yaml (`cp_model.networks`); each names where its numbers come from. A
+preset may name a communication benchmark's output (`comm_bench`: rule comm_bench, model/commbench.py):
+its per-pattern fits (all-to-all, send/recv, all-gather) then time the intra-node transfers of
+that pattern, in place of the preset's one intra-node bandwidth and latency.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from ....cp.schedule import Transfer
+from ....harness.environment import REPO
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,10 @@ class Network:
     # seconds per transfer call on top of the preset's latency (Python and the library's call):
     # fitted on the grid's comm-only measurements (model/overhead.py), never a preset value
     call_overhead_s: float = 0.0
+    # ((pattern, GB/s, latency us), ...) measured intra-node by the comm benchmark; a pattern not
+    # listed (or without a usable fit) uses intra_gbytes_per_s / intra_latency_us (reduce-scatter:
+    # all-gather's fit)
+    intra_by_pattern: tuple = ()
 
     @classmethod
     def from_config(cls, name: str, cfg: dict) -> Network:
@@ -35,7 +45,17 @@ class Network:
             "inter_latency_us",
             "compute_scale",
         )
-        return cls(name, **{k: cfg[k] for k in keys if k in cfg})
+        measured = comm_bench_fits(cfg["comm_bench"], name) if cfg.get("comm_bench") else ()
+        return cls(name, **{k: cfg[k] for k in keys if k in cfg}, intra_by_pattern=measured)
+
+    def intra(self, pattern: str) -> tuple[float, float]:
+        """(bytes per second, latency seconds) of an intra-node transfer of this pattern."""
+        fits = dict((p, (bw, lat)) for p, bw, lat in self.intra_by_pattern)
+        bw, lat = fits.get(
+            "all_gather" if pattern == "reduce_scatter" else pattern,
+            (self.intra_gbytes_per_s, self.intra_latency_us),
+        )
+        return bw * 1e9, lat * 1e-6
 
     def node(self, rank: int) -> int:
         return rank // self.gpus_per_node
@@ -50,8 +70,9 @@ class Network:
         if t.nbytes == 0:
             return 0.0
         inter = self.crosses_nodes(rank, t.peers)
-        lat = (self.inter_latency_us if inter else self.intra_latency_us) * 1e-6
-        bw_intra, bw_inter = self.intra_gbytes_per_s * 1e9, self.inter_gbytes_per_s * 1e9
+        bw_intra, lat_intra = self.intra(t.pattern)
+        lat = self.inter_latency_us * 1e-6 if inter else lat_intra
+        bw_inter = self.inter_gbytes_per_s * 1e9
         if t.pattern == "p2p":
             wire = lat + t.nbytes / (bw_inter if inter else bw_intra)
         elif t.pattern == "all_to_all":
@@ -66,3 +87,23 @@ class Network:
 
     def link(self, t: Transfer, rank: int) -> str:
         return "inter-node" if self.crosses_nodes(rank, t.peers) else "intra-node"
+
+
+def comm_bench_fits(path: str, network: str) -> tuple:
+    """((pattern, GB/s, latency us), ...) from a comm benchmark's JSON (its `fit` section)."""
+    try:  # a relative path is the repository's (the committed results/<device>/comm)
+        fits = json.loads((REPO / path).read_text())["fit"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(
+            f"network {network}: comm_bench {path!r} is not a readable comm benchmark output "
+            f"(snakemake <output_dir>/comm/cuda_n<GPUs>.json writes one): {e}"
+        ) from None
+    # a pattern whose timings fitted no positive bandwidth (noise on small messages) keeps the
+    # preset's numbers; a least-squares intercept just below zero is no latency, not a negative one
+    return tuple(
+        sorted(
+            (p, f["gbytes_per_s"], max(0.0, f["latency_us"]))
+            for p, f in fits.items()
+            if f.get("gbytes_per_s")
+        )
+    )

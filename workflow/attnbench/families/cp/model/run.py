@@ -215,12 +215,12 @@ def memory_columns(r, preds) -> dict:
     }
 
 
-def measured_cells(df: pd.DataFrame, grid: str, kernel: str) -> pd.DataFrame:
-    """The grid's ok cells of modelled methods that ran the modelled local kernel (a grid may also
-    hold cells of other local kernels, or with dK/dV sent in another dtype: not this model's)."""
+def measured_cells(df: pd.DataFrame, grid: str, kernel: str | None) -> pd.DataFrame:
+    """The grid's ok cells of modelled methods that ran local kernel `kernel` (None: any; dK/dV
+    sent in another dtype than the accumulator's is not modelled)."""
     if df.empty or "method" not in df:
         return df.iloc[0:0]
-    same = df["local_kernel"] == kernel if "local_kernel" in df else True
+    same = True if kernel is None or "local_kernel" not in df else df["local_kernel"] == kernel
     if "dkv_comm_dtype" in df:
         same = same & df["dkv_comm_dtype"].fillna("accumulator").eq("accumulator")
     return df[
@@ -249,6 +249,14 @@ def attach_measured(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
         .rename(columns={"tflops_per_gpu": "measured_tflops_per_gpu"})
     )
     return pred.merge(m, on=keys, how="left")
+
+
+def fitted_kernel(recs, kernel: str, s: Setting, cal_grid: str, net: Network, mc: dict):
+    """(KernelTime, Network, Calibration) of one local kernel: its time from the kernel records,
+    its per-call overheads fitted on cal_grid's cells of that kernel."""
+    kt = KernelTime.from_table(recs, kernel, s.heads_q, s.heads_kv, s.head_dim, s.dtype)
+    samples = measured_samples(measured_cells(recs, cal_grid, kernel))
+    return calibrate(samples, s, kt, net, mc["max_ring_ranks"], cal_grid)
 
 
 def calibration_network(cfg, grid: str, cal_grid: str, s: Setting, kernel: str) -> Network:
@@ -284,21 +292,24 @@ def run_predict(
     kernel = (
         mc["local_kernel"] if kernel == "auto" else kernel
     )  # the grid's own local kernel first
-    kt = KernelTime.from_table(recs, kernel, s.heads_q, s.heads_kv, s.head_dim, s.dtype)
     cal_net = calibration_network(cfg, grid, cal_grid, s, kernel)
-    kt, net, mc["calibration"] = calibrate(
-        measured_samples(measured_cells(recs, cal_grid, kernel)),
-        s,
-        kt,
-        cal_net,
-        mc["max_ring_ranks"],
-        cal_grid,
-    )
+    kt, net, mc["calibration"] = fitted_kernel(recs, kernel, s, cal_grid, cal_net, mc)
     if cal_grid == grid:  # another grid's network: its per-transfer overhead is not this one's
         mc["network"] = net
     measured = measured_cells(recs, grid, kernel)
     pred = attach_measured(prediction_rows(cfg, mc, s, directions, kt, progress), measured)
-    val = validation_rows(measured, s, kt, mc["network"], mc)
+    val = validation_rows(measured, s, kt, mc["network"], mc).assign(local_kernel=kernel)
+    # the grid's cells of its other local kernels (`auto`, or named), each with its own fit
+    mc["other_kernels"] = {}
+    for other in sorted(set(measured_cells(recs, grid, None).get("local_kernel", [])) - {kernel}):
+        try:
+            kt_o, net_o, cal_o = fitted_kernel(recs, other, s, grid, cal_net, mc)
+        except ValueError as e:  # no kernel records of it to fit its time from
+            mc["other_kernels"][other] = str(e)
+            continue
+        mc["other_kernels"][other] = cal_o
+        rows = validation_rows(measured_cells(recs, grid, other), s, kt_o, net_o, mc)
+        val = pd.concat([val, rows.assign(local_kernel=other)], ignore_index=True)
     tables_dir.mkdir(parents=True, exist_ok=True)
     pred = pred[COLUMNS + [c for c in pred.columns if c not in COLUMNS]]
     pred.to_csv(tables_dir / "cp_model.csv", index=False)
