@@ -191,7 +191,9 @@ def test_comm_bench_at_world_size_two(tmp_path):
     assert made.intra_by_pattern == (("p2p", 100.0, 0.0),)
     assert made.intra("all_to_all") == (1e15, 0.0) and made.intra("p2p") == (1e11, 0.0)
     rs = schedule.Transfer("x", "reduce_scatter", 10**8, (0, 1))
-    assert net.seconds(rs, 0) == net.seconds(schedule.Transfer("x", "all_gather", 10**8, (0, 1)), 0)
+    assert net.seconds(rs, 0) == net.seconds(
+        schedule.Transfer("x", "all_gather", 10**8, (0, 1)), 0
+    )
     # off the node the preset's NIC, whatever was measured inside it
     assert net.seconds(schedule.Transfer("x", "p2p", 10**9, (2,)), 0) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="comm_bench 'nowhere.json' is not a readable"):

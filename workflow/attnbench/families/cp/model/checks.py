@@ -190,7 +190,11 @@ def _per_kernel_lines(val, kernel: str, others: dict) -> list[str]:
     """Validation per local kernel, where the grid ran more than the modelled one (`auto`)."""
     if not others:
         return []
-    lines = ["", "Per local kernel (each its own time fit from its kernel records, and its own overheads):", ""]
+    lines = [
+        "",
+        "Per local kernel (each its own time fit from its kernel records, and its own overheads):",
+        "",
+    ]
     for name in [kernel, *others]:
         cells = val[val["local_kernel"] == name]
         fit = others.get(name)
@@ -199,7 +203,11 @@ def _per_kernel_lines(val, kernel: str, others: dict) -> list[str]:
             if fit is not None and not isinstance(fit, str)
             else (fit or "the model's own kernel, above")
         )
-        err = _error_line(cells, "relative_error", f"`{name}`") if len(cells) else f"`{name}`: no cell"
+        err = (
+            _error_line(cells, "relative_error", f"`{name}`")
+            if len(cells)
+            else f"`{name}`: no cell"
+        )
         lines.append(f"- {err}; {how}")
     return lines
 

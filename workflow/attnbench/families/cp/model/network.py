@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from ....cp.schedule import Transfer
 from ....harness.environment import REPO
