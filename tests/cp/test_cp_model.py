@@ -15,6 +15,7 @@ from attnbench.cp import catalog, schedule
 from attnbench.cp.chunks import allgather_chunks, ring_step_chunk
 from attnbench.cp.layout import ShardLayout
 from attnbench.families import load_config
+from attnbench.families.cp.model.checks import intra_text
 from attnbench.families.cp.model.geometry import Geometry, real_slices, slices_of
 from attnbench.families.cp.model.kernel_time import KernelTime
 from attnbench.families.cp.model.network import Network
@@ -190,6 +191,8 @@ def test_comm_bench_at_world_size_two(tmp_path):
     made = Network.from_config("t", {**preset, "comm_bench": str(tmp_path / "fits.json")})
     assert made.intra_by_pattern == (("p2p", 100.0, 0.0),)
     assert made.intra("all_to_all") == (1e15, 0.0) and made.intra("p2p") == (1e11, 0.0)
+    said = intra_text(made)  # the model's summary says which pattern fell back to the preset
+    assert "p2p 100 GB/s" in said and "all_gather, all_to_all: no bandwidth fitted" in said
     rs = schedule.Transfer("x", "reduce_scatter", 10**8, (0, 1))
     assert net.seconds(rs, 0) == net.seconds(
         schedule.Transfer("x", "all_gather", 10**8, (0, 1)), 0

@@ -213,8 +213,16 @@ def _per_kernel_lines(val, kernel: str, others: dict) -> list[str]:
 
 
 def intra_text(net) -> str:
+    """The intra-node links: the preset's numbers, or the comm benchmark's per pattern (and the
+    preset's for a pattern it fitted no bandwidth for, said so)."""
+    preset = f"{net.intra_gbytes_per_s} GB/s, {net.intra_latency_us} us"
     if not net.intra_by_pattern:
-        return f"{net.intra_gbytes_per_s} GB/s, {net.intra_latency_us} us"
-    return "measured per pattern: " + ", ".join(
+        return preset
+    measured = {p for p, _, _ in net.intra_by_pattern}
+    text = "measured per pattern: " + ", ".join(
         f"{p} {bw:.0f} GB/s, {lat:.0f} us" for p, bw, lat in net.intra_by_pattern
     )
+    unfitted = sorted({"p2p", "all_to_all", "all_gather"} - measured)
+    if unfitted:
+        text += f"; {', '.join(unfitted)}: no bandwidth fitted, the preset's {preset}"
+    return text
