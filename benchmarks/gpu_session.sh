@@ -103,6 +103,19 @@ has() { listed "$1" "$steps"; }
 gpus=$(nvidia-smi -L | grep -c '^GPU ')
 mkdir -p "$outdir/cp_verify"
 
+# missing_cells GRID SECONDS "LENGTHS" "RECORDS OPTIONS" [snakemake arguments]: the grid's cells of
+# these lengths (and `attnbench records` options) that have no record yet, in one Snakemake run
+missing_cells() {
+  local name=$1 left=$2 lengths=$3 opts=$4 targets; shift 4
+  targets=$(python -m attnbench records --grids "$name" --seqlen $lengths $opts --overrides "{\"output_dir\": \"$outdir\"}")
+  [ -n "$targets" ] || return 0
+  log "$name S in {$lengths} $opts: $(echo "$targets" | wc -l) cells, ${left} s left"
+  # the targets before --config, which would take them for more config entries
+  timeout -s INT "$left" snakemake $targets --profile profiles/local --cores "$(nproc)" "$@" \
+    --config "run=[$name]" "output_dir=$outdir" >> "$out/snakemake_$name.log" 2>&1
+  log "$name S in {$lengths}: exit $? ($(grep -c 'Finished job' "$out/snakemake_$name.log") jobs finished so far)"
+}
+
 grid() {  # grid NAME BUDGET [extra snakemake arguments]
   local name=$1 budget=$2; shift 2
   log "$name grid (${budget} s)"
@@ -175,14 +188,8 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
     left=$((budget - ($(date +%s) - t0)))
     [ "$left" -gt 30 ] || break
     # SWEEP_FIRST: `attnbench records` options naming cells to run before all others (--kernels, --masks)
-    targets=$(python -m attnbench records --grids h200_sweep --seqlen $lengths ${SWEEP_FIRST:-} --overrides "{\"output_dir\": \"$outdir\"}")
-    first=${SWEEP_FIRST:-}; SWEEP_FIRST=''
-    [ -n "$targets" ] || continue
-    log "h200_sweep S in {$lengths} $first: $(echo "$targets" | wc -l) cells, ${left} s left"
-    # the targets before --config, which would take them for more config entries
-    timeout -s INT "$left" snakemake $targets --profile profiles/local --cores "$(nproc)" \
-      --resources gpu=$((4 * gpus)) --scheduler greedy --config "run=[h200_sweep]" "output_dir=$outdir" >> "$out/snakemake_h200_sweep.log" 2>&1
-    log "h200_sweep S in {$lengths}: exit $?"
+    missing_cells h200_sweep "$left" "$lengths" "${SWEEP_FIRST:-}" --resources gpu=$((4 * gpus)) --scheduler greedy
+    SWEEP_FIRST=''
   done
   kill "$nvml" 2>/dev/null
   python benchmarks/harness_throughput.py "$outdir/cells/h200_sweep" --gpus "$gpus" --wall-s $(($(date +%s) - t0)) \
@@ -201,12 +208,7 @@ if has cp && [ "$gpus" -ge 2 ]; then  # the cells one session most needs first; 
   for lengths in "${stages[@]}"; do
     left=$((budget - ($(date +%s) - t0)))
     [ "$left" -gt 30 ] || break
-    targets=$(python -m attnbench records --grids h200_cp --seqlen $lengths --overrides "{\"output_dir\": \"$outdir\"}")
-    [ -n "$targets" ] || continue
-    log "h200_cp S in {$lengths}: $(echo "$targets" | wc -l) cells, ${left} s left"
-    timeout -s INT "$left" snakemake $targets --profile profiles/local --cores "$(nproc)" \
-      --config "run=[h200_cp]" "output_dir=$outdir" >> "$out/snakemake_h200_cp.log" 2>&1
-    log "h200_cp S in {$lengths}: exit $? ($(grep -c 'Finished job' "$out/snakemake_h200_cp.log") jobs finished so far)"
+    missing_cells h200_cp "$left" "$lengths" ""
   done
 fi
 # 4 and 8 GPUs (issue 15), on 8 GPUs: two 4-GPU cells run side by side

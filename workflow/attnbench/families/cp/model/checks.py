@@ -130,7 +130,8 @@ def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
     lines = [
         f"# CP throughput model: {mc['grid'].get('description', '')}",
         "",
-        f"Network `{net.name}`: {net.gpus_per_node} GPUs per node; intra-node {intra_text(net)}; inter-node {net.inter_gbytes_per_s} GB/s, {net.inter_latency_us} us per GPU; "
+        f"Network `{net.name}`: {net.gpus_per_node} GPUs per node; intra-node {intra_text(net)}; "
+        f"inter-node {net.inter_gbytes_per_s} GB/s, {net.inter_latency_us} us per GPU; "
         f"compute scale {net.compute_scale}. Source: {mc['networks'][net.name].get('source', 'not stated')}",
         "",
         f"Local kernel `{kt.kernel}`: time per visible pair and query head interpolated in log length from "
@@ -197,12 +198,11 @@ def _per_kernel_lines(val, kernel: str, others: dict) -> list[str]:
     ]
     for name in [kernel, *others]:
         cells = val[val["local_kernel"] == name]
-        fit = others.get(name)
-        how = (
-            f"per-call overheads {fit.text()}"
-            if fit is not None and not isinstance(fit, str)
-            else (fit or "the model's own kernel, above")
-        )
+        fit = others.get(name)  # a Calibration, or why the kernel could not be fitted
+        if name == kernel:
+            how = "the model's own kernel, above"
+        else:
+            how = fit if isinstance(fit, str) else f"per-call overheads {fit.text()}"
         err = (
             _error_line(cells, "relative_error", f"`{name}`")
             if len(cells)
