@@ -235,6 +235,32 @@ def test_a_library_that_fails_to_import_makes_the_cell_unavailable(tmp_path, mon
         k.prepare(uniform(256, 64, 4, 4))
 
 
+@pytest.mark.parametrize(
+    "symbol, torch_abi",
+    [  # what vsa 0.0.4's binary lacked under torch 2.11 (H200, 2026-12-01), and a non-torch symbol
+        ("_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib", True),
+        ("cudaLaunchKernelExC", False),
+    ],
+)
+def test_a_binary_built_against_another_torch_is_named_so(tmp_path, monkeypatch, symbol, torch_abi):
+    from attnbench.status import Unavailable
+
+    pkg = tmp_path / "vsa"
+    pkg.mkdir()
+    so = "/tmp/site/vsa_cuda.cpython-312-x86_64-linux-gnu.so"
+    (pkg / "__init__.py").write_text(f"raise ImportError('{so}: undefined symbol: {symbol}')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "vsa", raising=False)
+    k = load(
+        catalog.get("vsa"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=4, head_dim=32
+    )
+    with pytest.raises(Unavailable) as e:
+        k.prepare(uniform(256, 64, 4, 4))
+    assert f"undefined symbol: {symbol}" in e.value.reason
+    hint = f"built against another torch than {torch.__version__}"
+    assert (hint in e.value.reason) == torch_abi
+
+
 def test_a_library_release_that_does_not_match_its_dependency_makes_the_cell_unavailable(
     tmp_path, monkeypatch
 ):

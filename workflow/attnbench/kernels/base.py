@@ -113,8 +113,20 @@ class Kernel:
 LOAD_ERRORS = (ImportError, OSError, RuntimeError, AttributeError)
 
 
+# Itanium-mangled prefixes of torch's C++ namespaces (c10::, at::, torch::)
+TORCH_SYMBOL_PREFIXES = ("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch")
+
+
 def load_error(e: BaseException) -> str:
-    return (str(e).splitlines() or [type(e).__name__])[0][:300]
+    """The first line of why a library failed to load; a missing torch C++ symbol says that the
+    binary was built against another torch (its ABI), which no runtime on the path can fix."""
+    line = (str(e).splitlines() or [type(e).__name__])[0][:300]
+    symbol = line.rpartition("undefined symbol: ")[2].strip()
+    if "undefined symbol: " in line and symbol.startswith(TORCH_SYMBOL_PREFIXES):
+        import torch
+
+        line += f" (a torch C++ symbol: the binary was built against another torch than {torch.__version__})"
+    return line
 
 
 def kernel_class(info: KernelInfo) -> type[Kernel]:
