@@ -242,7 +242,9 @@ def test_a_library_that_fails_to_import_makes_the_cell_unavailable(tmp_path, mon
         ("cudaLaunchKernelExC", False),
     ],
 )
-def test_a_binary_built_against_another_torch_is_named_so(tmp_path, monkeypatch, symbol, torch_abi):
+def test_a_binary_built_against_another_torch_is_named_so(
+    tmp_path, monkeypatch, symbol, torch_abi
+):
     from attnbench.status import Unavailable
 
     pkg = tmp_path / "vsa"
