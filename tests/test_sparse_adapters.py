@@ -417,3 +417,106 @@ def test_a_failed_flashinfer_build_names_the_compiler_error():
         "fatal error: curand_kernel.h: No such file or directory"
     )
     assert jit_failure_line("nvcc not found\n") == "nvcc not found"
+
+
+def fake_fastvideo_kernel(root, hopper=True):
+    """A stand-in for PyPI fastvideo-kernel's interface (its wheel needs a GPU to import):
+    block_sparse_attn(q, k, v, block_map, variable_block_sizes) -> (out, lse), recording its
+    arguments, and the Hopper extension the adapter requires."""
+    pkg = root / "fastvideo_kernel"
+    (pkg / "_C").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "calls = []\n"
+        "def block_sparse_attn(q, k, v, block_map, variable_block_sizes):\n"
+        "    calls.append((block_map, variable_block_sizes))\n"
+        "    return q, None\n"
+    )
+    (pkg / "_C" / "__init__.py").write_text("")
+    ops = "block_sparse_fwd = block_sparse_bwd = object()\n" if hopper else ""
+    (pkg / "_C" / "fastvideo_kernel_ops.py").write_text(ops)
+    meta = root / "fastvideo_kernel-0.3.5.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: fastvideo-kernel\nVersion: 0.3.5\n"
+    )
+
+
+def vsa_with_fastvideo(tmp_path, monkeypatch, hopper=True):
+    import sys
+
+    symbol = "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib"
+    (tmp_path / "vsa").mkdir()
+    (tmp_path / "vsa" / "__init__.py").write_text(
+        f"raise ImportError('undefined symbol: {symbol}')\n"
+    )
+    fake_fastvideo_kernel(tmp_path, hopper)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in (
+        "vsa",
+        "fastvideo_kernel",
+        "fastvideo_kernel._C",
+        "fastvideo_kernel._C.fastvideo_kernel_ops",
+    ):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return load(
+        catalog.get("vsa"), device="cpu", dtype=torch.bfloat16, heads_q=4, heads_kv=4, head_dim=32
+    )
+
+
+def test_vsa_runs_from_fastvideo_kernel_where_vsa_cannot_load(tmp_path, monkeypatch):
+    import sys
+
+    from attnbench.kernels.vsa_sparse import vsa_arguments
+
+    k = vsa_with_fastvideo(tmp_path, monkeypatch)
+    mask = uniform(256, 64, 4, 4)
+    fn = k.prepare(mask)
+    q = torch.randn(1, 4, 256, 32, dtype=torch.bfloat16)
+    assert fn(q, q, q) is q
+    block_map, sizes = sys.modules["fastvideo_kernel"].calls[0]
+    want_map, want_sizes = vsa_arguments(mask)
+    assert torch.equal(block_map, want_map) and torch.equal(sizes, want_sizes)
+    library = k.load_notes["library"]
+    assert library.startswith("fastvideo_kernel 0.3.5 (importing vsa failed: undefined symbol")
+    assert "built against another torch" in library
+
+
+def test_fastvideo_kernel_without_its_hopper_kernels_is_unavailable(tmp_path, monkeypatch):
+    """Its own block_sparse_attn would quietly run Triton (vsa_triton's kernel) instead."""
+    from attnbench.status import Unavailable
+
+    k = vsa_with_fastvideo(tmp_path, monkeypatch, hopper=False)
+    with pytest.raises(
+        Unavailable,
+        match="importing vsa failed: .*; importing fastvideo_kernel "
+        "failed: this fastvideo_kernel has no Hopper block_sparse_fwd/bwd",
+    ):
+        k.prepare(uniform(256, 64, 4, 4))
+    monkeypatch.setenv("FASTVIDEO_VSA_TRITON", "1")
+    with pytest.raises(
+        Unavailable, match="FASTVIDEO_VSA_TRITON=1 makes fastvideo_kernel run Triton"
+    ):
+        k.prepare(uniform(256, 64, 4, 4))
+
+
+def test_fastvideo_kernels_bundled_libcuda_comes_after_the_machines(tmp_path, monkeypatch):
+    """fastvideo-kernel 0.3.5's wheel carries libcuda 580.178.04: the machine's libcuda.so.1 is
+    loaded first (globally); where there is none (no driver), the cell says so."""
+    import ctypes
+
+    from attnbench.kernels.vsa_sparse import bundled_libcuda
+    from attnbench.status import Unavailable
+
+    k = vsa_with_fastvideo(tmp_path, monkeypatch)
+    assert bundled_libcuda() == []
+    (tmp_path / "fastvideo_kernel.libs").mkdir()
+    (tmp_path / "fastvideo_kernel.libs" / "libcuda-dcdf334a.so.580.178.04").write_bytes(b"")
+    assert [p.name for p in bundled_libcuda()] == ["libcuda-dcdf334a.so.580.178.04"]
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        with pytest.raises(Unavailable, match="importing fastvideo_kernel failed: libcuda.so.1"):
+            k.prepare(uniform(256, 64, 4, 4))
+    else:  # a machine with an NVIDIA driver
+        k.prepare(uniform(256, 64, 4, 4))
+        assert k.load_notes["library"].startswith("fastvideo_kernel 0.3.5")

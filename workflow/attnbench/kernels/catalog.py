@@ -249,15 +249,16 @@ KERNELS = {
             "vsa",
             "VSA block-sparse attention (FastVideo; ThunderKittens on Hopper)",
             "vsa_sparse:VSA",
-            dists=("vsa", "nvidia-cuda-runtime-cu12"),
-            **VSA_SHAPES,
+            dists=("vsa", "nvidia-cuda-runtime-cu12", "fastvideo-kernel"),
+            **{**VSA_SHAPES, "modules": ("vsa|fastvideo_kernel",)},  # the same kernels, its successor
             notes={
                 "timed": "block_map -> index lists happens inside each call (the library's API)",
                 "dtype": "bfloat16 only (its Hopper kernels)",
                 "runtime": "vsa 0.0.4 links libcudart.so.12: loaded first from the "
                 "nvidia-cuda-runtime-cu12 wheel where installed (notes.cuda_runtime says which); "
                 "its binary also needs c10_cuda_check_implementation with an int line number, "
-                "which torch 2.11 exports with an unsigned one: it does not load with torch 2.11",
+                "which torch 2.11 exports with an unsigned one: it does not load with torch 2.11; "
+                "then fastvideo-kernel's copy of the kernels runs (notes.library says which)",
             },
             colour="#e7298a",
             marker="D",

@@ -12,6 +12,14 @@
 
 Both: q/k/v [B, H, S, D], 64-token blocks, as many KV heads as query heads. `import vsa` queries
 the CUDA device at import time, so it happens in prepare, on the GPU only.
+
+Where `vsa` cannot load (0.0.4's binary wants an older torch's C++ ABI: it fails with torch 2.11),
+`vsa` runs the same kernels from their successor package, PyPI `fastvideo-kernel`
+(`fastvideo_kernel.block_sparse_attn`, same arguments), and notes.library says which ran. That
+package falls back to Triton by itself when its Hopper extension does not load; here that is
+`unavailable` instead (its Triton kernel is `vsa_triton`'s). Its wheel (0.3.5) bundles a
+libcuda of another driver release; the machine's libcuda.so.1 is loaded first, globally, so that
+the extension's driver calls bind to the driver the kernel module matches (not yet run on a GPU).
 """
 
 from __future__ import annotations
@@ -53,6 +61,58 @@ def import_vsa():
         return importlib.import_module("vsa")
     except AssertionError as e:  # its import asks torch for the device: a CPU-only torch asserts
         raise RuntimeError(f"importing vsa failed: {e}") from e
+
+
+FASTVIDEO = "fastvideo_kernel"
+# what makes fastvideo_kernel run its Triton kernels instead of the Hopper ones
+FASTVIDEO_FORCE_TRITON = ("FASTVIDEO_VSA_TRITON", "FASTVIDEO_KERNEL_VSA_FORCE_TRITON")
+
+
+def bundled_libcuda() -> list:
+    """The libcuda copies an installed fastvideo_kernel wheel carries (auditwheel's .libs folder)."""
+    spec = importlib.util.find_spec(FASTVIDEO)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    libs = Path(next(iter(spec.submodule_search_locations))).parent / f"{FASTVIDEO}.libs"
+    return sorted(libs.glob("libcuda-*.so*"))
+
+
+def import_fastvideo_kernel():
+    """fastvideo_kernel with its Hopper block-sparse kernels loaded (the package itself swallows
+    their load error and runs Triton: importing the extension directly gives the reason)."""
+    import importlib
+    import os
+
+    forced = [v for v in FASTVIDEO_FORCE_TRITON if os.environ.get(v, "0") == "1"]
+    if forced:
+        raise RuntimeError(f"{forced[0]}=1 makes {FASTVIDEO} run Triton, not VSA's CUDA kernels")
+    if bundled_libcuda():  # the machine's driver first: the bundled one would bind otherwise
+        ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+    ops = importlib.import_module(f"{FASTVIDEO}._C.fastvideo_kernel_ops")
+    if not (hasattr(ops, "block_sparse_fwd") and hasattr(ops, "block_sparse_bwd")):
+        raise ImportError(f"this {FASTVIDEO} has no Hopper block_sparse_fwd/bwd")
+    return importlib.import_module(FASTVIDEO)
+
+
+def load_vsa(notes: dict):
+    """The module whose block_sparse_attn runs VSA: vsa where it loads, else fastvideo_kernel.
+    notes gets how (also when neither loads: then Unavailable names why each failed)."""
+    failed = []
+    for name, load in (("vsa", import_vsa), (FASTVIDEO, import_fastvideo_kernel)):
+        if importlib.util.find_spec(name) is None:
+            failed.append(f"{name} is not installed")
+            continue
+        if name == "vsa":
+            notes["cuda_runtime"] = preload_cuda12_runtime()
+        try:
+            module = load()
+        except LOAD_ERRORS as e:
+            failed.append(f"importing {name} failed: {load_error(e)}")
+            continue
+        version = importlib.metadata.version(name.replace("_", "-"))
+        notes["library"] = f"{name} {version}" + (f" ({'; '.join(failed)})" if failed else "")
+        return module
+    raise Unavailable(f"vsa: {'; '.join(failed)}")
 
 
 @functools.cache
@@ -118,7 +178,10 @@ class VSA(Kernel):
 
     @classmethod
     def import_modules(cls, info):
-        import_vsa()
+        try:
+            load_vsa({})
+        except Unavailable as e:
+            raise ImportError(e.reason) from e
 
     def check_cell(self, mask):
         """What both VSA kernels refuse, before any import."""
@@ -134,11 +197,7 @@ class VSA(Kernel):
 
     def prepare(self, mask):
         self.check_cell(mask)
-        try:
-            self.load_notes["cuda_runtime"] = preload_cuda12_runtime()
-            vsa = import_vsa()
-        except LOAD_ERRORS as e:
-            raise Unavailable(f"{self.info.name}: importing vsa failed: {load_error(e)}") from e
+        vsa = load_vsa(self.load_notes)
         block_map, sizes = vsa_arguments(mask, self.device)
 
         def fn(q, k, v):
