@@ -250,7 +250,8 @@ KERNELS = {
             "VSA block-sparse attention (FastVideo; ThunderKittens on Hopper)",
             "vsa_sparse:VSA",
             dists=("vsa", "nvidia-cuda-runtime-cu12", "fastvideo-kernel"),
-            **{**VSA_SHAPES, "modules": ("vsa|fastvideo_kernel",)},  # the same kernels, its successor
+            # the vsa wheel, else the same kernels from its successor package
+            **{**VSA_SHAPES, "modules": ("vsa|fastvideo_kernel",)},
             notes={
                 "timed": "block_map -> index lists happens inside each call (the library's API)",
                 "dtype": "bfloat16 only (its Hopper kernels)",
