@@ -304,6 +304,9 @@ def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_r
             stderr=subprocess.STDOUT,
             env=package_env(**{HANG_ENV: f"^{STUCK}$"}),
             start_new_session=True,
+            # as from a terminal: under a shell's background job SIGINT is inherited ignored, and
+            # Python then installs no KeyboardInterrupt handler, so Ctrl-C would never arrive
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     try:
         wait_for(ready, 300, "the stuck cell running and another cell finished")
