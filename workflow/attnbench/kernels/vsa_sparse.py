@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import importlib.metadata
 import importlib.util
 from pathlib import Path
@@ -53,10 +54,7 @@ def preload_cuda12_runtime() -> str:
 
 
 def import_vsa():
-    """The vsa module, its CUDA 12 runtime loaded first where the wheel of it is installed."""
-    import importlib
-
-    preload_cuda12_runtime()
+    """The vsa module (load_vsa loads its CUDA 12 runtime first)."""
     try:
         return importlib.import_module("vsa")
     except AssertionError as e:  # its import asks torch for the device: a CPU-only torch asserts
@@ -80,7 +78,6 @@ def bundled_libcuda() -> list:
 def import_fastvideo_kernel():
     """fastvideo_kernel with its Hopper block-sparse kernels loaded (the package itself swallows
     their load error and runs Triton: importing the extension directly gives the reason)."""
-    import importlib
     import os
 
     forced = [v for v in FASTVIDEO_FORCE_TRITON if os.environ.get(v, "0") == "1"]
