@@ -12,7 +12,8 @@
 #   cp       the h200_cp grid (T_CP) in stages of cell lengths (CP_STAGES, "|" between stages;
 #            default 64K tokens per GPU and the 1-GPU references first, then 128K, then 16K)
 #   comm     the NCCL communication benchmark of the CP model (rule comm_bench) on all the GPUs
-#   sparse   the h200_sparse grid (T_SPARSE)
+#   sparse   the h200_sparse grid (T_SPARSE) in stages of lengths: 32K (and the 16K paper cells), 64K,
+#            128K, 96K, each with its dense references (SPARSE_STAGES; SPARSE_OPTS="--kernels K..")
 #   cpx8     the h200_cp_x8 grid, 4 and 8 GPUs (T_CPX8), on a machine of 8
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
@@ -25,7 +26,8 @@
 #            tarball .src/block_sparse_attn-src.tar.gz into /tmp/site, unless installed; its wheel
 #            goes to $OUT (carry it in .whl/ next time) and its log to OUTPUT_DIR/build_bsa.log
 #   sparsebench  benchmarks/sparse_bwd_bench.py (T_SPARSEBENCH; SPARSEBENCH="its options") into
-#            OUTPUT_DIR/sparse_bwd_bench.{txt,json}
+#            OUTPUT_DIR/sparse_bwd_bench.{txt,json}, its best setting per block into
+#            OUTPUT_DIR/sparse_bwd_tuned.json (copy it to workflow/attnbench/kernels/triton_bsa_tuned.json)
 #   regen    tables and figures of the H200 grids (else only the tidy table, for dobench)
 # A wheel over what one call carries travels in parts, one call after the other while the machine
 # stays up: .parts/NAME.whl.partK-of-N (split -n N), gathered in /tmp/parts and installed once
@@ -214,13 +216,23 @@ fi
 # 4 and 8 GPUs (issue 15), on 8 GPUs: two 4-GPU cells run side by side
 has cpx8 && [ "$gpus" -ge 8 ] && grid h200_cp_x8 "${T_CPX8:-540}" --resources gpu="$gpus"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU
-has sparse && grid h200_sparse "${T_SPARSE:-150}" --resources gpu=$((3 * gpus))
+if has sparse; then  # in stages of lengths (SPARSE_STAGES, "|" between), each with its dense references
+  t0=$(date +%s) budget=${T_SPARSE:-150}
+  IFS='|' read -ra stages <<< "${SPARSE_STAGES:-7232 14592 16384 23168 29312 32768|46336 58624 65536|92672 117248 131072|43904 69504 87936 98304}"
+  for lengths in "${stages[@]}"; do
+    left=$((budget - ($(date +%s) - t0)))
+    [ "$left" -gt 30 ] || break
+    # SPARSE_OPTS: `attnbench records` options (--kernels K...) limiting the cells run
+    missing_cells h200_sparse "$left" "$lengths" "${SPARSE_OPTS:-}" --resources gpu=$((3 * gpus))
+  done
+fi
 has kernels && grid h200 "${T_KERNELS:-240}" --resources gpu=$((3 * gpus))
 
 if has sparsebench; then
   log "sparse backward bench (${T_SPARSEBENCH:-240} s)"
   timeout "${T_SPARSEBENCH:-240}" python benchmarks/sparse_bwd_bench.py ${SPARSEBENCH:-} \
-    --json "$outdir/sparse_bwd_bench.json" > "$outdir/sparse_bwd_bench.txt" 2>&1
+    --json "$outdir/sparse_bwd_bench.json" --write-tuned "$outdir/sparse_bwd_tuned.json" \
+    > "$outdir/sparse_bwd_bench.txt" 2>&1
   log "sparse bench exit $?: $(tail -1 "$outdir/sparse_bwd_bench.txt")"
 fi
 

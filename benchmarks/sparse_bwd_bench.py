@@ -18,7 +18,12 @@ one the correctness tests cover) at the same mask; a setting that disagrees is r
 
 A --config names backward launch settings (triton_bsa.BWD_CONFIG) for the blocks they divide:
 `dq=MxNwWsS` (query tile M, key tile N, W warps, S stages) and `dkdv=NxMwWsS` (key tile N, query
-tile M); parts not named keep the defaults; `default` is the defaults themselves.
+tile M); parts not named keep the defaults; `default` is the defaults themselves, `tuned` the
+tiles of triton_bsa_tuned.json (what the pipeline runs).
+
+--write-tuned FILE keeps, per block size, the mode and setting with the best median ratio over the
+points measured (among those that ran and agreed at every point of that block), with the
+measurement beside it: the file the pipeline reads is workflow/attnbench/kernels/triton_bsa_tuned.json.
 """
 
 from __future__ import annotations
@@ -44,9 +49,12 @@ CONFIG_PART = re.compile(r"^(dq|dkdv)=(\d+)x(\d+)w(\d+)s(\d+)$")
 
 
 def parse_config(text: str) -> dict:
-    """'dq=64x64w4s2,dkdv=64x64w8s2' -> {"dq": (64, 64, 4, 2), ...}; 'default' -> {}."""
+    """'dq=64x64w4s2,dkdv=64x64w8s2' -> {"dq": (64, 64, 4, 2), ...}; 'default' -> {};
+    'tuned' -> {"tuned": True} (each block's tiles in triton_bsa.TUNED)."""
     if text == "default":
         return {}
+    if text == "tuned":
+        return {"tuned": True}
     out = {}
     for part in text.split(","):
         m = CONFIG_PART.match(part.strip())
@@ -60,11 +68,22 @@ def parse_config(text: str) -> dict:
 
 def config_name(config: dict) -> str:
     """The --config text of a parsed config (parse_config's inverse)."""
+    if config.get("tuned"):
+        return "tuned"
     return ",".join(f"{p}={m}x{n}w{w}s{s}" for p, (m, n, w, s) in config.items()) or "default"
 
 
-def fits(config: dict, block: int) -> bool:
-    return all(block % t[0] == 0 and block % t[1] == 0 for t in config.values())
+def for_block(config: dict, block: int) -> dict | None:
+    """The tiles a config sets at this block size; None where a tile does not divide the block
+    (or `tuned` names no tiles for it)."""
+    if config.get("tuned"):
+        tuned = triton_bsa.TUNED.get(block)
+        return (
+            None if tuned is None else {p: tuned[p] for p in triton_bsa.TILE_PARTS if p in tuned}
+        )
+    if all(block % t[0] == 0 and block % t[1] == 0 for t in config.values()):
+        return config
+    return None
 
 
 def equal_area_length(area_per_head: float, multiple: int = 64) -> int:
@@ -134,6 +153,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile", action="store_true", help="per-kernel CUDA time of one call each")
     ap.add_argument("--json", help="write every row here")
+    ap.add_argument("--write-tuned", help="write the best setting per block here (module doc)")
     a = ap.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit(
@@ -143,6 +163,8 @@ def main(argv=None):
     with triton_bsa.interpreter_numpy24_fix() if dev == "cpu" else contextlib.nullcontext():
         rows = run(a, dev, dtype)
     summarise(rows, a.json)
+    if a.write_tuned:
+        write_tuned(rows, a.write_tuned, dev)
 
 
 def run(a, dev, dtype) -> list[dict]:
@@ -201,11 +223,12 @@ def run(a, dev, dtype) -> list[dict]:
                     dq_time, dense_area = dense_ms[key]
                     dense_tf = tflops(dense_area, a.head_dim, dq_time["median"])
                     index = triton_bsa.BlockIndex.from_layout(lay, block, dev)
-                    triton_bsa.BWD_CONFIG.pop(block, None)
+                    triton_bsa.BWD_CONFIG[block] = {}  # the built-in defaults
                     reference = bwd_call(
                         triton_fn(index, "split", a.head_dim), q, k, v, dout, "bhsd"
                     )()
                     for mode in a.modes:
+                        timed_tiles = []  # the atomic mode has no dQ kernel: its dq tiles change nothing
                         for config in configs:
                             name = config_name(config)
                             row = dict(
@@ -220,9 +243,17 @@ def run(a, dev, dtype) -> list[dict]:
                                 dense_ms=dq_time["median"],
                                 dense_tflops=dense_tf,
                             )
-                            if not fits(config, block):
+                            tiles = for_block(config, block)
+                            if tiles is None:
                                 continue
-                            triton_bsa.BWD_CONFIG[block] = config
+                            used = {
+                                p: t for p, t in tiles.items() if mode == "split" or p == "dkdv"
+                            }
+                            if used in timed_tiles:
+                                continue
+                            timed_tiles.append(used)
+                            row["tiles"] = {p: list(t) for p, t in tiles.items()}
+                            triton_bsa.BWD_CONFIG[block] = tiles
                             try:
                                 call = bwd_call(
                                     triton_fn(index, mode, a.head_dim), q, k, v, dout, "bhsd"
@@ -277,6 +308,65 @@ def summarise(rows, json_path):
     if json_path:
         with open(json_path, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def best_settings(rows) -> dict:
+    """{block: (mode, config name, tiles, ratios)}: per block, the setting with the best median
+    ratio among those that ran and agreed at every point measured at that block."""
+    points, runs = {}, {}
+    for r in rows:
+        point = (r["seqlen"], r["density"], r["heads"])
+        points.setdefault(r["block"], set()).add(point)
+        if "ratio" in r:
+            key = (r["block"], r["mode"], r["config"])
+            runs.setdefault(key, {"tiles": r["tiles"], "ratios": {}})["ratios"][point] = r["ratio"]
+    best = {}
+    for (block, mode, name), run in runs.items():
+        if set(run["ratios"]) != points[block]:
+            continue
+        ratios = list(run["ratios"].values())
+        if block not in best or np.median(ratios) > np.median(best[block][3]):
+            best[block] = (mode, name, run["tiles"], ratios)
+    return best
+
+
+def write_tuned(rows, path, dev):
+    """The best setting per block (best_settings) with what it was measured on (module doc)."""
+    import datetime
+
+    import triton
+
+    ok = [r for r in rows if "ratio" in r]
+    blocks = {}
+    for block, (mode, name, tiles, ratios) in sorted(best_settings(rows).items()):
+        blocks[str(block)] = {
+            "mode": mode,
+            **{p: tiles[p] for p in sorted(tiles)},
+            "config": name,
+            "ratio_median": round(float(np.median(ratios)), 4),
+            "ratio_min": round(float(min(ratios)), 4),
+        }
+    device = torch.cuda.get_device_name() if dev == "cuda" else dev
+    doc = {
+        "about": "backward settings of workflow/attnbench/kernels/triton_bsa.py per block size, "
+        "chosen by benchmarks/sparse_bwd_bench.py --write-tuned: ratio = its TFLOP/s / the dense "
+        "kernel's backward at equal visible area",
+        "measured": {
+            "device": device,
+            "date": datetime.date.today().isoformat(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "dense_kernel": ok[0]["dense_kernel"] if ok else None,
+            "points": sorted({(r["seqlen"], r["density"], r["heads"]) for r in rows}),
+        },
+        "blocks": blocks,
+    }
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(
+        f"wrote {path}: "
+        + "; ".join(f"B {b}: {s['mode']} {s['config']}" for b, s in blocks.items())
+    )
 
 
 if __name__ == "__main__":

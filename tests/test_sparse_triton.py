@@ -164,3 +164,45 @@ def test_index_is_proportional_to_kept_blocks(bsa):
     kept = mask.params["kept_blocks"]
     assert index.kv_indices.numel() == kept and index.q_indices.numel() == kept
     assert index.kv_num.numel() == 2 * 16 and index.q_offsets.numel() == 2 * 16 + 1
+
+
+def test_tuned_settings_are_checked_and_named(tmp_path):
+    """The --write-tuned file the pipeline reads: a bad mode or a tile that does not divide the
+    block is refused with the file and value named; good settings load as tuples."""
+    import json
+
+    from attnbench.kernels import triton_bsa as mod
+
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"blocks": {"128": {"mode": "atomic", "dkdv": [128, 64, 8, 3]}}}))
+    assert mod.load_tuned(path) == {128: {"mode": "atomic", "dkdv": (128, 64, 8, 3)}}
+    path.write_text(json.dumps({"blocks": {"64": {"mode": "fast"}}}))
+    with pytest.raises(ValueError, match="mode 'fast'; valid: split, atomic"):
+        mod.load_tuned(path)
+    path.write_text(json.dumps({"blocks": {"64": {"dq": [128, 64, 8, 3]}}}))
+    with pytest.raises(ValueError, match=r"tuned.json: block 64: dq \[128, 64, 8, 3\]"):
+        mod.load_tuned(path)
+    assert mod.load_tuned(tmp_path / "absent.json") == {}
+
+
+def test_the_pipeline_runs_the_tuned_mode_and_tiles(monkeypatch):
+    """block_sparse_attention without backward= runs the block's tuned mode; the record's notes
+    say which mode and tiles ran and where they came from."""
+    from attnbench.kernels import triton_bsa as mod
+
+    monkeypatch.setattr(mod, "TUNED", {128: {"mode": "atomic", "dkdv": (128, 32, 4, 5)}})
+    assert mod.backward_mode(128) == "atomic" and mod.backward_mode(64) == "split"
+    assert mod.describe_backward(128) == "atomic: dkdv 128x32 w4 s5; tuned (triton_bsa_tuned.json)"
+    assert mod.describe_backward(64) == "split: dq 64x64 w4 s2, dkdv 64x64 w8 s2; defaults"
+    monkeypatch.setitem(mod.BWD_CONFIG, 128, {})
+    assert mod.backward_mode(128) == "split"  # the benchmark's {}: the built-in defaults
+
+
+def test_the_committed_tuned_file_loads():
+    """workflow/attnbench/kernels/triton_bsa_tuned.json (when there is one) is valid: its tiles
+    are then what the fwd/bwd tests above run at blocks 64 and 128."""
+    from attnbench.kernels import triton_bsa as mod
+
+    if not mod.TUNED_PATH.exists():
+        pytest.skip("no tuned backward settings committed")
+    assert mod.load_tuned() == mod.TUNED

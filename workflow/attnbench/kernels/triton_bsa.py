@@ -22,8 +22,10 @@ shapes); fp32 inputs use IEEE products (no TF32), so they can be checked against
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import triton
@@ -130,10 +132,58 @@ def _precision(dtype) -> str:
 
 
 BACKWARD_MODES = ("split", "atomic")
-# Backward launch settings per block size, for tuning (benchmarks/sparse_bwd_bench.py --config):
-# {"dq": (BLOCK_M, BLOCK_N, warps, stages), "dkdv": (BLOCK_N, BLOCK_M, warps, stages)}; each tile
-# divides the block. Empty: the defaults of _tiles.
+TILE_PARTS = ("dq", "dkdv")
+# Backward settings per block size: {"mode": one of BACKWARD_MODES, "dq": (BLOCK_M, BLOCK_N, warps,
+# stages), "dkdv": (BLOCK_N, BLOCK_M, warps, stages)}; each tile divides the block. The pipeline runs
+# TUNED, read from triton_bsa_tuned.json beside this file (written by benchmarks/sparse_bwd_bench.py
+# --write-tuned on the GPU it measured; a block it does not name keeps the defaults of _tiles).
+# BWD_CONFIG, set by that benchmark, replaces TUNED for a block: {} there means the defaults.
+TUNED_PATH = Path(__file__).with_name("triton_bsa_tuned.json")
 BWD_CONFIG: dict[int, dict] = {}
+
+
+def check_settings(block: int, settings: dict, where: str) -> dict:
+    """settings with tuples for tiles; ValueError naming `where` and the bad value otherwise."""
+    out = {}
+    for key, value in settings.items():
+        if key == "mode":
+            if value not in BACKWARD_MODES:
+                raise ValueError(
+                    f"{where}: block {block}: mode {value!r}; valid: {', '.join(BACKWARD_MODES)}"
+                )
+            out[key] = value
+        elif key in TILE_PARTS:
+            tile = tuple(int(x) for x in value)
+            if len(tile) != 4 or block % tile[0] or block % tile[1] or min(tile[:2]) < 16:
+                raise ValueError(
+                    f"{where}: block {block}: {key} {list(value)} is not (tile, tile, warps, "
+                    f"stages) with tiles >= 16 that divide the block"
+                )
+            out[key] = tile
+        # other keys (the measurement the file keeps beside the settings) are not settings
+    return out
+
+
+def load_tuned(path: Path = TUNED_PATH) -> dict[int, dict]:
+    """{block: settings} of a --write-tuned file; {} where there is none."""
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {
+        int(b): check_settings(int(b), s, str(path)) for b, s in data.get("blocks", {}).items()
+    }
+
+
+TUNED = load_tuned()
+
+
+def _settings(block: int) -> dict:
+    return BWD_CONFIG[block] if block in BWD_CONFIG else TUNED.get(block, {})
+
+
+def backward_mode(block: int) -> str:
+    """The backward mode the pipeline runs at this block size."""
+    return _settings(block).get("mode", "split")
 
 
 def _tiles(block: int):
@@ -141,12 +191,29 @@ def _tiles(block: int):
     BLOCK_M, warps, stages)."""
     fwd_m = min(block, 128)
     t = min(block, 64)
-    given = BWD_CONFIG.get(block, {})
+    given = _settings(block)
     return (
         (fwd_m, min(block, 64), 8 if fwd_m == 128 else 4),
         tuple(given.get("dq", (t, t, 4, 2))),
         tuple(given.get("dkdv", (t, t, 8, 2))),
     )
+
+
+def describe_backward(block: int) -> str:
+    """What the backward runs at this block size, for a record's notes."""
+    _, dq, dkdv = _tiles(block)
+    source = (
+        "BWD_CONFIG"
+        if block in BWD_CONFIG
+        else f"tuned ({TUNED_PATH.name})"
+        if block in TUNED
+        else "defaults"
+    )
+    tiles = f"dkdv {dkdv[0]}x{dkdv[1]} w{dkdv[2]} s{dkdv[3]}"
+    mode = backward_mode(block)
+    if mode == "split":
+        tiles = f"dq {dq[0]}x{dq[1]} w{dq[2]} s{dq[3]}, " + tiles
+    return f"{mode}: {tiles}; {source}"
 
 
 # ----------------------------------------------------------------------------- forward
@@ -648,10 +715,11 @@ class BlockSparseAttention(torch.autograd.Function):
 
 
 def block_sparse_attention(
-    q, k, v, index: BlockIndex, scale: float | None = None, backward: str = "split"
+    q, k, v, index: BlockIndex, scale: float | None = None, backward: str | None = None
 ):
     """softmax(q k^T * scale over the kept blocks) v, differentiable in q, k and v; `backward`
-    picks how dQ is computed (BACKWARD_MODES)."""
+    picks how dQ is computed (BACKWARD_MODES; None: backward_mode of the block size)."""
+    backward = backward_mode(index.block) if backward is None else backward
     if backward not in BACKWARD_MODES:
         raise ValueError(f"unknown backward mode {backward!r}; valid: {', '.join(BACKWARD_MODES)}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
