@@ -27,5 +27,5 @@ class TritonBlockSparse(Kernel):
             self.unsupported(f"runs uniform block_sparse masks only, not {mask.name}")
         index = BlockIndex.from_layout(mask.layout(), mask.params["block_size"], self.device)
         scale = 1.0 / math.sqrt(self.head_dim)
-        self.load_notes["backward"] = describe_backward(index.block)
+        self.load_notes["backward_settings"] = describe_backward(index.block)
         return lambda q, k, v: block_sparse_attention(q, k, v, index, scale)

@@ -11,11 +11,13 @@ blocks with an online softmax (fp32 statistics and accumulator, tl.dot on bf16/f
 stores the output and the log-sum-exp (base 2) for the backward.
 Backward: delta = rowsum(dO * O); dK/dV: one program per (key tile, KV head) walks the query
 blocks that keep its block (the transposed lists, CSR), for every query head of its group, so
-GQA gradients are summed in registers. dQ, two ways (`backward=`): "split" (the default, the one
-measured so far) walks the kept blocks again per query tile in a kernel of its own, without
-atomics but recomputing QK^T and dO V^T (7 matmuls per block pair instead of 5); "atomic" adds
-each pair's dS K to a float32 dQ in the dK/dV kernel (FlashAttention-2's way: 5 matmuls, dQ
-summed in a nondeterministic order), then scales and casts it. Tiles are >= 16 in every tl.dot dimension (Hopper's wgmma and mma.sync
+GQA gradients are summed in registers. dQ, two ways (`backward=`): "split" walks the kept blocks
+again per query tile in a kernel of its own, without atomics but recomputing QK^T and dO V^T (7
+matmuls per block pair instead of 5); "atomic" adds each pair's dS K to a float32 dQ in the dK/dV
+kernel (FlashAttention-2's way: 5 matmuls, dQ summed in a nondeterministic order), then scales
+and casts it. Which mode and tiles run per block size is measured, not guessed (TUNED): on the
+H200, split with 128x64 tiles (8 warps) at block 128 and 64x64 (4 warps) at block 64 beat every
+atomic setting tried (benchmarks/sparse_bwd_bench.py; results/h200/sparse_bwd_bench.txt). Tiles are >= 16 in every tl.dot dimension (Hopper's wgmma and mma.sync
 shapes); fp32 inputs use IEEE products (no TF32), so they can be checked against float64.
 """
 
