@@ -236,15 +236,15 @@ def test_a_library_that_fails_to_import_makes_the_cell_unavailable(tmp_path, mon
 
 
 @pytest.mark.parametrize(
-    "symbol, torch_abi",
-    [  # what vsa 0.0.4's binary lacked under torch 2.11 (H200, 2026-12-01), and a non-torch symbol
-        ("_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib", True),
-        ("cudaLaunchKernelExC", False),
+    "symbol, missing",
+    [  # what vsa 0.0.4's binary lacked under torch 2.11 (H200, 2026-12-01), what fastvideo-kernel
+        # 0.3.5's lacked beside torch's NCCL 2.28.9 (same day), and a symbol of neither
+        ("_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib", "torch"),
+        ("ncclCommQueryProperties", "nccl"),
+        ("cudaLaunchKernelExC", None),
     ],
 )
-def test_a_binary_built_against_another_torch_is_named_so(
-    tmp_path, monkeypatch, symbol, torch_abi
-):
+def test_a_binary_built_against_another_torch_is_named_so(tmp_path, monkeypatch, symbol, missing):
     from attnbench.status import Unavailable
 
     pkg = tmp_path / "vsa"
@@ -260,7 +260,8 @@ def test_a_binary_built_against_another_torch_is_named_so(
         k.prepare(uniform(256, 64, 4, 4))
     assert f"undefined symbol: {symbol}" in e.value.reason
     hint = f"built against another torch than {torch.__version__}"
-    assert (hint in e.value.reason) == torch_abi
+    assert (hint in e.value.reason) == (missing == "torch")
+    assert ("the binary needs a newer NCCL than torch's" in e.value.reason) == (missing == "nccl")
 
 
 def test_a_library_release_that_does_not_match_its_dependency_makes_the_cell_unavailable(
@@ -434,10 +435,10 @@ def fake_fastvideo_kernel(root, hopper=True):
     (pkg / "_C" / "__init__.py").write_text("")
     ops = "block_sparse_fwd = block_sparse_bwd = object()\n" if hopper else ""
     (pkg / "_C" / "fastvideo_kernel_ops.py").write_text(ops)
-    meta = root / "fastvideo_kernel-0.3.5.dist-info"
+    meta = root / "fastvideo_kernel-0.3.2.dist-info"
     meta.mkdir()
     (meta / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: fastvideo-kernel\nVersion: 0.3.5\n"
+        "Metadata-Version: 2.1\nName: fastvideo-kernel\nVersion: 0.3.2\n"
     )
 
 
@@ -477,7 +478,7 @@ def test_vsa_runs_from_fastvideo_kernel_where_vsa_cannot_load(tmp_path, monkeypa
     want_map, want_sizes = vsa_arguments(mask)
     assert torch.equal(block_map, want_map) and torch.equal(sizes, want_sizes)
     library = k.load_notes["library"]
-    assert library.startswith("fastvideo_kernel 0.3.5 (importing vsa failed: undefined symbol")
+    assert library.startswith("fastvideo_kernel 0.3.2 (importing vsa failed: undefined symbol")
     assert "built against another torch" in library
 
 
@@ -500,7 +501,7 @@ def test_fastvideo_kernel_without_its_hopper_kernels_is_unavailable(tmp_path, mo
 
 
 def test_fastvideo_kernels_bundled_libcuda_comes_after_the_machines(tmp_path, monkeypatch):
-    """fastvideo-kernel 0.3.5's wheel carries libcuda 580.178.04: the machine's libcuda.so.1 is
+    """fastvideo-kernel 0.3.2's wheel carries libcuda 580.173.02: the machine's libcuda.so.1 is
     loaded first (globally); where there is none (no driver), the cell says so."""
     import ctypes
 
@@ -510,8 +511,8 @@ def test_fastvideo_kernels_bundled_libcuda_comes_after_the_machines(tmp_path, mo
     k = vsa_with_fastvideo(tmp_path, monkeypatch)
     assert bundled_libcuda() == []
     (tmp_path / "fastvideo_kernel.libs").mkdir()
-    (tmp_path / "fastvideo_kernel.libs" / "libcuda-dcdf334a.so.580.178.04").write_bytes(b"")
-    assert [p.name for p in bundled_libcuda()] == ["libcuda-dcdf334a.so.580.178.04"]
+    (tmp_path / "fastvideo_kernel.libs" / "libcuda-dcdf334a.so.580.173.02").write_bytes(b"")
+    assert [p.name for p in bundled_libcuda()] == ["libcuda-dcdf334a.so.580.173.02"]
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:
@@ -519,4 +520,4 @@ def test_fastvideo_kernels_bundled_libcuda_comes_after_the_machines(tmp_path, mo
             k.prepare(uniform(256, 64, 4, 4))
     else:  # a machine with an NVIDIA driver
         k.prepare(uniform(256, 64, 4, 4))
-        assert k.load_notes["library"].startswith("fastvideo_kernel 0.3.5")
+        assert k.load_notes["library"].startswith("fastvideo_kernel 0.3.2")

@@ -119,14 +119,29 @@ TORCH_SYMBOL_PREFIXES = ("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch"
 
 def load_error(e: BaseException) -> str:
     """The first line of why a library failed to load; a missing torch C++ symbol says that the
-    binary was built against another torch (its ABI), which no runtime on the path can fix."""
+    binary was built against another torch (its ABI), a missing NCCL function that it needs a newer
+    NCCL than the one torch loads: neither is fixed by a runtime on the library path."""
+    import torch
+
     line = (str(e).splitlines() or [type(e).__name__])[0][:300]
     symbol = line.rpartition("undefined symbol: ")[2].strip()
-    if "undefined symbol: " in line and symbol.startswith(TORCH_SYMBOL_PREFIXES):
-        import torch
-
+    if "undefined symbol: " not in line:
+        return line
+    if symbol.startswith(TORCH_SYMBOL_PREFIXES):
         line += f" (a torch C++ symbol: the binary was built against another torch than {torch.__version__})"
+    elif symbol.startswith("nccl"):
+        line += f" (an NCCL function: the binary needs a newer NCCL than torch's {nccl_version()})"
     return line
+
+
+def nccl_version() -> str:
+    """The NCCL torch loads, as 2.28.9; 'unknown' where torch has none (a CPU build)."""
+    import torch
+
+    try:
+        return ".".join(map(str, torch.cuda.nccl.version()))
+    except Exception:  # noqa: BLE001 - a torch without NCCL raises one of several kinds
+        return "unknown"
 
 
 def kernel_class(info: KernelInfo) -> type[Kernel]:

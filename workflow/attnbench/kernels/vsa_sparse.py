@@ -17,9 +17,12 @@ Where `vsa` cannot load (0.0.4's binary wants an older torch's C++ ABI: it fails
 `vsa` runs the same kernels from their successor package, PyPI `fastvideo-kernel`
 (`fastvideo_kernel.block_sparse_attn`, same arguments), and notes.library says which ran. That
 package falls back to Triton by itself when its Hopper extension does not load; here that is
-`unavailable` instead (its Triton kernel is `vsa_triton`'s). Its wheel (0.3.5) bundles a
-libcuda of another driver release; the machine's libcuda.so.1 is loaded first, globally, so that
-the extension's driver calls bind to the driver the kernel module matches (not yet run on a GPU).
+`unavailable` instead (its Triton kernel is `vsa_triton`'s). Which release: 0.3.4 and 0.3.5 link
+NCCL >= 2.29 (`ncclCommQueryProperties`), which torch 2.11's NCCL 2.28.9 lacks (0.3.5 failed so on
+the H200); 0.3.0-0.3.2 need no NCCL and only torch C++ symbols that torch 2.11 exports (checked
+with nm), and import einops. Their wheels bundle a libcuda of another driver release; the machine's
+libcuda.so.1 is loaded first, globally, so that the extension's driver calls (TMA descriptors)
+bind to the driver the kernel module matches, not to the bundled copy, which is never initialised.
 """
 
 from __future__ import annotations
