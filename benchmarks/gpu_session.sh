@@ -18,7 +18,7 @@
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
 #            GPU-minute (benchmarks/harness_throughput.py) into OUTPUT_DIR/throughput/
-#   gputests the GPU tests (T_GPUTESTS) into OUTPUT_DIR/pytest_gpu.txt
+#   gputests the GPU tests (T_GPUTESTS; GPUTESTS="pytest arguments", quotes kept) into OUTPUT_DIR/pytest_gpu.txt
 #   fa2build build FlashAttention-2's subset (envs/build_flash_attn.sh, T_FA2BUILD) from the carried
 #            sdist .src/flash_attn-2.8.3.post2.tar.gz, then FA2's GPU test on that wheel: its log and
 #            the test's into OUTPUT_DIR/build_fa2.log and pytest_gpu_fa2_built.txt, the wheel to $OUT
@@ -173,7 +173,9 @@ if has fa2build; then  # envs/build_flash_attn.sh on this machine, then FA2's GP
 fi
 if has gputests; then
   log "GPU tests (${T_GPUTESTS:-240} s)"
-  timeout "${T_GPUTESTS:-240}" python -m pytest -q -p no:cacheprovider ${GPUTESTS:-tests/gpu tests/cp/test_cp_kernels.py} \
+  # pytest's arguments as a shell would split them: GPUTESTS='tests/gpu -k "vsa or flashinfer"'
+  eval "tests=(${GPUTESTS:-tests/gpu tests/cp/test_cp_kernels.py})"
+  timeout "${T_GPUTESTS:-240}" python -m pytest -q -p no:cacheprovider "${tests[@]}" \
     > "$outdir/pytest_gpu.txt" 2>&1
   log "GPU tests exit $?: $(tail -1 "$outdir/pytest_gpu.txt")"
 fi
