@@ -17,8 +17,9 @@ matmuls per block pair instead of 5); "atomic" adds each pair's dS K to a float3
 kernel (FlashAttention-2's way: 5 matmuls, dQ summed in a nondeterministic order), then scales
 and casts it. Which mode and tiles run per block size is measured, not guessed (TUNED): on the
 H200, split with 128x64 tiles (8 warps) at block 128 and 64x64 (4 warps) at block 64 beat every
-atomic setting tried (benchmarks/sparse_bwd_bench.py; results/h200/sparse_bwd_bench.txt). Tiles are >= 16 in every tl.dot dimension (Hopper's wgmma and mma.sync
-shapes); fp32 inputs use IEEE products (no TF32), so they can be checked against float64.
+atomic setting tried (benchmarks/sparse_bwd_bench.py; results/h200/sparse_bwd_bench.txt).
+Tiles are >= 16 in every tl.dot dimension (Hopper's wgmma and mma.sync shapes); fp32 inputs use
+IEEE products (no TF32), so they can be checked against float64.
 """
 
 from __future__ import annotations
