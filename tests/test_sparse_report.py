@@ -204,3 +204,25 @@ def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):
     assert (
         drawn["oom_markers"] == 3 * 2
     )  # flashinfer fwd at 64K, density 0.8: each setting, both head counts
+
+
+def test_cells_without_a_measurement_are_listed_with_their_reasons(tmp_path):
+    """sparse_not_measured: per kernel, status and reason, how many cells at which lengths and
+    heads; measured cells are not in it, and a reason never recorded says so."""
+    df = tidy_table()
+    vsa = df["impl"] == "vsa"
+    df["status_reason"] = None
+    df.loc[vsa, "status_reason"] = "vsa: importing vsa failed: undefined symbol: ncclX"
+    sparse_report.tables(df, tmp_path)
+    text = (tmp_path / "sparse_not_measured.md").read_text()
+    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[2:]]
+    by = {(r["kernel"], r["status"]): r for r in rows}
+    v = by[("vsa", "unavailable")]
+    assert int(v["cells"]) == int(vsa.sum())
+    assert v["reason"] == "vsa: importing vsa failed: undefined symbol: ncclX"
+    assert v["lengths"] == "16K, 32K, 64K" and v["heads"] == "64:64, 64:8"
+    oom = by[("flashinfer", "oom")]
+    assert oom["reason"] == "(none recorded)" and oom["lengths"] == "64K"
+    assert ("flex", "incorrect") in by and "sdpa_flash" not in text

@@ -11,7 +11,7 @@ import pandas as pd
 from ..status import TIMED
 from . import captions
 from .collect import grid_rows
-from .labels import GIB, STATUS_LABEL, order
+from .labels import GIB, STATUS_LABEL, order, seqlen_label
 
 SUPPORTED, UNSUPPORTED = "\u2713", "\u2717"  # check mark, ballot x
 LATEX_SYMBOLS = {SUPPORTED: r"$\checkmark$", UNSUPPORTED: r"$\times$"}
@@ -112,6 +112,30 @@ def status_pivot(
         index=["mask", "heads", "seqlen"], columns=columns, values="text", aggfunc="first"
     )
     return table.reindex(columns=order(table.columns)).fillna("")
+
+
+def not_measured_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Every cell without a measurement, grouped by (kernel, status, reason): how many, at which
+    lengths and heads. A reason never recorded reads '(none recorded)'."""
+    rows = df[df["status"] != "ok"].copy()
+    reasons = rows["status_reason"] if "status_reason" in rows else pd.Series(None, rows.index)
+    rows["reason"] = reasons.fillna("(none recorded)")
+    rows["heads"] = rows["heads_q"].astype(str) + ":" + rows["heads_kv"].astype(str)
+    columns = ["kernel", "status", "cells", "lengths", "heads", "reason"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns).set_index("kernel")
+    table = (
+        rows.groupby(["impl", "status", "reason"])
+        .agg(
+            cells=("seqlen", "size"),
+            lengths=("seqlen", lambda s: ", ".join(seqlen_label(x) for x in sorted(set(s)))),
+            heads=("heads", lambda h: ", ".join(sorted(set(h)))),
+        )
+        .reset_index()
+        .rename(columns={"impl": "kernel"})
+    )
+    table["rank"] = table["kernel"].map({k: i for i, k in enumerate(order(table["kernel"]))})
+    return table.sort_values(["rank", "status", "reason"])[columns].set_index("kernel")
 
 
 def _latex(table: pd.DataFrame, caption: str, label: str) -> str:

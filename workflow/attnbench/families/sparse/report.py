@@ -35,6 +35,7 @@ from ...report.tables import (
     fastest,
     fmt_cell,
     fmt_compared,
+    not_measured_table,
     ratio_text,
     spread_text,
     write_table,
@@ -221,6 +222,12 @@ def tables(df: pd.DataFrame, out_dir) -> list[Path]:
     if ratio.empty:
         caption += "; no dense reference cell of equal area in this grid"
     paths += write_table(ratio.set_index("kernel"), out / "sparse_vs_dense", caption)
+    paths += write_table(
+        not_measured_table(df),
+        out / "sparse_not_measured",
+        f"the cells without a measurement (not installed, not loadable, unsupported, out of memory, "
+        f"disagreeing with float64), per kernel, status and the reason its records give; {about}",
+    )
     return paths + paper.write(sparse, out, about)
 
 
