@@ -1,0 +1,65 @@
+"""benchmarks/take_call_results.sh: a GPU call's results.tgz taken into the tree between calls."""
+
+import json
+import subprocess
+import tarfile
+
+NOT_INSTALLED = "fa3 needs the Python module 'flash_attn_3', which is not installed"
+
+
+def record(path, status, reason=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"status": status, "status_reason": reason}))
+
+
+def test_new_records_are_taken_and_only_new_not_installed_ones_dropped(repo, tmp_path):
+    tree = tmp_path / "tree"
+    cells = tree / "results/h200/cells/g"
+    (tree / "workflow/attnbench/kernels").mkdir(parents=True)
+    # already here: a kernel never installed on that machine stays unavailable
+    record(
+        cells / "te/full/s1.json", "unavailable", "transformer_engine ... which is not installed"
+    )
+    # what the call packed: the tree it started from plus its new records and a tuned file
+    call = tmp_path / "call/results/h200"
+    record(
+        call / "cells/g/te/full/s1.json",
+        "unavailable",
+        "transformer_engine ... which is not installed",
+    )
+    record(call / "cells/g/flex/full/s1.json", "ok")
+    record(call / "cells/g/fa3/full/s1.json", "unavailable", NOT_INSTALLED)
+    record(
+        call / "cells/g/vsa/full/s1.json",
+        "unavailable",
+        "vsa: importing vsa failed: undefined symbol",
+    )
+    (call / "sparse_bwd_tuned.json").write_text('{"blocks": {}}')
+    at = tmp_path / "files_at"
+    at.mkdir()
+    with tarfile.open(at / "results.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "call/results", arcname="results")
+    done = subprocess.run(
+        ["bash", str(repo / "benchmarks/take_call_results.sh"), str(at)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "removed 1 new records" in done.stdout
+    assert (cells / "te/full/s1.json").exists()  # was here before the call
+    assert (cells / "flex/full/s1.json").exists()
+    assert (cells / "vsa/full/s1.json").exists()  # unavailable for another reason: a result
+    assert not (cells / "fa3/full/s1.json").exists()  # its library comes in a later call
+    tuned = tree / "workflow/attnbench/kernels/triton_bsa_tuned.json"
+    assert tuned.read_text() == '{"blocks": {}}'
+
+
+def test_a_folder_without_results_is_refused(repo, tmp_path):
+    done = subprocess.run(
+        ["bash", str(repo / "benchmarks/take_call_results.sh"), str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and "no results.tgz in" in done.stderr
