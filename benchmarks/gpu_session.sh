@@ -118,6 +118,19 @@ missing_cells() {
   log "$name S in {$lengths}: exit $? ($(grep -c 'Finished job' "$out/snakemake_$name.log") jobs finished so far)"
 }
 
+# staged GRID BUDGET "LENGTHS|LENGTHS..." "RECORDS OPTIONS" [snakemake arguments]: missing_cells
+# stage after stage of lengths while more than 30 s of the budget is left
+staged() {
+  local name=$1 budget=$2 stages_text=$3 opts=$4 t0 left lengths stages; shift 4
+  t0=$(date +%s)
+  IFS='|' read -ra stages <<< "$stages_text"
+  for lengths in "${stages[@]}"; do
+    left=$((budget - ($(date +%s) - t0)))
+    [ "$left" -gt 30 ] || break
+    missing_cells "$name" "$left" "$lengths" "$opts" "$@"
+  done
+}
+
 grid() {  # grid NAME BUDGET [extra snakemake arguments]
   local name=$1 budget=$2; shift 2
   log "$name grid (${budget} s)"
@@ -207,26 +220,16 @@ if has comm && [ "$gpus" -ge 2 ]; then  # the CP model's network preset is fitte
   log "comm_bench exit $?"
 fi
 if has cp && [ "$gpus" -ge 2 ]; then  # the cells one session most needs first; what is left runs next time
-  t0=$(date +%s) budget=${T_CP:-300}
-  IFS='|' read -ra stages <<< "${CP_STAGES:-65536 131072|262144|16384 32768}"
-  for lengths in "${stages[@]}"; do
-    left=$((budget - ($(date +%s) - t0)))
-    [ "$left" -gt 30 ] || break
-    missing_cells h200_cp "$left" "$lengths" ""
-  done
+  staged h200_cp "${T_CP:-300}" "${CP_STAGES:-65536 131072|262144|16384 32768}" ""
 fi
 # 4 and 8 GPUs (issue 15), on 8 GPUs: two 4-GPU cells run side by side
 has cpx8 && [ "$gpus" -ge 8 ] && grid h200_cp_x8 "${T_CPX8:-540}" --resources gpu="$gpus"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU
 if has sparse; then  # in stages of lengths (SPARSE_STAGES, "|" between), each with its dense references
-  t0=$(date +%s) budget=${T_SPARSE:-150}
-  IFS='|' read -ra stages <<< "${SPARSE_STAGES:-7232 14592 16384 23168 29312 32768|46336 58624 65536|92672 117248 131072|43904 69504 87936 98304}"
-  for lengths in "${stages[@]}"; do
-    left=$((budget - ($(date +%s) - t0)))
-    [ "$left" -gt 30 ] || break
-    # SPARSE_OPTS: `attnbench records` options (--kernels K...) limiting the cells run
-    missing_cells h200_sparse "$left" "$lengths" "${SPARSE_OPTS:-}" --resources gpu=$((3 * gpus))
-  done
+  # SPARSE_OPTS: `attnbench records` options (--kernels K...) limiting the cells run
+  staged h200_sparse "${T_SPARSE:-150}" \
+    "${SPARSE_STAGES:-7232 14592 16384 23168 29312 32768|46336 58624 65536|92672 117248 131072|43904 69504 87936 98304}" \
+    "${SPARSE_OPTS:-}" --resources gpu=$((3 * gpus))
 fi
 has kernels && grid h200 "${T_KERNELS:-240}" --resources gpu=$((3 * gpus))
 

@@ -101,12 +101,17 @@ def fmt_cell(r, value, digits=None):
     return STATUS_LABEL.get(r["status"], r["status"])
 
 
+def heads_text(df: pd.DataFrame) -> pd.Series:
+    """'64:8' per row, from heads_q and heads_kv."""
+    return df["heads_q"].astype(str) + ":" + df["heads_kv"].astype(str)
+
+
 def status_pivot(
     df: pd.DataFrame, value: str, digits: int | None = None, columns="impl"
 ) -> pd.DataFrame:
     """Rows (mask, heads, seqlen), one column per kernel: the value, or the status that replaced it."""
     df = df.copy()
-    df["heads"] = df["heads_q"].astype(str) + ":" + df["heads_kv"].astype(str)
+    df["heads"] = heads_text(df)
     df["text"] = [fmt_cell(r, value, digits) for _, r in df.iterrows()]
     table = df.pivot_table(
         index=["mask", "heads", "seqlen"], columns=columns, values="text", aggfunc="first"
@@ -120,7 +125,7 @@ def not_measured_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = df[df["status"] != "ok"].copy()
     reasons = rows["status_reason"] if "status_reason" in rows else pd.Series(None, rows.index)
     rows["reason"] = reasons.fillna("(none recorded)")
-    rows["heads"] = rows["heads_q"].astype(str) + ":" + rows["heads_kv"].astype(str)
+    rows["heads"] = heads_text(rows)
     columns = ["kernel", "status", "cells", "lengths", "heads", "reason"]
     if rows.empty:
         return pd.DataFrame(columns=columns).set_index("kernel")

@@ -35,6 +35,7 @@ from ...report.tables import (
     fastest,
     fmt_cell,
     fmt_compared,
+    heads_text,
     not_measured_table,
     ratio_text,
     spread_text,
@@ -58,9 +59,9 @@ def split(df: pd.DataFrame):
     """(sparse rows with a `blocks` column, dense reference rows)."""
     sparse = df[df["mask"].isin(SPARSE_MASKS)].copy()
     sparse["blocks"] = [block_setting(r) for _, r in sparse.iterrows()] if len(sparse) else []
-    sparse["heads"] = sparse["heads_q"].astype(str) + ":" + sparse["heads_kv"].astype(str)
+    sparse["heads"] = heads_text(sparse)
     dense = df[~df["mask"].isin(SPARSE_MASKS)].copy()
-    dense["heads"] = dense["heads_q"].astype(str) + ":" + dense["heads_kv"].astype(str)
+    dense["heads"] = heads_text(dense)
     return sparse, dense
 
 
