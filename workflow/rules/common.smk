@@ -7,7 +7,7 @@ from pathlib import Path
 # The package is installed in editable mode by the Makefile; this keeps a bare checkout working too.
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
-from attnbench import families, launch
+from attnbench import families, launch, snakemake_fixes
 from attnbench.codegraph import code_files
 from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml
 from attnbench.grid.expand import cell_path
@@ -21,20 +21,10 @@ try:
 except ConfigError as e:
     raise WorkflowError(str(e))
 
-# Inside a Slurm batch (a group job) Snakemake runs without --keep-going and reads no profile, so
-# one crashed cell would leave the batch's later cells unstarted and the rerun would resubmit them
-# too (snakemake#2508). Its settings do not exist yet while this file is read, so the batch's
-# scheduler is told to keep going once made (tests/slurm/test_smoke_grid.py checks that it does).
+# Snakemake's scheduler, changed before it is made (attnbench.snakemake_fixes says why).
+snakemake_fixes.sigterm_without_deadlock()
 if workflow.remote_exec:
-    from snakemake.scheduling.job_scheduler import JobScheduler
-
-    _scheduler_init = JobScheduler.__init__
-
-    def _keep_going(self, *args, **kwargs):
-        _scheduler_init(self, *args, **kwargs)
-        self.keepgoing = True
-
-    JobScheduler.__init__ = _keep_going
+    snakemake_fixes.keep_going_in_batches()
 
 OUT = CFG["output_dir"].rstrip("/")
 RUN = CFG["run"]
