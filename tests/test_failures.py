@@ -353,8 +353,9 @@ def test_sigterm_while_the_scheduler_holds_its_lock_still_stops_the_run(tmp_path
     """Snakemake's SIGTERM handler takes the scheduler's lock on the main thread, so a SIGTERM that
     landed while the scheduler held it (finishing a job) hung the run forever; CI saw it once in the
     test above (attnbench.snakemake_fixes relays the stop to a thread). A SIGTERM every 3 ms while
-    jobs start and finish makes that moment certain (without the fix: 3 hangs in 3 runs here); the
-    run must still stop gracefully, without starting every cell."""
+    jobs start and finish makes that moment certain: without the fix all 3 runs here stuck there,
+    nested handlers piling up to a RecursionError. The run must stop gracefully, before every cell
+    has started."""
     grid = {**INTERRUPTED, "cell_timeout_s": 60}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_running({"int": grid})))
     log_path = tmp_path / "snakemake.log"
