@@ -124,7 +124,8 @@ def not_measured_table(df: pd.DataFrame) -> pd.DataFrame:
     lengths and heads. A reason never recorded reads '(none recorded)'."""
     rows = df[df["status"] != "ok"].copy()
     reasons = rows["status_reason"] if "status_reason" in rows else pd.Series(None, rows.index)
-    rows["reason"] = reasons.fillna("(none recorded)")
+    # object first: a column with no reason at all reads as float NaN, which takes no text
+    rows["reason"] = reasons.astype(object).fillna("(none recorded)")
     rows["heads"] = heads_text(rows)
     columns = ["kernel", "status", "cells", "lengths", "heads", "reason"]
     if rows.empty:
