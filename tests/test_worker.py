@@ -24,20 +24,29 @@ def cell_cmd(spec, out, idle_s=30):
     return [PY, *cell_args(spec, out, "--threads", "1", "--worker-idle-s", str(idle_s))]
 
 
+# Workers are shared by environment (worker.socket_path): an entry of PYTHONPATH naming these
+# tests keeps theirs apart from the worker a workflow run just before may have left idling.
+OWN_WORKER = f"/attnbench-test-worker-{os.getpid()}"
+
+
 def run_env(repo, **extra):
-    env = {**os.environ, "PYTHONPATH": f"{repo / 'workflow'}:{os.environ.get('PYTHONPATH', '')}"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{repo / 'workflow'}:{os.environ.get('PYTHONPATH', '')}:{OWN_WORKER}",
+    }
     for name in (CRASH_ENV, HANG_ENV):
         env.pop(name, None)
     return {**env, **extra}
 
 
-def run(repo, spec, out, idle_s=30, **extra):
+def run(repo, spec, out, idle_s=30, cwd=None, **extra):
     return subprocess.run(
         cell_cmd(spec, out, idle_s),
         capture_output=True,
         text=True,
         timeout=300,
         env=run_env(repo, **extra),
+        cwd=cwd,
     )
 
 
@@ -76,6 +85,21 @@ def test_cells_share_one_worker_and_each_keeps_its_record(repo, cells, tmp_path)
     pid = recs[0]["worker"]["pid"]
     # idle: the worker ends by itself and removes its socket
     assert wait_until(lambda: not alive(pid), idle_s + 20)
+
+
+def test_jobs_in_two_folders_share_a_worker_and_each_record_lands_in_its_own(
+    repo, cells, tmp_path
+):
+    """Snakemake hands a job relative paths; the worker was started from the first job's folder."""
+    recs = []
+    for i in (0, 1):
+        folder = tmp_path / f"run{i}"
+        folder.mkdir()
+        p = run(repo, cells[i], "record.json", cwd=folder)
+        assert p.returncode == 0, p.stderr
+        recs.append(json.loads((folder / "record.json").read_text()))
+    assert [r["cell"] for r in recs] == cells[:2]
+    assert recs[0]["worker"]["pid"] == recs[1]["worker"]["pid"]
 
 
 def test_a_crash_fails_the_job_without_a_record_and_the_next_cell_gets_a_new_worker(

@@ -78,6 +78,7 @@ def cell_in_worker(spec: dict, a) -> None:
         "spec": spec,
         "peak": a.peak,
         "out": a.out,
+        "cwd": os.getcwd(),  # the worker may have been started by a run in another folder
         "client_started": STARTED,
         "gpu_wait_s": launch.CLAIM_WAIT_S,
         "env": {k: os.environ[k] for k in FAULT_ENVS if k in os.environ},
@@ -95,14 +96,14 @@ def cmd_cell(a):
 
     if a.timed_out_after is not None:
         return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
+    spec = json.loads(a.spec)
+    measures = not ends_without_gpu(spec)
+    if measures and a.worker_idle_s:
+        return cell_in_worker(spec, a)  # the worker sets its threads; this process needs no torch
     if a.threads:
         import torch
 
         torch.set_num_threads(a.threads)
-    spec = json.loads(a.spec)
-    measures = not ends_without_gpu(spec)
-    if measures and a.worker_idle_s:
-        return cell_in_worker(spec, a)
     if measures:
         claim_gpu_after_start(spec["device"], spec.get("kernel_class", spec["impl"]))
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None

@@ -181,6 +181,7 @@ def _measure(request: dict, served: int, started: str) -> dict:
     from .families.kernel.cell import run_cell
     from .record.record import write_record
 
+    os.chdir(request["cwd"])  # the job's relative paths (record, peak), not the first job's
     for name in FAULT_ENVS:  # the job's fault injection (tests), not the first job's
         os.environ.pop(name, None)
         if name in request.get("env", {}):
@@ -208,7 +209,9 @@ def _measure(request: dict, served: int, started: str) -> dict:
     }
 
 
-def serve(path: Path, idle_s: float, threads: int) -> None:
+def serve(path: Path, idle_s: float, threads: int) -> bool:
+    """Measure the cells sent to `path` until idle_s pass without one (False) or a cell fails
+    (True)."""
     import torch
 
     from .record.record import now
@@ -226,7 +229,7 @@ def serve(path: Path, idle_s: float, threads: int) -> None:
             try:
                 conn, _ = server.accept()
             except TimeoutError:
-                return
+                return False
             conn.settimeout(None)
             fatal = False
             with conn, conn.makefile("r") as reader:
@@ -248,7 +251,7 @@ def serve(path: Path, idle_s: float, threads: int) -> None:
                 _send(conn, answer)
                 conn.shutdown(socket.SHUT_RDWR)
             if fatal:
-                return
+                return True
     finally:
         # unlink first: a job arriving now finds no socket and starts a new worker, while one that
         # connected a moment ago is refused when the socket closes, and retries
@@ -262,7 +265,10 @@ def main(argv=None):
     p.add_argument("--idle-s", type=float, required=True)
     p.add_argument("--threads", type=int, default=0)
     a = p.parse_args(argv)
-    serve(a.socket, a.idle_s, a.threads)
+    if serve(a.socket, a.idle_s, a.threads):
+        # the process state is suspect: end now, not after an interpreter shutdown of unknown length
+        sys.stdout.flush()
+        os._exit(1)
 
 
 if __name__ == "__main__":

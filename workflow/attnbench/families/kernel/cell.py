@@ -63,9 +63,12 @@ def ends_without_gpu(spec) -> bool:
 
 def fails_to_import(info) -> bool:
     """An installed library that cannot load here (built for another CUDA, say): the cell
-    records it `unavailable` when loading the kernel."""
+    records it `unavailable` when loading the kernel. A kernel of torch alone (no modules of its
+    own) always loads: not importing it keeps torch out of a job whose worker measures."""
     from ...kernels.base import LOAD_ERRORS, kernel_class
 
+    if not info.modules:
+        return False
     try:
         kernel_class(info).import_modules(info)
     except LOAD_ERRORS:
