@@ -102,6 +102,36 @@ def test_same_seed_same_blocks_other_seed_other_blocks():
     assert a.params == b.params and a.params["layout_sha256"] != c.params["layout_sha256"]
 
 
+def test_layouts_are_kept_for_the_next_cell_and_the_oldest_go_first(monkeypatch):
+    """A warm worker meets the same layout in every kernel and direction of a grid point: it is
+    generated once, then served from memory, least recently used out first beyond the budget."""
+    from attnbench.masks import sparse as SP
+
+    monkeypatch.setattr(SP, "_LAYOUTS", SP.OrderedDict())
+    calls = []
+    generate = SP.BlockSparse.generate
+    monkeypatch.setattr(
+        SP.BlockSparse,
+        "generate",
+        staticmethod(lambda s, p: calls.append(p["seed"]) or generate(s, p)),
+    )
+    params = [dict(block_size=16, density=0.5, groups=2, seed=s) for s in (1, 2, 3)]
+    one = SP.SPARSE_PATTERNS["block_sparse"].layout(256, params[0]).nbytes
+    monkeypatch.setattr(SP, "LAYOUT_CACHE_BYTES", 2 * one)  # room for two
+    pattern = SP.SPARSE_PATTERNS["block_sparse"]
+    first = pattern.layout(256, params[0])
+    assert pattern.layout(256, params[0]) is first and calls == [1]
+    pattern.layout(256, params[1])
+    pattern.layout(256, params[0])  # now the most recent
+    pattern.layout(256, params[2])  # evicts seed 2, the least recent
+    assert calls == [1, 2, 3]
+    assert pattern.layout(256, params[0]) is first and calls == [1, 2, 3]
+    fresh = generate(256, params[1])
+    assert pattern.layout(256, params[1]).fingerprint() == fresh.fingerprint()
+    assert calls == [1, 2, 3, 2]
+    assert fresh.fingerprint() == fresh._hash()  # the kept hash is the hash
+
+
 @pytest.mark.parametrize("name", M.SPARSE_MASKS)
 def test_tile_counts_from_the_layout_equal_the_predicate(name):
     for m in masks(name, lengths=(96, 160), seeds=range(2)):

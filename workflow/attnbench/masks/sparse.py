@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from functools import lru_cache
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 from .ranges import Slice, check_block_multiple
 
@@ -26,6 +27,14 @@ class BlockLayout:
     col_bounds: "torch.Tensor"  # [G, ncb + 1] long  # noqa: F821
     keep: "torch.Tensor"  # [G, nrb, ncb] bool  # noqa: F821
     kv_indices: "torch.Tensor"  # [G, nrb, k] long, sorted kept column blocks per row block  # noqa: F821
+    _sha256: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(
+            t.numel() * t.element_size()
+            for t in (self.row_bounds, self.col_bounds, self.keep, self.kv_indices)
+        )
 
     @property
     def groups(self) -> int:
@@ -38,7 +47,13 @@ class BlockLayout:
         return (rows * kept_cols).sum(-1)
 
     def fingerprint(self) -> str:
-        """sha256 of the block boundaries and kept block indices: equal iff the masks are equal."""
+        """sha256 of the block boundaries and kept block indices: equal iff the masks are equal.
+        Computed once per layout (a 128K mask's indices are over a GB)."""
+        if self._sha256 is None:
+            self._sha256 = self._hash()
+        return self._sha256
+
+    def _hash(self) -> str:
         import torch
 
         h = hashlib.sha256()
@@ -278,6 +293,30 @@ class VariableBlockSparse(SparsePattern):
 SPARSE_PATTERNS = {p.name: p for p in (BlockSparse(), VariableBlockSparse())}
 
 
-@lru_cache(maxsize=2)
+def _layout_cache_bytes() -> int:
+    """At most an eighth of the memory, at most 16 GiB: room for every layout of a grid point's
+    lengths on a GPU host, a few small ones on a laptop."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 8 << 30
+    return min(memory // 8, 16 << 30)
+
+
+# Every kernel and direction of a grid point draws the same layout (same data seed), and a warm
+# worker measures them one after the other in any order: generating a 128K layout takes seconds
+# (CPU generator, top-k), so the worker keeps the recent ones, least recently used out first.
+_LAYOUTS: OrderedDict = OrderedDict()
+LAYOUT_CACHE_BYTES = _layout_cache_bytes()
+
+
 def _cached_layout(name: str, seqlen: int, key: str) -> BlockLayout:
-    return SPARSE_PATTERNS[name].generate(seqlen, json.loads(key))
+    k = (name, seqlen, key)
+    if k in _LAYOUTS:
+        _LAYOUTS.move_to_end(k)
+        return _LAYOUTS[k]
+    lay = SPARSE_PATTERNS[name].generate(seqlen, json.loads(key))
+    _LAYOUTS[k] = lay
+    while len(_LAYOUTS) > 1 and sum(x.nbytes for x in _LAYOUTS.values()) > LAYOUT_CACHE_BYTES:
+        _LAYOUTS.popitem(last=False)
+    return lay
