@@ -196,6 +196,44 @@ def test_flashinfer_refuses_per_query_head_masks_under_gqa():
     assert plan_arguments(mha, 4, 4, 32, torch.bfloat16)["block_mask_map"].shape[0] == 4
 
 
+def test_flashinfer_counts_the_token_indices_its_plan_builds():
+    """plan() expands every kept block into key-token indices per (KV head, query block), in int32:
+    the count is the expanded mask's kept pairs over query-block rows (variable blocks too)."""
+    from attnbench.kernels.flashinfer_sparse import indexed_tokens
+
+    for name, cfg in (
+        ("block_sparse", dict(block_size=64, density=0.5)),
+        ("variable_block_sparse", dict(avg_block=128, min_block=64, density=0.5)),
+    ):
+        m = M.sample_mask(name, 512, cfg, np.random.default_rng(2), heads_q=4, heads_kv=2)
+        lay = m.layout()
+        keep_rows = torch.stack(  # per group: [query block, key token] kept
+            [
+                expand_blocks(
+                    lay.keep[g],
+                    torch.ones_like(lay.row_bounds[g].diff()),
+                    lay.col_bounds[g].diff(),
+                )
+                for g in range(2)
+            ]
+        )
+        assert indexed_tokens(lay) == int(keep_rows.sum())
+
+
+def test_flashinfer_is_unsupported_where_its_int32_token_indices_would_wrap():
+    """At 64K, MHA 64:64, block 64, density 0.5 the plan would index exactly 2^31 tokens: the
+    H200 run failed there inside FlashInfer (its own assertion, on wrapped int32 offsets)."""
+    big = uniform(65536, 64, 64, 64)
+    with pytest.raises(Unsupported, match="2,147,483,648 here, more than 2,147,483,647"):
+        plan_arguments(big, 64, 64, 128, torch.bfloat16)
+    ok = uniform(65536, 128, 64, 64)  # block 128: half as many query blocks, half the indices
+    assert plan_arguments(ok, 64, 64, 128, torch.bfloat16)["block_mask_map"].shape == (
+        64,
+        512,
+        512,
+    )
+
+
 @pytest.mark.parametrize("granularity", ["kv_head", "head"])
 def test_fa2_sparse_arguments_encode_the_mask(granularity):
     hq, hkv, s = 8, 2, 512

@@ -23,6 +23,9 @@ from ..status import Unavailable, Unsupported, is_oom
 from .base import Kernel
 
 WORKSPACE_BYTES = 128 * 2**20  # the size FlashInfer's documentation recommends
+# plan() lists every kept key token of every (KV head, query block) with int32 offsets: beyond
+# this count they wrap and its own assertion fails (seen at 64K, MHA 64:64, block 64, density 0.5)
+MAX_INDEXED_TOKENS = 2**31 - 1
 JIT_FAILURE_WORDS = ("nvcc", "ninja", "cuda_home", "compilation", "failed to compile")
 
 
@@ -34,6 +37,12 @@ def jit_failure_line(message: str) -> str:
     return (why or lines[0]).strip()[:300]
 
 
+def indexed_tokens(lay) -> int:
+    """How many token indices plan() builds: kept key tokens summed over (KV head, query block)."""
+    cols = lay.col_bounds.diff(dim=1)  # [G, ncb]
+    return int((lay.keep.sum(dim=1) * cols).sum())
+
+
 def plan_arguments(mask, heads_q: int, heads_kv: int, head_dim: int, dtype, device="cpu") -> dict:
     """Keyword arguments of VariableBlockSparseAttentionWrapper.plan for this mask."""
     import torch
@@ -43,6 +52,12 @@ def plan_arguments(mask, heads_q: int, heads_kv: int, head_dim: int, dtype, devi
         raise Unsupported(
             f"flashinfer: its block mask is per KV head ({heads_kv}), this mask has {lay.groups} "
             f"groups (granularity={mask.params.get('granularity')!r}); use granularity kv_head"
+        )
+    tokens = indexed_tokens(lay)
+    if tokens > MAX_INDEXED_TOKENS:
+        raise Unsupported(
+            f"flashinfer: its plan indexes every kept key token of every (KV head, query block) "
+            f"in int32: {tokens:,} here, more than {MAX_INDEXED_TOKENS:,}"
         )
     return {
         "block_mask_map": lay.keep.to(device),
