@@ -91,3 +91,27 @@ def test_editing_the_sparse_report_reruns_only_its_tables_and_figures(run):
     finally:
         code.write_text(original)
     assert set(plan) == {"tables_tiny_sparse", "figures_tiny_sparse", "all"}
+
+
+@pytest.mark.slow
+def test_cpu_threads_reach_the_cell_and_changing_them_reruns_no_cell(run):
+    """Grid key cpu_threads: the cell's Snakemake threads and torch threads (`--threads`); like
+    the other resources it is not part of a cell, so no finished cell runs again."""
+    import yaml
+
+    cfg_file = run / "config.yaml"
+    original = cfg_file.read_text()
+    cfg = yaml.safe_load(original)
+    cfg["grids"]["tiny_sparse"]["cpu_threads"] = 2
+    cell = next((run / "results/cells/tiny_sparse/sparse/naive/block_sparse").glob("*.json"))
+    record = cell.read_bytes()
+    try:
+        cfg_file.write_text(yaml.safe_dump(cfg))
+        assert "kernel_cell" not in planned_jobs(snakemake_on_copy(run, "-n"))
+        cell.unlink()
+        p = snakemake_on_copy(run, "-n", "-p")
+        assert planned_jobs(p)["kernel_cell"] == 1
+        assert "--threads 2 " in p.stdout + p.stderr
+    finally:
+        cfg_file.write_text(original)
+        cell.write_bytes(record)

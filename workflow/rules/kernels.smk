@@ -32,7 +32,7 @@ rule kernel_cell:
     priority: lambda wc: run_priority(cell_of(wc))
     conda:
         lambda wc: cell_env(cell_of(wc))
-    threads: 1
+    threads: lambda wc: GRIDS[wc.grid]["cpu_threads"]
     resources:
         # a GPU only for cells that will run on one (unavailable/unsupported ones end before)
         gpu=lambda wc: int(catalog.needs_device(catalog.get(wc.impl), cell_of(wc))),
