@@ -326,6 +326,68 @@ def test_a_library_release_that_does_not_match_its_dependency_makes_the_cell_una
         k.functions()
 
 
+def test_a_library_that_loads_only_after_torch_is_judged_as_the_measuring_process_sees_it(
+    tmp_path,
+):
+    """block_sparse_attn's extension links torch's libraries: imported before torch (in a job
+    that needs no torch, its worker measuring) it fails. On the H200 the job then took its cells
+    for `unavailable`, held no GPU, and measured them beside the worker's cells. The job's verdict
+    must be the measuring process's."""
+    import subprocess
+    import sys
+
+    from commands import package_env
+
+    pkg = tmp_path / "block_sparse_attn"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "import sys\n"
+        "if 'torch' not in sys.modules:\n"
+        "    raise ImportError('libc10.so: cannot open shared object file: No such file or directory')\n"
+    )
+    code = (
+        "import sys\n"
+        "from attnbench.families.kernel import cell\n"
+        "from attnbench.kernels import catalog\n"
+        "assert 'torch' not in sys.modules\n"
+        "print(cell.fails_to_import(catalog.get('fa2_sparse')))\n"
+    )
+    env = package_env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "False"
+
+
+def test_a_cell_judged_to_end_without_a_gpu_is_never_measured(tmp_path, monkeypatch, repo):
+    """run_cell(measure=False): the library's import failure is the record; a kernel that loads
+    after all is an error, not a measurement without the GPU's lock."""
+    import sys
+
+    from attnbench.families.kernel import cell
+
+    (tmp_path / "block_sparse_attn").mkdir()
+    (tmp_path / "block_sparse_attn" / "__init__.py").write_text(
+        "raise ImportError('libc10.so: cannot open shared object file')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "block_sparse_attn", raising=False)
+    monkeypatch.setattr(cell, "availability_reason", lambda info, spec: None)  # as on a GPU
+    from attnbench.families import expand_grid, load_config
+
+    cells = expand_grid(load_config(repo / "config.yaml"), "smoke_sparse")
+    smoke = next(c for c in cells if c["impl"] == "fa2_sparse")
+    spec = {**smoke, "device": "cuda", "mask_params": {**smoke["mask_params"], "block_size": 128}}
+    record = cell.run_cell(spec, measure=False)
+    assert record["status"] == "unavailable" and not record["samples"]
+    assert "importing block_sparse_attn failed: libc10.so" in record["status_reason"]
+    naive = next(c for c in cells if c["impl"] == "naive")
+    with pytest.raises(
+        RuntimeError, match="kernel loads: not measuring it without holding the GPU"
+    ):
+        cell.run_cell(naive, measure=False)
+
+
 def test_fa2_sparse_refuses_64_token_blocks_before_importing_it():
     k = load(
         catalog.get("fa2_sparse"),

@@ -107,7 +107,7 @@ def cmd_cell(a):
     if measures:
         claim_gpu_after_start(spec["device"], spec.get("kernel_class", spec["impl"]))
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
-    record = run_cell(spec, peak)
+    record = run_cell(spec, peak, measure=measures)
     write_record(record, a.out)
     say_outcome(record, a.out)
 

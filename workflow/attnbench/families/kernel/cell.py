@@ -62,18 +62,27 @@ def ends_without_gpu(spec) -> bool:
 
 
 def fails_to_import(info) -> bool:
-    """An installed library that cannot load here (built for another CUDA, say): the cell
-    records it `unavailable` when loading the kernel. A kernel of torch alone (no modules of its
-    own) always loads: not importing it keeps torch out of a job whose worker measures."""
-    from ...kernels.base import LOAD_ERRORS, kernel_class
+    return import_failure(info) is not None
+
+
+def import_failure(info) -> str | None:
+    """Why an installed library of the kernel cannot load here (built for another CUDA, say), or
+    None: the cell then records it `unavailable` without a GPU. torch is imported first, as in the
+    process that measures: a binary extension may link torch's libraries, which only `import torch`
+    loads (block_sparse_attn fails without it; judged unloadable, its cells once measured without
+    waiting for their GPU). A kernel of torch alone (no modules of its own) always loads: not
+    importing it keeps torch out of a job whose worker measures."""
+    from ...kernels.base import LOAD_ERRORS, kernel_class, load_error
 
     if not info.modules:
-        return False
+        return None
+    import torch  # noqa: F401
+
     try:
         kernel_class(info).import_modules(info)
-    except LOAD_ERRORS:
-        return True
-    return False
+    except LOAD_ERRORS as e:
+        return f"{info.name}: importing {', '.join(info.modules)} failed: {load_error(e)}"
+    return None
 
 
 def unsupported(info, spec) -> str | None:
@@ -279,8 +288,10 @@ def check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms)
         s_check = shorter
 
 
-def run_cell(spec: dict, peak: dict | None = None) -> dict:
-    """Measure one cell; return its record. Raises only on a crash (no record then)."""
+def run_cell(spec: dict, peak: dict | None = None, measure: bool = True) -> dict:
+    """Measure one cell; return its record. Raises only on a crash (no record then).
+    measure=False: the job holds no GPU (ends_without_gpu): the record says why the cell cannot
+    run, and a kernel that loads after all is an error, never measured without its GPU."""
     crash_if_asked(spec)
     hang_if_asked(spec)
     record = base_record(spec, implementation(spec))
@@ -291,6 +302,14 @@ def run_cell(spec: dict, peak: dict | None = None) -> dict:
     if status is None:
         reason = unsupported(info, spec)
         status = S.UNSUPPORTED if reason else None
+    if status is None and not measure:
+        reason = import_failure(info)
+        if reason is None:
+            raise RuntimeError(
+                f"{spec['impl']}: the job judged that this cell ends without a GPU, but its "
+                "kernel loads: not measuring it without holding the GPU"
+            )
+        status = S.UNAVAILABLE
     if status is None:
         status, reason = _measure(record, info, spec, peak)
     launch.release_gpus()  # the rest writes the record: the next cell may take the GPU
