@@ -10,6 +10,7 @@ import time
 import pytest
 from attnbench.families import expand_cells, load_config
 from attnbench.harness.faults import CRASH_ENV, HANG_ENV
+from attnbench.launch import alive
 from attnbench.worker import socket_path
 from commands import PY, cell_args
 
@@ -48,22 +49,6 @@ def run(repo, spec, out, idle_s=30, cwd=None, **extra):
         env=run_env(repo, **extra),
         cwd=cwd,
     )
-
-
-def alive(pid: int) -> bool:
-    """Still running. An exited worker whose job has gone was handed to init, which may take a
-    second or two to reap it: until then it is a zombie, which kill(pid, 0) still finds."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
 
 
 def wait_until(predicate, limit_s: float) -> bool:

@@ -351,7 +351,8 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Still running: an exited process not yet reaped (a zombie) is not."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
@@ -370,11 +371,9 @@ def stop_tree(proc: subprocess.Popen, grace_s: float) -> None:
     tree = [proc.pid, *descendants(proc.pid)]
     _signal_all(tree, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and (
-        proc.poll() is None or any(_alive(p) for p in tree[1:])
-    ):
+    while time.monotonic() < deadline and (proc.poll() is None or any(alive(p) for p in tree[1:])):
         time.sleep(0.1)
-    survivors = [p for p in tree if _alive(p)]
+    survivors = [p for p in tree if alive(p)]
     _signal_all(survivors + [d for p in survivors for d in descendants(p)], signal.SIGKILL)
     proc.wait()
 

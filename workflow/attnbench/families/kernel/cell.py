@@ -58,11 +58,7 @@ def ends_without_gpu(spec) -> bool:
     """A cell that will only write why it cannot run (library missing, mask unsupported): it
     needs no GPU, so it does not wait for one (claim_gpu_after_start)."""
     info = kernel_info(spec)
-    return bool(installed_reason(info, spec) or unsupported(info, spec) or fails_to_import(info))
-
-
-def fails_to_import(info) -> bool:
-    return import_failure(info) is not None
+    return bool(installed_reason(info, spec) or unsupported(info, spec) or import_failure(info))
 
 
 def import_failure(info) -> str | None:
