@@ -120,6 +120,11 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
             )
         )
         assert set(plan) == {"figures_tiny", "all"}, style
+    # What a cell may use is no parameter of any rule: more time, memory or threads rerun nothing.
+    resources = {"runtime_min": 11, "mem_mb": 3000, "cpu_threads": 2, "worker_idle_s": 5}
+    (workdir / "resources.yaml").write_text(yaml.safe_dump({"grids": {"tiny": resources}}))
+    configs = [str(workdir / "config.yaml"), str(workdir / "resources.yaml")]
+    assert planned_jobs(snakemake_on_copy(workdir, "-n", "--configfile", *configs)) == {}
     # The named target regenerates figures and tables without running a cell.
     p = snakemake_on_copy(
         workdir, "figures", "tables", "--forcerun", "figures_tiny", "tables_tiny"

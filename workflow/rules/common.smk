@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from attnbench import families, launch, snakemake_fixes
 from attnbench.codegraph import code_files
-from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml
+from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml, report_settings
 from attnbench.grid.expand import cell_path
 from attnbench.kernels import catalog
 from attnbench.report import outputs

@@ -40,7 +40,7 @@ for _grid in RUN:
             grid=_grid,
             # the folder of the outputs, from them (Snakemake's lint: not a second, hardcoded path)
             outdir=lambda wc, output: os.path.dirname(output[0]),
-            grid_cfg=json.dumps(GRIDS[_grid]),
+            grid_cfg=json.dumps(report_settings(GRIDS[_grid])),
         shell:
             "python -m attnbench tables --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
             " --grid-config {params.grid_cfg:q} > {log} 2>&1"
@@ -64,7 +64,7 @@ for _grid in RUN:
             # the folder of the outputs, from them (Snakemake's lint: not a second, hardcoded path)
             outdir=lambda wc, output: os.path.dirname(output[0]),
             style=json.dumps(CFG["figures"]),
-            grid_cfg=json.dumps(GRIDS[_grid]),
+            grid_cfg=json.dumps(report_settings(GRIDS[_grid])),
         shell:
             "python -m attnbench figures --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
             " --style {params.style:q} --grid-config {params.grid_cfg:q} > {log} 2>&1"

@@ -88,6 +88,17 @@ def cell_timeout_s(grid: dict) -> int:
     return int(grid.get("runtime_min", 30) * 60 * 0.9) if budget == "auto" else int(budget)
 
 
+# What a cell may use (Slurm's resources, threads, the worker's lifetime): never what it measures
+# or what the tables and figures show.
+RESOURCE_KEYS = ("runtime_min", "cell_timeout_s", "mem_mb", "cpu_threads", "worker_idle_s")
+
+
+def report_settings(grid: dict) -> dict:
+    """The grid's settings the tables and figures are drawn from: all but RESOURCE_KEYS, so that
+    giving cells more time, memory or threads regenerates no table or figure."""
+    return {k: v for k, v in grid.items() if k not in RESOURCE_KEYS}
+
+
 def _budget_problems(grid, where) -> list[str]:
     budget, runtime_s = grid.get("cell_timeout_s", "auto"), grid.get("runtime_min", 30) * 60
     if budget != "auto" and budget >= runtime_s:
