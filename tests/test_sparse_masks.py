@@ -193,3 +193,40 @@ def test_variable_blocks_with_per_head_partitions():
     assert lay.groups == 4
     assert len({tuple(b) for b in lay.row_bounds.tolist()}) == 4  # each head its own partition
     assert (lay.row_bounds.diff(dim=1) >= 32).all() and (lay.col_bounds[:, -1] == 512).all()
+
+
+@pytest.mark.parametrize(
+    "ncb, k", [(512, 4), (512, 8), (512, 100), (512, 256), (512, 410), (64, 1)]
+)
+@pytest.mark.parametrize("distinct", [2**24, 16, 3])
+def test_top_k_blocks_is_the_sorted_topk_the_records_were_drawn_with(ncb, k, distinct):
+    """The layouts of the committed records came from `topk(k).indices.sort()`: the faster form
+    keeps exactly those blocks, also where scores tie at the k-th (few distinct values), on both
+    of torch's CPU topk paths (partial sort for k x 64 <= n, selection above)."""
+    from attnbench.masks.sparse import top_k_blocks
+
+    gen = torch.Generator().manual_seed(ncb + k + distinct)
+    scores = torch.randint(0, distinct, (3, 40, ncb), generator=gen).float() / distinct
+    keep, idx = top_k_blocks(scores, k)
+    drawn = scores.topk(k, dim=-1).indices.sort(dim=-1).values
+    assert torch.equal(idx, drawn)
+    assert torch.equal(keep, torch.zeros_like(keep).scatter_(-1, drawn, True))
+
+
+def test_the_h200_records_layouts_rebuild_from_their_seeds():
+    """Every committed H200 block-sparse layout up to 32K (one per grid point: the kernels share
+    it) is rebuilt, bit for bit, from its record's seed by today's generator."""
+    import json
+    from pathlib import Path
+
+    cells = Path(__file__).resolve().parents[1] / "results/h200/cells/h200_sparse/sparse"
+    seen = {}
+    for f in sorted(cells.glob("*/block_sparse/s*.json")):
+        rec = json.loads(f.read_text())
+        if rec["cell"]["seqlen"] > 32768 or not rec.get("samples"):
+            continue
+        params = rec["samples"][0]["mask_params"]
+        seen[params["layout_sha256"]] = (rec["cell"]["seqlen"], params)
+    assert len(seen) >= 12, sorted(seen)  # B 64/128 x 3 densities x 2 head layouts at 32K
+    for seqlen, params in seen.values():
+        M.SPARSE_PATTERNS["block_sparse"].verify(seqlen, params)
