@@ -133,11 +133,12 @@ def top_k_blocks(scores, k: int):
     lists them row by row) instead of a sort."""
     import torch
 
-    chosen = scores.topk(k, dim=-1, sorted=False).indices
-    keep = torch.zeros(scores.shape, dtype=torch.bool)
-    keep.scatter_(-1, chosen, True)
-    columns = keep.view(-1, scores.shape[-1]).nonzero()[:, 1]  # row-major: increasing per row
-    return keep, columns.contiguous().view(chosen.shape)
+    shape = scores.shape
+    keep = torch.zeros(shape, dtype=torch.bool)
+    keep.scatter_(-1, scores.topk(k, dim=-1, sorted=False).indices, True)
+    del scores  # the caller's only reference (_top_k_keep): a GiB at 128K, freed before nonzero
+    columns = keep.view(-1, shape[-1]).nonzero()[:, 1]  # row-major: increasing in each row
+    return keep, columns.contiguous().view(*shape[:-1], k)
 
 
 def _random_partition(gen, total, parts, minimum):
