@@ -27,7 +27,6 @@ from ...report.plotting import (
     save,
     timed_line,
 )
-from ...report.style import colour
 from ...report.tables import (
     MEDIAN_SPREAD,
     WITHIN_NOTE,
@@ -258,28 +257,25 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
         for st in missing:
             if len(g) and (g["status"] == st).all():
                 missing[st].append(impl)
-    if (
-        dense is not None
-    ):  # at their own length, each point labelled with the sparse length it matches
-        for impl in order(dense["impl"]):
-            ok = dense[
-                (dense["impl"] == impl) & (dense["status"] == "ok") & dense[value].notna()
-            ].sort_values(x)
-            if len(ok):
-                label = f"{impl} (dense, full mask, at its own S)"
-                kernel_line(ax, ok[x], ok[value], impl, "--", ms=3, lw=1, label=label)
-                for _, p in ok.iterrows() if "equal_area_seqlen" in ok else ():
-                    ax.annotate(
-                        f"area of {seqlen_label(int(p['equal_area_seqlen']))}",
-                        (p[x], p[value]),
-                        textcoords="offset points",
-                        xytext=(0, -10),
-                        ha="center",
-                        fontsize="xx-small",
-                        color=colour(impl),
-                    )
-                drawn["dense_points"] += len(ok)
-                drawn["dense_x"] += list(ok[x])
+    if dense is not None:  # at their own length, labelled with the sparse length they match
+        ok = dense[(dense["status"] == "ok") & dense[value].notna()]
+        for impl in order(ok["impl"]):
+            line = ok[ok["impl"] == impl].sort_values(x)
+            label = f"{impl} (dense, full mask, at its own S)"
+            kernel_line(ax, line[x], line[value], impl, "--", ms=3, lw=1, label=label)
+            drawn["dense_points"] += len(line)
+            drawn["dense_x"] += list(line[x])
+        # one label per dense length, under its lowest point (the kernels there share it)
+        for at, same in ok.groupby(x) if "equal_area_seqlen" in ok else ():
+            ax.annotate(
+                f"area of {seqlen_label(int(same['equal_area_seqlen'].iloc[0]))}",
+                (at, same[value].min()),
+                textcoords="offset points",
+                xytext=(0, -10),
+                ha="center",
+                fontsize="xx-small",
+                color="dimgray",
+            )
     return missing
 
 
@@ -334,7 +330,7 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
     if drawn["dense_points"]:
         note += (
             "\ndashed: a dense kernel on the full mask at its own length S', whose visible area S'^2 equals "
-            "the sparse masks' at the length named beside each point"
+            "the sparse masks' at the length named under its points"
         )
     note_below(fig, note, -0.06, bottom=0.06)
     return fig, drawn
