@@ -13,7 +13,8 @@
 #            default 64K tokens per GPU and the 1-GPU references first, then 128K, then 16K)
 #   comm     the NCCL communication benchmark of the CP model (rule comm_bench) on all the GPUs
 #   sparse   the h200_sparse grid (T_SPARSE) in stages of lengths: 32K (and the 16K paper cells), 64K,
-#            128K, 96K, each with its dense references (SPARSE_STAGES; SPARSE_OPTS="--kernels K..")
+#            128K, 96K, each with its dense references (SPARSE_STAGES; SPARSE_OPTS="--kernels K.."),
+#            after checking that this torch draws the records' block layouts (OUTPUT_DIR/pytest_layouts.txt)
 #   cpx8     the h200_cp_x8 grid, 4 and 8 GPUs (T_CPX8), on a machine of 8
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
@@ -226,10 +227,18 @@ fi
 has cpx8 && [ "$gpus" -ge 8 ] && grid h200_cp_x8 "${T_CPX8:-540}" --resources gpu="$gpus"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU
 if has sparse; then  # in stages of lengths (SPARSE_STAGES, "|" between), each with its dense references
-  # SPARSE_OPTS: `attnbench records` options (--kernels K...) limiting the cells run
-  staged h200_sparse "${T_SPARSE:-150}" \
-    "${SPARSE_STAGES:-7232 14592 16384 23168 29312 32768|46336 58624 65536|92672 117248 131072|43904 69504 87936 98304}" \
-    "${SPARSE_OPTS:-}" --resources gpu=$((3 * gpus))
+  # This machine's torch must draw the blocks the committed records were measured on (a grid
+  # point's kernels share one layout, whichever session measured them): a few seconds of CPU
+  if timeout 120 python -m pytest -q -p no:cacheprovider tests/test_sparse_masks.py \
+      -k "top_k_blocks or h200_records" > "$outdir/pytest_layouts.txt" 2>&1; then
+    log "layouts: this torch draws the records' blocks ($(tail -1 "$outdir/pytest_layouts.txt"))"
+    # SPARSE_OPTS: `attnbench records` options (--kernels K...) limiting the cells run
+    staged h200_sparse "${T_SPARSE:-150}" \
+      "${SPARSE_STAGES:-7232 14592 16384 23168 29312 32768|46336 58624 65536|92672 117248 131072|43904 69504 87936 98304}" \
+      "${SPARSE_OPTS:-}" --resources gpu=$((3 * gpus))
+  else
+    log "layouts: this torch does not draw the records' blocks; h200_sparse not run ($outdir/pytest_layouts.txt)"
+  fi
 fi
 has kernels && grid h200 "${T_KERNELS:-240}" --resources gpu=$((3 * gpus))
 
