@@ -4,6 +4,8 @@
 # what a step does not finish is simply missing (run it again to resume: Snakemake runs only the
 # cells without a record). Everything written goes under OUTPUT_DIR, packed into $OUT at the end.
 #   STEPS="verify cp sparse kernels dobench" benchmarks/gpu_session.sh [OUTPUT_DIR]
+# with ATTNBENCH_GIT_COMMIT=<the local HEAD> ATTNBENCH_GIT_DIRTY=0|1 in front: the records name that commit
+# (the machine's copy of .git is older than the tree it receives)
 # Steps (budgets in seconds, from the environment):
 #   verify   CP correctness matrix with NCCL on all the machine's GPUs (VERIFY_WORLD): SDPA local kernels (T_VERIFY), FlashAttention
 #            (fa2, fa3; T_VERIFY), then FlexAttention on every CP mask (T_VERIFY_FLEX; it compiles per

@@ -109,3 +109,20 @@ def test_captions_name_the_commit_and_the_code_hash():
 
 def test_captions_of_records_without_a_code_hash_say_so():
     assert "code sha256 not recorded" in captions.code(kernel_table())
+
+
+def test_the_commit_a_tree_was_copied_from_wins_over_its_stale_history(monkeypatch, tmp_path):
+    """A GPU machine gets a copy of the working tree with an older .git: the commit the copy was
+    made from (ATTNBENCH_GIT_COMMIT / _DIRTY, set by whoever copied it) is the record's."""
+    from attnbench.harness import environment as E
+
+    monkeypatch.setenv("ATTNBENCH_GIT_COMMIT", "0" * 40)
+    monkeypatch.setenv("ATTNBENCH_GIT_DIRTY", "0")
+    E.git_state.cache_clear()
+    try:
+        assert E.git_state() == {"git_commit": "0" * 40, "git_dirty": False}
+        monkeypatch.chdir(tmp_path)  # no git history at all: the same
+        E.git_state.cache_clear()
+        assert E.git_state() == {"git_commit": "0" * 40, "git_dirty": False}
+    finally:
+        E.git_state.cache_clear()

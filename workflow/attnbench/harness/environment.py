@@ -37,17 +37,20 @@ def cpu_model() -> str:
 
 @functools.cache
 def git_state() -> dict:
-    """The checkout's commit; where the tree was copied without .git (a remote GPU machine),
-    ATTNBENCH_GIT_COMMIT / ATTNBENCH_GIT_DIRTY say what it was copied from."""
+    """The checkout's commit. Where the tree was copied (a remote GPU machine, without .git or with
+    an older copy of the history), ATTNBENCH_GIT_COMMIT / ATTNBENCH_GIT_DIRTY say what it was
+    copied from, and win: the copier knows what it copied."""
+    env_commit, env_dirty = (os.environ.get(f"ATTNBENCH_GIT_{k}") for k in ("COMMIT", "DIRTY"))
+    if env_commit:
+        return {
+            "git_commit": env_commit,
+            "git_dirty": None if env_dirty is None else env_dirty == "1",
+        }
     commit = _run(["git", "rev-parse", "HEAD"])
     if commit:
         dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
         return {"git_commit": commit, "git_dirty": None if dirty is None else bool(dirty)}
-    env_dirty = os.environ.get("ATTNBENCH_GIT_DIRTY")
-    return {
-        "git_commit": os.environ.get("ATTNBENCH_GIT_COMMIT", "unknown"),
-        "git_dirty": None if env_dirty is None else env_dirty == "1",
-    }
+    return {"git_commit": "unknown", "git_dirty": None}
 
 
 # The files whose content decides what a cell computes: the package, the rules, the schemas and the
