@@ -110,9 +110,8 @@ def test_a_crash_fails_the_job_without_a_record_and_the_next_cell_gets_a_new_wor
     before_pid = json.loads((tmp_path / "before.json").read_text())["worker"]["pid"]
     after_rec = json.loads((tmp_path / "after.json").read_text())
     assert after_rec["status"] == "ok" and after_rec["worker"]["pid"] != before_pid
-    assert wait_until(
-        lambda: not alive(before_pid), 10
-    )  # it ended at the crash, not when idle (30 s)
+    # it ended at the crash, not when idle (30 s)
+    assert wait_until(lambda: not alive(before_pid), 10)
 
 
 def worker_started(out) -> int | None:
