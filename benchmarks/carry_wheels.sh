@@ -2,7 +2,7 @@
 # Fill .whl/ with what benchmarks/gpu_session.sh installs on a GPU machine that has no network:
 # Snakemake and its plugins (the pins of envs/requirements-cpu.txt, minus what the GPU image already
 # has), ninja (for the subset builds), plus any extra wheel files named as arguments (FlashAttention
-# from ../shared/wheels, fa3-fwd).
+# from ../shared/wheels, fa3-fwd), plus what earlier GPU calls built, kept in .gpu_cache/.
 # Compiled wheels are fetched for CPython 3.12 on manylinux x86_64 (the GPU image), the rest built here.
 #   benchmarks/carry_wheels.sh [EXTRA.whl ...]; then run with carry [".whl"]
 set -eu
@@ -27,5 +27,8 @@ done
 "$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$dest" ninja
 for extra in "$@"; do cp "$extra" "$dest/"; done
+# what earlier sessions' machines built (benchmarks/take_call_results.sh keeps it): no build next time
+ls .gpu_cache/wheels/*.whl > /dev/null 2>&1 && cp .gpu_cache/wheels/*.whl "$dest/"
+[ -d .gpu_cache/flashinfer_aot ] && mkdir -p "$dest/flashinfer_aot" && cp -r .gpu_cache/flashinfer_aot/. "$dest/flashinfer_aot/"
 ls "$dest"/*.whl | wc -l | xargs echo "wheels in $dest:"
 du -sh "$dest"

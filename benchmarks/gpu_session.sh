@@ -41,6 +41,9 @@ outdir=${1:-results/h200}
 steps=${STEPS:-verify cp sparse kernels dobench}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# a Triton autotuner's choice (vsa_triton's forward tries 6 settings: 20-80 s of the GPU at 128K) kept
+# on disk for this machine, keyed by kernel, GPU and shape: one tuning per shape, not one per worker
+export TRITON_CACHE_AUTOTUNING=1
 # A call made right after another on the same machine finds the last call's /tmp/site, and may carry
 # other files (or only the wheels not installed yet) instead of the wheels again.
 # install WHEEL...: into /tmp/site, or the folder TARGET names
@@ -98,6 +101,9 @@ fa4path=""; [ -d /tmp/site_fa4 ] && fa4path=/tmp/site_fa4:/tmp/site_fa4/nvidia_c
 # venv; rm first: writing through a link left by an earlier session would overwrite the interpreter)
 mkdir -p /tmp/bin && rm -f /tmp/bin/python && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
 export PATH=/tmp/bin:/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$fa4path$PWD/workflow
+# the wheels a build here wrote, into $OUT/built_wheels.tar (a '+' in a wheel's name, as in a local
+# version, does not come back as a file of its own); take_call_results.sh keeps them in .gpu_cache/
+bring_back_wheels() { (cd "$1" && tar rf "$out/built_wheels.tar" -- *.whl); }
 log() { echo "[$(date +%T)] $*" | tee -a "$out/session.txt"; }
 listed() { case " $2 " in *" $1 "*) return 0;; esac; return 1; }  # listed WORD "LIST"
 has() { listed "$1" "$steps"; }
@@ -169,7 +175,7 @@ if has bsa; then
     timeout "${T_BSA:-540}" bash envs/build_block_sparse_attn.sh --source .src/block_sparse_attn-src.tar.gz \
       --python python3 --out-dir /tmp/bsa_dist > "$outdir/build_bsa.log" 2>&1
     log "build exit $?: $(tail -3 "$outdir/build_bsa.log" | head -1)"
-    ls /tmp/bsa_dist/*.whl > /dev/null 2>&1 && install /tmp/bsa_dist/*.whl && cp /tmp/bsa_dist/*.whl "$out/"
+    ls /tmp/bsa_dist/*.whl > /dev/null 2>&1 && install /tmp/bsa_dist/*.whl && bring_back_wheels /tmp/bsa_dist
   fi
 fi
 if has fa2build; then  # envs/build_flash_attn.sh on this machine, then FA2's GPU test on its wheel
@@ -179,7 +185,7 @@ if has fa2build; then  # envs/build_flash_attn.sh on this machine, then FA2's GP
     --python python3 --out-dir /tmp/fa2_dist > "$outdir/build_fa2.log" 2>&1
   log "build exit $?: $(tail -1 "$outdir/build_fa2.log")"
   if ls /tmp/fa2_dist/*.whl > /dev/null 2>&1; then
-    cp /tmp/fa2_dist/*.whl "$out/"
+    bring_back_wheels /tmp/fa2_dist
     TARGET=/tmp/site_fa2build install /tmp/fa2_dist/*.whl
     { PYTHONPATH=/tmp/site_fa2build:$PYTHONPATH python -c "import flash_attn; print('flash_attn', flash_attn.__version__, 'from', flash_attn.__file__)"
       PYTHONPATH=/tmp/site_fa2build:$PYTHONPATH timeout 240 python -m pytest -q -p no:cacheprovider \
@@ -265,6 +271,23 @@ if has dobench && [ -f "$outdir/tables/cells.csv" ]; then
     --out "$outdir/tables/do_bench_compare_sweep.csv" 2>&1 | tee -a "$out/session.txt"
 fi
 log "pack"
+# FlashInfer's kernels compiled in this call (a minute or more each), as MODULE/MODULE.so: carried in
+# .whl/flashinfer_aot/ they are loaded instead of compiled again (take_call_results.sh keeps them)
+fi_cache=$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer
+built=$(cd "$fi_cache" 2> /dev/null && ls -- */*/cached_ops/*/*.so 2> /dev/null)
+if [ -n "$built" ]; then
+  mkdir -p /tmp/fi_pack && for so in $built; do
+    m=$(basename "$(dirname "$so")"); [ -f "/tmp/flashinfer_aot/$m/$m.so" ] && continue
+    mkdir -p "/tmp/fi_pack/$m" && cp "$fi_cache/$so" "/tmp/fi_pack/$m/"
+  done
+  if [ -n "$(ls /tmp/fi_pack)" ]; then  # in 15 MiB parts (a file over 16 MiB does not come back)
+    tar czf /tmp/flashinfer_aot.tgz -C /tmp/fi_pack . && split -b 15M -d -a 1 /tmp/flashinfer_aot.tgz "$out/flashinfer_aot.tgz.part"
+    log "FlashInfer modules built here: $(ls /tmp/fi_pack | tr '\n' ' ')($(du -h /tmp/flashinfer_aot.tgz | cut -f1))"
+    # a later call on this machine has them already
+    mkdir -p /tmp/flashinfer_aot && cp -r /tmp/fi_pack/. /tmp/flashinfer_aot/
+  fi
+  rm -rf /tmp/fi_pack /tmp/flashinfer_aot.tgz
+fi
 tar czf "$out/results.tgz" --exclude="$outdir/logs" "$outdir" 2>/dev/null
 tar czf "$out/logs.tgz" "$outdir/logs" 2>/dev/null
 ls -la "$out"

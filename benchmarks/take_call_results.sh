@@ -8,7 +8,10 @@
 # - copies a tuned Triton backward the call measured (OUTPUT_DIR/sparse_bwd_tuned.json) to where the
 #   kernel reads it, so that the next call's cells run it;
 # - removes the records this call added that say `unavailable` because a library was not installed
-#   (its wheel comes in a later call), so that those cells run again; records already here stay.
+#   (its wheel comes in a later call), so that those cells run again; records already here stay;
+# - keeps what the machine built, for later sessions, in .gpu_cache/ (ignored): the wheels of
+#   built_wheels.tar in .gpu_cache/wheels/, FlashInfer's compiled modules (flashinfer_aot.tgz.partN)
+#   in .gpu_cache/flashinfer_aot/; benchmarks/carry_wheels.sh puts both into .whl/.
 set -euo pipefail
 at=$1 outdir=${2:-results/h200}
 [ -f "$at/results.tgz" ] || { echo "no results.tgz in $at" >&2; exit 1; }
@@ -37,3 +40,11 @@ for line in sys.stdin:
 print(f"removed {removed} new records of libraries not installed in that call")
 '
 rm -f "$before"
+if [ -f "$at/built_wheels.tar" ]; then
+  mkdir -p .gpu_cache/wheels && tar xf "$at/built_wheels.tar" -C .gpu_cache/wheels
+  echo "built wheels kept: $(tar tf "$at/built_wheels.tar" | tr '\n' ' ')"
+fi
+if ls "$at"/flashinfer_aot.tgz.part* > /dev/null 2>&1; then
+  mkdir -p .gpu_cache/flashinfer_aot && cat "$at"/flashinfer_aot.tgz.part* | tar xz -C .gpu_cache/flashinfer_aot
+  echo "FlashInfer modules kept: $(ls .gpu_cache/flashinfer_aot | tr '\n' ' ')"
+fi

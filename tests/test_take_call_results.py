@@ -63,3 +63,38 @@ def test_a_folder_without_results_is_refused(repo, tmp_path):
         text=True,
     )
     assert done.returncode == 1 and "no results.tgz in" in done.stderr
+
+
+def test_what_the_machine_built_is_kept_for_later_sessions(repo, tmp_path):
+    """A built wheel (its '+' name only travels inside a tar) and FlashInfer's compiled modules,
+    split in parts, land in .gpu_cache/ whole."""
+    tree = tmp_path / "tree"
+    (tree / "results/h200/cells").mkdir(parents=True)
+    at = tmp_path / "files_at"
+    (tmp_path / "call/results/h200").mkdir(parents=True)
+    at.mkdir()
+    with tarfile.open(at / "results.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "call/results", arcname="results")
+    wheel = tmp_path / "block_sparse_attn-0.0.2+sm90-cp312-cp312-linux_x86_64.whl"
+    wheel.write_bytes(b"wheel")
+    with tarfile.open(at / "built_wheels.tar", "w") as tar:
+        tar.add(wheel, arcname=wheel.name)
+    module = tmp_path / "mod/batch_prefill_sm90/batch_prefill_sm90.so"
+    module.parent.mkdir(parents=True)
+    module.write_bytes(bytes(range(256)) * 4000)
+    with tarfile.open(tmp_path / "aot.tgz", "w:gz") as tar:
+        tar.add(module.parent, arcname="batch_prefill_sm90")
+    packed = (tmp_path / "aot.tgz").read_bytes()
+    half = len(packed) // 2
+    (at / "flashinfer_aot.tgz.part0").write_bytes(packed[:half])
+    (at / "flashinfer_aot.tgz.part1").write_bytes(packed[half:])
+    done = subprocess.run(
+        ["bash", str(repo / "benchmarks/take_call_results.sh"), str(at)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tree / ".gpu_cache/wheels" / wheel.name).read_bytes() == b"wheel"
+    kept = tree / ".gpu_cache/flashinfer_aot/batch_prefill_sm90/batch_prefill_sm90.so"
+    assert kept.read_bytes() == module.read_bytes()
