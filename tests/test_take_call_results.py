@@ -7,6 +7,16 @@ import tarfile
 NOT_INSTALLED = "fa3 needs the Python module 'flash_attn_3', which is not installed"
 
 
+def take(repo, files_at, tree):
+    """Run take_call_results.sh on the call's files `files_at`, from the tree `tree`."""
+    return subprocess.run(
+        ["bash", str(repo / "benchmarks/take_call_results.sh"), str(files_at)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
+
+
 def record(path, status, reason=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"status": status, "status_reason": reason}))
@@ -39,12 +49,7 @@ def test_new_records_are_taken_and_only_new_not_installed_ones_dropped(repo, tmp
     at.mkdir()
     with tarfile.open(at / "results.tgz", "w:gz") as tar:
         tar.add(tmp_path / "call/results", arcname="results")
-    done = subprocess.run(
-        ["bash", str(repo / "benchmarks/take_call_results.sh"), str(at)],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-    )
+    done = take(repo, at, tree)
     assert done.returncode == 0, done.stderr
     assert "removed 1 new records" in done.stdout
     assert (cells / "te/full/s1.json").exists()  # was here before the call
@@ -56,12 +61,7 @@ def test_new_records_are_taken_and_only_new_not_installed_ones_dropped(repo, tmp
 
 
 def test_a_folder_without_results_is_refused(repo, tmp_path):
-    done = subprocess.run(
-        ["bash", str(repo / "benchmarks/take_call_results.sh"), str(tmp_path)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    done = take(repo, tmp_path, tmp_path)
     assert done.returncode == 1 and "no results.tgz in" in done.stderr
 
 
@@ -88,12 +88,7 @@ def test_what_the_machine_built_is_kept_for_later_sessions(repo, tmp_path):
     half = len(packed) // 2
     (at / "flashinfer_aot.tgz.part0").write_bytes(packed[:half])
     (at / "flashinfer_aot.tgz.part1").write_bytes(packed[half:])
-    done = subprocess.run(
-        ["bash", str(repo / "benchmarks/take_call_results.sh"), str(at)],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-    )
+    done = take(repo, at, tree)
     assert done.returncode == 0, done.stderr
     assert (tree / ".gpu_cache/wheels" / wheel.name).read_bytes() == b"wheel"
     kept = tree / ".gpu_cache/flashinfer_aot/batch_prefill_sm90/batch_prefill_sm90.so"
