@@ -4,7 +4,9 @@
 # has), ninja (for the subset builds), plus any extra wheel files named as arguments (FlashAttention
 # from ../shared/wheels, fa3-fwd), plus what earlier GPU calls built, kept in .gpu_cache/.
 # Compiled wheels are fetched for CPython 3.12 on manylinux x86_64 (the GPU image), the rest built here.
-#   benchmarks/carry_wheels.sh [EXTRA.whl ...]; then run with carry [".whl"]
+#   [PINS="name==version ..."] [BASE=0] benchmarks/carry_wheels.sh [EXTRA.whl ...]; then run with carry [".whl"]
+# PINS: more packages from PyPI (the sparse kernels' libraries); BASE=0: only those and the EXTRA
+# files, for a later call on a machine that has the Snakemake set already.
 set -eu
 dest=.whl
 python=${PYTHON:-python3}
@@ -15,20 +17,27 @@ urllib3 charset-normalizer filelock fsspec networkx sympy mpmath typing-extensio
 pygments pulp"
 mkdir -p "$dest"
 norm() { echo "$1" | tr 'A-Z_' 'a-z-'; }
-grep -E '^[A-Za-z]' envs/requirements-cpu.txt | while IFS= read -r pin; do
-  name=$(norm "${pin%%==*}")
-  case " $(echo $image) " in *" $name "*) continue;; esac
+# fetch PIN: its wheel for CPython 3.12 on the GPU image's glibc (2.39), else built here (pure Python)
+fetch() {
   "$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --abi cp312 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    --platform manylinux_2_28_x86_64 --platform any -d "$dest" "$pin" 2> /dev/null ||
-    "$python" -m pip wheel --quiet --no-deps -w "$dest" "$pin"
-done
-# ninja: the subset builds (gpu_session.sh steps fa2build, bsa) compile in parallel only with it
-"$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
-  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$dest" ninja
+    --abi cp312 --abi abi3 --abi none --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_24_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_34_x86_64 \
+    --platform manylinux_2_35_x86_64 --platform any -d "$dest" "$1" 2> /dev/null ||
+    "$python" -m pip wheel --quiet --no-deps -w "$dest" "$1"
+}
+if [ "${BASE:-1}" != 0 ]; then
+  grep -E '^[A-Za-z]' envs/requirements-cpu.txt | while IFS= read -r pin; do
+    name=$(norm "${pin%%==*}")
+    case " $(echo $image) " in *" $name "*) continue;; esac
+    fetch "$pin"
+  done
+  # ninja: the subset builds (gpu_session.sh steps fa2build, bsa) compile in parallel only with it
+  fetch ninja
+  # what earlier sessions' machines built (benchmarks/take_call_results.sh keeps it): no build next time
+  ls .gpu_cache/wheels/*.whl > /dev/null 2>&1 && cp .gpu_cache/wheels/*.whl "$dest/"
+  [ -d .gpu_cache/flashinfer_aot ] && mkdir -p "$dest/flashinfer_aot" && cp -r .gpu_cache/flashinfer_aot/. "$dest/flashinfer_aot/"
+fi
+for pin in ${PINS:-}; do fetch "$pin"; done
 for extra in "$@"; do cp "$extra" "$dest/"; done
-# what earlier sessions' machines built (benchmarks/take_call_results.sh keeps it): no build next time
-ls .gpu_cache/wheels/*.whl > /dev/null 2>&1 && cp .gpu_cache/wheels/*.whl "$dest/"
-[ -d .gpu_cache/flashinfer_aot ] && mkdir -p "$dest/flashinfer_aot" && cp -r .gpu_cache/flashinfer_aot/. "$dest/flashinfer_aot/"
 ls "$dest"/*.whl | wc -l | xargs echo "wheels in $dest:"
 du -sh "$dest"
