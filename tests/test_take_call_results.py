@@ -17,6 +17,15 @@ def take(repo, files_at, tree):
     )
 
 
+def files_at(tmp_path):
+    """The call's $OUT as the device hands it back: tmp_path/call/results packed as results.tgz."""
+    at = tmp_path / "files_at"
+    at.mkdir()
+    with tarfile.open(at / "results.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "call/results", arcname="results")
+    return at
+
+
 def record(path, status, reason=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"status": status, "status_reason": reason}))
@@ -45,10 +54,7 @@ def test_new_records_are_taken_and_only_new_not_installed_ones_dropped(repo, tmp
         "vsa: importing vsa failed: undefined symbol",
     )
     (call / "sparse_bwd_tuned.json").write_text('{"blocks": {}}')
-    at = tmp_path / "files_at"
-    at.mkdir()
-    with tarfile.open(at / "results.tgz", "w:gz") as tar:
-        tar.add(tmp_path / "call/results", arcname="results")
+    at = files_at(tmp_path)
     done = take(repo, at, tree)
     assert done.returncode == 0, done.stderr
     assert "removed 1 new records" in done.stdout
@@ -70,11 +76,8 @@ def test_what_the_machine_built_is_kept_for_later_sessions(repo, tmp_path):
     split in parts, land in .gpu_cache/ whole."""
     tree = tmp_path / "tree"
     (tree / "results/h200/cells").mkdir(parents=True)
-    at = tmp_path / "files_at"
     (tmp_path / "call/results/h200").mkdir(parents=True)
-    at.mkdir()
-    with tarfile.open(at / "results.tgz", "w:gz") as tar:
-        tar.add(tmp_path / "call/results", arcname="results")
+    at = files_at(tmp_path)
     wheel = tmp_path / "block_sparse_attn-0.0.2+sm90-cp312-cp312-linux_x86_64.whl"
     wheel.write_bytes(b"wheel")
     with tarfile.open(at / "built_wheels.tar", "w") as tar:
