@@ -170,8 +170,14 @@ def test_dense_references_are_drawn_at_their_own_length():
     ref = sparse_report.equal_area_references(dense, at_half)
     assert set(ref["seqlen"]) == {23170, 46341}  # their own lengths, not the sparse ones
     assert dict(zip(ref["seqlen"], ref["equal_area_seqlen"])) == {23170: 32768, 46341: 65536}
-    _, drawn = sparse_report._figure(at_half, ref, "seqlen", "tflops", "TFLOP/s", "t")
+    fig, drawn = sparse_report._figure(at_half, ref, "seqlen", "tflops", "TFLOP/s", "t")
     assert set(drawn["dense_x"]) == {23170, 46341}
+    # the axis names the sparse lengths; a dense length is named by its label, not by a tick
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["16K", "32K", "64K"] and "23170" not in ticks and "46341" not in ticks
+    labels = [t.get_text() for t in ax.texts if t.get_text().startswith("area of")]
+    assert labels == ["area of 32K", "area of 64K"]
 
 
 def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):

@@ -265,13 +265,15 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
             kernel_line(ax, line[x], line[value], impl, "--", ms=3, lw=1, label=label)
             drawn["dense_points"] += len(line)
             drawn["dense_x"] += list(line[x])
-        # one label per dense length, under its lowest point (the kernels there share it)
-        for at, same in ok.groupby(x) if "equal_area_seqlen" in ok else ():
+        # one label per dense length, under its lowest point (the kernels there share it); neighbours
+        # alternate between two depths, as two lengths can sit closer than a label is wide
+        groups = ok.groupby(x) if "equal_area_seqlen" in ok else ()
+        for i, (at, same) in enumerate(groups):
             ax.annotate(
                 f"area of {seqlen_label(int(same['equal_area_seqlen'].iloc[0]))}",
                 (at, same[value].min()),
                 textcoords="offset points",
-                xytext=(0, -10),
+                xytext=(0, -10 - 8 * (i % 2)),
                 ha="center",
                 fontsize="xx-small",
                 color="dimgray",
@@ -304,7 +306,9 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
         drawn["missing"][(blocks, heads, direction)] = missing
         extra = f" | {subtitle(d)}" if subtitle and len(d) else ""
         ax.set_title(f"{blocks} | {heads} | {direction}{extra}", fontsize="medium")
-        xs = sorted(set(d[x].dropna()) | (set(ref[x].dropna()) if ref is not None else set()))
+        # ticks at the sparse cells' values only: a dense reference's own length is named by its
+        # "area of" label, and as a tick it collides with the sparse lengths beside it
+        xs = sorted(set(d[x].dropna()))
         if xlog:
             ax.set_xscale("log", base=2)
             ax.set_xticks(xs, [seqlen_label(int(s)) for s in xs])
