@@ -126,3 +126,18 @@ def test_the_commit_a_tree_was_copied_from_wins_over_its_stale_history(monkeypat
         assert E.git_state() == {"git_commit": "0" * 40, "git_dirty": False}
     finally:
         E.git_state.cache_clear()
+
+
+def test_the_row_names_the_library_that_ran_not_the_first_installed(cells, tmp_path):
+    """vsa's record lists the vsa wheel (installed, but not loadable with torch 2.11); its kernels ran
+    from fastvideo-kernel, which notes.library names: the tidy table (and the captions) say so."""
+    record = C.run_cell(next(c for c in cells if c["impl"] == "fa3"))
+    path = tmp_path / "r.json"
+    R.write_record(record, path)
+    assert collect([path]).iloc[0]["library_version"] == record["kernel"]["library_version"]
+    record["kernel"]["library_version"] = "vsa 0.0.4"
+    record["kernel"]["notes"]["library"] = (
+        "fastvideo_kernel 0.3.2 (importing vsa failed: libcudart.so.12: cannot open shared object)"
+    )
+    R.write_record(record, path)
+    assert collect([path]).iloc[0]["library_version"] == "fastvideo_kernel 0.3.2"

@@ -237,6 +237,26 @@ def test_captions_show_mixed_versions_with_their_counts(df):
     assert "naive: naive-lib 1.0" in captions.software(df)
 
 
+def test_captions_name_the_library_of_the_cells_that_ran_it(df):
+    """An unsupported cell never loaded its library: its recorded version is not what ran."""
+    vsa = df[df["impl"] == "naive"].head(4).copy()
+    vsa["status"] = ["ok", "ok", "unsupported", "unavailable"]
+    vsa["library_version"] = ["fastvideo_kernel 0.3.2"] * 2 + ["vsa 0.0.4"] * 2
+    assert captions.software(vsa).endswith("cells that ran: naive: fastvideo_kernel 0.3.2")
+    vsa["status"] = "unavailable"  # never ran: every cell's
+    assert "naive: fastvideo_kernel 0.3.2 (2 cells), vsa 0.0.4 (2 cells)" in captions.software(vsa)
+
+
+def test_captions_name_a_driver_once_whatever_its_gpu_count(df):
+    """nvidia-smi answers one line per GPU: a two-GPU machine's driver is still one driver."""
+    gpus = df.copy()
+    gpus["driver"] = "580.159.04"
+    gpus.loc[gpus.index[:3], "driver"] = "580.159.04\n580.159.04"
+    assert "driver 580.159.04; host" in captions.machine(gpus)
+    gpus.loc[gpus.index[0], "driver"] = "570.1"
+    assert "driver 570.1, 580.159.04; host" in captions.machine(gpus)
+
+
 def test_support_table_is_derived_from_statuses(df):
     t = kernel_tables.support_table(df)
     assert list(t.index) == ["naive", "sdpa_flash", "flex", "fa2"]

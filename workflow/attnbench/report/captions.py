@@ -28,9 +28,12 @@ def rst_text(s: str) -> str:
 
 
 def _values(df: pd.DataFrame, col: str) -> list[str]:
+    """The distinct values of a column; a multi-line value (nvidia-smi's driver: one line per GPU)
+    counts each of its lines."""
     if col not in df:
         return []
-    return sorted({str(v) for v in df[col].dropna() if str(v) not in ("", "nan", "None")})
+    lines = {line.strip() for v in df[col].dropna() for line in str(v).splitlines()}
+    return sorted(v for v in lines if v not in ("", "nan", "None"))
 
 
 def _join(vals, empty="not recorded") -> str:
@@ -95,6 +98,9 @@ def _versions(df: pd.DataFrame, col: str) -> str:
     return ", ".join(f"{v} ({n} cells)" for v, n in counts.items())
 
 
+NOT_LOADED = ("unsupported", "unavailable")
+
+
 def software(df: pd.DataFrame) -> str:
     versions = [f"torch {_versions(df, 'torch')}"]
     versions += [
@@ -102,12 +108,18 @@ def software(df: pd.DataFrame) -> str:
         for col, label in (("triton", "triton"), ("python", "Python"))
         if _values(df, col)
     ]
-    groups: dict = {}  # kernels with the same recorded library versions share an entry
+    # a kernel's library as recorded by the cells that ran it (an unsupported or unavailable cell
+    # never loaded it: it names only the first installed candidate); kernels that never ran: all
+    # their cells. Kernels with the same versions share an entry.
+    ran = df[~df["status"].isin(NOT_LOADED)] if "status" in df else df
+    groups: dict = {}
     for impl in order(df["impl"].dropna()):
-        groups.setdefault(_versions(df[df["impl"] == impl], "library_version"), []).append(impl)
+        cells = ran[ran["impl"] == impl]
+        cells = cells if len(cells) else df[df["impl"] == impl]
+        groups.setdefault(_versions(cells, "library_version"), []).append(impl)
     libs = "; ".join(f"{', '.join(impls)}: {v}" for v, impls in groups.items())
     return ", ".join(versions) + (
-        f"; kernel libraries as recorded per cell: {libs}" if libs else ""
+        f"; kernel libraries as recorded by the cells that ran: {libs}" if libs else ""
     )
 
 

@@ -81,6 +81,14 @@ def _num(x):
     return x
 
 
+def library_ran(kernel: dict) -> str | None:
+    """The library that ran the cell. A kernel that picks one of several packages when it loads
+    (vsa: the vsa wheel, else fastvideo-kernel) names it in notes.library, 'name version (why not
+    the first)'; the record's library_version is the first of the catalog's packages installed."""
+    ran = (kernel.get("notes") or {}).get("library")
+    return ran.split(" (")[0] if ran else kernel.get("library_version")
+
+
 def row(record: dict, path: str) -> dict:
     cell, env = record["cell"], record.get("environment", {})
     samples = record.get("samples", [])
@@ -103,7 +111,7 @@ def row(record: dict, path: str) -> dict:
         "avg_block": mp.get("avg_block"),
         "density": mp.get("density"),
         "realised_density": sum(dens) / len(dens) if dens else None,
-        "library_version": record.get("kernel", {}).get("library_version"),
+        "library_version": library_ran(record.get("kernel", {})),
         "torch": env.get("torch"),
         "git_commit": env.get("git_commit"),
         "cell_id": record.get("cell_id"),
