@@ -6,7 +6,8 @@
 # Compiled wheels are fetched for CPython 3.12 on manylinux x86_64 (the GPU image), the rest built here.
 #   [PINS="name==version ..."] [BASE=0] benchmarks/carry_wheels.sh [EXTRA.whl ...]; then run with carry [".whl"]
 # PINS: more packages from PyPI (the sparse kernels' libraries); BASE=0: only those and the EXTRA
-# files, for a later call on a machine that has the Snakemake set already.
+# files, for a later call on a machine that has the Snakemake set already. Empties .whl/ first; fails
+# when .whl/ and the working tree pass the 64 MiB a call carries.
 set -eu
 dest=.whl
 python=${PYTHON:-python3}
@@ -15,7 +16,7 @@ image="numpy pandas pyyaml jinja2 requests psutil wrapt matplotlib seaborn pytes
 packaging pillow contourpy cycler fonttools kiwisolver pyparsing python-dateutil tzdata certifi idna
 urllib3 charset-normalizer filelock fsspec networkx sympy mpmath typing-extensions iniconfig pluggy
 pygments pulp"
-mkdir -p "$dest"
+rm -rf "$dest" && mkdir -p "$dest"  # each call carries only what this command puts there
 norm() { echo "$1" | tr 'A-Z_' 'a-z-'; }
 # fetch PIN: its wheel for CPython 3.12 on the GPU image's glibc (2.39), else built here (pure Python)
 fetch() {
@@ -40,4 +41,14 @@ fi
 for pin in ${PINS:-}; do fetch "$pin"; done
 for extra in "$@"; do cp "$extra" "$dest/"; done
 ls "$dest"/*.whl | wc -l | xargs echo "wheels in $dest:"
-du -sh "$dest"
+# A call carries the working tree (tracked and untracked, not ignored) with its carry paths, 64 MiB
+# in all: say whether this .whl/ fits (and .src/ too, for a call that builds Block-Sparse-Attention).
+mib() { awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
+tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2> /dev/null | mib)
+whl=$(du -sb "$dest" | cut -f1 | mib)
+src=$( (du -sb .src 2> /dev/null || echo 0) | cut -f1 | mib)
+echo "a call carrying $dest: tree $tree MiB + $dest $whl MiB = $(echo "$tree $whl" | awk '{print $1 + $2}') MiB of 64 (with .src/ $src MiB more)"
+if awk -v t="$tree" -v w="$whl" 'BEGIN {exit !(t + w > 64)}'; then
+  echo "carry_wheels.sh: over the 64 MiB one call carries; leave a wheel out (an EXTRA or a PIN this call does not need) or carry it in a later call" >&2
+  exit 1
+fi

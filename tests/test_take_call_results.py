@@ -96,3 +96,36 @@ def test_what_the_machine_built_is_kept_for_later_sessions(repo, tmp_path):
     assert (tree / ".gpu_cache/wheels" / wheel.name).read_bytes() == b"wheel"
     kept = tree / ".gpu_cache/flashinfer_aot/batch_prefill_sm90/batch_prefill_sm90.so"
     assert kept.read_bytes() == module.read_bytes()
+
+
+def test_carry_wheels_empties_whl_and_refuses_what_a_call_cannot_carry(repo, tmp_path):
+    """benchmarks/carry_wheels.sh, the other side of a call: .whl/ holds only this call's wheels, and
+    .whl/ with the working tree may not pass the 64 MiB a call carries."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+    (tree / ".gitignore").write_text(".whl/\n")  # as in the repository
+    (tree / "tracked.txt").write_bytes(b"x" * 2**20)  # untracked, not ignored: it travels too
+    (tree / ".whl").mkdir()
+    (tree / ".whl/left_from_before.whl").write_bytes(b"old")
+    small, big = tmp_path / "small-1.0-py3-none-any.whl", tmp_path / "big-1.0-py3-none-any.whl"
+    small.write_bytes(b"w" * 2**20)
+    with open(big, "wb") as f:
+        f.truncate(63 * 2**20 + 2**19)  # sparse: its size counts, not its blocks
+
+    def carry(wheel):
+        return subprocess.run(
+            ["bash", str(repo / "benchmarks/carry_wheels.sh"), str(wheel)],
+            cwd=tree,
+            env={"PATH": "/usr/bin:/bin", "BASE": "0"},
+            capture_output=True,
+            text=True,
+        )
+
+    ok = carry(small)
+    assert ok.returncode == 0, ok.stderr
+    assert sorted(p.name for p in (tree / ".whl").iterdir()) == [small.name]
+    assert "tree 1.0 MiB + .whl 1.0 MiB = 2 MiB of 64" in ok.stdout
+    over = carry(big)
+    assert over.returncode == 1 and "over the 64 MiB one call carries" in over.stderr
+    assert "tree 1.0 MiB + .whl 63.5 MiB = 64.5 MiB" in over.stdout
