@@ -47,8 +47,9 @@ mib() { awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
 tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2> /dev/null | mib)
 whl=$(du -sb "$dest" | cut -f1 | mib)
 src=$( (du -sb .src 2> /dev/null || echo 0) | cut -f1 | mib)
-echo "a call carrying $dest: tree $tree MiB + $dest $whl MiB = $(echo "$tree $whl" | awk '{print $1 + $2}') MiB of 64 (with .src/ $src MiB more)"
-if awk -v t="$tree" -v w="$whl" 'BEGIN {exit !(t + w > 64)}'; then
+total=$(awk -v t="$tree" -v w="$whl" 'BEGIN {print t + w}')
+echo "a call carrying $dest: tree $tree MiB + $dest $whl MiB = $total MiB of 64 (with .src/ $src MiB more)"
+if awk -v s="$total" 'BEGIN {exit !(s > 64)}'; then
   echo "carry_wheels.sh: over the 64 MiB one call carries; leave a wheel out (an EXTRA or a PIN this call does not need) or carry it in a later call" >&2
   exit 1
 fi
