@@ -6,6 +6,7 @@ import re
 import sys
 import types
 from collections import Counter
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -397,3 +398,14 @@ def test_a_difference_inside_the_spread_is_not_called_one():
     rows = pd.DataFrame([c, b, a])
     assert tables.fastest_text(rows) == "a ~ b (within spread)"
     assert tables.fastest_text(rows[rows["impl"] != "b"]) == "a"
+
+
+def test_captions_name_the_tidy_table_they_were_drawn_from(df, tmp_path, monkeypatch):
+    # a grid written under another output_dir (results/h200) names that table, not results/tables
+    monkeypatch.chdir(tmp_path)
+    table = tmp_path / "results" / "h200" / "tables" / "cells.csv"
+    text = captions.caption_text("A figure.", df, "synthetic", GRID_CFG, source=table)
+    assert "the tidy table results/h200/tables/cells.csv;" in text.replace("\\", "")
+    outside = Path("/elsewhere/tables/cells.csv")
+    text = captions.caption_text("A figure.", df, "synthetic", GRID_CFG, source=outside)
+    assert "the tidy table /elsewhere/tables/cells.csv;" in text.replace("\\", "")

@@ -149,12 +149,25 @@ def code(df: pd.DataFrame) -> str:
     return text
 
 
+def table_path(source: str | Path | None) -> str:
+    """The tidy table's path as a reader finds it: relative to the working directory (the
+    repository root, where Snakemake and `make figures` run) when under it."""
+    if source is None:
+        return "(cells.csv)"
+    path = Path(source)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def caption_text(
     what: str,
     df: pd.DataFrame,
     grid: str | None = None,
     grid_cfg: dict | None = None,
     extra_rst: str = "",
+    source: str | Path | None = None,
 ) -> str:
     desc = (grid_cfg or {}).get("description")
     fields = [
@@ -165,7 +178,7 @@ def caption_text(
         ),
         ("Software", software(df)),
         ("Code", code(df)),
-        ("Source", "the tidy table results/tables/cells.csv; each row names its cell record"),
+        ("Source", f"the tidy table {table_path(source)}; each row names its cell record"),
     ]
     body = rst_text(what) + "\n\n" + "\n".join(f":{k}: {rst_text(v)}" for k, v in fields) + "\n"
     if extra_rst:
@@ -182,12 +195,14 @@ def write_captions(
     grid: str | None = None,
     grid_cfg: dict | None = None,
     extras: dict | None = None,
+    source: str | Path | None = None,
 ) -> list[Path]:
-    """One caption file per stem; stems without a description get a generic one."""
+    """One caption file per stem; stems without a description get a generic one. `source`: the
+    tidy table the rows came from."""
     paths = []
     for stem in stems:
         what = whats.get(stem) or f"{kind.capitalize()} {stem} of grid {grid or '(all grids)'}."
         p = caption_path(out, stem)
-        p.write_text(caption_text(what, df, grid, grid_cfg, (extras or {}).get(stem, "")))
+        p.write_text(caption_text(what, df, grid, grid_cfg, (extras or {}).get(stem, ""), source))
         paths.append(p)
     return paths

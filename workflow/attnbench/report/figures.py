@@ -42,5 +42,5 @@ def write_figures(
             raise RuntimeError(f"figures not produced: {sorted(map(str, missing))}")
     stems = list(dict.fromkeys(Path(p).stem for p in paths))
     return paths + captions.write_captions(
-        out, stems, whats, df, kind="figure", grid=grid, grid_cfg=grid_cfg
+        out, stems, whats, df, kind="figure", grid=grid, grid_cfg=grid_cfg, source=cells_csv
     )

@@ -209,5 +209,13 @@ def write_tables(
         if stem not in whats and md.exists():
             whats[stem] = md.read_text().split("\n", 1)[0]
     return paths + captions.write_captions(
-        out, stems, whats, df, kind="table", grid=grid, grid_cfg=grid_cfg, extras=extras
+        out,
+        stems,
+        whats,
+        df,
+        kind="table",
+        grid=grid,
+        grid_cfg=grid_cfg,
+        extras=extras,
+        source=cells_csv,
     )
