@@ -212,6 +212,28 @@ def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):
     )  # flashinfer fwd at 64K, density 0.8: each setting, both head counts
 
 
+def test_a_kernel_that_ran_at_some_lengths_is_named_with_the_others(tmp_path):
+    # FlashInfer's int32 plan offsets: it runs at 32K and ends `unsupported` at longer lengths; the
+    # panel names those lengths, not only the kernels that ran nowhere in it
+    df = tidy_table()
+    at = (
+        (df["impl"] == "flashinfer")
+        & (df["direction"] == "fwd")
+        & (df["seqlen"] >= 32768)
+        & (df["block_size"] == 64)
+        & (df["heads_kv"] == 64)
+    )
+    df.loc[at, ["status", "tflops"]] = ["unsupported", None]
+    sparse, _ = sparse_report.split(df)
+    at_half = sparse[sparse["density"] == 0.5]
+    fig, drawn = sparse_report._figure(at_half, None, "seqlen", "tflops", "TFLOP/s", "t")
+    missing = drawn["missing"][("B=64", "64:64", "fwd")]
+    assert missing["unsupported"] == ["flashinfer (at 32K, 64K)"]
+    assert drawn["missing"][("B=128", "64:64", "fwd")]["unsupported"] == []
+    notes = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any("unsupported: flashinfer (at 32K, 64K)" in n for n in notes)
+
+
 def test_cells_without_a_measurement_are_listed_with_their_reasons(tmp_path):
     """sparse_not_measured: per kernel, status and reason, how many cells at which lengths and
     heads; measured cells are not in it, and a reason never recorded says so."""

@@ -246,17 +246,28 @@ def _panels(sparse: pd.DataFrame):
     ]
 
 
+def _x_label(x: str, value) -> str:
+    """A point of the x axis as its tick names it (a length, or a density)."""
+    return seqlen_label(int(value)) if x == "seqlen" else f"{value:.2g}"
+
+
 def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFrame | None = None):
-    """One line per kernel; OOM as X on the axis floor; returns the kernels that never ran here."""
+    """One line per kernel; OOM as X on the axis floor; returns the kernels that did not run here,
+    by status: a name alone where none of its cells ran, "name (at 96K, 128K)" where some did."""
     missing = {"unsupported": [], "unavailable": [], "timeout": []}
     for impl in order(d["impl"]):
         g = d[d["impl"] == impl]
         points, ooms = timed_line(ax, g, x, value, impl, impl, ms=4, lw=1.3, ring_ms=9)
         drawn["points"] += points
         drawn["oom_markers"] += ooms
-        for st in missing:
-            if len(g) and (g["status"] == st).all():
+        for st in missing:  # the whole panel, or (named) the points where it did not run
+            at = g[g["status"] == st][x]
+            if len(g) and len(at) == len(g):
                 missing[st].append(impl)
+            elif len(at):
+                missing[st].append(
+                    f"{impl} (at {', '.join(_x_label(x, v) for v in sorted(set(at)))})"
+                )
     if dense is not None:  # at their own length, labelled with the sparse length they match
         ok = dense[(dense["status"] == "ok") & dense[value].notna()]
         for impl in order(ok["impl"]):
