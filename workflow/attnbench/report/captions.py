@@ -153,7 +153,7 @@ def table_path(source: str | Path | None) -> str:
     """The tidy table's path as a reader finds it: relative to the working directory (the
     repository root, where Snakemake and `make figures` run) when under it."""
     if source is None:
-        return "(cells.csv)"
+        return "cells.csv"
     path = Path(source)
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
