@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..status import UNAVAILABLE, UNSUPPORTED
 from .labels import STATUS_MEANING, heads_label, order, seqlen_label
 from .outputs import CAPTION_SUFFIX
 
@@ -98,7 +99,7 @@ def _versions(df: pd.DataFrame, col: str) -> str:
     return ", ".join(f"{v} ({n} cells)" for v, n in counts.items())
 
 
-NOT_LOADED = ("unsupported", "unavailable")
+NOT_LOADED = (UNSUPPORTED, UNAVAILABLE)
 
 
 def software(df: pd.DataFrame) -> str:

@@ -246,14 +246,18 @@ def _panels(sparse: pd.DataFrame):
     ]
 
 
-def _x_label(x: str, value) -> str:
-    """A point of the x axis as its tick names it (a length, or a density)."""
-    return seqlen_label(int(value)) if x == "seqlen" else f"{value:.2g}"
+def _length_tick(value) -> str:
+    return seqlen_label(int(value))
 
 
-def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFrame | None = None):
+def _density_tick(value) -> str:
+    return f"{value:.2g}"
+
+
+def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFrame | None, tick):
     """One line per kernel; OOM as X on the axis floor; returns the kernels that did not run here,
-    by status: a name alone where none of its cells ran, "name (at 96K, 128K)" where some did."""
+    by status: a name alone where none of its cells ran, "name (at 96K, 128K)" where some did
+    (`tick` names a point as the x axis does)."""
     missing = {"unsupported": [], "unavailable": [], "timeout": []}
     for impl in order(d["impl"]):
         g = d[d["impl"] == impl]
@@ -265,9 +269,7 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
             if len(g) and len(at) == len(g):
                 missing[st].append(impl)
             elif len(at):
-                missing[st].append(
-                    f"{impl} (at {', '.join(_x_label(x, v) for v in sorted(set(at)))})"
-                )
+                missing[st].append(f"{impl} (at {', '.join(tick(v) for v in sorted(set(at)))})")
     if dense is not None:  # at their own length, labelled with the sparse length they match
         ok = dense[(dense["status"] == "ok") & dense[value].notna()]
         for impl in order(ok["impl"]):
@@ -294,6 +296,9 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
 
 def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
     panels = _panels(sparse)
+    tick = (
+        _length_tick if xlog else _density_tick
+    )  # a point of the x axis, as named in ticks and notes
     combos = len(set((h, d) for _, h, d in panels))
     fig, axes = grid_axes(len(panels), ncols=combos if combos > 1 else min(4, len(panels)))
     drawn = {
@@ -313,7 +318,7 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
         ref = None
         if dense is not None and len(dense):
             ref = dense[(dense["heads"] == heads) & (dense["direction"] == direction)]
-        missing = _draw(ax, d, x, value, drawn, ref)
+        missing = _draw(ax, d, x, value, drawn, ref, tick)
         drawn["missing"][(blocks, heads, direction)] = missing
         extra = f" | {subtitle(d)}" if subtitle and len(d) else ""
         ax.set_title(f"{blocks} | {heads} | {direction}{extra}", fontsize="medium")
@@ -322,10 +327,10 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
         xs = sorted(set(d[x].dropna()))
         if xlog:
             ax.set_xscale("log", base=2)
-            ax.set_xticks(xs, [seqlen_label(int(s)) for s in xs])
+            ax.set_xticks(xs, [tick(s) for s in xs])
             ax.set_xlabel("sequence length (tokens)")
         else:
-            ax.set_xticks(xs, [f"{s:.2g}" for s in xs])
+            ax.set_xticks(xs, [tick(s) for s in xs])
             ax.set_xlabel("density (nominal fraction of key blocks kept)")
         ax.minorticks_off()
         ax.set_ylabel(ylabel)
