@@ -194,7 +194,7 @@ def test_a_head_or_row_permutation_of_the_lse_fails(mask_name, histograms):
 
 
 def test_lse_bound_is_float32_rounding_sized():
-    """The bound (workflow/docs/correctness.md) is u32 x (max|lse| + D scale max|q| max|k| + n):
+    """The bound (docs/measurement.md) is u32 x (max|lse| + D scale max|q| max|k| + n):
     about 1e-4 at S 4096, D 128, far below the spread of the LSE across heads or rows."""
     q, k = torch.randn(4096, 2, 128), torch.randn(4096, 1, 128)
     lse = torch.full((2, 4096), 9.0, dtype=torch.float64)

@@ -1,7 +1,7 @@
 """The correctness gate: one function that decides whether a result agrees with float64.
 
 Used by kernel cells (cell.check_correctness) and by context-parallel cells and verify
-(cp.run.compare). workflow/docs/correctness.md explains the criterion and its bounds.
+(cp.run.compare). docs/measurement.md explains the criterion and its bounds.
 
 Tensors out, dq, dk, dv: [S, H, D]. The statistic is the largest per-row relative error,
 over every (position, head) row: a mask wrong by one token makes a few rows (or every row by
@@ -62,7 +62,7 @@ def lse_abs_err(x, ref) -> float:
 
 
 def lse_bound(ref_lse, q, k, scale) -> float:
-    """What float32 arithmetic can get wrong in a correct LSE (workflow/docs/correctness.md):
+    """What float32 arithmetic can get wrong in a correct LSE (docs/measurement.md):
     u32 x (max |lse| + D x scale x max||q_i|| x max||k_j|| + n), n the number of keys: the
     final rounding, a float32 dot product's error over D products (the LSE moves by at most
     the largest score error), and a float32 sum of n exponentials (worst case, any order)."""
