@@ -1,4 +1,4 @@
-"""benchmarks/take_call_results.sh: a GPU call's results.tgz taken into the tree between calls."""
+"""tools/offline-gpu/take_call_results.sh: a GPU call's results.tgz taken into the tree between calls."""
 
 import json
 import subprocess
@@ -10,7 +10,7 @@ NOT_INSTALLED = "fa3 needs the Python module 'flash_attn_3', which is not instal
 def take(repo, files_at, tree):
     """Run take_call_results.sh on the call's files `files_at`, from the tree `tree`."""
     return subprocess.run(
-        ["bash", str(repo / "benchmarks/take_call_results.sh"), str(files_at)],
+        ["bash", str(repo / "tools/offline-gpu/take_call_results.sh"), str(files_at)],
         cwd=tree,
         capture_output=True,
         text=True,
@@ -99,7 +99,7 @@ def test_what_the_machine_built_is_kept_for_later_sessions(repo, tmp_path):
 
 
 def test_carry_wheels_empties_whl_and_refuses_what_a_call_cannot_carry(repo, tmp_path):
-    """benchmarks/carry_wheels.sh, the other side of a call: .whl/ holds only this call's wheels, and
+    """tools/offline-gpu/carry_wheels.sh, the other side of a call: .whl/ holds only this call's wheels, and
     .whl/ with the working tree may not pass the 64 MiB a call carries."""
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -115,7 +115,7 @@ def test_carry_wheels_empties_whl_and_refuses_what_a_call_cannot_carry(repo, tmp
 
     def carry(wheel):
         return subprocess.run(
-            ["bash", str(repo / "benchmarks/carry_wheels.sh"), str(wheel)],
+            ["bash", str(repo / "tools/offline-gpu/carry_wheels.sh"), str(wheel)],
             cwd=tree,
             env={"PATH": "/usr/bin:/bin", "BASE": "0"},
             capture_output=True,

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Fill .whl/ with what benchmarks/gpu_session.sh installs on a GPU machine that has no network:
+# Fill .whl/ with what tools/offline-gpu/gpu_session.sh installs on a GPU machine that has no network:
 # Snakemake and its plugins (the pins of envs/requirements-cpu.txt, minus what the GPU image already
 # has), ninja (for the subset builds), plus any extra wheel files named as arguments (FlashAttention
 # from ../shared/wheels, fa3-fwd), plus what earlier GPU calls built, kept in .gpu_cache/.
 # Compiled wheels are fetched for CPython 3.12 on manylinux x86_64 (the GPU image), the rest built here.
-#   [PINS="name==version ..."] [BASE=0] benchmarks/carry_wheels.sh [EXTRA.whl ...]; then run with carry [".whl"]
+#   [PINS="name==version ..."] [BASE=0] tools/offline-gpu/carry_wheels.sh [EXTRA.whl ...]; then run with carry [".whl"]
 # PINS: more packages from PyPI (the sparse kernels' libraries); BASE=0: only those and the EXTRA
 # files, for a later call on a machine that has the Snakemake set already. Empties .whl/ first; fails
 # when .whl/ and the working tree pass the 64 MiB a call carries.
@@ -34,7 +34,7 @@ if [ "${BASE:-1}" != 0 ]; then
   done
   # ninja: the subset builds (gpu_session.sh steps fa2build, bsa) compile in parallel only with it
   fetch ninja
-  # what earlier sessions' machines built (benchmarks/take_call_results.sh keeps it): no build next time
+  # what earlier sessions' machines built (tools/offline-gpu/take_call_results.sh keeps it): no build next time
   ls .gpu_cache/wheels/*.whl > /dev/null 2>&1 && cp .gpu_cache/wheels/*.whl "$dest/"
   [ -d .gpu_cache/flashinfer_aot ] && mkdir -p "$dest/flashinfer_aot" && cp -r .gpu_cache/flashinfer_aot/. "$dest/flashinfer_aot/"
 fi

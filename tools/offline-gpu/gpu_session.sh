@@ -3,7 +3,7 @@
 # wheels, check the machine, then the steps named in STEPS, each bounded by its own time budget;
 # what a step does not finish is simply missing (run it again to resume: Snakemake runs only the
 # cells without a record). Everything written goes under OUTPUT_DIR, packed into $OUT at the end.
-#   STEPS="verify cp sparse kernels dobench" benchmarks/gpu_session.sh [OUTPUT_DIR]
+#   STEPS="verify cp sparse kernels dobench" tools/offline-gpu/gpu_session.sh [OUTPUT_DIR]
 # with ATTNBENCH_GIT_COMMIT=<the local HEAD> ATTNBENCH_GIT_DIRTY=0|1 in front: the records name that commit
 # (the machine's copy of .git is older than the tree it receives)
 # Steps (budgets in seconds, from the environment):

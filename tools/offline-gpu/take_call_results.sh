@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # After one call of gpu_session.sh: take what it wrote into this tree, before the next call (a call
 # sees only the local tree, and the machine is given back after ~30 s idle, so this has to be quick).
-#   benchmarks/take_call_results.sh FILES_AT [OUTPUT_DIR]
+#   tools/offline-gpu/take_call_results.sh FILES_AT [OUTPUT_DIR]
 # FILES_AT: the folder the device put the call's $OUT files in (results.tgz among them). It
 # - unpacks results.tgz over OUTPUT_DIR (default results/h200): the call started from this tree, so
 #   what it holds is this tree's files plus the call's new ones;
@@ -11,7 +11,7 @@
 #   (its wheel comes in a later call), so that those cells run again; records already here stay;
 # - keeps what the machine built, for later sessions, in .gpu_cache/ (ignored): the wheels of
 #   built_wheels.tar in .gpu_cache/wheels/, FlashInfer's compiled modules (flashinfer_aot.tgz.partN)
-#   in .gpu_cache/flashinfer_aot/; benchmarks/carry_wheels.sh puts both into .whl/.
+#   in .gpu_cache/flashinfer_aot/; tools/offline-gpu/carry_wheels.sh puts both into .whl/.
 set -euo pipefail
 at=$1 outdir=${2:-results/h200}
 [ -f "$at/results.tgz" ] || { echo "no results.tgz in $at" >&2; exit 1; }

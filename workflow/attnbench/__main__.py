@@ -336,7 +336,7 @@ def cmd_check_config(a):
 
 def cmd_records(a):
     """Record paths of the grids' cells still missing, as Snakemake targets: a session with little
-    device time runs the short lengths first (benchmarks/gpu_session.sh), so whatever it does not
+    device time runs the short lengths first (tools/offline-gpu/gpu_session.sh), so whatever it does not
     reach is the longest cells."""
     from .families import expand_cells, load_config
     from .grid.config import ConfigError
