@@ -21,6 +21,9 @@ VALID_HEAD_DIMS=(32 64 128)
 VALID_ARCHS=(80 90 100 110 120)
 # What a source tarball holds (git archive paths); the tests and examples are left out.
 SOURCE_PATHS=(setup.py README.md LICENSE MANIFEST.in block_sparse_attn csrc/block_sparse_attn)
+LIB_NAME=block_sparse_attn
+CUTLASS_SUBMODULE=csrc/cutlass
+CUTLASS_PATHS=(include LICENSE.txt)
 
 usage() {
   cat <<EOF
@@ -45,14 +48,9 @@ Options (environment variable in brackets):
   --patch-only       unpack and patch, then stop before compiling (no torch/nvcc needed); prints
                      the patched source folder
   --keep-work-dir    keep the work folder after a successful build
-Making the source tarball:
-  --make-source PATH write the source tarball here and stop
-  --git-dir DIR      the Block-Sparse-Attention git directory (a bare mirror is fine)
-  --rev REV          its revision to archive; default HEAD
-  --cutlass-git-dir DIR  an NVIDIA/cutlass git directory holding the submodule's commit
-  --cutlass-rev REV  the CUTLASS revision; default the commit Block-Sparse-Attention pins (csrc/cutlass)
   -h, --help         this help
 EOF
+  source_options_help
 }
 
 source_tarball="${BSA_SOURCE:-}"
@@ -65,50 +63,16 @@ python="${PYTHON:-python3}"
 local_version="${BSA_LOCAL_VERSION-auto}"
 patch_only=0
 keep_work_dir=0
-make_source=""
-git_dir=""
-rev=HEAD
-cutlass_git_dir=""
-cutlass_rev=""
 
 while [[ $# -gt 0 ]]; do
   used=0; common_option "$@" || used=$?
+  (( used == 0 )) && { source_option "$@" || used=$?; }
   (( used == 0 )) || { shift "$used"; continue; }
   case "$1" in
     --source) need_value "$@"; source_tarball="$2"; shift 2 ;;
-    --make-source) need_value "$@"; make_source="$2"; shift 2 ;;
-    --git-dir) need_value "$@"; git_dir="$2"; shift 2 ;;
-    --rev) need_value "$@"; rev="$2"; shift 2 ;;
-    --cutlass-git-dir) need_value "$@"; cutlass_git_dir="$2"; shift 2 ;;
-    --cutlass-rev) need_value "$@"; cutlass_rev="$2"; shift 2 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
-
-# The source tarball: Block-Sparse-Attention's files at $rev and CUTLASS's include/ at the pinned
-# submodule commit, under one folder named after both commits, with a note saying where they came from.
-write_source_tarball() {
-  [[ -n "$git_dir" && -n "$cutlass_git_dir" ]] || die "--make-source needs --git-dir and --cutlass-git-dir"
-  local commit pinned tmp top
-  commit=$(git --git-dir "$git_dir" rev-parse --verify "$rev^{commit}") \
-    || die "'$rev' is not a commit of $git_dir"
-  pinned=$(git --git-dir "$git_dir" ls-tree "$commit" csrc/cutlass | awk '$2 == "commit" {print $3}')
-  [[ -n "$pinned" ]] || die "$git_dir at $commit has no csrc/cutlass submodule"
-  cutlass_rev=$(git --git-dir "$cutlass_git_dir" rev-parse --verify "${cutlass_rev:-$pinned}^{commit}") \
-    || die "$cutlass_git_dir has no commit ${cutlass_rev:-$pinned} (the submodule's: $pinned)"
-  top="block_sparse_attn-${commit:0:12}"
-  tmp=$(mktemp -d)
-  # shellcheck disable=SC2064  # expand now: tmp is local
-  trap "rm -rf '$tmp'" EXIT
-  git --git-dir "$git_dir" archive --prefix="$top/" "$commit" "${SOURCE_PATHS[@]}" | tar -x -C "$tmp"
-  git --git-dir "$cutlass_git_dir" archive --prefix="$top/csrc/cutlass/" "$cutlass_rev" include LICENSE.txt \
-    | tar -x -C "$tmp"
-  printf 'Block-Sparse-Attention %s\ncutlass %s (the submodule pins %s)\n' \
-    "$commit" "$cutlass_rev" "$pinned" >"$tmp/$top/ATTNBENCH_SOURCE"
-  mkdir -p "$(dirname "$make_source")"
-  tar -czf "$make_source" -C "$tmp" "$top"
-  echo "Wrote $make_source ($(du -h "$make_source" | cut -f1)): Block-Sparse-Attention $commit, cutlass $cutlass_rev"
-}
 
 if [[ -n "$make_source" ]]; then
   write_source_tarball

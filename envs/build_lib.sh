@@ -164,7 +164,7 @@ build_wheel() {
   if ! (
     cd "$src"
     export "${assignments[@]}"
-    "$python" setup.py bdist_wheel --dist-dir "$out_dir"
+    "$python" "${SETUP_SCRIPT:-setup.py}" bdist_wheel --dist-dir "$out_dir"
   ) >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     die "the build failed after $((SECONDS - start)) s; full log: $log (work folder kept)"
@@ -218,4 +218,94 @@ patch_and_settle() {
   fi
   arch_env=$(IFS=';'; echo "${arch_list[*]}")
   echo "Compiling with $jobs jobs"
+}
+
+# The scripts that build from a source tarball of git repositories (a library and the CUTLASS its
+# git submodule pins) share --make-source and its options; the script sets LIB_NAME (the tarball's
+# top folder is LIB_NAME-<commit>), SOURCE_PATHS (what of the library's tree to archive),
+# CUTLASS_SUBMODULE (the submodule's path) and CUTLASS_PATHS (what of CUTLASS to archive).
+make_source=""
+git_dir=""
+rev=HEAD
+cutlass_git_dir=""
+cutlass_rev=""
+
+# Like common_option, for the options of --make-source.
+source_option() {
+  case "$1" in
+    --make-source) need_value "$@"; make_source="$2"; return 2 ;;
+    --git-dir) need_value "$@"; git_dir="$2"; return 2 ;;
+    --rev) need_value "$@"; rev="$2"; return 2 ;;
+    --cutlass-git-dir) need_value "$@"; cutlass_git_dir="$2"; return 2 ;;
+    --cutlass-rev) need_value "$@"; cutlass_rev="$2"; return 2 ;;
+  esac
+  return 0
+}
+
+# The help text of those options.
+source_options_help() {
+  cat <<EOF2
+Making the source tarball (on a machine that has the git repositories):
+  --make-source PATH write the source tarball here and stop
+  --git-dir DIR      the $LIB_NAME git directory (a bare mirror is fine)
+  --rev REV          its revision to archive; default HEAD
+  --cutlass-git-dir DIR  an NVIDIA/cutlass git directory holding the submodule's commit
+  --cutlass-rev REV  the CUTLASS revision; default the commit $LIB_NAME pins ($CUTLASS_SUBMODULE)
+EOF2
+}
+
+# The source tarball $make_source: the library's SOURCE_PATHS at $rev and CUTLASS's CUTLASS_PATHS
+# at the pinned submodule commit, under one folder named after the library's commit, with a note
+# (ATTNBENCH_SOURCE) saying where they came from.
+write_source_tarball() {
+  [[ -n "$git_dir" && -n "$cutlass_git_dir" ]] || die "--make-source needs --git-dir and --cutlass-git-dir"
+  local commit pinned tmp top
+  commit=$(git --git-dir "$git_dir" rev-parse --verify "$rev^{commit}") \
+    || die "'$rev' is not a commit of $git_dir"
+  pinned=$(git --git-dir "$git_dir" ls-tree "$commit" "$CUTLASS_SUBMODULE" | awk '$2 == "commit" {print $3}')
+  [[ -n "$pinned" ]] || die "$git_dir at $commit has no $CUTLASS_SUBMODULE submodule"
+  cutlass_rev=$(git --git-dir "$cutlass_git_dir" rev-parse --verify "${cutlass_rev:-$pinned}^{commit}") \
+    || die "$cutlass_git_dir has no commit ${cutlass_rev:-$pinned} (the submodule's: $pinned)"
+  top="$LIB_NAME-${commit:0:12}"
+  tmp=$(mktemp -d)
+  # shellcheck disable=SC2064  # expand now: tmp is local
+  trap "rm -rf '$tmp'" EXIT
+  git --git-dir "$git_dir" archive --prefix="$top/" "$commit" "${SOURCE_PATHS[@]}" | tar -x -C "$tmp"
+  git --git-dir "$cutlass_git_dir" archive --prefix="$top/$CUTLASS_SUBMODULE/" "$cutlass_rev" "${CUTLASS_PATHS[@]}" \
+    | tar -x -C "$tmp"
+  printf '%s %s\ncutlass %s (the submodule pins %s)\n' \
+    "$LIB_NAME" "$commit" "$cutlass_rev" "$pinned" >"$tmp/$top/ATTNBENCH_SOURCE"
+  mkdir -p "$(dirname "$make_source")"
+  tar -czf "$make_source" -C "$tmp" "$top"
+  echo "Wrote $make_source ($(du -h "$make_source" | cut -f1)): $LIB_NAME $commit, cutlass $cutlass_rev"
+}
+
+# The source tree from $1, a tarball --make-source wrote or a folder holding the same (a git
+# checkout with its submodule, say: copied, without .git, so that the edits leave it as it was),
+# in a fresh $work_dir/src; $2: the setup script's path inside the tree, $3: a file of CUTLASS
+# that must be there. Prints the tree's path.
+unpack_source_tree() {
+  local given=$1 setup=$2 cutlass_file=$3 src_root="$work_dir/src" trees
+  rm -rf "$src_root"
+  mkdir -p "$src_root"
+  if [[ -d "$given" ]]; then
+    mkdir -p "$src_root/$(basename "$given")"
+    tar -C "$given" --exclude=.git -cf - . | tar -C "$src_root/$(basename "$given")" -xf - \
+      || die "could not copy the source folder '$given'"
+  else
+    tar -xzf "$given" -C "$src_root" || die "could not unpack '$given' (not a .tar.gz?)"
+  fi
+  trees=("$src_root"/*/)
+  [[ ${#trees[@]} -eq 1 && -f "${trees[0]}$setup" ]] \
+    || die "'$given' does not hold one source folder with $setup"
+  [[ -f "${trees[0]}$cutlass_file" ]] \
+    || die "'$given' has no $cutlass_file (CUTLASS, a git submodule upstream); make a tarball with --make-source"
+  echo "${trees[0]%/}"
+}
+
+# The --source argument checked and made absolute: a file or a folder.
+absolute_source() {
+  [[ -n "$1" ]] || die "no source given (--source TARBALL|FOLDER; --make-source writes a tarball)"
+  [[ -e "$1" ]] || die "--source '$1' is neither a file nor a folder"
+  echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 }

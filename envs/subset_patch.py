@@ -37,9 +37,9 @@ class Sources:
             self.fail(path, "already patched")
         return path, text
 
-    def read_setup(self, needed) -> tuple[Path, str]:
-        """setup.py, after checking that it holds each of the `needed` snippets."""
-        path, text = self.read("setup.py")
+    def read_setup(self, needed, name: str = "setup.py") -> tuple[Path, str]:
+        """The setup script `name`, after checking that it holds each of the `needed` snippets."""
+        path, text = self.read(name)
         for snippet in needed:
             if snippet not in text:
                 self.fail(path, f"{snippet} not found")

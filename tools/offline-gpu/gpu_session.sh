@@ -32,6 +32,11 @@
 #            OUTPUT_DIR/sparse_bwd_bench.{txt,json}, its best setting per block into
 #            OUTPUT_DIR/sparse_bwd_tuned.json (copy it to workflow/attnbench/kernels/triton_bsa_tuned.json)
 #   regen    tables and figures of the H200 grids (else only the tidy table, for dobench)
+#   builds   build the kernels named in BUILDS (default "flash_attn_3 flashmask": envs/build_NAME.sh from the
+#            carried .src/NAME-src.tar.gz) one after the other in the background, detached and at nice 19, so
+#            that they outlive this call and the GPU steps run meanwhile (BUILD_JOBS compile jobs, default 12);
+#            every call on the same machine then installs each wheel once its build is done
+#            (/tmp/built/NAME.done holds the exit status; logs in OUTPUT_DIR/build_NAME.log) and brings it back
 # A wheel over what one call carries travels in parts, one call after the other while the machine
 # stays up: .parts/NAME.whl.partK-of-N (split -n N), gathered in /tmp/parts and installed once
 # all N are there. .whl/flashinfer_aot/MODULE/MODULE.so (prebuilt FlashInfer kernels) are copied
@@ -105,6 +110,20 @@ export PATH=/tmp/bin:/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$fa4path$PWD/workf
 # version, does not come back as a file of its own); take_call_results.sh keeps them in .gpu_cache/
 bring_back_wheels() { (cd "$1" && tar rf "$out/built_wheels.tar" -- *.whl); }
 log() { echo "[$(date +%T)] $*" | tee -a "$out/session.txt"; }
+# the kernels built in the background (step builds) by this call or an earlier one on this machine
+for done in /tmp/built/*.done; do
+  [ -f "$done" ] || continue
+  name=$(basename "$done" .done)
+  cp "/tmp/built/$name.log" "$outdir/build_$name.log" 2> /dev/null
+  [ -f "/tmp/built/$name.installed" ] && continue
+  if [ "$(cat "$done")" = 0 ] && install /tmp/built/"$name"/*.whl; then
+    touch "/tmp/built/$name.installed" && bring_back_wheels "/tmp/built/$name"
+    log "installed the $name wheel built here: $(cd "/tmp/built/$name" && ls -- *.whl) ($(grep -h '^Built in' "/tmp/built/$name.log"))"
+  else
+    log "the $name build failed (exit $(cat "$done")): $(tail -2 "/tmp/built/$name.log" | head -1)"
+    touch "/tmp/built/$name.installed"
+  fi
+done
 listed() { case " $2 " in *" $1 "*) return 0;; esac; return 1; }  # listed WORD "LIST"
 has() { listed "$1" "$steps"; }
 {
@@ -192,6 +211,17 @@ if has fa2build; then  # envs/build_flash_attn.sh on this machine, then FA2's GP
         tests/gpu/test_gpu_kernels.py -k "fa2 and not sparse"; } > "$outdir/pytest_gpu_fa2_built.txt" 2>&1
     log "FA2 GPU test on the built wheel: $(tail -1 "$outdir/pytest_gpu_fa2_built.txt")"
   fi
+fi
+if has builds && [ ! -f /tmp/built/started ]; then
+  # the scripts and sources copied first: the next call replaces this tree while they run
+  mkdir -p /tmp/built/envs /tmp/built/src && cp envs/*.sh envs/*.py /tmp/built/envs/ && cp .src/*-src.tar.gz /tmp/built/src/ &&
+    touch /tmp/built/started
+  log "building in the background: ${BUILDS:-flash_attn_3 flashmask}"
+  setsid nice -n 19 bash -c 'for name in $0; do
+      bash /tmp/built/envs/build_$name.sh --source /tmp/built/src/$name-src.tar.gz --python python3 \
+        --out-dir /tmp/built/$name --jobs "$1" > /tmp/built/$name.log 2>&1
+      echo $? > /tmp/built/$name.done
+    done' "${BUILDS:-flash_attn_3 flashmask}" "${BUILD_JOBS:-12}" > /dev/null 2>&1 < /dev/null &
 fi
 if has gputests; then
   log "GPU tests (${T_GPUTESTS:-240} s)"
@@ -287,6 +317,10 @@ if [ -n "$built" ]; then
     mkdir -p /tmp/flashinfer_aot && cp -r /tmp/fi_pack/. /tmp/flashinfer_aot/
   fi
   rm -rf /tmp/fi_pack /tmp/flashinfer_aot.tgz
+fi
+# built wheels over what one file brings back (16 MiB) come back in parts
+if [ -f "$out/built_wheels.tar" ] && [ "$(stat -c %s "$out/built_wheels.tar")" -gt 15728640 ]; then
+  split -b 15M -d -a 1 "$out/built_wheels.tar" "$out/built_wheels.tar.part" && rm "$out/built_wheels.tar"
 fi
 tar czf "$out/results.tgz" --exclude="$outdir/logs" "$outdir" 2>/dev/null
 tar czf "$out/logs.tgz" "$outdir/logs" 2>/dev/null

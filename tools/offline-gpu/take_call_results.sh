@@ -40,9 +40,14 @@ for line in sys.stdin:
 print(f"removed {removed} new records of libraries not installed in that call")
 '
 rm -f "$before"
-if [ -f "$at/built_wheels.tar" ]; then
-  mkdir -p .gpu_cache/wheels && tar xf "$at/built_wheels.tar" -C .gpu_cache/wheels
-  echo "built wheels kept: $(tar tf "$at/built_wheels.tar" | tr '\n' ' ')"
+# one tar, or its parts (gpu_session.sh splits one over 15 MiB)
+wheels_tar=$at/built_wheels.tar
+if ls "$at"/built_wheels.tar.part* > /dev/null 2>&1; then
+  wheels_tar=$(mktemp) && cat "$at"/built_wheels.tar.part* > "$wheels_tar"
+fi
+if [ -f "$wheels_tar" ]; then
+  mkdir -p .gpu_cache/wheels && tar xf "$wheels_tar" -C .gpu_cache/wheels
+  echo "built wheels kept: $(tar tf "$wheels_tar" | tr '\n' ' ')"
 fi
 if ls "$at"/flashinfer_aot.tgz.part* > /dev/null 2>&1; then
   mkdir -p .gpu_cache/flashinfer_aot && cat "$at"/flashinfer_aot.tgz.part* | tar xz -C .gpu_cache/flashinfer_aot

@@ -7,8 +7,9 @@ encoding can express makes the mask `unsupported` for FlashMask. Per column j (p
   causal=True,  [LTS, LTE]       rows in [LTS, LTE) masked in the lower triangle
   causal=False, [LTS, UTE]       lower rows >= LTS masked, upper (i < j) rows < UTE masked
   causal=False, [LTS, LTE, UTS, UTE]  lower rows in [LTS, LTE), upper rows in [UTS, UTE) masked
-Tensors cross between torch and paddle through DLPack (no copies); backward runs paddle's
-own backward of the same call inside a torch autograd Function.
+It runs FlashMask V3's PyTorch extension (`interface_torch.flashmask_attention`, module
+`flashmask._C`; envs/build_flashmask.sh builds it): bshd tensors, native GQA, its own backward
+through autograd. Paddle is not needed.
 """
 
 from __future__ import annotations
@@ -106,44 +107,14 @@ def decode_encoding(indices, causal, s):
     return decode_columns(enc, cols, s).T  # [rows, cols]
 
 
-class _FlashMaskFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, indices, causal):
-        import paddle
-        from paddle.utils import dlpack as pdl
-
-        qp, kp, vp = (pdl.from_dlpack(torch.utils.dlpack.to_dlpack(t.detach())) for t in (q, k, v))
-        for t in (qp, kp, vp):
-            t.stop_gradient = False
-        ip = pdl.from_dlpack(torch.utils.dlpack.to_dlpack(indices))
-        out = paddle.nn.functional.flashmask_attention(
-            qp, kp, vp, startend_row_indices=ip, causal=causal
-        )
-        ctx.paddle = (qp, kp, vp, out)
-        return torch.utils.dlpack.from_dlpack(pdl.to_dlpack(out.detach()))
-
-    @staticmethod
-    def backward(ctx, dout):
-        import paddle
-        from paddle.utils import dlpack as pdl
-
-        qp, kp, vp, out = ctx.paddle
-        dp = pdl.from_dlpack(torch.utils.dlpack.to_dlpack(dout.contiguous()))
-        grads = paddle.grad([out], [qp, kp, vp], grad_outputs=[dp], retain_graph=True)
-        dq, dk, dv = (torch.utils.dlpack.from_dlpack(pdl.to_dlpack(g)) for g in grads)
-        return dq, dk, dv, None, None
-
-
 class FlashMask(Kernel):
     layout = "bshd"
-
-    def version(self) -> str:
-        import paddle
-
-        return f"paddle {paddle.__version__}"
 
     def prepare(self, mask):
         if self.dtype not in (torch.float16, torch.bfloat16):
             self.unsupported(f"needs float16 or bfloat16, got {self.dtype}")
+        lib = self.import_library("interface_torch")
         indices, causal = flashmask_encoding(mask, self.device)
-        return lambda q, k, v: _FlashMaskFn.apply(q, k, v, indices, causal)
+        return lambda q, k, v: lib.flashmask_attention(
+            q, k, v, startend_row_indices=indices, causal=causal
+        )
