@@ -238,13 +238,14 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
   nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits -lms 500 \
     > "$outdir/throughput/nvml_$stamp.csv" 2>/dev/null & nvml=$!
   # one Snakemake run (kernel cells run shortest first: their rule's priority); SWEEP_STAGES="a b"
+  # SWEEP_OPTS: `attnbench records` options limiting every stage's cells (--kernels fa3, say)
   # runs the lengths in separate Snakemake runs instead
   all_lengths="1024 2048 4096 8192 16384 32768 65536"
   for lengths in ${SWEEP_FIRST:+"${SWEEP_FIRST_LENGTHS:-$all_lengths}"} ${SWEEP_STAGES:-"$all_lengths"}; do
     left=$((budget - ($(date +%s) - t0)))
     [ "$left" -gt 30 ] || break
     # SWEEP_FIRST: `attnbench records` options naming cells to run before all others (--kernels, --masks)
-    missing_cells h200_sweep "$left" "$lengths" "${SWEEP_FIRST:-}" --resources gpu=$((4 * gpus)) --scheduler greedy
+    missing_cells h200_sweep "$left" "$lengths" "${SWEEP_FIRST:-${SWEEP_OPTS:-}}" --resources gpu=$((4 * gpus)) --scheduler greedy
     SWEEP_FIRST=''
   done
   kill "$nvml" 2>/dev/null
