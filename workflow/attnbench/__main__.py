@@ -1,4 +1,4 @@
-"""Command line: python -m attnbench {cell,cp-cell,peak,collect,tables,figures,check-config,regenerate,predict} ..."""
+"""Command line: python -m attnbench {cell,cp-cell,peak,collect,tables,figures,check-config,regenerate,predict,advise} ..."""
 
 from __future__ import annotations
 
@@ -386,6 +386,59 @@ def cmd_predict(a):
     )
 
 
+def cmd_advise(a):
+    """The fastest kernel or CP method at a point, and the records it rests on; the whole advice
+    without a filter. A filter that matches nothing names the valid values (exit 2)."""
+    from .report import advice
+    from .report.collect import read_cells
+
+    cells = Path(a.cells) if a.cells else None
+    if cells is None:
+        from .families import load_config
+        from .grid.config import ConfigError
+
+        try:
+            cells = Path(load_config(a.config)["output_dir"]) / "tables" / "cells.csv"
+        except ConfigError as e:
+            print(f"advise: {e}", file=sys.stderr)
+            sys.exit(2)
+    if not cells.is_file():
+        print(
+            f"advise: no tidy table at {cells}; pass --cells (e.g. results/h200/tables/cells.csv) "
+            "or make it (python -m attnbench regenerate)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    df = read_cells(cells)
+    filters = {k: getattr(a, k) for k in ADVISE_FILTERS}
+    try:
+        if a.grid is not None and a.grid not in set(df["grid"]):
+            raise advice.AdviceError(
+                f"--grid {a.grid}: no such grid; valid --grid: {', '.join(dict.fromkeys(df['grid']))}"
+            )
+        if all(v is None for k, v in filters.items() if k != "grid"):
+            print(advice.advice_text(df if a.grid is None else df[df["grid"] == a.grid]))
+            return
+        found = advice.select(advice.answers(df), **filters)
+    except advice.AdviceError as e:
+        print(f"advise: {e} (in {cells})", file=sys.stderr)
+        sys.exit(2)
+    print("\n\n".join(advice.explain(x) for x in found))
+
+
+ADVISE_FILTERS = ("grid", "mask", "seqlen", "tokens_per_gpu", "gpus", "heads", "direction")
+
+
+def parse_length(text: str) -> int:
+    """A length on the command line: 32768 or 32K."""
+    from .report.advice import parse_length as parse
+
+    try:
+        return parse(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a length (e.g. 32768 or 32K)") from None
+
+
 TIMED_OUT_HELP = (
     "only write the cell's `timeout` record: attnbench.launch --time-limit-s stopped it after "
     "SECONDS (run nothing)"
@@ -508,6 +561,23 @@ def main(argv=None):
     c.add_argument("--figures-dir")
     c.add_argument("--no-figures", action="store_true")
     c.set_defaults(fn=cmd_predict)
+    c = sub.add_parser(
+        "advise",
+        help="the fastest kernel or CP method for a mask, length, direction (and GPUs), from the "
+        "tidy table, with the records it rests on; without filters, the whole advice",
+    )
+    c.add_argument("--mask")
+    c.add_argument("--seqlen", type=parse_length, help="the whole sequence, e.g. 32768 or 32K")
+    c.add_argument(
+        "--direction", help="fwd, bwd, or train (fwd + bwd of the same kernel or method)"
+    )
+    c.add_argument("--gpus", type=int, help="1: the one-GPU grids; 2 or more: context parallelism")
+    c.add_argument("--tokens-per-gpu", type=parse_length, help="context parallelism only")
+    c.add_argument("--heads", help="query:KV heads, e.g. 64:8")
+    c.add_argument("--grid", help="only this grid's cells")
+    c.add_argument("--cells", help="the tidy table (default: <output_dir>/tables/cells.csv)")
+    c.add_argument("--config", default="config.yaml", help="gives output_dir without --cells")
+    c.set_defaults(fn=cmd_advise)
     a = p.parse_args(argv)
     a.fn(a)
 

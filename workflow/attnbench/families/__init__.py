@@ -105,7 +105,10 @@ def expand_cells(cfg: dict, grids=None) -> list[dict]:
 
 
 def table_stems(grid: dict) -> list[str]:
-    return of_grid(grid).table_stems(grid)
+    """The family's tables, and the advice every grid gets (report.advice, written with them)."""
+    from ..report.outputs import ADVICE_STEM
+
+    return [*of_grid(grid).table_stems(grid), ADVICE_STEM]
 
 
 def table_names(grid: dict) -> list[str]:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 CAPTION_SUFFIX = ".caption.rst"
 
+# Every grid's tables include the advice (report.advice), whatever its family.
+ADVICE_STEM = "advice"
+
 # Every table is written in these formats (report.tables.write_table).
 TABLE_FORMATS = ("md", "tex")
 

@@ -1,0 +1,421 @@
+"""The advice (report.advice, `python -m attnbench advise`, tables/<grid>/advice.md) on small
+SYNTHETIC tidy tables: a winner only where its p20-p80 is apart from every other contender's, the
+training step as fwd + bwd, only ok cells competing, CP and block-sparse points, and command-line
+errors that name the valid choices."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from attnbench import families
+from attnbench.__main__ import main
+from attnbench.report import advice
+from commands import package_env
+from synthetic_cells import tidy
+
+CP_COLUMNS = ("tokens_per_gpu", "local_kernel", "local_kernel_setting", "dkv_comm_dtype")
+
+
+def cell(impl, time=None, spread=0.1, direction="fwd", status="ok", **kw) -> dict:
+    """A row of the tidy table: time per call `time` ms with p20/p80 at -/+ `spread` ms."""
+    timed = status in ("ok", "incorrect") and time is not None
+    return {
+        "impl": impl,
+        "mask": "causal",
+        "seqlen": 4096,
+        "heads_q": 64,
+        "heads_kv": 8,
+        "direction": direction,
+        "status": status,
+        "time_ms_median": time if timed else None,
+        "time_ms_p20": time - spread if timed else None,
+        "time_ms_p80": time + spread if timed else None,
+        "cell_id": f"id-{impl}-{direction}-{kw.get('seqlen', 4096)}",
+        "record": f"results/cells/{impl}-{direction}.json",
+        **kw,
+    }
+
+
+def table(rows, family="kernel", grid="g", extra=()) -> pd.DataFrame:
+    """tidy() keeps the table's common columns; a family's own (CP) columns are added back."""
+    df = tidy(rows, grid=grid, family=family)
+    for col in extra:
+        df[col] = [r.get(col) for r in rows]
+    return df
+
+
+def only(found, **point) -> advice.Answer:
+    """The one answer at the given point values (and direction)."""
+    direction = point.pop("direction", "fwd")
+    hits = [
+        a
+        for a in found
+        if a.direction == direction and all(a.point[k] == v for k, v in point.items())
+    ]
+    assert len(hits) == 1, [(a.point, a.direction) for a in found]
+    return hits[0]
+
+
+def kernel_answers(rows):
+    return advice.grid_answers(table(rows), "g", "kernel")[0]
+
+
+# ---------------------------------------------------------------- winner or no clear winner
+
+
+def test_a_winner_is_named_where_its_spread_is_apart_from_the_runner_up():
+    a = only(kernel_answers([cell("fa2", 10.0, 0.5), cell("fa3", 12.0, 0.2)]))
+    assert a.verdict() == "fa2" and a.winner.name == "fa2"
+    assert a.runner_up.name == "fa3" and a.margin == pytest.approx(1.2)
+
+
+def test_overlapping_spreads_give_no_clear_winner_naming_both():
+    a = only(kernel_answers([cell("fa2", 10.0, 0.5), cell("fa3", 10.8, 0.4)]))
+    assert a.winner is None
+    assert a.verdict() == "no clear winner: fa2 ~ fa3"
+    assert a.fastest.name == "fa2" and a.runner_up.name == "fa3"
+
+
+def test_a_slower_contender_whose_spread_reaches_the_fastest_also_blocks_a_winner():
+    # fa3 is apart from fa2, but flex's wide interval overlaps fa2's: nothing is resolved
+    rows = [cell("fa2", 10.0, 0.5), cell("fa3", 11.5, 0.3), cell("flex", 14.0, 4.0)]
+    a = only(kernel_answers(rows))
+    assert a.verdict() == "no clear winner: fa2 ~ flex"
+    assert a.runner_up.name == "fa3"
+
+
+def test_only_ok_cells_compete_and_the_others_are_listed_with_their_status():
+    rows = [
+        cell("fa2", 10.0),
+        cell("fa3", 5.0, status="incorrect"),  # faster, but wrong: it does not compete
+        cell("naive", status="oom"),
+        cell("sdpa_flash", status="unsupported"),
+    ]
+    a = only(kernel_answers(rows))
+    assert [c.name for c in a.ranked] == ["fa2"]
+    assert a.verdict() == "fa2 (the only one ok)"
+    assert {c.name: c.why_not() for c in a.not_ok} == {
+        "fa3": "wrong",
+        "naive": "OOM",
+        "sdpa_flash": "unsup.",
+    }
+    text = advice.caption(table(rows), "kernel", "")
+    assert "3 of 4 cells are not ok" in text
+
+
+def test_a_point_without_an_ok_cell_says_so():
+    a = only(kernel_answers([cell("naive", status="oom"), cell("fa2", status="unavailable")]))
+    assert a.verdict() == "none ok" and a.fastest is None and a.margin is None
+
+
+def test_heads_settings_are_advised_apart():
+    rows = [cell("fa2", 10.0), cell("fa3", 12.0)]
+    rows += [cell("fa2", 30.0, heads_kv=64), cell("fa3", 20.0, heads_kv=64)]
+    found = kernel_answers(rows)
+    assert only(found, heads_kv=8).verdict() == "fa2"
+    assert only(found, heads_kv=64).verdict() == "fa3"
+    assert [t for t, _ in advice.sections(found)] == ["GQA 64:8", "MHA 64:64"]
+
+
+# ---------------------------------------------------------------- the training step
+
+
+def test_train_sums_the_fwd_and_bwd_medians_and_their_spreads():
+    # fa3 wins the forward, fa2 the backward and the step
+    rows = [
+        cell("fa2", 3.0, 0.1),
+        cell("fa2", 5.0, 0.2, direction="bwd"),
+        cell("fa3", 2.0, 0.1),
+        cell("fa3", 8.0, 0.3, direction="bwd"),
+    ]
+    found = kernel_answers(rows)
+    assert only(found).verdict() == "fa3"
+    train = only(found, direction="train")
+    assert train.verdict() == "fa2"
+    fa2 = train.fastest
+    assert fa2.median == pytest.approx(8.0)
+    assert fa2.interval == pytest.approx((7.7, 8.3))
+    assert [r.direction for r in fa2.records] == ["fwd", "bwd"]
+    assert [r.path for r in fa2.records] == [
+        "results/cells/fa2-fwd.json",
+        "results/cells/fa2-bwd.json",
+    ]
+    assert train.margin == pytest.approx(10.0 / 8.0)
+
+
+def test_train_overlap_comes_from_the_combined_spreads():
+    # apart in each direction alone (0.4 < 0.5 between the intervals), overlapping once summed
+    rows = [
+        cell("fa2", 10.0, 0.2),
+        cell("fa3", 10.6, 0.2),
+        cell("fa2", 20.0, 0.2, direction="bwd"),
+        cell("fa3", 20.6, 0.2, direction="bwd"),
+    ]
+    found = kernel_answers(rows)
+    assert only(found).verdict() == "fa2" and only(found, direction="bwd").verdict() == "fa2"
+    assert only(found, direction="train").verdict() == "fa2"
+    rows = [dict(r, time_ms_p80=r["time_ms_p80"] + 0.4) for r in rows]  # wider p80s
+    assert only(kernel_answers(rows), direction="train").verdict() == "no clear winner: fa2 ~ fa3"
+
+
+def test_a_kernel_competes_in_train_only_with_both_records_ok():
+    rows = [
+        cell("fa3", 1.0),
+        cell("fa3", direction="bwd", status="unsupported"),
+        cell("fa2", 3.0),
+        cell("fa2", 6.0, direction="bwd"),
+        cell("flex", 4.0),  # no backward record at all
+    ]
+    train = only(kernel_answers(rows), direction="train")
+    assert [c.name for c in train.ranked] == ["fa2"]
+    assert {c.name: c.why_not() for c in train.not_ok} == {
+        "fa3": "bwd unsup.",
+        "flex": "bwd no record",
+    }
+
+
+def test_a_point_measured_in_one_direction_has_no_train_answer():
+    found = kernel_answers([cell("fa2", 3.0), cell("fa3", 2.0)])
+    assert [a.direction for a in found] == ["fwd"]
+
+
+# ---------------------------------------------------------------- context parallelism
+
+
+def cp_cell(
+    impl, time=None, gpus=2, direction="fwd", setting="auto", ran="fa3", dkv="accumulator", **kw
+):
+    tokens = kw.pop("tokens_per_gpu", 65536)
+    return cell(
+        impl,
+        time,
+        direction=direction,
+        gpus=gpus,
+        seqlen=tokens * gpus,
+        tokens_per_gpu=tokens,
+        local_kernel=ran,
+        local_kernel_setting=setting,
+        dkv_comm_dtype=dkv,
+        **kw,
+    )
+
+
+def cp_rows():
+    return [
+        cp_cell("local", 50.0, gpus=1),  # the bare kernel on one GPU: a baseline, not advice
+        cp_cell("ulysses", 60.0, gpus=1),  # a method on one rank: not advice either
+        cp_cell("ulysses", 100.0),
+        cp_cell("ring_p2p", 110.0),
+        cp_cell("ring_p2p", 150.0, setting="sdpa_flash", ran="sdpa_flash"),
+        cp_cell("ulysses", 300.0, direction="bwd", ran="sdpa_cudnn"),
+        cp_cell("ring_p2p", 280.0, direction="bwd", ran="sdpa_cudnn"),
+        cp_cell("ring_p2p", 240.0, direction="bwd", ran="sdpa_cudnn", dkv="input"),
+        cp_cell(
+            "torch_cp_auto", direction="bwd", status="unsupported", setting="auto", ran="auto"
+        ),
+    ]
+
+
+def cp_answers(rows):
+    return advice.grid_answers(table(rows, "cp", extra=CP_COLUMNS), "g", "cp")
+
+
+def test_cp_advice_is_per_mask_tokens_per_gpu_and_gpus_among_the_methods():
+    found, left = cp_answers(cp_rows())
+    assert {a.gpus for a in found} == {2}  # the one-GPU cells are left out, and said to be
+    assert "2 one-GPU cells" in left
+    fwd = only(found, tokens_per_gpu=65536, gpus=2)
+    # each local-kernel setting a method runs in is its own contender, named with what ran
+    assert [c.name for c in fwd.ranked] == ["ulysses", "ring_p2p [auto]", "ring_p2p [sdpa_flash]"]
+    assert fwd.verdict() == "ulysses" and fwd.fastest.label() == "ulysses (fa3)"
+    bwd = only(found, tokens_per_gpu=65536, direction="bwd")
+    assert bwd.verdict() == "ring_p2p [auto] [dkv input]"
+    assert [c.name for c in bwd.not_ok] == ["torch_cp_auto"]
+
+
+def test_cp_train_pairs_a_backward_only_setting_with_the_methods_forward():
+    found, _ = cp_answers(cp_rows())
+    train = only(found, tokens_per_gpu=65536, direction="train")
+    best = train.fastest
+    assert best.name == "ring_p2p [auto] [dkv input]"
+    assert best.median == pytest.approx(110.0 + 240.0)
+    assert [r.ran for r in best.records] == ["fa3", "sdpa_cudnn"]
+    assert best.label() == "ring_p2p [auto] [dkv input] (fa3 + sdpa_cudnn)"
+    assert {c.name for c in train.not_ok} == {"ring_p2p [sdpa_flash]", "torch_cp_auto"}
+
+
+def test_cp_cells_are_measured_unless_their_emulated_column_says_otherwise():
+    rows = cp_rows()
+    row = advice.sections(cp_answers(rows)[0])[0][1].iloc[0]
+    assert row["cells"] == "measured"
+    for r in rows:
+        r["emulated"] = r["impl"] == "ulysses"
+    found, _ = cp_answers_with(rows, "emulated")
+    fwd = only(found, tokens_per_gpu=65536)
+    assert fwd.fastest.emulated and fwd.fastest.label() == "ulysses (fa3) (emulated)"
+    assert not fwd.runner_up.emulated
+    first = advice.sections(found)[0][1].iloc[0]
+    assert first["cells"] == "emulated: ulysses"
+
+
+def cp_answers_with(rows, *extra):
+    return advice.grid_answers(table(rows, "cp", extra=CP_COLUMNS + extra), "g", "cp")
+
+
+# ---------------------------------------------------------------- block-sparse
+
+
+def sparse_cell(impl, time, block, density, seqlen=32768, **kw):
+    return cell(
+        impl,
+        time,
+        mask="block_sparse",
+        block_size=block,
+        density=density,
+        seqlen=seqlen,
+        **kw,
+    )
+
+
+def test_sparse_advice_is_per_block_size_and_density_among_sparse_kernels():
+    rows = [
+        sparse_cell("triton_block_sparse", 10.0, 64, 0.2),
+        sparse_cell("flex", 20.0, 64, 0.2),
+        sparse_cell("triton_block_sparse", 30.0, 128, 0.2),
+        sparse_cell("flex", 25.0, 128, 0.2),
+        sparse_cell("flex", 50.0, 128, 0.5),
+        sparse_cell("fa2_sparse", None, 128, 0.5, status="unsupported"),
+        cell("fa3", 1.0, mask="full", seqlen=14592),  # a dense reference: not a contender
+    ]
+    found, left = advice.grid_answers(table(rows, "sparse"), "g", "sparse")
+    assert [(a.point["blocks"], a.point["density"]) for a in found] == [
+        ("B=64", 0.2),
+        ("B=128", 0.2),
+        ("B=128", 0.5),
+    ]
+    assert found[0].verdict() == "triton_block_sparse" and found[1].verdict() == "flex"
+    assert found[2].verdict() == "flex (the only one ok)"
+    assert [c.name for c in found[2].not_ok] == ["fa2_sparse"]
+    assert "1 dense reference cells (mask full)" in left
+    assert all(c.name != "fa3" for a in found for c in (*a.ranked, *a.not_ok))
+
+
+# ---------------------------------------------------------------- advice.md beside the other tables
+
+
+def test_write_tables_writes_the_advice_beside_the_other_tables(tmp_path):
+    rows = [cell("fa2", 10.0), cell("fa3", 12.0, 0.2), cell("fa2", 20.0, direction="bwd")]
+    rows.append(cell("fa3", status="unsupported", direction="bwd"))
+    cells = tmp_path / "cells.csv"
+    table(rows).to_csv(cells, index=False)
+    grid = {"family": "kernel", "direction": ["fwd", "bwd"]}
+    out = tmp_path / "tables"
+    paths = families.write_tables(cells, out, grid="g", grid_cfg=grid)
+    names = {p.name for p in paths}
+    assert {"advice.md", "advice.tex", "advice.caption.rst"} <= names
+    assert sorted(names) == sorted(families.table_names(grid) + families.table_caption_names(grid))
+    md = (out / "advice.md").read_text()
+    assert md.startswith("advice: the fastest kernel")
+    assert "1 of 4 cells are not ok" in md.split("\n", 1)[0]
+    assert "### GQA 64:8" in md
+    rows = {
+        cells[2]: cells
+        for cells in (
+            [c.strip() for c in line.strip("|").split("|")]
+            for line in md.splitlines()
+            if line.startswith("| causal")
+        )
+    }
+    assert rows["fwd"][:4] == ["causal", "4K", "fwd", "fa2"]
+    assert rows["train"][3:5] == ["fa2 (the only one ok)", "fa2 30 [29.8-30.2]"]
+    assert rows["train"][-1] == "1: fa3 bwd unsup."
+    assert "advice" in (out / "advice.caption.rst").read_text()
+
+
+# ---------------------------------------------------------------- the command line
+
+
+@pytest.fixture
+def cells_csv(tmp_path):
+    rows = [
+        cell("fa2", 3.0),
+        cell("fa2", 5.0, direction="bwd"),
+        cell("fa3", 2.0),
+        cell("fa3", 8.0, direction="bwd"),
+        cell("fa2", 9.0, seqlen=8192),
+    ]
+    path = tmp_path / "cells.csv"
+    pd.concat(
+        [table(rows), table(cp_rows(), "cp", grid="gcp", extra=CP_COLUMNS)], ignore_index=True
+    ).to_csv(path, index=False)
+    return path
+
+
+def advise(cells_csv, *args):
+    main(["advise", "--cells", str(cells_csv), *args])
+
+
+def test_advise_prints_the_answer_and_the_records_it_rests_on(cells_csv, capsys):
+    advise(cells_csv, "--mask", "causal", "--seqlen", "4K", "--direction", "train")
+    out = capsys.readouterr().out
+    assert "g (kernel), causal, S=4K (4096)" in out and "train (fwd + bwd)" in out
+    assert "advice: fa2" in out
+    assert "fwd ok 3 [2.9-3.1] ms, cell id-fa2-fwd-4096: results/cells/fa2-fwd.json" in out
+    assert "bwd ok 8 [7.9-8.1] ms, cell id-fa3-bwd-4096: results/cells/fa3-bwd.json" in out
+    assert "gcp" not in out  # the CP grid has no cells at 4K
+
+
+def test_advise_with_gpus_answers_for_context_parallelism(cells_csv, capsys):
+    advise(cells_csv, "--gpus", "2", "--direction", "bwd")
+    out = capsys.readouterr().out
+    assert "gcp (cp), causal, S=128K (131072), 65536 tokens/GPU x 2 GPUs" in out
+    assert "advice: ring_p2p [auto] [dkv input]" in out
+    assert "torch_cp_auto: unsup." in out
+
+
+def test_advise_without_filters_prints_the_whole_advice(cells_csv, capsys):
+    advise(cells_csv)
+    out = capsys.readouterr().out
+    assert "## g (kernel)" in out and "## gcp (cp)" in out
+    assert out.count("advice: the fastest") == 2
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--mask", "sideways"], "--mask sideways: not in the tidy table; valid --mask: causal"),
+        (
+            ["--mask", "causal", "--seqlen", "5000"],
+            "--seqlen 5000: not in the tidy table with --mask causal; valid --seqlen: 4096, 8192, 131072",
+        ),
+        (
+            ["--direction", "up"],
+            "--direction up: not in the tidy table; valid --direction: bwd, fwd, train",
+        ),
+        (
+            ["--gpus", "8"],
+            "--gpus 8: no context-parallel cells at 8 GPUs; valid --gpus: 1, 2",
+        ),
+        (["--grid", "nope"], "--grid nope: no such grid; valid --grid: g, gcp"),
+        (["--seqlen", "4096", "--gpus", "2"], "valid --gpus: 1"),
+    ],
+)
+def test_bad_arguments_name_the_bad_value_and_the_valid_choices(cells_csv, capsys, args, named):
+    with pytest.raises(SystemExit) as e:
+        advise(cells_csv, *args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert named in err, err
+
+
+def test_the_command_exits_2_without_a_traceback(cells_csv, repo):
+    p = subprocess.run(
+        [sys.executable, "-m", "attnbench", "advise", "--cells", str(cells_csv), "--mask", "nope"],
+        capture_output=True,
+        text=True,
+        env=package_env(),
+        cwd=repo,
+    )
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr and "valid --mask: causal" in p.stderr
