@@ -28,7 +28,9 @@ def base():
 
 @pytest.fixture(scope="session")
 def histograms():
-    return yaml.safe_load((REPO / "config.yaml").read_text())["doc_length_histograms"]
+    from attnbench.masks.lengths import packaged_histograms
+
+    return packaged_histograms()
 
 
 @pytest.fixture

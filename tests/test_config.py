@@ -130,3 +130,85 @@ def test_also_products_and_sparse_axes(base):
         "s1024-h64x8-d128-bfloat16-fwd-b64-r0.2" in ids
         and "s1024-h64x8-d128-bfloat16-fwd-a256-r0.5" in ids
     )
+
+
+# ---------------------------------------------------------------- a grid file of one's own
+
+OWN_GRID = {
+    "run": ["mine"],
+    "grids": {
+        "mine": {
+            "family": "kernel",
+            "device": "cpu",
+            "kernels": ["naive"],
+            "masks": ["causal", "causal_document"],
+            "seqlen": [64],
+            "heads": [[2, 1]],
+            "head_dim": [16],
+            "dtype": ["float32"],
+            "direction": ["fwd"],
+            "samples": {"document": 1, "single": 1},
+            "warmup": 0,
+            "reps": 2,
+        }
+    },
+}
+
+
+def attnbench_cli(*args, cwd):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "attnbench", *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def test_histograms_are_package_data_not_config(repo, base):
+    from attnbench.masks.lengths import HISTOGRAMS_PATH, packaged_histograms
+
+    assert "doc_length_histograms" not in base  # config.yaml keeps grids
+    assert HISTOGRAMS_PATH.parent == repo / "workflow" / "attnbench" / "masks"
+    cfg = load_config(repo / "config.yaml")
+    assert cfg["doc_length_histograms"] == packaged_histograms()
+    assert list(packaged_histograms()) == ["pile", "prolong64k", "prolong512k"]
+    # a config's own histograms replace the package's (and are validated as before)
+    own = {"flat": {"use_up_to": None, "buckets": [[1, 17, 1.0]]}}
+    cfg = validate({**copy.deepcopy(base), "doc_length_histograms": own})
+    cell = next(c for c in expand_cells(cfg) if c["mask"] == "causal_document")
+    assert cell["histograms"] == own
+
+
+def test_a_file_of_own_grids_is_read_over_config_yaml(repo, tmp_path):
+    """check-config FILE and regenerate --config FILE take what snakemake --configfile FILE
+    takes: a file of grids alone, over the defaults of config.yaml."""
+    import yaml
+    from attnbench.families.kernel.cell import run_cell
+    from attnbench.grid.expand import cell_path
+    from attnbench.record.record import write_record
+
+    own = tmp_path / "mine.yaml"
+    grids = {**OWN_GRID, "output_dir": str(tmp_path / "out")}
+    own.write_text(yaml.safe_dump(grids))
+    p = attnbench_cli("check-config", str(own), cwd=repo)
+    assert p.returncode == 0, p.stderr
+    assert f"config ok ({own} over config.yaml): 2 cells in grids mine" in p.stdout
+    cfg = load_config(own, base=repo / "config.yaml")
+    assert {"mine", "smoke", "h200_sweep"} <= set(cfg["grids"])  # config.yaml's grids beside
+    for spec in expand_cells(cfg):
+        write_record(run_cell(spec), tmp_path / "out" / cell_path(spec))
+    p = attnbench_cli("regenerate", "--config", str(own), "--jobs", "1", cwd=repo)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (tmp_path / "out" / "tables" / "mine" / "tflops.md").is_file()
+
+
+def test_a_yaml_error_names_the_file_and_line(repo, tmp_path):
+    own = tmp_path / "mine.yaml"
+    own.write_text("grids:\n  mine:\n    kernels: [naive\n    masks: [causal]\n")
+    p = attnbench_cli("check-config", str(own), cwd=repo)
+    assert p.returncode == 2
+    assert f"{own}:4:10: not valid YAML: expected ',' or ']', but got ':'" in p.stderr
+    assert "(while parsing a flow sequence at line 3)" in p.stderr
+    own.write_text("- a list\n- not settings\n")
+    with pytest.raises(ConfigError, match="expected a mapping of settings"):
+        load_config(own)

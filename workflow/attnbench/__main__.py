@@ -8,6 +8,10 @@ import os
 import sys
 from pathlib import Path
 
+# Snakemake's `configfile:` reads config.yaml in the folder it runs in; a --config FILE of one's own
+# grids is read over it, as `snakemake --configfile FILE` reads it (grid.config.config_files).
+WORKFLOW_CONFIG = "config.yaml"
+
 
 def claim_gpu_after_start(device, kernel=None):
     """With `launch --claim-after-import`: torch, and the kernel's adapter and libraries, are
@@ -235,7 +239,7 @@ def cmd_regenerate(a):
 
     t0 = time.perf_counter()
     try:
-        cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
+        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
     except ConfigError as e:
         print(e, file=sys.stderr)
         sys.exit(2)
@@ -324,14 +328,16 @@ def cmd_check_config(a):
     from .grid.config import ConfigError
 
     try:
-        cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
+        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
     except ConfigError as e:
         print(e, file=sys.stderr)
         sys.exit(2)
     from .families import expand_cells
+    from .grid.config import config_files
 
     cells = expand_cells(cfg)
-    print(f"config ok: {len(cells)} cells in grids {', '.join(cfg['run'])}")
+    read = " over ".join(str(f) for f in reversed(config_files(a.config, WORKFLOW_CONFIG)))
+    print(f"config ok ({read}): {len(cells)} cells in grids {', '.join(cfg['run'])}")
 
 
 def cmd_records(a):
@@ -343,7 +349,7 @@ def cmd_records(a):
     from .grid.expand import cell_path
 
     try:
-        cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
+        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
     except ConfigError as e:
         sys.exit(f"{e}")
     out = Path(cfg["output_dir"])
@@ -364,7 +370,7 @@ def cmd_predict(a):
     from .grid.config import ConfigError
 
     try:
-        cfg = load_config(a.config, overrides=json.loads(a.overrides) if a.overrides else None)
+        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
         out = Path(a.output_dir or cfg["output_dir"])
         res = run_predict(
             cfg,

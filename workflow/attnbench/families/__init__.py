@@ -84,10 +84,11 @@ def validate(cfg: dict) -> dict:
     return validate_with(cfg, product_problems)
 
 
-def load_config(path, overrides: dict | None = None) -> dict:
+def load_config(path, overrides: dict | None = None, base=None) -> dict:
+    """`path` validated with every family's checks (over `base`: grid.config.config_files)."""
     from ..grid.config import load_config as load_with
 
-    return load_with(path, product_problems, overrides)
+    return load_with(path, product_problems, overrides, base)
 
 
 def expand_grid(cfg: dict, gname: str) -> list[dict]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from ..masks.lengths import packaged_histograms
 from .expand import grid_products
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
@@ -114,6 +115,8 @@ def validate(cfg: dict, product_problems) -> dict:
     `product_problems(cfg, grid, product, family, where)`: the family's own checks of each product."""
     if not isinstance(cfg, dict):
         raise ConfigError([f"(top level): expected a mapping, got {type(cfg).__name__}"])
+    if "doc_length_histograms" not in cfg:  # the package's data, validated like a config's own
+        cfg["doc_length_histograms"] = packaged_histograms()
     problems = _schema_problems(cfg)
     if not problems:
         problems = _semantic_problems(cfg, product_problems)
@@ -152,15 +155,50 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def yaml_problem(path, e: yaml.YAMLError) -> str:
+    """'FILE:LINE:COLUMN: not valid YAML: what' (and where the construct it is in began)."""
+    mark = getattr(e, "problem_mark", None)
+    if mark is None:
+        return f"{path}: not valid YAML: {e}"
+    what = getattr(e, "problem", None) or str(e)
+    context, start = getattr(e, "context", None), getattr(e, "context_mark", None)
+    began = f" ({context} at line {start.line + 1})" if context and start else ""
+    return f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {what}{began}"
+
+
 def read_yaml(path) -> dict:
-    """A config file's contents; ConfigError (naming the file) if it is not valid YAML or repeats a key."""
+    """A config file's contents; ConfigError naming the file (and the line, for a syntax error) if
+    it is not valid YAML, repeats a key or is not a mapping."""
     try:
-        return yaml.load(Path(path).read_text(), Loader=_UniqueKeyLoader) or {}
+        data = yaml.load(Path(path).read_text(), Loader=_UniqueKeyLoader)
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot be read: {e.strerror or e}"]) from None
     except yaml.YAMLError as e:
-        raise ConfigError([f"{path}: not valid YAML: {e}"]) from None
+        raise ConfigError([yaml_problem(path, e)]) from None
     except ConfigError as e:
         raise ConfigError([f"{path}: {m}" for m in e.problems]) from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(
+            [
+                f"{path}: expected a mapping of settings (grids:, run:, ...), got {type(data).__name__}"
+            ]
+        )
+    return data or {}
 
 
-def load_config(path, product_problems, overrides: dict | None = None) -> dict:
-    return validate(deep_merge(read_yaml(path), overrides or {}), product_problems)
+def config_files(path, base=None) -> list[Path]:
+    """The files a config is read from, in order: `base` (the workflow's config.yaml, which
+    Snakemake's `configfile:` reads) where it exists, then `path` over it unless it is that same
+    file; as `snakemake --configfile path` reads a file of one's own grids over the defaults."""
+    files = [Path(base)] if base is not None and Path(base).is_file() else []
+    if not files or Path(path).resolve() != files[0].resolve():
+        files.append(Path(path))
+    return files
+
+
+def load_config(path, product_problems, overrides: dict | None = None, base=None) -> dict:
+    """The validated config of `path` (over `base`: config_files) with `overrides` over both."""
+    cfg = {}
+    for f in config_files(path, base):
+        cfg = deep_merge(cfg, read_yaml(f))
+    return validate(deep_merge(cfg, overrides or {}), product_problems)

@@ -1,12 +1,31 @@
 """Document lengths drawn from a histogram of real pre-training data (spec/masks.md).
 
 A histogram is a list of buckets [low, high, weight], low inclusive, high exclusive.
-The histograms themselves live in config.yaml (`doc_length_histograms`).
+The histograms themselves are data beside this module (doc_length_histograms.yaml); a config may
+give its own `doc_length_histograms` instead.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+from pathlib import Path
+
 import numpy as np
+
+HISTOGRAMS_PATH = Path(__file__).with_name("doc_length_histograms.yaml")
+
+
+@functools.cache
+def _read_packaged() -> dict:
+    import yaml
+
+    return yaml.safe_load(HISTOGRAMS_PATH.read_text())["doc_length_histograms"]
+
+
+def packaged_histograms() -> dict:
+    """The document-length histograms shipped with the package (a copy: callers may change it)."""
+    return copy.deepcopy(_read_packaged())
 
 
 def choose_histogram(seqlen: int, histograms: dict) -> str:
