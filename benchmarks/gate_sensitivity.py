@@ -1,12 +1,14 @@
-"""The gate's sensitivity matrix: mask x one-token perturbation x dtype -> flagged or not.
+"""The gate's sensitivity matrix: mask x one-token perturbation (and one head x1.02) x dtype ->
+flagged or not.
 
     PYTHONPATH=workflow python benchmarks/gate_sensitivity.py --seqlen 4096 --window 1024
 
 A real kernel (SDPA by default) runs on a mask wrong by one token (attnbench.harness.perturb) and the
 gate (attnbench.harness.gate, via cell.check_correctness) judges it against the true mask, forward and
-backward. Each line: the gate's verdict, the largest per-row error / tolerance of out, dq, dk,
-dv, and the relative Frobenius error of out (what the old gate looked at). The unperturbed
-kernel's line comes first for each mask: it must pass.
+backward; so does the kernel with one head of out, dq, dk or dv scaled by 1.02 (perturb.scaled_head).
+Each line: the gate's verdict, the largest per-row error / tolerance of out, dq, dk, dv, the
+largest head scale / its tolerance, and the relative Frobenius error of out (what the first gate
+looked at). The unperturbed kernel's line comes first for each mask: it must pass.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
@@ -26,9 +27,10 @@ sys.path.insert(0, str(ROOT / "workflow"))
 import attnbench.masks as M  # noqa: E402
 from attnbench.families.kernel.cell import check_correctness  # noqa: E402
 from attnbench.harness.inputs import make_inputs  # noqa: E402
-from attnbench.harness.perturb import perturbations  # noqa: E402
+from attnbench.harness.perturb import SCALED, perturbations, scaled_head  # noqa: E402
 from attnbench.kernels import catalog  # noqa: E402
 from attnbench.kernels.base import load  # noqa: E402
+from attnbench.masks.lengths import packaged_histograms  # noqa: E402
 
 CP_ONLY = tuple(m for m in M.CP_MASKS if m not in M.STATIC_MASKS)
 
@@ -59,26 +61,21 @@ def rows(
                 head_dim=head_dim,
             )
             q, k, v, dout = make_inputs(seed, seqlen, hq, hkv, head_dim, dtype, "cpu")
-            for wrong in [None, *perturbations(mask)]:
+            right = kernel.prepare(mask)
+            wrongs = [("(none)", lambda d: right)]
+            wrongs += [(w.label, lambda d, w=w: kernel.prepare(w)) for w in perturbations(mask)]
+            wrongs += [
+                (f"{n} head 0 x1.02", lambda d, n=n: scaled_head(right, kernel.layout, n))
+                for n in SCALED
+            ]
+            for label, fn_of in wrongs:
                 for direction in directions:
+                    if direction == "fwd" and label.startswith(("dq ", "dk ", "dv ")):
+                        continue  # a gradient's bug has no forward
                     chk = check_correctness(
-                        kernel,
-                        kernel.prepare(wrong or mask),
-                        mask,
-                        q,
-                        k,
-                        v,
-                        dout,
-                        direction,
-                        factor,
+                        kernel, fn_of(direction), mask, q, k, v, dout, direction, factor
                     )
-                    yield (
-                        name,
-                        "(none)" if wrong is None else wrong.label,
-                        str(dtype).split(".")[-1],
-                        direction,
-                        chk,
-                    )
+                    yield name, label, str(dtype).split(".")[-1], direction, chk
 
 
 def main(argv=None):
@@ -97,7 +94,7 @@ def main(argv=None):
     p.add_argument("--factor", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    histograms = yaml.safe_load((ROOT / "config.yaml").read_text())["doc_length_histograms"]
+    histograms = packaged_histograms()
     cfg = {"window": a.window, "block": a.block, "long_doc_range": [a.seqlen // 4, a.seqlen // 2]}
     heads = tuple(int(x) for x in a.heads.split(":"))
     dtypes = [getattr(torch, d) for d in a.dtypes]
@@ -105,8 +102,11 @@ def main(argv=None):
         f"S {a.seqlen}, heads {a.heads}, D {a.head_dim}, window {a.window}, block {a.block}, kernel {a.kernel}, "
         f"factor {a.factor}; per quantity: largest per-row error / tolerance (flagged when > 1)"
     )
-    print("| mask | perturbation | dtype | dir | flagged | out | dq | dk | dv | out, Frobenius |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| mask | perturbation | dtype | dir | flagged | out | dq | dk | dv | head scale "
+        "| out, Frobenius |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     t0, missed = time.perf_counter(), 0
     for name, label, dt, direction, chk in rows(
         a.kernel,
@@ -126,9 +126,10 @@ def main(argv=None):
             missed += 1
         ratio = {n: chk["errors"][n] / chk["tolerance"][n] for n in chk["errors"]}
         cells = [f"{ratio[n]:.2f}" if n in ratio else "" for n in ("out", "dq", "dk", "dv")]
+        heads = max(chk["head_scale"][n] / chk["head_tolerance"][n] for n in chk["head_scale"])
         print(
             f"| {name} | {label} | {dt} | {direction} | {'yes' if flagged else 'NO'} | {' | '.join(cells)} | "
-            f"{chk['frobenius_errors']['out']:.4f} |",
+            f"{heads:.2f} | {chk['frobenius_errors']['out']:.4f} |",
             flush=True,
         )
     print(f"{missed} wrong verdicts; {time.perf_counter() - t0:.0f} s")

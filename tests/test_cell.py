@@ -57,9 +57,9 @@ def test_ok_record_has_everything(cells):
         assert s["time_ms_p20"] <= s["time_ms_median"] <= s["time_ms_p80"]
     chk = r["samples"][0]["check"]
     assert chk["passed"] and set(chk["errors"]) == {"out", "dq", "dk", "dv"}
-    assert chk["criterion"] == {"tensors": "row_max_rel"} and set(chk["frobenius_errors"]) == set(
-        chk["errors"]
-    )
+    assert chk["criterion"] == {"tensors": "row_max_rel", "heads": "head_scale"}
+    assert set(chk["frobenius_errors"]) == set(chk["errors"]) == set(chk["head_scale"])
+    assert chk["gate_version"] == 3
     floor = 2.0**-24 * (32 + 256)  # float32 accumulation over D + n
     assert all(
         chk["errors"][n] <= chk["tolerance"][n] == 5 * max(chk["naive_errors"][n], floor)

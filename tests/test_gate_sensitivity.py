@@ -1,8 +1,10 @@
-"""The correctness gate catches a mask wrong by one token, and passes every real kernel.
+"""The correctness gate catches a mask wrong by one token and one head scaled by 2%, and passes
+every real kernel.
 
 A "perturbed kernel" is a real kernel (SDPA, naive) run on a mask wrong by one token
 (attnbench.harness.perturb: window, document / prefix / block boundary, global tokens moved by one, a
-missing diagonal); the gate (cell.check_correctness, the same gate.judge that cp.run.compare
+missing diagonal), or whose output or one gradient is right but for one head scaled by 1.02
+(perturb.scaled_head); the gate (cell.check_correctness, the same gate.judge that cp.run.compare
 uses) judges it against the true mask. benchmarks/gate_sensitivity.py shows the same matrix
 at the issue's size (S 4096, window 1024, bf16).
 """
@@ -17,7 +19,7 @@ from attnbench.cp.run import compare, local_inputs
 from attnbench.families.kernel.cell import check_correctness
 from attnbench.harness import gate
 from attnbench.harness.inputs import make_inputs
-from attnbench.harness.perturb import perturbations
+from attnbench.harness.perturb import SCALED, perturbations, scaled_head
 from attnbench.harness.reference import reference_attention
 from attnbench.kernels import catalog
 from attnbench.kernels.base import load
@@ -103,7 +105,50 @@ def test_the_old_frobenius_rule_missed_what_the_gate_catches():
     old_tolerance = 5 * max(plain["frobenius_errors"]["out"], 2.0**-8)
     assert chk["frobenius_errors"]["out"] <= old_tolerance and plain["passed"]
     assert not chk["passed"] and chk["errors"]["out"] > 2 * chk["tolerance"]["out"]
-    assert chk["criterion"] == {"tensors": "row_max_rel"} and chk["tolerance_factor"] == 5.0
+    assert chk["criterion"]["tensors"] == "row_max_rel" and chk["tolerance_factor"] == 5.0
+
+
+# ---------------------------------------------------------------- one head scaled by 2%
+
+# (result scaled, direction): the forward's output; the backward's output and each gradient alone
+HEAD_MUTATIONS = [("out", "fwd"), *((n, "bwd") for n in SCALED)]
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "naive"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("which, direction", HEAD_MUTATIONS)
+def test_one_head_scaled_by_two_percent_is_incorrect(impl, dtype, which, direction, histograms):
+    """x1.02 on one head of out, dq, dk or dv: incorrect, on the scaled result's own head
+    statistic. In bf16 the per-row statistic alone lets it through (the gate before head_scale)."""
+    kern = kernel(impl, dtype)
+    for mask_name in ("causal", "causal_document", "sliding_window"):
+        mask = sample(mask_name, histograms)
+        q, k, v, dout = make_inputs(7, S, HQ, HKV, D, dtype, "cpu")
+        fn = kern.prepare(mask)
+        right = check_correctness(kern, fn, mask, q, k, v, dout, direction, 5.0)
+        assert right["passed"], (impl, mask_name, right["head_scale"], right["head_tolerance"])
+        for head in (0, HKV - 1):
+            wrong = scaled_head(fn, kern.layout, which, head=head, factor=1.02)
+            chk = check_correctness(kern, wrong, mask, q, k, v, dout, direction, 5.0)
+            assert not chk["passed"], (impl, mask_name, which, head)
+            # the head that was scaled is found, at about its 2%
+            assert chk["head_scale"][which] > chk["head_tolerance"][which]
+            assert chk["heads"][which]["scale"][head] == pytest.approx(0.02, rel=0.15)
+            if dtype == torch.bfloat16:
+                assert all(chk["errors"][n] <= chk["tolerance"][n] for n in chk["errors"])
+
+
+def test_head_statistics_are_recorded_per_head(histograms):
+    mask = sample("causal", histograms)
+    q, k, v, dout = make_inputs(7, S, HQ, HKV, D, torch.bfloat16, "cpu")
+    kern = kernel("sdpa", torch.bfloat16)
+    chk = check_correctness(kern, kern.prepare(mask), mask, q, k, v, dout, "bwd", 5.0)
+    assert chk["gate_version"] == gate.GATE_VERSION == 3
+    assert chk["criterion"] == {"tensors": "row_max_rel", "heads": "head_scale"}
+    for n, heads in (("out", HQ), ("dq", HQ), ("dk", HKV), ("dv", HKV)):
+        assert {len(x) for x in chk["heads"][n].values()} == {heads}
+        # the scale along the head is a small part of the head's whole error
+        assert max(map(abs, chk["heads"][n]["scale"])) < 0.5 * max(chk["heads"][n]["rel_err"])
 
 
 @pytest.mark.parametrize("impl", CPU_KERNELS)
@@ -162,7 +207,11 @@ def test_cp_compare_uses_the_gate_and_flags_a_perturbed_mask(mask_name, histogra
     for dtype in DTYPES:
         right = compare(gathered_from(mask, 5, dtype), mask, 5, HQ, HKV, D, dtype, True, 5.0)
         assert right["passed"], (mask_name, dtype, right["ranks"])
-        assert right["criterion"] == {"tensors": "row_max_rel", "lse": "max_abs_fp32"}
+        assert right["criterion"] == {
+            "tensors": "row_max_rel",
+            "heads": "head_scale",
+            "lse": "max_abs_fp32",
+        }
         if (
             dtype == torch.float32
         ):  # the kernel path above shows float32; bf16, the harder case, here

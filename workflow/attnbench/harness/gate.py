@@ -9,6 +9,12 @@ a little, with heavy-tailed spikes) systematically wrong, which a Frobenius norm
 It must stay within `factor` x the same statistic of plain attention in the same dtype on the
 same rows (the yardstick), never below the dtype's unit roundoff or float32 accumulation's error.
 
+Per head, the scale of the error along the true head: b_h = <x_h - ref_h, ref_h> / ||ref_h||^2
+(`head_scale`). Rounding is nearly orthogonal to the reference, so its b_h is a small part of the
+head's whole error; one head scaled by 1 + e (a wrong scale, a wrong normaliser on one head) gives
+b_h = e. It must stay within naive attention's largest per-head relative error in the same dtype
+(never below the same floors): a per-row maximum lets one head be off by several percent in bf16.
+
 LSE: [S, H], natural log, compared by its largest absolute error against a bound derived from
 float32 arithmetic (LSE is a log quantity: an absolute error is a relative error of the sum).
 """
@@ -20,7 +26,11 @@ import torch
 from .reference import rel_err, unit_roundoff
 
 CRITERION = "row_max_rel"
+HEAD_CRITERION = "head_scale"
 LSE_CRITERION = "max_abs_fp32"
+# Which rule judged a record: 1, relative Frobenius error within factor x naive's (records whose
+# check has no `criterion`); 2, row_max_rel (and max_abs_fp32 for an LSE); 3, also head_scale.
+GATE_VERSION = 3
 # A row whose reference norm is below this share of the tensor's RMS row norm is measured
 # against that floor instead of its own norm: rows whose true value is (nearly) zero by
 # cancellation (dq of a row that sees one key) hold only rounding noise, relative to nothing.
@@ -40,6 +50,40 @@ def row_rel_errors(x, ref):
     errs = torch.where(denom > 0, diff / torch.where(denom > 0, denom, 1.0), diff)
     bad = ~torch.isfinite(x64).all(dim=-1)
     return errs.masked_fill(bad, float("inf"))
+
+
+def _heads64(x, ref):
+    """x, ref in float64 on the reference's device, as [H, S*D] (one row per head)."""
+    x64, r64 = x.detach().to(ref.device, torch.float64), ref.detach().to(torch.float64)
+    return x64.transpose(0, 1).flatten(1), r64.transpose(0, 1).flatten(1)
+
+
+def _head_norms_floored(r64):
+    """Each head's reference norm, never below ROW_FLOOR x the RMS head norm (a head that sees
+    nothing, of a block-sparse mask, is measured against its neighbours' size)."""
+    norms = r64.norm(dim=-1)
+    rms = norms.square().mean().sqrt() if norms.numel() else norms.new_zeros(())
+    return norms.clamp_min(ROW_FLOOR * rms)
+
+
+def head_rel_errors(x, ref) -> list[float]:
+    """Per head: ||x_h - ref_h|| / ||ref_h|| over its [S, D] (floored as above); inf where x_h
+    holds a NaN or Inf. x, ref: [S, H, D]."""
+    x64, r64 = _heads64(x, ref)
+    denom = _head_norms_floored(r64)
+    errs = (x64 - r64).norm(dim=-1) / torch.where(denom > 0, denom, 1.0)
+    errs = errs.masked_fill(~torch.isfinite(x64).all(dim=-1), float("inf"))
+    return [float(e) for e in errs]
+
+
+def head_scales(x, ref) -> list[float]:
+    """Per head: <x_h - ref_h, ref_h> / ||ref_h||^2 (floored as above), the relative size of the
+    error's component along the true head; inf where x_h holds a NaN or Inf."""
+    x64, r64 = _heads64(x, ref)
+    denom = _head_norms_floored(r64).square()
+    b = ((x64 - r64) * r64).sum(dim=-1) / torch.where(denom > 0, denom, 1.0)
+    b = b.masked_fill(~torch.isfinite(x64).all(dim=-1), float("inf"))
+    return [float(v) for v in b]
 
 
 def row_max_rel_err(x, ref) -> float:
@@ -103,27 +147,48 @@ def judge(
 ) -> dict:
     """Compare `results` (out, dq, dk, dv, lse: whichever are present) with the float64 `ref`.
 
-    Tolerance of a tensor: factor x max(yardstick's row_max_rel error, error_floor);
-    of the LSE: factor x lse_tolerance (lse_bound). NaN/inf never passes. Returns what the
-    record keeps: errors, the yardstick's errors, tolerance, criterion, passed."""
+    Tolerance of a tensor: factor x max(yardstick's row_max_rel error, error_floor); of each of
+    its heads' scale (head_scales): max(the yardstick's largest per-head relative error,
+    error_floor), no factor; of the LSE: factor x lse_tolerance (lse_bound). NaN/inf never
+    passes. Returns what the record keeps: errors, the yardstick's errors, tolerance, the
+    per-head statistics of both, criterion, gate version, passed."""
     errs = errors_of(results, ref)
-    ystick = errors_of({n: yardstick[n] for n in results if n != "lse"}, ref)
+    tensors = [n for n in results if n != "lse"]
+    ystick = errors_of({n: yardstick[n] for n in tensors}, ref)
     floor = error_floor(dtype, ref["out"].shape[-1], n_keys)
     tol = {n: factor * max(e, floor) for n, e in ystick.items()}
     if "lse" in results:
         if lse_tolerance is None:
             raise ValueError("an LSE is compared only with its float32 bound (lse_tolerance)")
         tol["lse"] = factor * lse_tolerance
-    passed = all(errs[n] <= tol[n] for n in errs)  # NaN/inf never passes
+    scales = {n: head_scales(results[n], ref[n]) for n in tensors}
+    naive_heads = {n: head_rel_errors(yardstick[n], ref[n]) for n in tensors}
+    head_tol = {n: max([*naive_heads[n], floor]) for n in tensors}
+    worst_scale = {n: max((abs(b) for b in scales[n]), default=0.0) for n in tensors}
+    passed = all(errs[n] <= tol[n] for n in errs) and all(  # NaN/inf never passes
+        worst_scale[n] <= head_tol[n] for n in tensors
+    )
     return {
+        "gate_version": GATE_VERSION,
         "criterion": {
             "tensors": CRITERION,
+            "heads": HEAD_CRITERION,
             **({"lse": LSE_CRITERION} if "lse" in results else {}),
         },
         "errors": errs,
         "naive_errors": ystick,
         "tolerance": tol,
         "tolerance_factor": factor,
+        "head_scale": worst_scale,
+        "head_tolerance": head_tol,
+        "heads": {
+            n: {
+                "scale": scales[n],
+                "rel_err": head_rel_errors(results[n], ref[n]),
+                "naive_rel_err": naive_heads[n],
+            }
+            for n in tensors
+        },
         "frobenius_errors": frobenius_errors(results, ref),
         "passed": bool(passed),
     }

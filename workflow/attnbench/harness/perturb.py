@@ -1,8 +1,11 @@
-"""Masks wrong by one token, to show that the correctness gate catches them.
+"""Masks wrong by one token, and results wrong on one head, to show that the correctness gate
+catches them.
 
 A kernel run on `perturbed(mask, ...)` but checked against `mask` is the bug the gate exists
 for: a window off by one, a document, prefix or block boundary moved by one token, a missing
-diagonal. Used by tests/test_gate_sensitivity.py and benchmarks/gate_sensitivity.py.
+diagonal. `scaled_head` keeps the mask and scales one head of the output or of one gradient.
+Used by tests/test_gate_sensitivity.py, tests/gpu/test_gpu_gate_heads.py and
+benchmarks/gate_sensitivity.py.
 """
 
 from __future__ import annotations
@@ -81,3 +84,56 @@ def perturbations(mask: M.Mask) -> list[PerturbedMask]:
         out.extend(_boundary_moves(mask))
     truth = mask.dense()
     return [m for m in out if not bool((m.dense() == truth).all())]
+
+
+# ---------------------------------------------------------------- one head scaled
+
+SCALED = ("out", "dq", "dk", "dv")
+
+
+def head_axis(layout: str) -> int:
+    """Where the head axis is in a kernel's layout (kernels.base.LAYOUTS)."""
+    return {"thd": 1, "bshd": 2, "bhsd": 1}[layout]
+
+
+def _one_head(x, axis: int, head: int, factor: float):
+    """x with the slice `head` along `axis` multiplied by factor, in float32 and rounded back to
+    x's dtype (1.02 itself is 1.0234 in bfloat16)."""
+    import torch
+
+    scale = [1.0] * x.shape[axis]
+    scale[head] = factor
+    shape = [1] * x.dim()
+    shape[axis] = -1
+    return (x.float() * torch.tensor(scale, device=x.device).view(shape)).to(x.dtype)
+
+
+def scaled_head(fn, layout: str, which: str, head: int = 0, factor: float = 1.02):
+    """A kernel's fn(q, k, v) that is right but for one head of `which` (out, or the gradient
+    dq, dk or dv) scaled by `factor`: the per-head bug (a wrong scale or normaliser on one head)
+    that a per-row statistic in bf16 lets through. dk and dv count KV heads."""
+    import torch
+
+    if which not in SCALED:
+        raise ValueError(f"unknown result {which!r}; valid: {', '.join(SCALED)}")
+    axis = head_axis(layout)
+
+    class ScaleGrad(torch.autograd.Function):
+        """Identity forward; the gradient of one head scaled on the way back."""
+
+        @staticmethod
+        def forward(ctx, t):
+            return t.view_as(t)
+
+        @staticmethod
+        def backward(ctx, g):
+            return _one_head(g, axis, head, factor)
+
+    def wrong(q, k, v):
+        if which == "out":
+            return _one_head(fn(q, k, v), axis, head, factor)
+        leaves = {"q": q, "k": k, "v": v}
+        leaves[which[1]] = ScaleGrad.apply(leaves[which[1]])
+        return fn(leaves["q"], leaves["k"], leaves["v"])
+
+    return wrong
