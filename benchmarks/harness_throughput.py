@@ -1,4 +1,4 @@
-"""How busy a grid run kept its GPUs, from the records it wrote (issue 12, item 5).
+"""How busy a grid run kept its GPUs, from the records it wrote (docs/results-h200.md).
 
     python benchmarks/harness_throughput.py results/h200/cells/h200_sweep --gpus 2 --wall-s 540
 

@@ -1,5 +1,5 @@
 """The project's Triton block-sparse backward against the dense FlashAttention-2 backward at equal
-visible area, for tuning the Triton backward in one GPU call (issue 18 item 5: target >= 0.9x).
+visible area, for tuning the Triton backward in one GPU call (the target: at least 0.9x).
 
 For every (length, block size, density, heads) it draws the grid's uniform block-sparse mask, times
 the Triton kernel's backward (autograd.grad after one forward, the pipeline's protocol:

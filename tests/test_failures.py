@@ -1,6 +1,7 @@
-"""Every failure the README's "failure -> what happens" table lists, made to happen for real on the
-CPU: a cell that hangs past its time budget, a context-parallel rank killed with SIGKILL, the
-workflow interrupted by SIGINT or SIGTERM, and a file under results/cells that is not a record.
+"""Every failure the "failure -> what happens" table of docs/running.md lists, made to happen
+for real on the CPU: a cell that hangs past its time budget, a context-parallel rank killed with
+SIGKILL, the workflow interrupted by SIGINT or SIGTERM, and a file under results/cells that is not
+a record.
 (The Slurm failures, a job stopped at its time limit and a drained node, are in
 tests/slurm/test_failures_slurm.py.)"""
 

@@ -1,5 +1,5 @@
 """FLOPs against facts that do not come from flops.py: cases worked by hand, and torch's own FLOP
-counter on the matmuls of attention (spec/masks.md: forward 4 * area * Hq * D, backward 2.5 x
+counter on the matmuls of attention (docs/masks.md: forward 4 * area * Hq * D, backward 2.5 x
 forward, forward+backward 3.5 x forward)."""
 
 import attnbench.masks as M

@@ -1,4 +1,4 @@
-"""The seeded document-length sampler (spec/masks.md)."""
+"""The seeded document-length sampler (docs/masks.md)."""
 
 import numpy as np
 import pytest

@@ -216,8 +216,9 @@ def test_variable_block_sizes():
     assert lay.groups == 4 and len(set(map(tuple, sizes.tolist()))) > 1  # per head
 
 
-# Small masks written out by hand from the definitions in spec/masks.md (row i = query, column j = key),
-# with the visible pairs counted by hand: independent of the predicates, ranges and dense builders.
+# Small masks written out by hand from the definitions in docs/masks.md (row i = query, column
+# j = key), with the visible pairs counted by hand: independent of the predicates, ranges and
+# dense builders.
 HAND_MASKS = [
     (
         "causal_document",

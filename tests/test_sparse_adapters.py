@@ -95,7 +95,7 @@ def test_absent_library_gives_an_unavailable_record(impl, repo):
     assert r["samples"] == [] and r["kernel"]["library_version"] == "missing"
 
 
-# What each library documents (spec/kernels.md's table, from the libraries' READMEs and the paper):
+# What each library documents (docs/kernels.md's table, from the libraries' READMEs and the paper):
 # (masks, directions, block sizes, GQA). Written out here, not read from the catalog.
 # FA2-sparse's README documents its backward too (released 2024/10); the paper timed its forward.
 DOCUMENTED = {

@@ -132,8 +132,8 @@ def test_an_also_entry_names_its_own_local_kernel_and_dkv_dtype(base):
 
 
 def test_an_also_entry_names_a_factorisation_of_the_same_gpus(base):
-    """USP 2x4 and 4x2 on 8 GPUs (issue 15): two cells, each named by its degrees; a grid-wide
-    Ulysses degree names none (the ids cells had before)."""
+    """USP 2x4 and 4x2 on 8 GPUs (as in h200_cp_x8): two cells, each named by its degrees; a
+    grid-wide Ulysses degree names none (the ids cells had before)."""
     cfg = with_grid(
         base,
         methods=["usp"],

@@ -79,7 +79,8 @@ def test_counted_bytes_equal_the_analytic_volume(matrix):
 
 
 def padded_tokens(doc_lengths, seqlen, ring):
-    """spec/context_parallel.md: every document is padded to a multiple of 2R before the zigzag split."""
+    """Every document is padded to a multiple of 2R before the zigzag split (Sharding, in
+    docs/context-parallelism.md)."""
     return sum(-(-n // (2 * ring)) * 2 * ring for n in (doc_lengths or [seqlen]))
 
 

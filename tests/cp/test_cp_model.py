@@ -1,7 +1,7 @@
-"""The CP throughput model (issue 17): its schedules are the methods' own (bytes by counter and
-computed pairs of real gloo runs), its array form of the chunks is cp/chunks.py's, its kernel fit,
-network, per-call overhead fit and peak memory, its validation on the committed H200 cells, the
-rule's outputs, and the communication benchmark at world size 2."""
+"""The CP throughput model (docs/cp-model.md): its schedules are the methods' own (bytes by
+counter and computed pairs of real gloo runs), its array form of the chunks is cp/chunks.py's,
+its kernel fit, network, per-call overhead fit and peak memory, its validation on the committed
+H200 cells, the rule's outputs, and the communication benchmark at world size 2."""
 
 import json
 import os

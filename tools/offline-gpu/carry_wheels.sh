@@ -2,7 +2,7 @@
 # Fill .whl/ with what tools/offline-gpu/gpu_session.sh installs on a GPU machine that has no network:
 # Snakemake and its plugins (the pins of envs/requirements-cpu.txt, minus what the GPU image already
 # has), ninja (for the subset builds), plus any extra wheel files named as arguments (FlashAttention
-# from ../shared/wheels, fa3-fwd), plus what earlier GPU calls built, kept in .gpu_cache/.
+# wheels built elsewhere, fa3-fwd), plus what earlier GPU calls built, kept in .gpu_cache/.
 # Compiled wheels are fetched for CPython 3.12 on manylinux x86_64 (the GPU image), the rest built here.
 #   [PINS="name==version ..."] [BASE=0] tools/offline-gpu/carry_wheels.sh [EXTRA.whl ...]; then run with carry [".whl"]
 # PINS: more packages from PyPI (the sparse kernels' libraries); BASE=0: only those and the EXTRA

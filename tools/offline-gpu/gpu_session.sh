@@ -253,7 +253,7 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
     --since "$since" --nvml "$outdir/throughput/nvml_$stamp.csv" --json "$outdir/throughput/h200_sweep_$stamp.json" \
     2>&1 | tee -a "$out/session.txt"
 fi
-if has comm && [ "$gpus" -ge 2 ]; then  # the CP model's network preset is fitted from it (issue 17)
+if has comm && [ "$gpus" -ge 2 ]; then  # the CP model's measured network (docs/cp-model.md)
   log "comm_bench on $gpus GPUs (${T_COMM:-120} s)"
   timeout "${T_COMM:-120}" snakemake "$outdir/comm/cuda_n$gpus.json" --profile profiles/local --cores "$(nproc)" \
     --config "output_dir=$outdir" > "$out/snakemake_comm.log" 2>&1
@@ -262,7 +262,7 @@ fi
 if has cp && [ "$gpus" -ge 2 ]; then  # the cells one session most needs first; what is left runs next time
   staged h200_cp "${T_CP:-300}" "${CP_STAGES:-65536 131072|262144|16384 32768}" ""
 fi
-# 4 and 8 GPUs (issue 15), on 8 GPUs: two 4-GPU cells run side by side
+# 4 and 8 GPUs (grid h200_cp_x8), on 8 GPUs: two 4-GPU cells run side by side
 has cpx8 && [ "$gpus" -ge 8 ] && grid h200_cp_x8 "${T_CPX8:-540}" --resources gpu="$gpus"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU
 if has sparse; then  # in stages of lengths (SPARSE_STAGES, "|" between), each with its dense references

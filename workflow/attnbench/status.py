@@ -1,4 +1,4 @@
-"""The status of a cell (spec/measurement.md): one explicit field, never a sentinel number."""
+"""The status of a cell (docs/measurement.md): one explicit field, never a sentinel number."""
 
 from __future__ import annotations
 

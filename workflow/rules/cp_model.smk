@@ -1,6 +1,6 @@
-# The CP throughput model (issue 17): predicted per-GPU TFLOP/s to 1024 GPUs for the cp grids named
-# in config `cp_model.grids`, from the methods' schedules, the kernel records on disk and a network
-# preset; validated against the grid's measured cells. Reads records, runs no cell.
+# The CP throughput model (docs/cp-model.md): predicted per-GPU TFLOP/s to 1024 GPUs for the cp
+# grids named in config `cp_model.grids`, from the methods' schedules, the kernel records on disk
+# and a network preset; validated against the grid's measured cells. Reads records, runs no cell.
 
 
 from attnbench.families.cp.model.figures import figure_stems

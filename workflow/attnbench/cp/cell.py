@@ -7,7 +7,7 @@ agreement over all ranks (run.agree), so an out-of-memory error on one rank give
 all of them; a failing rank keeps serving its peers' transfers until then (comm.Guard).
 A process-group timeout (cp.timeout_s) turns a real hang into a failed job.
 
-Timing (spec/measurement.md): a barrier and a device synchronisation before each repetition;
+Timing (docs/measurement.md): a barrier and a device synchronisation before each repetition;
 a repetition's time is the MAXIMUM over ranks; TFLOP/s per GPU = global FLOPs (exact mask
 area, padding never counts) / (max-rank time x N).
 """

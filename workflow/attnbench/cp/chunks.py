@@ -6,9 +6,9 @@ pairwise disjoint query ranges and pairwise disjoint key ranges: exactly what a 
 takes as cu_seqlens (after gathering the rows when the ranges leave gaps). Rows in no
 rectangle see nothing (output 0, LSE -inf).
 
-The rectangles come from the zigzag structure (rules of spec/context_parallel.md), trimmed to
-real tokens so padding never counts; tests check every chunk against the mask's predicate over
-global positions (`visible` vs `predicate_visible`).
+The rectangles come from the zigzag structure (Ring P2P's rules in docs/context-parallelism.md),
+trimmed to real tokens so padding never counts; tests check every chunk against the mask's
+predicate over global positions (`visible` vs `predicate_visible`).
 """
 
 from __future__ import annotations

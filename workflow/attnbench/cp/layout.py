@@ -1,6 +1,6 @@
 """Where every token of one packed sequence lives when it is split over N = U x R ranks.
 
-Ring family (spec/context_parallel.md): per-document zigzag. Each document is padded to a
+Ring family (docs/context-parallelism.md): per-document zigzag. Each document is padded to a
 multiple of 2R and cut into 2R equal chunks; ring rank r holds chunks r and 2R-1-r of every
 document, in document order: [doc0 chunk r, doc0 chunk 2R-1-r, doc1 chunk r, ...]. A document
 on one rank is thus a run of rows whose real tokens come first and padding last (if chunk r

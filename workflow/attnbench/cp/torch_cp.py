@@ -5,7 +5,7 @@ under the backend named by the cell's local kernel (sdpa_flash or sdpa_cudnn), s
 compared over the same kernel as our methods; `torch_cp_auto`: SDPA chooses (PyTorch at its best;
 the record names the backend SDPA picks for the rank's shapes, torch._fused_sdp_choice).
 
-Its pitfalls (spec/context_parallel.md): buffers handed to the context are resharded in place,
+Its pitfalls (docs/context-parallelism.md): buffers handed to the context are resharded in place,
 so here each rank passes its own rows (already in torch's layout: head-tail load balancing,
 chunks r and 2N-1-r, for causal; contiguous for full, with load balancing off, which its
 non-causal path requires) and sets requires_grad inside the context; the context only carries a

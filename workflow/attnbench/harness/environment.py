@@ -1,4 +1,4 @@
-"""The environment fingerprint every record carries (spec/measurement.md)."""
+"""The environment fingerprint every record carries (docs/measurement.md)."""
 
 from __future__ import annotations
 

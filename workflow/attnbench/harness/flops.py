@@ -1,4 +1,4 @@
-"""FLOPs of attention from the exact visible area (spec/masks.md).
+"""FLOPs of attention from the exact visible area (docs/masks.md).
 
 forward = 4 * area * Hq * D (two matmuls of 2 FLOPs per multiply-add); backward = 2.5 x forward;
 forward+backward = 3.5 x forward. GQA does not lower FLOPs; padding never counts.

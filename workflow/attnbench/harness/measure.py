@@ -1,4 +1,4 @@
-"""Timing, memory and quantiles: the one place where anything is timed (spec/measurement.md)."""
+"""Timing, memory and quantiles: the one place where anything is timed (docs/measurement.md)."""
 
 from __future__ import annotations
 

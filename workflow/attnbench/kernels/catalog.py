@@ -231,7 +231,7 @@ KERNELS = {
             colour="#e377c2",
             marker="d",
         ),
-        # Block-sparse kernels (spec/kernels.md). Each receives the realised mask of its grid point.
+        # Block-sparse kernels (docs/kernels.md); each receives the realised mask of its point.
         _sparse(
             "triton_block_sparse",
             "block-sparse attention in Triton, written in this project",

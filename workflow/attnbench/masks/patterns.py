@@ -1,4 +1,4 @@
-"""The static mask patterns of spec/masks.md: how each samples its parameters, its one
+"""The static mask patterns of docs/masks.md: how each samples its parameters, its one
 predicate, and its range form. Block-sparse patterns live in sparse.py.
 
 `params` are the realised parameters of one sample (JSON-able); the mask can be rebuilt from
@@ -143,7 +143,7 @@ class CausalDocument(FullDocument):
 
 
 class LongDocuments:
-    """CP variants: 40% dataset documents, 60% long uniform ones (spec/masks.md)."""
+    """CP variants: 40% dataset documents, 60% long uniform ones (docs/masks.md)."""
 
     cfg_keys = ("long_doc_range", "long_fraction")
 

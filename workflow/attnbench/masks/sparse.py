@@ -1,4 +1,4 @@
-"""Dynamic block-sparse patterns (spec/masks.md): a random set of kept key blocks per query
+"""Dynamic block-sparse patterns (docs/masks.md): a random set of kept key blocks per query
 block, drawn per head or per KV-head group.
 
 A sample's params hold the seed and sizes; the kept blocks are regenerated from them

@@ -65,7 +65,7 @@ COLUMNS = [
     "git_commit",
     "cell_id",
     "record",
-    # provenance for report captions (spec/measurement.md: the environment fingerprint)
+    # provenance for report captions (docs/measurement.md: what a record carries)
     "warmup",
     "reps",
     *MACHINE,

@@ -1,4 +1,4 @@
-"""Run one kernel cell and build its record (spec/measurement.md).
+"""Run one kernel cell and build its record (docs/measurement.md).
 
 A cell always ends in a record (ok, oom, unsupported, unavailable, incorrect) unless the
 process itself fails; then no record is written and the Snakemake job fails.

@@ -1,4 +1,5 @@
-"""A throughput and memory model of the context-parallel methods beyond the GPUs we have (issue 17).
+"""A throughput and memory model of the context-parallel methods beyond the GPUs we have
+(docs/cp-model.md).
 
 Built from the methods' own schedules (cp/schedule.py) over the layout's chunks as arrays
 (geometry.py), local-kernel times interpolated from kernel records (kernel_time.py), bandwidth +
