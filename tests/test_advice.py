@@ -419,3 +419,10 @@ def test_the_command_exits_2_without_a_traceback(cells_csv, repo):
     )
     assert p.returncode == 2
     assert "Traceback" not in p.stderr and "valid --mask: causal" in p.stderr
+
+
+def test_times_are_written_without_exponents():
+    a = only(kernel_answers([cell("fa2", 12215.4, 10.0), cell("fa3", 0.08006, 0.001)]))
+    t = advice.sections([a])[0][1].iloc[0]
+    assert t["fastest, ms [p20-p80]"] == "fa3 0.08006 [0.07906-0.08106]"
+    assert t["runner-up, ms [p20-p80]"] == "fa2 12215 [12205-12225]"

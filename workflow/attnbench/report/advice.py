@@ -396,11 +396,17 @@ def answers(df: pd.DataFrame) -> list[Answer]:
 # ---------------------------------------------------------------- the advice table
 
 
+def ms(v: float) -> str:
+    """Four significant digits (differences of a few tenths of a percent are compared), whole
+    milliseconds from 1 s on (no exponents)."""
+    return f"{v:.0f}" if abs(v) >= 1000 else fmt_compared(v)
+
+
 def _timed_text(c: Contender | None) -> str:
     if c is None:
         return ""
     lo, hi = c.interval
-    return f"{c.label()} {fmt_compared(c.median)} [{fmt_compared(lo)}-{fmt_compared(hi)}]"
+    return f"{c.label()} {ms(c.median)} [{ms(lo)}-{ms(hi)}]"
 
 
 def _not_ok_text(a: Answer) -> str:
@@ -601,7 +607,7 @@ def _record_line(r: Record) -> str:
     if r.median is not None:
         lo = r.median if r.p20 is None else r.p20
         hi = r.median if r.p80 is None else r.p80
-        numbers = f" {fmt_compared(r.median)} [{fmt_compared(lo)}-{fmt_compared(hi)}] ms"
+        numbers = f" {ms(r.median)} [{ms(lo)}-{ms(hi)}] ms"
     ran = f" local kernel {r.ran}," if r.ran else ""
     emulated = " (emulated)" if r.emulated else ""
     return f"{r.direction} {r.status}{numbers},{ran} cell {r.cell_id}{emulated}: {r.path}"
