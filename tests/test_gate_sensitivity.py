@@ -6,7 +6,7 @@ A "perturbed kernel" is a real kernel (SDPA, naive) run on a mask wrong by one t
 missing diagonal), or whose output or one gradient is right but for one head scaled by 1.02
 (perturb.scaled_head); the gate (cell.check_correctness, the same gate.judge that cp.run.compare
 uses) judges it against the true mask. benchmarks/gate_sensitivity.py shows the same matrix
-at the issue's size (S 4096, window 1024, bf16).
+at S 4096, window 1024, bf16.
 """
 
 import re
@@ -93,7 +93,7 @@ def test_every_one_token_perturbation_is_incorrect(mask_name, histograms):
 
 
 def test_the_old_frobenius_rule_missed_what_the_gate_catches():
-    """The issue's case: a causal window one token too wide, bf16. The relative Frobenius error
+    """A causal window one token too wide, bf16. The relative Frobenius error
     passes the old rule (5 x max(naive's Frobenius error, 2^-8)); the per-row rule flags it."""
     s, w = 2048, 1024
     mask = M.Mask("sliding_window_causal", s, {"window": w})

@@ -24,7 +24,7 @@ def row(impl, heads_kv, status="ok", tflops=None, **over):
     return {**r, **over}
 
 
-def test_the_data_file_holds_the_cells_issue_18_quotes():
+def test_the_data_file_holds_the_two_quoted_cells():
     p = paper.paper_numbers().set_index(["impl", "heads"])
     assert p.loc[("flashinfer", "64:64"), "tflops"] == 414.93
     assert p.loc[("fa2_sparse", "64:8"), "tflops"] == 312.54

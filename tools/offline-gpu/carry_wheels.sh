@@ -11,7 +11,7 @@
 set -eu
 dest=.whl
 python=${PYTHON:-python3}
-# in the GPU image already (spec/h200.md), or not needed there (PuLP: the sessions use --scheduler greedy)
+# in the GPU image already (listed here), or not needed there (PuLP: the sessions use --scheduler greedy)
 image="numpy pandas pyyaml jinja2 requests psutil wrapt matplotlib seaborn pytest torch triton markupsafe
 packaging pillow contourpy cycler fonttools kiwisolver pyparsing python-dateutil tzdata certifi idna
 urllib3 charset-normalizer filelock fsspec networkx sympy mpmath typing-extensions iniconfig pluggy

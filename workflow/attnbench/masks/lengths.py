@@ -1,4 +1,4 @@
-"""Document lengths drawn from a histogram of real pre-training data (spec/masks.md).
+"""Document lengths drawn from a histogram of real pre-training data (docs/masks.md).
 
 A histogram is a list of buckets [low, high, weight], low inclusive, high exclusive.
 The histograms themselves are data beside this module (doc_length_histograms.yaml); a config may
