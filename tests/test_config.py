@@ -212,3 +212,91 @@ def test_a_yaml_error_names_the_file_and_line(repo, tmp_path):
     own.write_text("- a list\n- not settings\n")
     with pytest.raises(ConfigError, match="expected a mapping of settings"):
         load_config(own)
+
+
+def test_a_grid_of_two_dtypes_or_head_dims_is_refused(base):
+    """Its tables and figures would put two cells on one point; refused before any cell runs."""
+    msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("dtype", ["float32", "bfloat16"]))
+    assert "grids.smoke.dtype: float32, bfloat16 (over the grid and its also: entries)" in msg
+    assert "keep one of float32, bfloat16 and put each other in a grid of its own" in msg
+    # an also: entry counts as part of the grid
+    msg = bad(base, lambda c: c["grids"]["smoke"]["also"][0].__setitem__("head_dim", [64]))
+    assert "grids.smoke.head_dim: 32, 64 (over the grid and its also: entries)" in msg
+    # the same for the other families
+    msg = bad(base, lambda c: c["grids"]["smoke_cp"].__setitem__("head_dim", [16, 32]))
+    assert "grids.smoke_cp.head_dim: 16, 32" in msg
+
+
+# ---------------------------------------------------------------- a check long enough to see the mask
+
+
+def with_check(base, max_seqlen, **grid):
+    cfg = copy.deepcopy(base)
+    cfg["run"] = ["c"]
+    cfg["grids"]["c"] = {
+        "device": "cpu",
+        "kernels": ["sdpa"],
+        "heads": [[4, 2]],
+        "head_dim": [32],
+        "dtype": ["float32"],
+        "check": {"max_seqlen": max_seqlen},
+        **grid,
+    }
+    return cfg
+
+
+def test_a_check_shorter_than_two_windows_plus_one_is_refused(base):
+    """At 256 tokens a window of 256 and one of 257 are the same mask, so a kernel one key too
+    wide passes any check there; the config asking for it is refused, naming the length."""
+    import attnbench.masks as M
+
+    same = [M.Mask("sliding_window_causal", 256, {"window": w}).dense() for w in (256, 257)]
+    assert bool((same[0] == same[1]).all())
+    window = dict(masks=["sliding_window_causal"], seqlen=[1024], mask_params={"window": 256})
+    with pytest.raises(ConfigError) as e:
+        validate(with_check(base, 256, **window))
+    assert (
+        "grids.c: mask sliding_window_causal (window 256) at seqlen 1024 is checked at 256 tokens "
+        "(check.max_seqlen 256), fewer than two windows plus one (2 x window 256 + 1) needs: set "
+        "check.max_seqlen to at least 513" in str(e.value)
+    )
+    validate(with_check(base, 513, **window))
+    validate(with_check(base, 256, **{**window, "seqlen": [256]}))  # checked whole: nothing hidden
+
+
+def test_a_check_of_one_block_or_no_document_boundary_is_refused(base):
+    blocks = dict(masks=["block_causal_document"], seqlen=[1024], mask_params={"block": 128})
+    with pytest.raises(ConfigError, match=r"fewer than two blocks \(2 x block 128\) needs: set "):
+        validate(with_check(base, 128, **blocks))
+    docs = dict(masks=["causal_document"], seqlen=[1024])
+    with pytest.raises(ConfigError) as e:
+        validate(with_check(base, 64, **docs))
+    msg = str(e.value)
+    assert "mask causal_document at seqlen 1024 is checked at 64 tokens" in msg
+    assert "none of its checked samples draws a document boundary (each is one document)" in msg
+    need = int(msg.split("set check.max_seqlen to at least ")[1].split(",")[0])
+    validate(with_check(base, need, **docs))
+    # context parallelism: the same draws
+    cp = copy.deepcopy(base)
+    cp["grids"]["smoke_cp"]["masks"] = ["causal_document"]
+    cp["grids"]["smoke_cp"]["check"]["max_seqlen"] = 16
+    with pytest.raises(ConfigError, match="ring_p2p, ring_allgather, usp, loongtrain on mask "):
+        validate(cp)
+
+
+def test_the_config_draws_the_check_masks_the_cell_draws(base):
+    """The refusal rests on the cell's own draws (its data seed), not on a likelihood."""
+    from attnbench.families.kernel.cell import run_cell
+    from attnbench.harness.samples import check_masks
+
+    cfg = validate(
+        with_check(
+            base, 256, masks=["causal_document"], seqlen=[512], samples={"document": 3}, reps=1
+        )
+    )
+    (spec, *_) = [c for c in expand_cells(cfg) if c["direction"] == "fwd"]
+    record = run_cell(spec)
+    drawn = check_masks(spec, 256, spec["histograms"])
+    assert [s["check"]["mask_params"]["doc_lengths"] for s in record["samples"]] == [
+        m.params["doc_lengths"] for m in drawn
+    ]

@@ -105,7 +105,12 @@ def test_ok_record_has_what_the_spec_lists(base, tmp_path):
 
 
 def test_statuses_known_before_any_rank_starts(base, tmp_path):
-    r = run_cp_cell(spec(base, methods=["ulysses"], gpus=[3]), tmp_path / "u.json")
+    # heads that 3 ranks cannot split: check-config refuses such a grid, and a cell built without
+    # it (by hand, or from an older config) still ends `unsupported` before any rank starts
+    r = run_cp_cell(
+        {**spec(base, methods=["ulysses"], gpus=[3], heads=[[3, 1]]), "heads_q": 4, "heads_kv": 2},
+        tmp_path / "u.json",
+    )
     assert (
         r["status"] == "unsupported"
         and r["status_reason"] == "Ulysses degree 3 does not divide the 4 query heads"

@@ -180,7 +180,11 @@ def test_dkv_dtype_applies_to_the_ring_backward_only():
 
 def test_gpu_grid_nodes(base):
     cfg = with_grid(
-        base, device="cuda", gpus=[8, 16], cp={"gpus_per_node": 8, "local_kernel": "sdpa_flash"}
+        base,
+        device="cuda",
+        gpus=[8, 16],
+        heads=[[8, 2]],  # USP's auto Ulysses degree 8 splits them
+        cp={"gpus_per_node": 8, "local_kernel": "sdpa_flash"},
     )
     c16 = next(c for c in expand_cells(validate(cfg)) if c["gpus"] == 16 and c["impl"] == "usp")
     assert (
@@ -233,8 +237,14 @@ def test_bad_ulysses_degree(base):
 
 def test_impossible_head_split(base):
     msg = problems(base, gpus=[4], heads=[[6, 2]], cp={"ulysses_degree": 4})
-    assert "grids.t.cp.ulysses_degree: impossible head split for heads[0] = 6:2" in msg
-    assert "Ulysses degree 4 does not divide the 6 query heads" in msg
+    assert (
+        "grids.t.cp.ulysses_degree (4: 4 on 4 GPUs): usp cannot split heads[0] = 6:2: Ulysses "
+        "degree 4 does not divide the 6 query heads; valid cp.ulysses_degree that split 6:2 heads "
+        "on 4 GPUs: 1, 2" in msg
+    )
+    # the auto degree (min(N, gpus_per_node)) is checked too
+    msg = problems(base, gpus=[4], heads=[[6, 2]])
+    assert "grids.t.cp.ulysses_degree (auto: 4 on 4 GPUs): usp cannot split heads[0] = 6:2" in msg
 
 
 def test_bad_windows_and_kernel_and_axes(base):
@@ -257,16 +267,22 @@ def test_bad_windows_and_kernel_and_axes(base):
     assert "unknown mask 'sliding_window' for family cp" in msg
 
 
-def test_ulysses_head_limit_is_a_record_not_a_config_error(base):
-    """The paper's finding 'Ulysses is capped by the head count' must show as `unsupported` cells."""
-    cfg = validate(with_grid(base, methods=["ulysses"], gpus=[3]))
-    (cell,) = expand_cells(cfg)
-    from attnbench.cp.cell import degrees_of
-
-    reason = catalog.unsupported_reason(
-        "ulysses", cell["cp"]["local_kernel"], "causal", "fwd", "cpu", degrees_of(cell), 4, 2
+def test_ulysses_head_limit_is_refused_before_a_job_starts(base):
+    """'Ulysses is capped by the head count': a grid asking for more is refused by check-config
+    (on Slurm each such cell was a job of N GPUs, only to record `unsupported`), naming the GPU
+    counts that split the heads."""
+    msg = problems(base, methods=["ulysses"], gpus=[3])
+    assert (
+        "grids.t.gpus[0] (3 GPUs): ulysses cannot split heads[0] = 4:2: Ulysses degree 3 does "
+        "not divide the 4 query heads; valid GPU counts that split 4:2 heads: 1, 2, 4" in msg
     )
-    assert reason == "Ulysses degree 3 does not divide the 4 query heads"
+    # the GQA rule: the KV heads split evenly over U ranks, or U is a multiple of them
+    msg = problems(base, methods=["ulysses"], gpus=[2], heads=[[12, 3]])
+    assert "KV heads can be neither split evenly nor replicated evenly" in msg
+    assert "valid GPU counts that split 12:3 heads: 1, 3, 6, 12" in msg
+    cfg = validate(with_grid(base, methods=["ulysses"], gpus=[4], heads=[[8, 2]]))
+    (cell,) = expand_cells(cfg)  # 4 ranks, 2 KV heads: each replicated twice
+    assert cell["cp"]["ulysses"] == 4
 
 
 def test_torch_cp_needs_an_sdpa_local_kernel():

@@ -7,16 +7,20 @@ from commands import snakemake_cmd, tool_env
 from tinygrids import config_running, cp_grid, workflow_copy
 
 TINY = cp_grid(
-    methods=["ring_p2p", "ulysses", "torch_cp"],
+    methods=["ring_p2p", "torch_cp"],
     tokens_per_gpu=[24],
-    heads=[[3, 1]],
+    heads=[[2, 1]],
     head_dim=[8],
     direction=["bwd"],
     check={"max_seqlen": 256, "tolerance_factor": 5, "samples": 1},
     runtime_min=5,
     mem_mb=2000,
-    # the bare kernel on 1 GPU: cp_vs_single_gpu's baseline
-    also=[{"methods": ["local"], "gpus": [1]}],
+    also=[
+        # the bare kernel on 1 GPU: cp_vs_single_gpu's baseline
+        {"methods": ["local"], "gpus": [1]},
+        # an `unsupported` record: FlexAttention's CPU local kernel has no backward
+        {"methods": ["ulysses"], "cp": {"local_kernel": "flex"}},
+    ],
 )
 
 
@@ -31,10 +35,10 @@ def test_snakemake_runs_a_cp_grid(tmp_path):
     res = tmp_path / "results"
     records = sorted((res / "cells/tinycp/cp").rglob("*.json"))
     assert [r.relative_to(res / "cells/tinycp/cp").as_posix() for r in records] == [
-        "local/causal/s24-h3x1-d8-float32-bwd-g1.json",
-        "ring_p2p/causal/s48-h3x1-d8-float32-bwd-g2.json",
-        "torch_cp/causal/s48-h3x1-d8-float32-bwd-g2.json",
-        "ulysses/causal/s48-h3x1-d8-float32-bwd-g2.json",
+        "local/causal/s24-h2x1-d8-float32-bwd-g1.json",
+        "ring_p2p/causal/s48-h2x1-d8-float32-bwd-g2.json",
+        "torch_cp/causal/s48-h2x1-d8-float32-bwd-g2.json",
+        "ulysses/causal/s48-h2x1-d8-float32-bwd-g2-kflex.json",
     ]
     df = pd.read_csv(res / "tables/cells.csv")
     one = df[df["gpus"] == 1]

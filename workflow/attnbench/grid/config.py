@@ -76,6 +76,7 @@ def _semantic_problems(cfg, product_problems) -> list[str]:
         where = f"grids.{gname}"
         fam = grid.get("family", "kernel")
         problems += _budget_problems(grid, where)
+        problems += _single_valued_problems(grid, where)
         for j, prod in enumerate(grid_products(grid)):
             at = where if j == 0 else f"{where}.also[{j - 1}]"
             problems += product_problems(cfg, grid, prod, fam, at)
@@ -98,6 +99,25 @@ def report_settings(grid: dict) -> dict:
     """The grid's settings the tables and figures are drawn from: all but RESOURCE_KEYS, so that
     giving cells more time, memory or threads regenerates no table or figure."""
     return {k: v for k, v in grid.items() if k not in RESOURCE_KEYS}
+
+
+# A grid's tables and figures draw one number per kernel (or method), mask, length, heads and
+# direction: two dtypes or head dims would put two cells on one point.
+SINGLE_VALUED = ("dtype", "head_dim")
+
+
+def _single_valued_problems(grid, where) -> list[str]:
+    out = []
+    for axis in SINGLE_VALUED:
+        seen = list(dict.fromkeys(v for p in grid_products(grid) for v in p.get(axis, [])))
+        if len(seen) > 1:
+            out.append(
+                f"{where}.{axis}: {', '.join(map(str, seen))} (over the grid and its also: "
+                f"entries): a grid takes one {axis}, since its tables and figures draw one number "
+                f"per kernel, mask, length, heads and direction; keep one of {', '.join(map(str, seen))} "
+                f"and put each other in a grid of its own"
+            )
+    return out
 
 
 def _budget_problems(grid, where) -> list[str]:

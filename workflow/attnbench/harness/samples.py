@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .. import status as S
 from ..masks import pattern, sample_mask
+from .inputs import check_mask_rng, data_seed
 
 
 def n_samples(spec) -> int:
@@ -36,6 +37,46 @@ def mask_granule(spec) -> int:
         "block_sparse": p.get("block_size"),
         "variable_block_sparse": p.get("avg_block"),
     }.get(spec["mask"]) or 1
+
+
+def mask_features(spec) -> list[tuple[str, int]]:
+    """What a check of the cell's mask must hold to see its pattern, known from its settings:
+    (feature, the tokens it needs). A window one key too wide shows only where a row sees more
+    than 2w + 1 keys; blocks only where there are two. Prefixes and global tokens are drawn at
+    the check's own length, so they always fit; document boundaries are drawn (check_masks)."""
+    p, name = spec.get("mask_params", {}), spec["mask"]
+    if name in ("sliding_window", "sliding_window_causal"):
+        return [(f"two windows plus one (2 x window {p['window']} + 1)", 2 * p["window"] + 1)]
+    key = {
+        "block_causal_document": "block",
+        "block_sparse": "block_size",
+        "variable_block_sparse": "avg_block",
+    }.get(name)
+    return [(f"two blocks (2 x {key} {p[key]})", 2 * p[key])] if key else []
+
+
+def check_masks(spec, s: int, histograms) -> list:
+    """The masks a cell's checks at a shorter length `s` draw, one per checked sample: the same
+    draws as the cell's (check_mask_rng of its data seed), made without torch."""
+    seed = data_seed(spec)
+    return [
+        spec_mask(spec, s, check_mask_rng(seed, i, s), histograms)
+        for i in range(checked_samples(spec))
+    ]
+
+
+def sees_a_document_boundary(spec, s: int, histograms) -> bool:
+    """Whether the checks at length `s` of a document mask draw a document boundary (in at least
+    one checked sample): without one a kernel that ignores the documents passes them."""
+    return any(len(m.params["doc_lengths"]) > 1 for m in check_masks(spec, s, histograms))
+
+
+def boundary_check_seqlen(spec, s: int, histograms, longer) -> int:
+    """The shortest check length from `s` on (longer(s): the next one to try) whose checks draw
+    a document boundary; at most the cell's own length, where its timed masks are checked."""
+    while s < spec["seqlen"] and not sees_a_document_boundary(spec, s, histograms):
+        s = min(longer(s), spec["seqlen"])
+    return s
 
 
 def shorter_check_seqlen(spec, s: int) -> int | None:

@@ -25,11 +25,57 @@ def _cp(grid, prod=None) -> dict:
 
 def problems(cfg, grid, prod, at) -> list[str]:
     """Everything wrong with one product of a CP grid."""
-    return (
+    out = (
         expansion.mask_problems(prod, "cp", M.CP_MASKS, at)
         + grid_problems(grid, prod, at)
         + expansion.shape_problems(cfg, grid, prod, at)
     )
+    return out + (check_length_problems(cfg, grid, prod, at) if not out else [])
+
+
+def check_seqlen(method: str, seqlen: int, gpus: int, cap: int) -> int:
+    """The length a CP cell's correctness is checked at (cp.cell.check_sample): the cell's own or
+    check.max_seqlen, less than that for torch's context_parallel, which pads nothing."""
+    s = min(seqlen, cap)
+    return s if catalog.uses_local_kernel(method) else s - s % (2 * gpus)
+
+
+def check_length_problems(cfg, grid, prod, at) -> list[str]:
+    """Document masks whose checks (at check.max_seqlen) draw no document boundary, so that a
+    method wrong at the boundaries passes; named with the length at which they do."""
+    from ...harness.samples import boundary_check_seqlen
+
+    out, cap = [], grid["check"]["max_seqlen"]
+    masks = [m for m in prod["masks"] if M.pattern(m).uses_documents]
+    points = itertools.product(
+        masks, prod["tokens_per_gpu"], prod["gpus"], prod["heads"], prod["head_dim"], prod["dtype"]
+    )
+    for mask, tpg, gpus, (hq, hkv), d, dtype in points:
+        seqlen = tpg * gpus
+        by_length = {}  # the check's length -> the methods checked at it
+        for method in prod["methods"]:
+            by_length.setdefault(check_seqlen(method, seqlen, gpus, cap), []).append(method)
+        for s, methods in by_length.items():
+            if s >= seqlen:
+                continue
+            for mp in expansion.mask_param_points(mask, grid, prod):
+                spec = {
+                    **{k: grid[k] for k in ("seed", "check", "samples")},
+                    **dict(mask=mask, mask_params=mp, seqlen=seqlen, heads_q=hq, heads_kv=hkv),
+                    **dict(head_dim=d, dtype=dtype),
+                }
+                hist = expansion.histograms_for(cfg, mask, seqlen)
+                m0 = methods[0]
+                longer = lambda n: check_seqlen(m0, seqlen, gpus, 2 * n)  # noqa: E731, B023
+                need = boundary_check_seqlen(spec, s, hist, longer)
+                if need != s:
+                    out.append(
+                        f"{at}: {', '.join(methods)} on mask {mask} at {gpus} x {tpg} tokens: "
+                        f"checked at {s} tokens (check.max_seqlen {cap}), where none of the "
+                        f"checked samples draws a document boundary: set check.max_seqlen to at "
+                        f"least {need}, where they do"
+                    )
+    return sorted(set(out), key=out.index)
 
 
 def grid_problems(grid, prod, at) -> list[str]:
@@ -79,14 +125,31 @@ def grid_problems(grid, prod, at) -> list[str]:
             except ValueError as e:
                 problems.append(f"{at}.gpus[{i}] ({n} GPUs): {e}")
                 continue
-            if m in ("usp", "loongtrain") and c.get("ulysses_degree", "auto") != "auto":
-                for j, (hq, hkv) in enumerate(prod.get("heads", [])):
-                    why = catalog.head_split_reason(deg.ulysses, hq, hkv)
-                    if why:
-                        problems.append(
-                            f"{at}.cp.ulysses_degree: impossible head split for heads[{j}] = {hq}:{hkv}: {why}"
-                        )
+            if deg.ulysses > 1:  # a cell that could only record `unsupported` is refused here
+                problems += _head_split_problems(m, n, i, deg, c, prod, at)
     return sorted(set(problems), key=problems.index)
+
+
+def _head_split_problems(method, gpus, i, deg, c, prod, at) -> list[str]:
+    """Heads that `deg.ulysses` ranks cannot split (catalog.head_split_reason: U divides the
+    query heads, and the KV heads or a multiple of them), with the choices that would."""
+    out = []
+    for j, (hq, hkv) in enumerate(prod.get("heads", [])):
+        why = catalog.head_split_reason(deg.ulysses, hq, hkv)
+        if not why:
+            continue
+        splits = lambda u: catalog.head_split_reason(u, hq, hkv) is None  # noqa: E731
+        if method == "ulysses":  # its degree is the GPU count
+            fits = [u for u in range(1, hq + 1) if splits(u)]
+            valid = f"GPU counts that split {hq}:{hkv} heads: {', '.join(map(str, fits))}"
+            where = f"{at}.gpus[{i}] ({gpus} GPUs)"
+        else:
+            fits = [u for u in range(1, gpus + 1) if gpus % u == 0 and splits(u)]
+            valid = f"cp.ulysses_degree that split {hq}:{hkv} heads on {gpus} GPUs: {', '.join(map(str, fits))}"
+            named = c.get("ulysses_degree", "auto")
+            where = f"{at}.cp.ulysses_degree ({named}: {deg.ulysses} on {gpus} GPUs)"
+        out.append(f"{where}: {method} cannot split heads[{j}] = {hq}:{hkv}: {why}; valid {valid}")
+    return out
 
 
 def _degrees(method, gpus, c) -> catalog.Degrees:

@@ -33,7 +33,49 @@ def problems(cfg, grid, prod, at, family="kernel") -> list[str]:
             )
     if "seqlen" not in prod:
         out.append(f"{at}: family {family} needs 'seqlen'")
-    return out + expansion.shape_problems(cfg, grid, prod, at)
+    out += expansion.shape_problems(cfg, grid, prod, at)
+    return out + (check_length_problems(cfg, grid, prod, at) if not out else [])
+
+
+def check_length_problems(cfg, grid, prod, at) -> list[str]:
+    """Cells checked at a length (check.max_seqlen) too short to see their mask: a window one
+    key too wide, blocks or document boundaries that the check's mask would not have, so that a
+    kernel wrong there passes. Named with the length that would see them."""
+    from ...harness.samples import boundary_check_seqlen, check_seqlen, mask_features
+
+    out, cap = [], grid["check"]["max_seqlen"]
+    points = itertools.product(
+        prod["masks"], prod["seqlen"], prod["heads"], prod["head_dim"], prod["dtype"]
+    )
+    for mask, seqlen, (hq, hkv), d, dtype in points:
+        for mp in expansion.mask_param_points(mask, grid, prod):
+            spec = {
+                **{k: grid[k] for k in ("seed", "check", "samples")},
+                **dict(mask=mask, mask_params=mp, seqlen=seqlen, heads_q=hq, heads_kv=hkv),
+                **dict(head_dim=d, dtype=dtype),
+            }
+            s = check_seqlen(spec)
+            if s >= seqlen:
+                continue  # checked whole
+            settings = ", ".join(f"{k} {v}" for k, v in mp.items())
+            where = f"{at}: mask {mask}{f' ({settings})' if mp else ''} at seqlen {seqlen}"
+            for feature, need in mask_features(spec):
+                if s < need:
+                    out.append(
+                        f"{where} is checked at {s} tokens (check.max_seqlen {cap}), fewer than "
+                        f"{feature} needs: set check.max_seqlen to at least {need}"
+                    )
+            if M.pattern(mask).uses_documents:
+                hist = expansion.histograms_for(cfg, mask, seqlen)
+                longer = lambda n: check_seqlen(spec, 2 * n)  # noqa: E731
+                need = boundary_check_seqlen(spec, s, hist, longer)
+                if need != s:
+                    out.append(
+                        f"{where} is checked at {s} tokens (check.max_seqlen {cap}), where none of "
+                        f"its checked samples draws a document boundary (each is one document): "
+                        f"set check.max_seqlen to at least {need}, where they do"
+                    )
+    return out
 
 
 def expand(cfg, gname) -> list[dict]:
