@@ -2,6 +2,7 @@
 checked against float64 and drawn like a built-in one."""
 
 import json
+import os
 
 import pytest
 from attnbench.families import expand_cells, load_config, write_figures, write_tables
@@ -90,3 +91,109 @@ def test_a_bad_own_kernel_is_refused_naming_it(repo, entry, says):
         config(repo, {**GRID, "kernels": [entry]})
     assert entry in str(e.value) and says in str(e.value) and "kernels[0]" in str(e.value)
     json.dumps(str(e.value))
+
+
+# ---------------------------------------------------------------- its code tracked like ours
+
+
+def test_the_record_names_the_code_that_ran(repo):
+    """Module, class, file and its sha256, the package's sha256 over the files that are the
+    cells' code inputs, and git's view of them (tracked here, in the repository)."""
+    import hashlib
+    import subprocess
+
+    from attnbench.harness.environment import own_kernel_source
+
+    cfg = config(repo, {**GRID, "masks": ["causal"], "direction": ["fwd"]})
+    spec = next(c for c in expand_cells(cfg) if c["impl"] == "row_block_sdpa")
+    record = run_cell(spec)
+    src = record["kernel"]["source"]
+    assert src == own_kernel_source(OWN)
+    assert src["module"] == "tests.custom_kernel" and src["class"] == "RowBlockSDPA"
+    assert src["path"] == "tests/custom_kernel.py"
+    assert src["sha256"] == hashlib.sha256((repo / src["path"]).read_bytes()).hexdigest()
+    files = catalog.own_kernel_files(OWN)[1]
+    assert src["package_files"] == len(files) and str(repo / "tests/commands.py") in files
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all", "--", "tests"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert src["git"] == ("untracked" if "??" in status else "modified" if status else "clean")
+    assert src["declared_version"] is None  # it declares none
+
+
+def test_an_untracked_kernel_file_makes_the_record_dirty(repo):
+    """git_dirty covers your kernel: a file of its package that git does not know."""
+    probe = repo / "tests" / f"_untracked_probe_{os.getpid()}.py"
+    probe.write_text("# a file of the kernel's package that git does not track\n")
+    try:
+        cfg = config(repo, {**GRID, "masks": ["causal"], "direction": ["fwd"]})
+        spec = next(c for c in expand_cells(cfg) if c["impl"] == "row_block_sdpa")
+        record = run_cell(spec)
+        assert record["kernel"]["source"]["git"] == "untracked"
+        assert record["environment"]["git_dirty"] is True
+    finally:
+        probe.unlink()
+
+
+OUTSIDE = '''"""A kernel of one's own outside the repository: SDPA behind a module:Class."""
+
+import torch.nn.functional as F
+from attnbench.kernels.base import Kernel
+from attnbench.kernels.catalog import KernelInfo
+
+from . import helper
+
+__version__ = "0.3"
+
+
+class OwnSDPA(Kernel):
+    info = KernelInfo(
+        name="own_sdpa",
+        family="dense",
+        summary="SDPA from a package of one's own",
+        impl="ownkernels.attention:OwnSDPA",
+        masks=("causal",),
+        directions={"cpu": ("fwd",)},
+    )
+    layout = "bhsd"
+
+    def prepare(self, mask):
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=helper.CAUSAL, enable_gqa=self.gqa)
+'''
+
+
+@pytest.mark.slow
+def test_editing_your_kernels_package_reruns_exactly_its_cells(tmp_path):
+    """Its module and the package it sits in are code inputs of its cells (and only of them);
+    outside the repository, the record says so."""
+    from commands import planned_jobs
+    from tinygrids import config_running, kernel_grid, snakemake_on_copy, workflow_copy
+
+    grid = kernel_grid(kernels=["naive", "ownkernels.attention:OwnSDPA"], masks=["causal"])
+    workdir = workflow_copy(tmp_path, config_running({"own": grid}))
+    pkg = tmp_path / "ownkernels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "attention.py").write_text(OUTSIDE)
+    (pkg / "helper.py").write_text("CAUSAL = True\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}"}
+    p = snakemake_on_copy(workdir, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    record = json.loads(
+        (
+            workdir / "results/cells/own/kernel/own_sdpa/causal/s64-h2x1-d16-float32-fwd.json"
+        ).read_text()
+    )
+    src = record["kernel"]["source"]
+    assert record["status"] == "ok" and src["git"] == "outside the repository"
+    assert src["path"] == str((pkg / "attention.py").resolve()) and src["package_files"] == 3
+    assert src["declared_version"] == "0.3"
+    assert planned_jobs(snakemake_on_copy(workdir, "-n", env=env)) == {}
+    (pkg / "helper.py").write_text("CAUSAL = True  # an edit\n")
+    p = snakemake_on_copy(workdir, "-n", "--printshellcmds", env=env)
+    assert planned_jobs(p)["kernel_cell"] == 1
+    cells = p.stdout.split("rule collect")[0]
+    assert "/own_sdpa/causal/" in cells and "/naive/" not in cells

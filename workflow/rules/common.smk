@@ -63,6 +63,13 @@ def run_priority(cell):
     return 2**20 / cell["seqlen"]
 
 
+def own_kernel_code(cell):
+    """The files of a cell's own 'module:Class' kernel (none for a built-in one)."""
+    if "kernel_class" not in cell:
+        return []
+    return list(catalog.own_kernel_files(cell["kernel_class"])[1])
+
+
 def peak_file(cell):
     return f"{OUT}/device/{cell['device']}-{cell['dtype']}.json"
 

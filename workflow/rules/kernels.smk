@@ -23,6 +23,8 @@ rule kernel_cell:
     input:
         # ancient: measuring the ceiling again must not rerun every cell
         peak=lambda wc: ancient(peak_file(cell_of(wc))),
+        # your own kernel's module and the package it sits in: editing them reruns its cells
+        code=lambda wc: own_kernel_code(cell_of(wc)),
     output:
         f"{OUT}/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.json",
     log:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..kernels.catalog import all_library_versions
+from ..kernels.catalog import all_library_versions, own_kernel_files
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -94,6 +94,65 @@ def tree_sha256(root: Path) -> dict:
 def code_hash() -> dict:
     """This checkout's code hash, computed once per process (a few ms)."""
     return tree_sha256(REPO)
+
+
+def file_sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def git_view(files) -> str | None:
+    """What git says of these files of the checkout: 'untracked', 'modified' (against HEAD) or
+    'clean'; None where git cannot say (no git, or a copied tree: ATTNBENCH_GIT_COMMIT)."""
+    if os.environ.get("ATTNBENCH_GIT_COMMIT"):
+        return None
+    rel = [str(Path(f).relative_to(REPO)) for f in files]
+    out = _run(["git", "status", "--porcelain", "--untracked-files=all", "--", *rel])
+    if out is None:
+        return None
+    states = {line[:2] for line in out.splitlines()}
+    return "untracked" if "??" in states else "modified" if states else "clean"
+
+
+def own_kernel_source(entry: str) -> dict:
+    """Your own kernel ('module:Class') as it ran: its module, class and file (relative to the
+    repository where it lies inside), the file's sha256 and its package's (over the files a cell
+    lists as its code inputs, kernels.catalog.own_kernel_files), the version it declares
+    (`__version__` of the class, the module or its top package), and git's view of its files,
+    or that they lie outside the repository (which git_dirty then does not cover)."""
+    import importlib
+
+    module, cls = entry.split(":", 1)
+    path, files = own_kernel_files(entry)
+    root = Path(path).parent  # the package's folder (own_kernel_files)
+    digest = hashlib.sha256()
+    for f in files:  # length-prefixed, as tree_sha256
+        for part in (Path(f).relative_to(root).as_posix().encode(), Path(f).read_bytes()):
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+    inside = Path(path).is_relative_to(REPO)
+    mod = importlib.import_module(module)
+    declared = next(
+        (
+            str(v)
+            for v in (
+                getattr(getattr(mod, cls, None), "__version__", None),
+                getattr(mod, "__version__", None),
+                getattr(sys.modules.get(module.split(".")[0]), "__version__", None),
+            )
+            if v is not None
+        ),
+        None,
+    )
+    return {
+        "module": module,
+        "class": cls,
+        "path": str(Path(path).relative_to(REPO)) if inside else path,
+        "sha256": file_sha256(path),
+        "package_sha256": digest.hexdigest(),
+        "package_files": len(files),
+        "declared_version": declared,
+        "git": git_view(files) if inside else "outside the repository",
+    }
 
 
 @functools.cache

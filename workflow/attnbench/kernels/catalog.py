@@ -12,6 +12,7 @@ import importlib.util
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..masks import CP_MASKS, SPARSE_MASKS, STATIC_MASKS
 
@@ -349,6 +350,25 @@ def resolve(entry: str) -> KernelInfo:
         )
     KERNELS[info.name] = info
     return info
+
+
+def own_kernel_files(entry: str) -> tuple[str, tuple[str, ...]]:
+    """Your own kernel's source, found without importing it: the file of its module, and the
+    Python files of the package the module sits in (the folder holding it, and its subfolders,
+    where the module is part of a package; else the file alone). A cell of the kernel lists
+    them as code inputs, and its record hashes them."""
+    module = entry.split(":", 1)[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as e:
+        raise ValueError(f"kernel {entry!r} cannot be found: {e}") from None
+    if spec is None or not spec.origin or not spec.has_location:
+        raise ValueError(f"kernel {entry!r}: module {module!r} has no file to track")
+    origin = Path(spec.origin).resolve()
+    if "." not in module and origin.name != "__init__.py":
+        return str(origin), (str(origin),)
+    files = {p.resolve() for p in origin.parent.rglob("*.py") if "__pycache__" not in p.parts}
+    return str(origin), tuple(str(p) for p in sorted(files | {origin}))
 
 
 def lookup(table: dict, name: str, what: str, plural: str = "", also: tuple = ()):

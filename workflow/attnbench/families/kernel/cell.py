@@ -28,13 +28,18 @@ from ...record.record import base_record, environment, now, summarise
 def implementation(spec) -> dict:
     """What a kernel cell runs: the kernel of the catalog named by spec['impl']."""
     info = kernel_info(spec)
-    return {
+    out = {
         "name": info.name,
         "family": info.family,
         "summary": info.summary,
         "library_version": catalog.library_version(info),
         "notes": dict(info.notes),
     }
+    if "kernel_class" in spec:  # your own kernel: which code, exactly
+        from ...harness.environment import own_kernel_source
+
+        out["source"] = own_kernel_source(spec["kernel_class"])
+    return out
 
 
 def kernel_info(spec) -> "catalog.KernelInfo":
@@ -314,6 +319,8 @@ def run_cell(spec: dict, peak: dict | None = None, measure: bool = True) -> dict
         summarise(record, peak)
     record["matmul_peak"] = peak
     record["environment"] = environment(spec["device"])
+    if record["kernel"].get("source", {}).get("git") in ("modified", "untracked"):
+        record["environment"]["git_dirty"] = True  # your kernel's code is not the commit's
     record["finished_at"] = now()
     record["wall_s"] = time.perf_counter() - t0
     record.update(process_timing())
