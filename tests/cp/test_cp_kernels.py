@@ -311,7 +311,7 @@ def gpu_masks():
 def test_gpu_local_kernel_under_every_methods_chunks(name, mask_name, gpu_masks):
     """out and lse (forward), dq, dk and dv (backward) against float64 through the gate, bf16,
     GQA 8:2, D 128, 1027 tokens in documents of 1..47; the masks the kernel does not claim must say
-    so, and a backward whose library is missing (fa3's is FA2's) is skipped naming it."""
+    so, and a backward whose library is missing (fa3-fwd has none) is skipped naming it."""
     why = catalog.unavailable_reason("ring_p2p", name, "cuda")
     if why:
         pytest.skip(why)

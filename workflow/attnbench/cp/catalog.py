@@ -10,7 +10,14 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from ..kernels.catalog import FLASH_ATTN_2, FLASH_ATTN_3, first_missing, first_version, lookup
+from ..kernels.catalog import (
+    FA3_FULL,
+    FLASH_ATTN_2,
+    FLASH_ATTN_3,
+    first_missing,
+    first_version,
+    lookup,
+)
 from ..masks import CP_MASKS
 
 PLACEMENTS = ("contiguous", "strided")
@@ -205,12 +212,12 @@ LOCAL_KERNELS = {
         _local(
             "fa3",
             "FlashAttention-3 forward (flash_attn_interface, else PyPI fa3-fwd's "
-            "fa3_fwd_interface) with the LSE; backward: FlashAttention-2's, given FA3's out and LSE",
+            "fa3_fwd_interface) with the LSE; backward: FA3's own (the full flash_attn_interface "
+            "build; fa3-fwd has none)",
             "gpu_kernels:FA3",
             **FLASH_ATTN_3,
-            bwd_modules=FLASH_ATTN_2["modules"],
-            bwd_dists=FLASH_ATTN_2["dists"],
-            evidence=_evidence([("fa3", "fwd")], [("fa2", "bwd")]),
+            bwd_modules=(FA3_FULL,),
+            evidence=_evidence([("fa3", "fwd")], [("fa3", "bwd")]),
         ),
     )
 }

@@ -7,7 +7,7 @@ as the local kernel (catalog.LocalKernelInfo.evidence), of the cell's mask (a `*
 records, else those of the mask without `_long`), heads, head dim and dtype, on a device of the same
 name, with status ok and a passed float64 check, at the length closest to the cell's tokens per GPU
 (ties: the record with more repetitions). A local kernel's cost is the time per forward FLOP of what
-the cell times: sum over its parts of direction factor / TFLOP/s (fa3's backward is FA2's; flex's
+the cell times: sum over its parts of direction factor / TFLOP/s (flex's
 backward recomputes a forward), forward+backward adding both. The cheapest fully measured candidate
 wins; candidates without records follow in catalog.AUTO_ORDER, which alone decides when nothing was
 measured. The choice, its reason and the evidence go into the record.

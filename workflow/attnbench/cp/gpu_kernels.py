@@ -11,11 +11,9 @@ tests/cp/test_cp_kernels.py, check every one's LSE against float64):
               (Hq, total_q); natural log, unpadded (flash-attn 2.8); the backwards take the same.
   fa3         FlashAttention-3's flash_attn_func / flash_attn_varlen_func (the full FA3, else
               fa3-fwd's forward-only build): (1, Hq, s) / (Hq, total_q), natural log (the kernel
-              works in log2 inside and returns ln). Its backward is FA2's (the fa3-fwd build has
-              none): FA2's varlen backward takes FA3's (Hq, total_q) LSE as it is and runs every
-              CP mask in one call, where cuDNN's backward would take one dense call per rectangle
-              and no documents. Where cuDNN's backward is faster (full, causal), `auto` picks
-              sdpa_cudnn for backward cells: the choice is made per direction.
+              works in log2 inside and returns ln). Its backward is FA3's own
+              (flash_attn_interface._flash_attn_backward, the full build only), given the same
+              LSE: one call per chunk, documents through cu_seqlens, as FA2's.
 Every call here has native GQA (K/V with fewer heads go in as they are) and causal bottom-right
 per rectangle (FlashAttention's varlen convention), except cuDNN as said.
 """
@@ -175,8 +173,8 @@ class FA2(PackedKernel):
 
 
 class FA3(FA2):
-    """FlashAttention-3's forward with the LSE (flash_attn_interface, else fa3_fwd_interface);
-    backward: FA2's (module docstring)."""
+    """FlashAttention-3's forward with the LSE (flash_attn_interface, else fa3_fwd_interface) and
+    the full build's own backward (module docstring)."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
@@ -202,6 +200,23 @@ class FA3(FA2):
             vl.max_k,
             causal=causal,
         )
+
+    def packed_backward(self, dout, q, k, v, out, lse, vl, causal):
+        """_flash_attn_backward(dout, q, k, v, out, lse, cu_q, cu_k, seqused_q, seqused_k,
+        max_q, max_k, dq, dk, dv, ...): batch-1 tensors for one rectangle, packed rows with
+        cu_seqlens for several; it writes dq, dk, dv."""
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        kw = {"softmax_scale": self.scale, "is_causal": causal}
+        if vl.single:
+            args = [x[None] for x in (dout, q, k, v, out)] + [lse]
+            bufs = [x[None] for x in (dq, dk, dv)]
+            self.fa3._flash_attn_backward(*args, None, None, None, None, None, None, *bufs, **kw)
+        else:
+            self.fa3._flash_attn_backward(
+                dout, q, k, v, out, lse, vl.cu_q, vl.cu_k, None, None, vl.max_q, vl.max_k,
+                dq, dk, dv, **kw,
+            )  # fmt: skip
+        return dq, dk, dv
 
     def _with_lse(self, fn, *args, causal):
         """(out, lse): releases return them as a tuple, or only out unless asked (return_attn_probs)."""

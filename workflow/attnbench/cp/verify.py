@@ -7,7 +7,7 @@ not, which must say `unsupported`): GQA heads, documents whose lengths are not m
 out / lse / dq / dk / dv of every rank against the float64 reference, and the bytes each rank
 counted against the schedule's formula. Rank 0 writes one JSON line per case and a summary.
 A local kernel that is not installed gives `unavailable` lines; one whose backward's library is
-missing (fa3's backward is FlashAttention-2's) is checked forward only (`backward: false`).
+missing (fa3's needs the full FA3 build, not fa3-fwd) is checked forward only (`backward: false`).
 --dkv-comm-dtype input sends dK/dV around the ring in the inputs' dtype (give --dtype bfloat16 on
 the CPU to see it round); the methods without a ring say `unsupported`.
 """
