@@ -8,6 +8,7 @@ import pytest
 from attnbench.families import expand_cells, load_config, write_figures, write_tables
 from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.config import ConfigError
+from attnbench.grid.expand import cell_path
 from attnbench.kernels import catalog
 from attnbench.record.record import write_record
 from attnbench.report.collect import collect
@@ -51,9 +52,7 @@ def test_own_kernel_is_measured_checked_and_drawn(repo, tmp_path):
     assert len(own) == 6 and all(c["kernel_class"] == OWN for c in own)
     for spec in cells:
         record = run_cell(spec)
-        write_record(
-            record, tmp_path / "cells" / f"{spec['impl']}-{spec['mask']}-{spec['direction']}.json"
-        )
+        write_record(record, tmp_path / cell_path(spec))
         if spec["impl"] == "row_block_sdpa":
             if spec["mask"] == "sliding_window":  # not in the masks its info claims
                 assert (

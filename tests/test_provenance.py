@@ -6,6 +6,7 @@ import shutil
 import pytest
 from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel import cell as C
+from attnbench.grid.expand import cell_path
 from attnbench.harness.environment import code_files, code_hash, tree_sha256
 from attnbench.record import record as R
 from attnbench.report import captions
@@ -82,7 +83,7 @@ def test_a_record_and_its_row_carry_the_code_and_config_hashes(cells, tmp_path):
         len(record["config_sha256"]) == 64 and record["config_sha256"] != record2["config_sha256"]
     )
     assert C.run_cell(dict(spec))["config_sha256"] == record["config_sha256"]
-    path = tmp_path / "r.json"
+    path = tmp_path / cell_path(spec)  # a record is read only at its cell's path
     R.write_record(record, path)
     row = collect([path]).iloc[0]
     assert (row["code_sha256"], row["config_sha256"]) == (
@@ -131,8 +132,9 @@ def test_the_commit_a_tree_was_copied_from_wins_over_its_stale_history(monkeypat
 def test_the_row_names_the_library_that_ran_not_the_first_installed(cells, tmp_path):
     """vsa's record lists the vsa wheel (installed, but not loadable with torch 2.11); its kernels ran
     from fastvideo-kernel, which notes.library names: the tidy table (and the captions) say so."""
-    record = C.run_cell(next(c for c in cells if c["impl"] == "fa3"))
-    path = tmp_path / "r.json"
+    spec = next(c for c in cells if c["impl"] == "fa3")
+    record = C.run_cell(spec)
+    path = tmp_path / cell_path(spec)
     R.write_record(record, path)
     assert collect([path]).iloc[0]["library_version"] == record["kernel"]["library_version"]
     record["kernel"]["library_version"] = "vsa 0.0.4"

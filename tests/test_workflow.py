@@ -39,7 +39,14 @@ def test_crash_keep_going_then_rerun_only_the_crashed_cell(workdir):
 
     plan = planned_jobs(snakemake_on_copy(workdir, "-n"))
     assert plan["kernel_cell"] == 1  # only the crashed cell, and what depends on it
-    assert set(plan) == {"kernel_cell", "collect", "tables_tiny", "figures_tiny", "all"}
+    assert set(plan) == {
+        "kernel_cell",
+        "collect",
+        "tidy_table",
+        "tables_tiny",
+        "figures_tiny",
+        "all",
+    }
 
     p = snakemake_on_copy(workdir)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -101,6 +108,7 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
     # the tidy table's code reruns it and everything read from it
     assert set(plan_after_edit(workdir, "report/collect.py")) == {
         "collect",
+        "tidy_table",
         "figures_tiny",
         "tables_tiny",
         "all",
@@ -229,6 +237,7 @@ def test_cells_missing_after_a_partial_regenerate_are_still_run(workdir):
         assert planned_jobs(p) == {
             "kernel_cell": 1,
             "collect": 1,
+            "tidy_table": 1,
             "tables_tiny": 1,
             "figures_tiny": 1,
             "all": 1,

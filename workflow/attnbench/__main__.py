@@ -33,10 +33,10 @@ def claim_gpu_after_start(device, kernel=None):
 
 
 def say_outcome(record, out):
-    print(
-        f"{record['status']}: {out}"
-        + (f" ({record['status_reason']})" if record.get("status_reason") else "")
-    )
+    from .record.record import outcome_details
+
+    details = outcome_details(record)
+    print(f"{record['status']}: {out}" + (f" ({details})" if details else ""))
 
 
 def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None) -> None:
@@ -155,32 +155,47 @@ def cmd_peak(a):
 
 
 def cmd_collect(a):
-    from .report.collect import RecordError, collect
+    from .report.collect import RecordError, collect, write_cells
 
     try:
         df = collect(a.records, a.root)
     except RecordError as e:
         sys.exit(f"collect: {e}")
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(a.out, index=False)
+    write_cells(df, a.out)
     print(f"{len(df)} cells -> {a.out}")
 
 
 def cmd_tables(a):
     from .families import write_tables
+    from .report.collect import ReportError
 
     grid_cfg = json.loads(a.grid_config) if a.grid_config else None
-    for p in write_tables(a.cells, a.out_dir, grid=a.grid, grid_cfg=grid_cfg):
-        print(p)
+    try:
+        for p in write_tables(a.cells, a.out_dir, grid=a.grid, grid_cfg=grid_cfg):
+            print(p)
+    except ReportError as e:
+        exit_naming_input("tables", e)
 
 
 def cmd_figures(a):
     from .families import write_figures
+    from .report.collect import ReportError
 
     style = json.loads(a.style) if a.style else {}
     grid_cfg = json.loads(a.grid_config) if a.grid_config else None
-    for p in write_figures(a.cells, a.out_dir, style, grid=a.grid, grid_cfg=grid_cfg):
-        print(p)
+    try:
+        for p in write_figures(a.cells, a.out_dir, style, grid=a.grid, grid_cfg=grid_cfg):
+            print(p)
+    except ReportError as e:
+        exit_naming_input("figures", e)
+
+
+def exit_naming_input(command: str, e: Exception):
+    """The traceback for the log, then one line naming what failed and the input it read."""
+    import traceback
+
+    traceback.print_exception(e.__cause__ or e, file=sys.stderr)
+    sys.exit(f"{command}: {e}")
 
 
 def _regenerate_part(task):
@@ -235,7 +250,7 @@ def cmd_regenerate(a):
     from .families import expand_cells, load_config
     from .grid.config import ConfigError
     from .grid.expand import cell_path
-    from .report.collect import RecordError, collect
+    from .report.collect import RecordError, ReportError, collect, write_cells
 
     t0 = time.perf_counter()
     try:
@@ -271,17 +286,20 @@ def cmd_regenerate(a):
         if len(kept):
             df = pd.concat([kept, df], ignore_index=True)
             print(f"{len(kept)} rows of other grids kept from {table}")
-    df.to_csv(table, index=False)
+    write_cells(df, table)
     t1 = time.perf_counter()
     print(f"{len(records)} records -> {out}/tables/cells.csv in {t1 - t0:.1f} s")
     grids = [g for g in grids if g in set(df["grid"])]
     tasks = regeneration_tasks(cfg, grids, out, complete=len(records) == len(expected))
-    if a.jobs > 1:
-        with ProcessPoolExecutor(a.jobs) as pool:
-            list(pool.map(_regenerate_part, tasks))
-    else:
-        for t in tasks:
-            _regenerate_part(t)
+    try:
+        if a.jobs > 1:
+            with ProcessPoolExecutor(a.jobs) as pool:
+                list(pool.map(_regenerate_part, tasks))
+        else:
+            for t in tasks:
+                _regenerate_part(t)
+    except ReportError as e:
+        exit_naming_input("regenerate", e)
     t2 = time.perf_counter()
     print(
         f"tables and figures of {', '.join(grids)} ({len(tasks)} tasks, {a.jobs} processes) in {t2 - t1:.1f} s"

@@ -1,6 +1,6 @@
-"""Two changes to Snakemake's job scheduler, made by workflow/rules/common.smk while the Snakefile is
-read (before the scheduler exists). Each works around a Snakemake behaviour that would lose or hang
-a benchmark run; the tests named below show both."""
+"""Changes to Snakemake's job scheduler, made by workflow/rules/common.smk while the Snakefile is
+read (before the scheduler exists). Two work around a Snakemake behaviour that would lose or hang
+a benchmark run; the third logs a line of ours per finished job. The tests named below show them."""
 
 from __future__ import annotations
 
@@ -53,3 +53,30 @@ def sigterm_without_deadlock() -> None:
     on_sigterm.relayed = True
     threading.Thread(target=relay, name="sigterm-relay", daemon=True).start()
     JobScheduler.exit_gracefully = on_sigterm
+
+
+def log_each_finished_job(describe) -> None:
+    """After each job that Snakemake finishes without error, log `describe(job)` (None: nothing)
+    on Snakemake's own log: a run then says what each cell found as it goes, not only "N of M
+    steps" (tests/test_workflow.py). Snakemake has no hook per job; its postprocessing of a job's
+    outputs is where a job is known to be done, locally, in a Slurm batch and for its driver."""
+    from snakemake.jobs import Job
+    from snakemake.logging import logger
+
+    if getattr(Job.postprocess, "describes", False):
+        return  # the Snakefile read twice in one process
+    postprocess = Job.postprocess
+
+    async def postprocess_and_log(self, *args, **kwargs):
+        result = await postprocess(self, *args, **kwargs)
+        if not kwargs.get("error", False):
+            try:
+                line = describe(self)
+            except Exception as e:  # noqa: BLE001 - a line that cannot be made stops no run
+                line = f"{self.rule.name}: finished ({type(e).__name__} describing it: {e})"
+            if line:
+                logger.info(line)
+        return result
+
+    postprocess_and_log.describes = True
+    Job.postprocess = postprocess_and_log

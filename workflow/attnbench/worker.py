@@ -205,6 +205,7 @@ def _measure(request: dict, served: int, started: str) -> dict:
     return {
         "status": record["status"],
         "status_reason": record.get("status_reason"),
+        "tflops": record.get("tflops"),
         "output": output.getvalue(),
     }
 

@@ -25,6 +25,7 @@ except ConfigError as e:
 snakemake_fixes.sigterm_without_deadlock()
 if workflow.remote_exec:
     snakemake_fixes.keep_going_in_batches()
+snakemake_fixes.log_each_finished_job(lambda job: cell_finished(job))
 
 OUT = CFG["output_dir"].rstrip("/")
 RUN = CFG["run"]
@@ -39,6 +40,28 @@ wildcard_constraints:
     impl=r"[A-Za-z0-9_]+",
     mask=r"[A-Za-z0-9_]+",
     point=r"[A-Za-z0-9_.\-]+",
+
+
+RECORDED = set()  # the run's record paths on disk, counted at the first finished cell
+
+
+def cell_finished(job):
+    """The line a finished cell's job logs: the cell, what it found, and how many of the run's
+    cells have a record now (a long run's progress in cells, not in Snakemake's steps)."""
+    from attnbench.record.record import outcome_details
+
+    if job.rule.name not in ("kernel_cell", "cp_cell"):
+        return None
+    path = str(job.output[0])
+    if not RECORDED:
+        RECORDED.update(p for p in CELLS if os.path.exists(p))
+    RECORDED.add(path)
+    record = json.loads(Path(path).read_text())
+    details = outcome_details(record)
+    return (
+        f"cell {path}: {record['status']}{f' ({details})' if details else ''}; "
+        f"{len(RECORDED)} of {len(CELLS)} cells recorded"
+    )
 
 
 def cell_of(wc, family=None):
@@ -159,10 +182,13 @@ def records_not_on_disk():
 def write_tidy_table(records, out, log):
     """The collect rule's work, in Python rather than a shell command: the records can be more
     than a command line holds."""
-    from attnbench.report.collect import collect
+    from attnbench.report.collect import RecordError, collect, write_cells
 
-    df = collect(records)
-    df.to_csv(out, index=False)
+    try:
+        df = collect(records)
+    except RecordError as e:
+        raise WorkflowError(f"collect: {e}") from None
+    write_cells(df, out)
     Path(log).write_text(f"{len(df)} cells from {len(records)} records\n")
 
 

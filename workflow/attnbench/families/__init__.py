@@ -19,6 +19,7 @@ and the drivers of the table and figure commands.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import partial
 from importlib import import_module
 from pathlib import Path
@@ -160,7 +161,8 @@ def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -
 
     register_own_kernels(grid_cfg)
     tables_of = partial(part, which="TABLES")
-    return write_with(cells_csv, out_dir, tables_of, grid_cfg=grid_cfg, **where)
+    with naming_the_input("tables", cells_csv, where):
+        return write_with(cells_csv, out_dir, tables_of, grid_cfg=grid_cfg, **where)
 
 
 def write_figures(cells_csv, out_dir, style=None, *, grid_cfg: dict | None = None, **where):
@@ -171,4 +173,26 @@ def write_figures(cells_csv, out_dir, style=None, *, grid_cfg: dict | None = Non
     register_own_kernels(grid_cfg)
     promised = figure_stems(grid_cfg) if grid_cfg is not None else None
     figures_of = partial(part, which="FIGURES")
-    return write_with(cells_csv, out_dir, figures_of, style, promised, grid_cfg=grid_cfg, **where)
+    with naming_the_input("figures", cells_csv, where):
+        return write_with(
+            cells_csv, out_dir, figures_of, style, promised, grid_cfg=grid_cfg, **where
+        )
+
+
+@contextmanager
+def naming_the_input(what: str, cells_csv, where: dict):
+    """Any failure of drawing becomes a ReportError naming the grid and the tidy table read (the
+    error itself, chained, keeps its traceback)."""
+    from ..report.collect import ReportError
+
+    try:
+        yield
+    except ReportError:
+        raise
+    except Exception as e:  # noqa: BLE001 - re-raised with the input named
+        grid = where.get("grid")
+        only = f" ({', '.join(sorted(where['only']))})" if where.get("only") else ""
+        raise ReportError(
+            f"the {what}{only} of {f'grid {grid}' if grid else 'every grid'} from {cells_csv} "
+            f"failed: {type(e).__name__}: {e}"
+        ) from e

@@ -73,6 +73,18 @@ def summarise(record, peak, gpus: int = 1):
     record["check_passed"] = all(c["passed"] for c in checks) if checks else None
 
 
+def outcome_details(record) -> str:
+    """What a cell found, in a few words: its TFLOP/s (per GPU for CP) where it was timed, and
+    the reason where its status gives one; '' for neither."""
+    parts = []
+    if record.get("tflops") is not None:
+        per = " per GPU" if (record.get("cell") or {}).get("gpus", 1) > 1 else ""
+        parts.append(f"{record['tflops']:.4g} TFLOP/s{per}")
+    if record.get("status_reason"):
+        parts.append(str(record["status_reason"]))
+    return "; ".join(parts)
+
+
 def environment(device) -> dict:
     """The machine's fingerprint; a record even where torch itself is missing."""
     try:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
 
+from ..grid.expand import cell_path, output_root, stable_hash
 from ..record.validate import RecordError, read_record  # noqa: F401  (RecordError: what collect raises)
 
 # What identifies a cell: the first columns, and the table's sort order.
@@ -129,11 +131,39 @@ def row(record: dict, path: str) -> dict:
     return r
 
 
+def identity_problems(records: dict) -> list[str]:
+    """Records that are not where their cell's record belongs: a cell_id that is not its cell's
+    (an edited record), a path that names another cell (…/cells/{grid}/{family}/{impl}/{mask}/
+    {point}.json of its own cell: grid.expand.cell_path), one cell in two files."""
+    problems, seen = [], {}
+    for path, record in records.items():
+        cell, rid = record["cell"], record.get("cell_id")
+        own = stable_hash(cell)
+        if rid is not None and rid != own:
+            problems.append(
+                f"{path}: its cell_id {rid} is not the id of the cell it describes ({own}): the "
+                "record was edited after it was written; delete it and remeasure the cell"
+            )
+        if output_root(path, cell) is None:
+            problems.append(
+                f"{path}: holds the record of another cell, {cell_path(cell)} (cell_id {own}); "
+                "a record is read only at its own cell's path: move it there or delete it"
+            )
+        if own in seen:
+            problems.append(f"{seen[own]} and {path} hold the record of the same cell ({own})")
+        seen.setdefault(own, path)
+    return problems
+
+
 def collect(paths=(), root=None) -> pd.DataFrame:
-    """The tidy table of the given records (or of every *.json under root); stops at the first
-    file that is not a record (RecordError), having written nothing."""
+    """The tidy table of the given records (or of every *.json under root); stops, having
+    written nothing, at a file that is not a record or not its cell's (RecordError naming it)."""
     paths = list(paths) or sorted(str(p) for p in Path(root).rglob("*.json"))
-    rows = [row(read_record(p), str(p)) for p in paths]
+    records = {str(p): read_record(p) for p in paths}
+    problems = identity_problems(records)
+    if problems:
+        raise RecordError("; ".join(problems) + "; no table was written")
+    rows = [row(r, p) for p, r in records.items()]
     df = pd.DataFrame(rows)
     cols = COLUMNS + [c for c in df.columns if c not in COLUMNS]
     df = df.reindex(columns=cols)
@@ -144,6 +174,23 @@ def collect(paths=(), root=None) -> pd.DataFrame:
 
 # Versions and names stay text ("12.10" is not 12.1, "570.00" not 570.0).
 TEXT_COLUMNS = ("device_name", "library_version", "torch", "git_commit", *MACHINE, *WHEN_AND_WHAT)
+
+
+def write_cells(df: pd.DataFrame, path) -> None:
+    """Write the tidy table whole or not at all: to a file beside it, then renamed over it, so
+    that a failure leaves the table that was there."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        df.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class ReportError(RuntimeError):
+    """A table or figure that could not be drawn, named with the tidy table it was drawn from."""
 
 
 def read_cells(path) -> pd.DataFrame:
@@ -177,8 +224,11 @@ def one_row_per_point(df: pd.DataFrame, what: str) -> pd.DataFrame:
             for c in ("dtype", "head_dim", "block_size", "avg_block", "density", "gpus")
             if c in dup and dup.groupby(POINT)[c].nunique(dropna=False).max() > 1
         ]
+        first = dup[(dup[POINT] == dup[POINT].iloc[0]).all(axis=1)]
+        files = ", ".join(map(str, first["record"])) if "record" in first else "not named"
         raise ValueError(
             f"{what}: {len(dup)} rows share a (kernel, mask, length, heads, direction); they differ in "
-            f"{', '.join(varying) or 'no recorded column'}; use one value of those per grid"
+            f"{', '.join(varying) or 'no recorded column'}; use one value of those per grid "
+            f"(the first such point's records: {files})"
         )
     return df

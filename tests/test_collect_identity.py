@@ -1,0 +1,116 @@
+"""A record is read only at its own cell's path; the tidy table is replaced only by a complete
+one; a table or figure that cannot be drawn names the tidy table (and records) it read."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+from attnbench.families import expand_cells, validate
+from attnbench.families.kernel.cell import run_cell
+from attnbench.grid.expand import cell_path
+from attnbench.record.record import write_record
+from attnbench.report.collect import RecordError, collect, write_cells
+from bounded import run_bounded
+from commands import PY, package_env, snakemake_cmd
+from tinygrids import config_running, kernel_grid, workflow_copy
+
+GRID = kernel_grid(description="identity tests", kernels=["naive"], seqlen=[64, 128])
+
+
+@pytest.fixture
+def root(tmp_path):
+    """Two real records (naive, causal, 64 and 128 tokens) under root/cells."""
+    cfg = validate(config_running({"c": GRID}))
+    root = tmp_path / "results"
+    for cell in expand_cells(cfg):
+        write_record(run_cell(cell), root / cell_path(cell))
+    return root
+
+
+def collect_cli(root, table):
+    cmd = [PY, "-m", "attnbench", "collect", "--root", str(root / "cells"), "--out", str(table)]
+    return run_bounded(cmd, 120, env=package_env())
+
+
+def test_a_record_copied_to_another_cells_path_stops_collect_naming_both(root, tmp_path):
+    a, b = sorted((root / "cells").rglob("*.json"))
+    table = tmp_path / "cells.csv"
+    assert collect_cli(root, table).returncode == 0
+    before = table.read_text()
+    assert len(pd.read_csv(table)) == 2
+    original_b = b.read_text()
+    shutil.copy(a, b)  # a valid record, at the other cell's path
+    p = collect_cli(root, table)
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert (
+        f"{b}: holds the record of another cell, {cell_path(json.loads(a.read_text())['cell'])}"
+        in p.stderr
+    )
+    assert f"{a} and {b} hold the record of the same cell" in p.stderr
+    assert table.read_text() == before  # the last good table stays
+    b.write_text(original_b)
+    # an edited record: its id no longer matches the cell it describes
+    record = json.loads(a.read_text())
+    record["cell"]["reps"] += 1
+    a.write_text(json.dumps(record))
+    with pytest.raises(
+        RecordError, match=r"its cell_id \w+ is not the id of the cell it describes"
+    ):
+        collect(root=root / "cells")
+
+
+def test_the_tidy_table_is_replaced_only_by_a_complete_one(root, tmp_path):
+    table = tmp_path / "cells.csv"
+    write_cells(collect(root=root / "cells"), table)
+    before = table.read_text()
+
+    class Unwritable:
+        def __str__(self):
+            raise OSError("the disk filled up half way")
+
+    df = collect(root=root / "cells")
+    df["status_reason"] = [None, Unwritable()]
+    with pytest.raises(OSError, match="half way"):
+        write_cells(df, table)
+    assert table.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cells.csv", "results"]  # no temp file
+
+
+def test_figures_and_tables_that_fail_name_their_input(root, tmp_path):
+    """The issue's case: a tidy table with a duplicate row; the figure step used to end in a
+    traceback naming no file."""
+    table = tmp_path / "cells.csv"
+    df = collect(root=root / "cells")
+    dup = df.iloc[[0]].assign(record="results/cells/elsewhere.json", dtype="bfloat16")
+    write_cells(pd.concat([df, dup], ignore_index=True), table)
+    grid_cfg = json.dumps(GRID)
+    for command in ("figures", "tables"):
+        cmd = [PY, "-m", "attnbench", command, "--cells", str(table), "--out-dir"]
+        cmd += [str(tmp_path / command), "--grid", "c", "--grid-config", grid_cfg]
+        p = run_bounded(cmd, 300, env=package_env())
+        last = p.stderr.strip().splitlines()[-1]
+        assert p.returncode != 0
+        assert last.startswith(f"{command}: the {command} of grid c from {table} failed: "), last
+        assert "rows share a (kernel, mask, length, heads, direction)" in last
+        assert f"records: {df['record'].iloc[0]}, results/cells/elsewhere.json" in last
+        assert "Traceback" in p.stderr  # the log keeps where it failed
+
+
+@pytest.mark.slow
+def test_snakemake_keeps_the_old_table_when_collect_refuses(tmp_path):
+    workdir = workflow_copy(tmp_path, config_running({"c": GRID}))
+    snakemake = snakemake_cmd(workdir, "--cores", "2", snakefile=workdir / "code/Snakefile")
+    p = run_bounded(snakemake, 600, env=package_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    table = workdir / "results/tables/cells.csv"
+    before = table.read_text()
+    a, b = sorted((workdir / "results/cells").rglob("*.json"))
+    shutil.copy(a, b)
+    p = run_bounded(snakemake, 600, env=package_env())
+    assert p.returncode != 0
+    same = [line for line in p.stderr.splitlines() if "hold the record of the same cell" in line]
+    assert same and all(str(x.relative_to(workdir)) in same[0] for x in (a, b)), p.stderr[-3000:]
+    assert table.read_text() == before
