@@ -1,13 +1,20 @@
 """Provenance: every record names the code tree (a content hash, not git) and the config that made it;
 the tidy table and the captions repeat it."""
 
+import os
 import shutil
 
+import numpy as np
 import pytest
+import torch
 from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel import cell as C
 from attnbench.grid.expand import cell_path
 from attnbench.harness.environment import code_files, code_hash, tree_sha256
+from attnbench.harness.inputs import make_inputs
+from attnbench.kernels import catalog
+from attnbench.kernels.base import from_thd, load
+from attnbench.masks import sample_mask
 from attnbench.record import record as R
 from attnbench.report import captions
 from attnbench.report.collect import collect
@@ -143,3 +150,53 @@ def test_the_row_names_the_library_that_ran_not_the_first_installed(cells, tmp_p
     )
     R.write_record(record, path)
     assert collect([path]).iloc[0]["library_version"] == "fastvideo_kernel 0.3.2"
+
+
+# ---------------------------------------------------------------- the machine, and what SDPA ran
+
+
+def test_a_record_names_the_cpu_in_full(cells):
+    record = C.run_cell(next(c for c in cells if c["impl"] == "naive" and c["seqlen"] == 128))
+    cpu = record["environment"]["cpu"]
+    block = open("/proc/cpuinfo").read().split("\n\n")[0]
+    first = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in block.splitlines())}
+    assert cpu["model_name"] == first["model name"] and cpu["vendor"] == first["vendor_id"]
+    assert [cpu["family"], cpu["model"], cpu["stepping"]] == [
+        first["cpu family"],
+        first["model"],
+        first["stepping"],
+    ]
+    assert cpu["logical_cpus"] == os.cpu_count() and cpu["sockets"] >= 1
+    assert set(cpu["isa"]) <= set(first["flags"].split())
+    assert cpu["torch_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+@pytest.mark.parametrize(
+    "impl, mask, op",
+    [
+        ("sdpa", "causal", "_scaled_dot_product_flash_attention_for_cpu"),
+        ("sdpa", "causal_document", "_scaled_dot_product_flash_attention_for_cpu"),
+        ("sdpa_math", "causal", "_scaled_dot_product_attention_math"),
+    ],
+)
+def test_the_record_names_the_sdpa_backend_that_ran(cells, impl, mask, op):
+    """SDPA's own choice on the CPU is recorded, and it is the kernel the profiler sees run."""
+    from torch.profiler import profile
+
+    spec = next(c for c in cells if (c["impl"], c["mask"], c["direction"]) == (impl, mask, "fwd"))
+    backend = C.run_cell(spec)["kernel"]["notes"]["sdpa_backend"]
+    kern = load(
+        catalog.get(impl), device="cpu", dtype=torch.float32, heads_q=4, heads_kv=2, head_dim=32
+    )
+    rng = np.random.default_rng(0)
+    m = sample_mask(mask, spec["seqlen"], spec["mask_params"], rng, spec["histograms"], 4, 2)
+    fn = kern.prepare(m)
+    q, k, v, _ = make_inputs(0, spec["seqlen"], 4, 2, 32, torch.float32, "cpu")
+    with profile() as p, torch.no_grad():
+        fn(*(from_thd(x, kern.layout) for x in (q, k, v)))
+    ran = {e.key for e in p.key_averages() if "scaled_dot_product" in e.key}
+    assert f"aten::{op}" in ran, ran
+    expected = "MATH" if "math" in op else "FLASH_ATTENTION"
+    assert backend.split()[0] == expected == kern.load_notes["sdpa_backend"].split()[0]
+    if impl == "sdpa":
+        assert backend == "FLASH_ATTENTION (SDPA's choice on cpu)"

@@ -35,6 +35,62 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# Instruction-set extensions that decide which CPU kernels torch (and SDPA's CPU flash) can use.
+CPU_ISA = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_bf16",
+    "amx_tile",
+    "asimd",
+    "sve",
+)
+
+
+@functools.cache
+def cpu_facts() -> dict:
+    """The CPU in full, from /proc/cpuinfo (where the model name alone can be a hypervisor's
+    'AMD EPYC'): vendor, model name, family, model, stepping, microcode, cache, sockets, cores
+    and logical CPUs, and the instruction-set extensions of CPU_ISA it has; `platform`'s
+    machine and processor where /proc/cpuinfo is missing."""
+    first, sockets, flags = {}, set(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for block in f.read().strip().split("\n\n"):
+                entry = dict(
+                    (k.strip(), v.strip())
+                    for k, _, v in (line.partition(":") for line in block.splitlines())
+                )
+                first = first or entry
+                sockets.add(entry.get("physical id"))
+                flags |= set((entry.get("flags") or entry.get("Features") or "").split())
+    except OSError:
+        return {"model_name": cpu_model(), "machine": platform.machine()}
+    keys = {
+        "vendor": "vendor_id",
+        "model_name": "model name",
+        "family": "cpu family",
+        "model": "model",
+        "stepping": "stepping",
+        "microcode": "microcode",
+        "cache": "cache size",
+        "cores_per_socket": "cpu cores",
+    }
+    out = {k: first[v] for k, v in keys.items() if v in first}
+    out.update(
+        model_name=out.get("model_name") or cpu_model(),
+        machine=platform.machine(),
+        sockets=len(sockets - {None}) or None,
+        logical_cpus=os.cpu_count(),
+        isa=[x for x in CPU_ISA if x in flags],
+    )
+    return out
+
+
 @functools.cache
 def git_state() -> dict:
     """The checkout's commit. Where the tree was copied (a remote GPU machine, without .git or with
@@ -186,10 +242,13 @@ def fingerprint(device: str) -> dict:
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         **git_state(),
         **code_hash(),
+        "cpu": dict(cpu_facts()),
     }
     torch = sys.modules.get("torch")
     if torch is not None:
         env.update(torch=torch.__version__, cpu_threads=torch.get_num_threads())
+        # the vector code torch's CPU kernels dispatch to here (AVX512, AVX2, ...)
+        env["cpu"]["torch_capability"] = torch.backends.cpu.get_cpu_capability()
     if device == "cuda" and torch is not None and torch.cuda.is_available():
         n = torch.cuda.device_count()
         env.update(

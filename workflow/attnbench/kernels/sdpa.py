@@ -7,6 +7,7 @@ different computation).
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -29,6 +30,8 @@ class SDPA(Kernel):
             kwargs["attn_mask"] = visible if visible.dim() == 2 else visible.unsqueeze(0)
 
         def fn(q, k, v):
+            if "sdpa_backend" not in self.load_notes:  # once, at the untimed first call
+                self.load_notes["sdpa_backend"] = self.backend_chosen(q, k, v, kwargs)
             try:
                 if self.backend is None:
                     return F.scaled_dot_product_attention(q, k, v, **kwargs)
@@ -42,6 +45,22 @@ class SDPA(Kernel):
                 raise
 
         return fn
+
+    def backend_chosen(self, q, k, v, kwargs) -> str:
+        """The backend this call runs: the forced one, or the one SDPA picks for these inputs
+        (torch._fused_sdp_choice, what F.scaled_dot_product_attention dispatches on)."""
+        if self.backend is not None:
+            return self.backend.name
+        choice = torch._fused_sdp_choice(
+            q,
+            k,
+            v,
+            kwargs.get("attn_mask"),
+            0.0,
+            kwargs.get("is_causal", False),
+            enable_gqa=kwargs.get("enable_gqa", False),
+        )
+        return f"{SDPBackend(choice).name} (SDPA's choice on {q.device.type})"
 
 
 class SDPADefault(SDPA):
