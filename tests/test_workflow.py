@@ -151,8 +151,8 @@ def test_report_has_a_caption_per_figure_and_table_from_the_records(workdir):
     figures = sorted((workdir / "results/figures/tiny").glob("*.png"))
     tables = sorted((workdir / "results/tables/tiny").glob("*.md"))
     assert (
-        len(figures) == 4 and len(tables) == 3
-    )  # bars, memory, 2 mask families; tflops, memory, support
+        len(figures) == 4 and len(tables) == 4
+    )  # bars, memory, 2 mask families; tflops, memory, support, advice
     for f in figures + tables:
         assert f'"{f.name}"' in html, f.name  # each is in the report ...
     # ... with a caption naming the machine and software of the records
