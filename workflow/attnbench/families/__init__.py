@@ -157,12 +157,15 @@ def register_own_kernels(grid_cfg: dict | None) -> None:
 def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -> list[Path]:
     """The grid's tables, written by its family, and a report caption per table
     (report.tables.write_tables; `where`: grid, family)."""
+    from ..report.advice import write_advice
     from ..report.tables import write_tables as write_with
 
     register_own_kernels(grid_cfg)
     tables_of = partial(part, which="TABLES")
     with naming_the_input("tables", cells_csv, where):
-        return write_with(cells_csv, out_dir, tables_of, grid_cfg=grid_cfg, **where)
+        return write_with(
+            cells_csv, out_dir, tables_of, grid_cfg=grid_cfg, every_grid=write_advice, **where
+        )
 
 
 def write_figures(cells_csv, out_dir, style=None, *, grid_cfg: dict | None = None, **where):

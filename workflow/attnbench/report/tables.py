@@ -193,18 +193,17 @@ def write_tables(
     grid: str | None = None,
     family: str | None = None,
     grid_cfg: dict | None = None,
+    every_grid=None,
 ) -> list[Path]:
     """A grid's tables as its family's module (`part_of(family)`: its tables(df, out) and
-    table_captions(df)) writes them, the advice every grid gets (report.advice), and a report
-    caption per table."""
-    from .advice import write_advice  # imports this module's formatting
-
+    table_captions(df)) writes them, those every grid gets (`every_grid(df, out, grid, family)`:
+    the advice, which uses this module's formatting), and a report caption per table."""
     df, name = grid_rows(cells_csv, grid, family, grid_cfg)
     part = part_of(name)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df = df.assign(peak_mem_gib=df["peak_mem_bytes"] / GIB)
-    paths = part.tables(df, out) + write_advice(df, out, grid, name)
+    paths = part.tables(df, out) + (every_grid(df, out, grid, name) if every_grid else [])
     whats, extras = part.table_captions(df)
     stems = list(dict.fromkeys(Path(p).stem for p in paths))
     for stem in stems:  # default description: the first line of the Markdown file (its caption)
