@@ -90,3 +90,10 @@ def edited_tarball(
             member.size = len(data)
             target.addfile(member, io.BytesIO(data))
     return path
+
+
+def rewritten_tarball(source: Path, folder: Path, edit_file: str, old: str, new: str) -> Path:
+    """The same tarball's files with one edit in one file (a source of another layout)."""
+    with tarfile.open(source) as src:
+        files = {m.name: src.extractfile(m).read() for m in src if m.isfile()}
+    return edited_tarball(files, folder / "edited.tar.gz", edit_file, old, new)

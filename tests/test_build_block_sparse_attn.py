@@ -157,13 +157,6 @@ def test_choices_outside_the_library_are_rejected(option, value, choices):
     assert f"'{bad}'" in result.stderr and choices in result.stderr
 
 
-def rewrite(source: Path, folder: Path, edit_file: str, old: str, new: str) -> Path:
-    """The same tarball's files with one edit in one file (a source of another layout)."""
-    with tarfile.open(source) as src:
-        files = {m.name: src.extractfile(m).read() for m in src if m.isfile()}
-    return build.edited_tarball(files, folder / "edited.tar.gz", edit_file, old, new)
-
-
 @pytest.mark.parametrize(
     "edit_file, old, new, message",
     build.layout_edits(
@@ -189,7 +182,7 @@ def rewrite(source: Path, folder: Path, edit_file: str, old: str, new: str) -> P
     ),
 )
 def test_sources_of_another_layout_fail_loudly(source, tmp_path, edit_file, old, new, message):
-    fake = rewrite(source, tmp_path, edit_file, old, new)
+    fake = build.rewritten_tarball(source, tmp_path, edit_file, old, new)
     result = run_script("--patch-only", "--source", str(fake), "--work-dir", str(tmp_path / "w"))
     assert result.returncode != 0
     assert f"{edit_file} does not look as expected" in result.stderr

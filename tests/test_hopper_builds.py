@@ -134,12 +134,6 @@ def test_choices_outside_the_library_are_rejected(lib, option, value):
     assert f"'{bad}'" in result.stderr and choices in result.stderr
 
 
-def rewrite(source: Path, folder: Path, edit_file: str, old: str, new: str) -> Path:
-    with tarfile.open(source) as src:
-        files = {m.name: src.extractfile(m).read() for m in src if m.isfile()}
-    return build.edited_tarball(files, folder / "edited.tar.gz", edit_file, old, new)
-
-
 EDITS = [
     # a flag the build sets that the setup script no longer reads would silently build everything
     (FA3, "hopper/setup.py", '"FLASH_ATTENTION_DISABLE_SOFTCAP"', '"SOFTCAP_OFF"', "not found"),
@@ -166,7 +160,7 @@ EDITS = [
     "lib, edit_file, old, new, message", EDITS, ids=[f"{e[0].script}-{e[4]}" for e in EDITS]
 )
 def test_sources_of_another_layout_fail_loudly(lib, edit_file, old, new, message, tmp_path):
-    fake = rewrite(source_of(lib), tmp_path, edit_file, old, new)
+    fake = build.rewritten_tarball(source_of(lib), tmp_path, edit_file, old, new)
     result = run_script(
         lib, "--patch-only", "--source", str(fake), "--work-dir", str(tmp_path / "w")
     )
