@@ -2,13 +2,16 @@
 
 TransformerEngine picks among its backends; the environment forces the cuDNN fused one
 (NVTE_FUSED_ATTN=1, flash and unfused off), so a call it cannot serve fails instead of silently
-running another backend. Packed documents use the thd format with cu_seqlens.
+running another backend; that refusal (TE's ValueError "No dot product attention backend is
+available") is recorded as unsupported, with TE's words. Packed documents use the thd format with
+cu_seqlens; windows are TE's (left, right), the same convention as FlashAttention's.
 """
 
 from __future__ import annotations
 
 import os
 
+from ..status import Unsupported
 from .base import Kernel
 from .varlen import cu_seqlens
 
@@ -50,4 +53,16 @@ class CudnnTE(Kernel):
         ctor, call = te_arguments(form, self.heads_q, self.heads_kv, self.head_dim, self.device)
         module = te.DotProductAttention(**ctor).to(self.device)
         hq, d = self.heads_q, self.head_dim
-        return lambda q, k, v: module(q, k, v, **call).view(q.shape[0], hq, d)
+
+        def attend(q, k, v):
+            try:
+                out = module(q, k, v, **call)
+            except ValueError as e:
+                if "No dot product attention backend" not in str(e):
+                    raise
+                raise Unsupported(
+                    f"cudnn_te: TransformerEngine's cuDNN fused attention refused {mask.name}: {e}"
+                ) from e
+            return out.view(q.shape[0], hq, d)
+
+        return attend
