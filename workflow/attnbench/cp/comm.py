@@ -39,13 +39,15 @@ class Pending:
 
 class Groups:
     """The process groups a method uses, created once per degrees (every rank creates every
-    group, in the same order, as torch.distributed requires)."""
+    group, in the same order, as torch.distributed requires). `new_group(ranks)` makes one
+    (default: torch.distributed's, with the job's timeout; cp/emulate.py: in-process ones)."""
 
-    def __init__(self, deg: Degrees, rank: int, timeout=None):
+    def __init__(self, deg: Degrees, rank: int, timeout=None, new_group=None):
         self.deg, self.rank = deg, rank
         self.r, self.u = deg.coords(rank)
         world = list(range(deg.world))
-        new = lambda ranks: dist.new_group(ranks, timeout=timeout)  # noqa: E731 - the job's timeout, not 30 min
+        # the job's timeout, not 30 min
+        new = new_group or (lambda ranks: dist.new_group(ranks, timeout=timeout))
         self.ulysses = self.ring = None
         for r in range(deg.ring):
             g = new([deg.rank(r, u) for u in range(deg.ulysses)])
@@ -96,9 +98,18 @@ class Comm:
         transfer overlaps the computation that follows; wait() joins it back."""
         if not self.enabled or not (sends or recvs):
             return Pending()
+        self._count(kind, sum(nbytes(t) for t, _ in sends), sum(nbytes(t) for t, _ in recvs))
+        return self._p2p(sends, recvs, group)
+
+    # The transports: torch.distributed here; cp/emulate.py's in-process communicator replaces
+    # these and group_size, keeping the counting and the compute-only switch above.
+
+    def group_size(self, group) -> int:
+        return dist.get_world_size(group)
+
+    def _p2p(self, sends, recvs, group) -> Pending:
         ops = [dist.P2POp(dist.isend, t, p, group) for t, p in sends]
         ops += [dist.P2POp(dist.irecv, t, p, group) for t, p in recvs]
-        self._count(kind, sum(nbytes(t) for t, _ in sends), sum(nbytes(t) for t, _ in recvs))
         if self.stream is None:
             return Pending(dist.batch_isend_irecv(ops))
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
@@ -106,30 +117,41 @@ class Comm:
             works = dist.batch_isend_irecv(ops)
         return Pending(works)
 
+    def _all_to_all(self, out, inp, group):
+        dist.all_to_all_single(out, inp, group=group)
+
+    def _all_gather(self, out, inp, group):
+        # the concatenated form (gloo takes no stacked output)
+        dist.all_gather_into_tensor(out.view(-1, *inp.shape[1:]), inp, group=group)
+
+    def _reduce_scatter(self, out, inp, group):
+        dist.reduce_scatter_tensor(out, inp.view(-1, *out.shape[1:]), group=group)
+
+    # The transfers a method calls
+
     def all_to_all(self, out, inp, group, kind="all_to_all"):
         """Equal splits along dim 0: part i of `inp` goes to group rank i; part i of `out` comes from it."""
-        n = dist.get_world_size(group)
+        n = self.group_size(group)
         if not self.enabled or n == 1:
             if n == 1 and self.enabled:
                 out.copy_(inp)
             return
         self._count(kind, nbytes(inp) * (n - 1) // n, nbytes(out) * (n - 1) // n)
-        dist.all_to_all_single(out, inp, group=group)
+        self._all_to_all(out, inp, group)
 
     def all_gather(self, out, inp, group, kind="all_gather"):
-        n = dist.get_world_size(group)
+        n = self.group_size(group)
         if not self.enabled:
             return
         self._count(kind, nbytes(inp) * (n - 1), nbytes(inp) * (n - 1))
-        # the concatenated form (gloo takes no stacked output)
-        dist.all_gather_into_tensor(out.view(-1, *inp.shape[1:]), inp, group=group)
+        self._all_gather(out, inp, group)
 
     def reduce_scatter(self, out, inp, group, kind="reduce_scatter"):
-        n = dist.get_world_size(group)
+        n = self.group_size(group)
         if not self.enabled:
             return
         self._count(kind, nbytes(out) * (n - 1), nbytes(out) * (n - 1))
-        dist.reduce_scatter_tensor(out, inp.view(-1, *out.shape[1:]), group=group)
+        self._reduce_scatter(out, inp, group)
 
 
 class Guard:

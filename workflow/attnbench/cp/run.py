@@ -83,24 +83,32 @@ class Session:
         )
 
 
-def agree(guard: Guard, where: str) -> tuple[str | None, str | None]:
-    """Every rank's outcome of a phase -> one status for all (the first failing rank's, by
-    severity: oom before unsupported). A collective of its own, after the phase's transfers."""
-    mine = None
-    if guard.error is not None:
-        e = guard.error
-        st = e.status if isinstance(e, S.CellOutcome) else S.OOM
-        mine = (
-            st,
-            f"rank {dist.get_rank()} in {where}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}",
-        )
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
+def outcome(guard: Guard, rank: int, where: str) -> tuple[str, str] | None:
+    """One rank's outcome of a phase: None, or (status, reason) from its guard's error."""
+    if guard.error is None:
+        return None
+    e = guard.error
+    st = e.status if isinstance(e, S.CellOutcome) else S.OOM
+    why = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+    return st, f"rank {rank} in {where}: {why}"
+
+
+def first_failure(everyone) -> tuple[str | None, str | None]:
+    """Every rank's outcome -> one status for all (the first failing rank's, by severity: oom
+    before unsupported), or (None, None)."""
     failed = [x for x in everyone if x is not None]
     if not failed:
         return None, None
     failed.sort(key=lambda x: (x[0] != S.OOM, x[0]))
     return failed[0]
+
+
+def agree(guard: Guard, where: str) -> tuple[str | None, str | None]:
+    """Every rank's outcome of a phase -> one status for all (first_failure). A collective of
+    its own, after the phase's transfers."""
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, outcome(guard, dist.get_rank(), where))
+    return first_failure(everyone)
 
 
 # ---------------------------------------------------------------- one correctness run
@@ -162,40 +170,52 @@ def check_method(
             with rc.guard:
                 method.setup(backward)
         inputs = local_inputs(seed, method.positions, hq, hkv, d, dtype, session.device)
-        res = run_once(method, inputs, backward)
-        res["bytes"] = {
-            "sent": rc.comm.total_sent,
-            "received": rc.comm.total_received,
-            "by_kind": dict(rc.comm.sent),
-            "analytic": method.volume("fwdbwd" if backward else "fwd"),
-            "work_pairs": method.work(),
-        }
+        res = run_counted(method, rc, inputs, backward)
     st, reason = agree(rc.guard, "the correctness run")
     if st is not None:
         return {"status": st, "reason": reason}
     gathered = [None] * session.world
-    dist.all_gather_object(
-        gathered, {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in res.items()}
-    )
+    dist.all_gather_object(gathered, on_cpu(res))
     verdict = None
     if session.rank == 0:
-        try:
-            verdict = compare(
-                gathered, mask, seed, hq, hkv, d, dtype, backward, factor, session.device
-            )
-        except Exception as e:  # noqa: BLE001 - the reference's OOM is the check's, not the method's
-            if not S.is_oom(e):
-                raise
-            verdict = {
-                "status": CHECK_OOM,
-                "reason": f"rank 0, float64 check at {mask.seqlen}: "
-                f"{str(e).splitlines()[0][:300]}",
-            }
-        if verdict["status"] == CHECK_OOM and session.device.type == "cuda":
-            torch.cuda.empty_cache()
+        verdict = checked(
+            gathered, mask, seed, hq, hkv, d, dtype, backward, factor, session.device
+        )
     box = [verdict]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def run_counted(method, rc: RankContext, inputs, backward: bool) -> dict:
+    """run_once, with the bytes this rank's communicator counted and the schedule's formula."""
+    res = run_once(method, inputs, backward)
+    res["bytes"] = {
+        "sent": rc.comm.total_sent,
+        "received": rc.comm.total_received,
+        "by_kind": dict(rc.comm.sent),
+        "analytic": method.volume("fwdbwd" if backward else "fwd"),
+        "work_pairs": method.work(),
+    }
+    return res
+
+
+def on_cpu(res: dict) -> dict:
+    return {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in res.items()}
+
+
+def checked(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device) -> dict:
+    """compare(), with an out-of-memory error of the float64 check itself as CHECK_OOM."""
+    try:
+        return compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device)
+    except Exception as e:  # noqa: BLE001 - the reference's OOM is the check's, not the method's
+        if not S.is_oom(e):
+            raise
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+        return {
+            "status": CHECK_OOM,
+            "reason": f"rank 0, float64 check at {mask.seqlen}: {str(e).splitlines()[0][:300]}",
+        }
 
 
 def naive_in_dtype(q, k, v, dout, visible):

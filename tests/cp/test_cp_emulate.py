@@ -1,0 +1,105 @@
+"""The one-process emulation of a CP world (attnbench.cp.emulate): its results are a real gloo
+world's, every rank's rows pass the float64 check, its bytes are the schedule's, and each rank is
+timed alone with its transfers off."""
+
+import pytest
+import torch
+from attnbench.cp import catalog, emulate
+from attnbench.masks import Mask
+from bounded import run_bounded
+from commands import REPO, launched, package_env
+from emulate_cases import DTYPE, HKV, HQ, KERNEL, MASKS, SEED, D, cases
+
+NAMES = ("out", "lse", "dq", "dk", "dv")
+
+
+@pytest.fixture(scope="module", params=[2, 4, 8])
+def gloo(request, tmp_path_factory):
+    """Every case's rank results from a real gloo world of 2, 4 or 8 processes."""
+    world = request.param
+    out = tmp_path_factory.mktemp(f"gloo{world}") / "results.pt"
+    script = str(REPO / "tests" / "cp" / "gloo_results.py")
+    p = run_bounded(
+        launched(["--nproc-per-node", str(world)], script, str(out)), 300, package_env()
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return world, torch.load(out, weights_only=False)
+
+
+def test_emulated_results_are_the_gloo_worlds(gloo):
+    """Bit for bit, except a reduce-scatter's sums (Ring AllGather's dK, dV), whose order gloo
+    chooses: within a few float32 roundings there."""
+    world, real = gloo
+    for name, method, deg, mask in cases(world):
+        st, reason, got = emulate.results(method, KERNEL, deg, mask, SEED, HQ, HKV, D, DTYPE, True)
+        assert st is None, (name, reason)
+        for r, (mine, theirs) in enumerate(zip(got, real[name], strict=True)):
+            assert (mine["positions"] == theirs["positions"]).all(), (name, r)
+            assert mine["bytes"] == theirs["bytes"], (name, r)
+            for n in NAMES:
+                what = f"{name} rank {r} {n}"
+                if method == "ring_allgather" and n in ("dk", "dv"):
+                    torch.testing.assert_close(mine[n], theirs[n], rtol=1e-5, atol=1e-6, msg=what)
+                else:
+                    assert torch.equal(mine[n], theirs[n]), what
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_every_rank_passes_the_float64_check(world):
+    """The cell's check (run.compare, the gate) on the emulated ranks: two masks per method at 2
+    and 4 ranks, one at 8, in turn, so that every method and every mask is checked at each world
+    (test_emulated_results_are_the_gloo_worlds covers the other cases)."""
+    todo = list(cases(world))
+    methods = [c[0].rsplit("-", 1)[0] for c in todo]
+    for (name, method, deg, mask), which in zip(todo, methods):
+        step = 2 if world < 8 else 4
+        if (MASKS.index(mask.name) + sorted(set(methods)).index(which) + world) % step:
+            continue
+        v = emulate.check_method(method, KERNEL, deg, mask, SEED, HQ, HKV, D, DTYPE, True, 5.0)
+        assert v["status"] == "ok" and v["passed"] and v["every_row_once"], (name, v)
+        assert v["bytes_match_analytic"] and set(v["errors"]) == set(NAMES), name
+        assert v["work_pairs_total"] == v["mask_area_all_heads"] * HQ, name
+
+
+def small_world(method="ring_p2p", world=4, contents="peers", mask_name="causal_document"):
+    deg = catalog.degrees(method, world)
+    mask = Mask(mask_name, 16 * world + 3, {"doc_lengths": [20, 7, 16 * world - 24]})
+    w = emulate.World(deg, KERNEL, DTYPE, D, "cpu", contents=contents)
+    w.load(method, mask, HQ, HKV, D, DTYPE, True)
+    return w, w.inputs(SEED, HQ, HKV, D, DTYPE)
+
+
+@pytest.mark.parametrize("contents", emulate.CONTENTS)
+def test_every_rank_is_timed_alone_with_its_transfers_off(contents):
+    w, inputs = small_world(contents=contents)
+    emulate.prime(w, inputs, "fwdbwd")
+    sent = [rc.comm.total_sent for rc in w.rcs]
+    assert all(s > 0 for s in sent)
+    times = emulate.time_ranks(w, inputs, "fwdbwd", warmup=1, reps=3)
+    assert sorted(times) == [0, 1, 2, 3] and all(len(t) == 3 for t in times.values())
+    assert [rc.comm.total_sent for rc in w.rcs] == sent  # nothing moved while timed
+    assert all(rc.comm.enabled for rc in w.rcs)
+    s = emulate.summary(times)
+    assert s["slowest_rank_ms"] == max(s["rank_ms_median"]) >= s["fastest_rank_ms"] > 0
+    assert s["rank_spread"] >= 1 and len(s["max_over_ranks_ms"]) == 3
+    assert all(m >= times[s["slowest_rank"]][i] for i, m in enumerate(s["max_over_ranks_ms"]))
+
+
+def test_a_rank_out_of_memory_is_every_ranks_status_and_nobody_hangs(monkeypatch):
+    """As in a distributed cell: the failing rank keeps serving transfers (comm.Guard) and the
+    agreement names it; a bug in one rank (not an oom) stops the others at once."""
+    w, inputs = small_world()
+    kernel = w.rcs[2].kernel
+    real_forward = kernel.forward
+
+    def forward(*a, **kw):
+        raise torch.OutOfMemoryError("CUDA out of memory (test)")
+
+    monkeypatch.setattr(kernel, "forward", forward)
+    emulate.prime(w, inputs, "fwd")
+    st, reason = w.agree("the timing")
+    assert st == "oom" and reason.startswith("rank 2 in the timing")
+    monkeypatch.setattr(kernel, "forward", real_forward)
+    w.rcs[1].kernel.forward = lambda *a, **kw: 1 / 0
+    with pytest.raises(ZeroDivisionError):
+        emulate.prime(w, inputs, "fwd")
