@@ -1,0 +1,433 @@
+"""The compute of every rank of a CP world on one device (attnbench.cp.emulate), beside the bare
+local kernel over the same documents; a profile of one rank's schedule; and the emulation against
+the committed 2-GPU records' compute-only times (issue 33, items 2-4). Never a distributed
+measurement: no transfer is timed.
+
+    # per-rank fwd/bwd times, the slowest rank's TFLOP/s, the spread, and the bare kernel's
+    python benchmarks/cp_emulate.py --method ring_p2p --mask causal_document --world 8 \\
+        --tokens-per-rank 65536 --local-kernel fa3
+    # ... and a torch.profiler run over the slowest rank's schedule: time per kind of kernel
+    python benchmarks/cp_emulate.py ... --profile
+    # every committed h200_cp 2-GPU cell: the emulated world-2 compute time vs its measured
+    # compute-only time (the record's own documents, inputs, local kernel and repetitions)
+    python benchmarks/cp_emulate.py --validate results/h200 --json pairs.json
+
+The documents: a cell's first timed sample at the world's total length (the grid's seed 0 and the
+document-length histogram it would use; tokens_per_rank x world tokens). The bare kernel
+(`local`, one call over every document) runs over the same documents at the same total length;
+where that does not fit on the device, over the documents of the first tokens_per_rank tokens
+(the same per-rank share), and the output says which.
+
+Numbers printed per direction:
+  rank_ms          each rank's median (ms), timed alone, its transfers off (compute-only)
+  slowest          the slowest rank and its median; spread = slowest / mean over ranks
+  tflops_per_gpu   global FLOPs / (per-repetition max over ranks x world): a CP cell's number
+  slowest_rank_tflops  that rank's own visible pairs' FLOPs / its own median time
+  local_tflops     the bare local kernel's TFLOP/s over the same documents; share = the ratio of
+                   tflops_per_gpu to it (issue 33's target: >= 90% on document masks)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "workflow"))
+
+from attnbench import families  # noqa: E402
+from attnbench.cp import catalog, emulate  # noqa: E402
+from attnbench.grid.expand import histograms_for  # noqa: E402
+from attnbench.harness.flops import attention_flops  # noqa: E402
+from attnbench.harness.inputs import data_seed, input_seed, mask_rng, torch_dtype  # noqa: E402
+from attnbench.harness.measure import quantiles, synchronize  # noqa: E402
+from attnbench.harness.samples import spec_mask  # noqa: E402
+from attnbench.masks import Mask  # noqa: E402
+from attnbench.status import is_oom  # noqa: E402
+
+DIRECTIONS = ("fwd", "bwd")
+
+
+# ---------------------------------------------------------------- one world
+
+
+def draw_mask(mask_name, seqlen, hq, hkv, d, dtype, seed=0):
+    """The first timed sample's mask of a cell at this length (the grid's draw)."""
+    spec = dict(seed=seed, mask=mask_name, mask_params={}, seqlen=seqlen, heads_q=hq, heads_kv=hkv)
+    spec.update(head_dim=d, dtype=dtype)
+    cfg = families.validate(yaml.safe_load((REPO / "config.yaml").read_text()))
+    hist = histograms_for(cfg, mask_name, seqlen)
+    return spec_mask(spec, seqlen, mask_rng(data_seed(spec)), hist), data_seed(spec)
+
+
+def share_of(mask: Mask, tokens: int) -> Mask:
+    """The documents of the first `tokens` tokens (the last one cut there)."""
+    docs = mask.params.get("doc_lengths")
+    if not docs:
+        return Mask(mask.name, tokens, {}, heads_q=mask.heads_q)
+    out, left = [], tokens
+    for n in docs:
+        if left <= 0:
+            break
+        out.append(min(n, left))
+        left -= out[-1]
+    return Mask(mask.name, tokens, {**mask.params, "doc_lengths": out}, heads_q=mask.heads_q)
+
+
+def time_world(method, deg, kernel, mask, seed, a, direction, device, profile_ranks=()):
+    """Emulate the world once for `direction`: per-rank times, their summary, each rank's
+    visible pairs, and the profiles asked for."""
+    dtype = torch_dtype(a.dtype)
+    world = emulate.World(
+        deg, kernel, dtype, a.head_dim, device, contents=a.contents, timeout_s=600
+    )
+    world.load(method, mask, a.hq, a.hkv, a.head_dim, dtype, direction != "fwd")
+    inputs = world.inputs(seed, a.hq, a.hkv, a.head_dim, dtype)
+    failed = world.agree("setup")
+    if failed[0] is None:
+        emulate.prime(world, inputs, direction)
+        failed = world.agree("the lockstep run")
+    if failed[0] is not None:
+        return {"status": failed[0], "reason": failed[1]}
+    times = emulate.time_ranks(world, inputs, direction, a.warmup, a.reps)
+    failed = world.agree("timing")
+    if failed[0] is not None:
+        return {"status": failed[0], "reason": failed[1]}
+    out = {"status": "ok", **emulate.summary(times), "times": times}
+    out["work_pairs"] = [m.work() for m in world.methods]
+    profiles = {}
+    for r in profile_ranks if profile_ranks != "slowest" else [out["slowest_rank"]]:
+        profiles[r] = profile_rank(world, inputs, direction, r, a.profile_reps)
+    out["profiles"] = profiles
+    return out
+
+
+def report_world(name, res, mask, a, world_size, direction):
+    if res["status"] != "ok":
+        print(f"  {name} {direction}: {res['status']}: {res['reason']}")
+        return None
+    flops = attention_flops(sum(mask.area_per_head), a.head_dim, direction)
+    tmax = quantiles(res["max_over_ranks_ms"])["median"]
+    per_gpu = flops / (tmax * 1e-3) / 1e12 / world_size
+    r = res["slowest_rank"]
+    own = attention_flops(res["work_pairs"][r], a.head_dim, direction)
+    slowest_tf = own / (res["slowest_rank_ms"] * 1e-3) / 1e12
+    ranks = " ".join(f"{t:.3f}" for t in res["rank_ms_median"])
+    print(
+        f"  {name} {direction}: rank_ms [{ranks}]  slowest rank {r} {res['slowest_rank_ms']:.3f} ms"
+        f"  spread {res['rank_spread']:.3f}  tflops_per_gpu {per_gpu:.4g}"
+        f"  slowest_rank_tflops {slowest_tf:.4g}"
+    )
+    return {
+        "rank_ms_median": res["rank_ms_median"],
+        "slowest_rank": r,
+        "slowest_rank_ms": res["slowest_rank_ms"],
+        "rank_spread": res["rank_spread"],
+        "tflops_per_gpu": per_gpu,
+        "slowest_rank_tflops": slowest_tf,
+        "profiles": res["profiles"],
+    }
+
+
+def local_baseline(kernel, mask, per_rank_tokens, seed, a, direction, device):
+    """The bare local kernel over the same documents (the whole length, else the per-rank share)."""
+    deg = catalog.degrees(catalog.BARE_KERNEL, 1)
+    for which, m in (("same total length", mask), ("per-rank share", None)):
+        m = m or share_of(mask, per_rank_tokens)
+        try:
+            res = time_world(catalog.BARE_KERNEL, deg, kernel, m, seed, a, direction, device)
+        except Exception as e:  # noqa: BLE001 - an oom of the whole length: the share instead
+            if not is_oom(e):
+                raise
+            res = {"status": "oom", "reason": str(e).splitlines()[0]}
+        if res["status"] == "ok":
+            flops = attention_flops(sum(m.area_per_head), a.head_dim, direction)
+            tf = flops / (res["slowest_rank_ms"] * 1e-3) / 1e12
+            print(
+                f"  local {direction} ({which}, {m.seqlen} tokens): {res['slowest_rank_ms']:.3f} ms"
+                f"  local_tflops {tf:.4g}"
+            )
+            return {"over": which, "tokens": m.seqlen, "ms": res["slowest_rank_ms"], "tflops": tf}
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        print(f"  local {direction} ({which}): {res['status']}: {res['reason']}")
+    return None
+
+
+# ---------------------------------------------------------------- profile
+
+FAMILIES = (
+    (
+        "attention bwd",
+        r"(flash|fmha|attn|attention|sdpa|cudnn|flex|triton_tem).*(bwd|bprop|backward|dq|dkv|dot_do|preprocess|postprocess)",
+    ),
+    ("attention fwd", r"flash|fmha|attn|attention|sdpa|cudnn|flex|triton_tem"),
+    (
+        "copies / gathers",
+        r"copy|memcpy|\bcat\b|cat_|catarray|index|gather|scatter|stack|contiguous|clone",
+    ),
+    ("fills", r"fill|memset|zero"),
+    (
+        "merges / elementwise",
+        r"elementwise|vectorized|reduce|exp|log|where|add|mul|sub|div|max|sum|isinf|softplus|sigmoid|neg|unrolled",
+    ),
+)
+
+
+def kernel_family(name: str) -> str:
+    low = name.lower()
+    for fam, pattern in FAMILIES:
+        if re.search(pattern, low):
+            return fam
+    return "others"
+
+
+def profile_rank(world, inputs, direction, rank, reps) -> dict:
+    """torch.profiler over `reps` calls of one rank's schedule (its transfers off): time per
+    kind of kernel (device time on GPU, self CPU time of the aten ops on the CPU), per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn = emulate.calls(world, inputs, direction)[rank]
+    rc, dev = world.rcs[rank], world.device
+    rc.comm.enabled = False
+    try:
+        fn()
+        synchronize(dev)
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            for _ in range(reps):
+                fn()
+            synchronize(dev)
+    finally:
+        rc.comm.enabled = True
+    by = {}
+    for ev in prof.key_averages():
+        if dev.type == "cuda":
+            t = getattr(ev, "self_device_time_total", 0) or 0
+        else:
+            t = ev.self_cpu_time_total if ev.key.startswith("aten::") else 0
+        if t <= 0:
+            continue
+        fam = kernel_family(ev.key)
+        entry = by.setdefault(fam, {"ms": 0.0, "calls": 0, "top": {}})
+        entry["ms"] += t / 1e3 / reps
+        entry["calls"] += ev.count // reps
+        entry["top"][ev.key] = entry["top"].get(ev.key, 0.0) + t / 1e3 / reps
+    for entry in by.values():
+        entry["top"] = dict(sorted(entry["top"].items(), key=lambda kv: -kv[1])[:3])
+    return dict(sorted(by.items(), key=lambda kv: -kv[1]["ms"]))
+
+
+def print_profile(rank, prof):
+    total = sum(e["ms"] for e in prof.values())
+    print(f"    profile of rank {rank} (per call, {total:.3f} ms of kernels):")
+    for fam, e in prof.items():
+        top = "; ".join(f"{k[:60]} {v:.3f}" for k, v in e["top"].items())
+        print(
+            f"      {fam:22s} {e['ms']:9.3f} ms {100 * e['ms'] / total:5.1f}%  {e['calls']:5d} calls  [{top}]"
+        )
+
+
+def bench(a, device) -> dict:
+    deg = catalog.degrees(
+        a.method, a.world, a.ulysses_degree, a.windows, a.placement, gpus_per_node=max(a.world, 8)
+    )
+    seqlen = a.tokens_per_rank * a.world
+    mask, dseed = draw_mask(a.mask, seqlen, a.hq, a.hkv, a.head_dim, a.dtype)
+    seed = input_seed(dseed, 0, seqlen)
+    print(
+        f"{a.method} {deg.to_json()} {a.mask} world {a.world} x {a.tokens_per_rank} tokens "
+        f"({len(mask.params.get('doc_lengths', [seqlen]))} documents), local kernel {a.local_kernel}, "
+        f"heads {a.hq}:{a.hkv}, d {a.head_dim}, {a.dtype}, {device}; EMULATED (compute only)"
+    )
+    out = {
+        "method": a.method,
+        "degrees": deg.to_json(),
+        "mask": a.mask,
+        "world": a.world,
+        "tokens_per_rank": a.tokens_per_rank,
+        "local_kernel": a.local_kernel,
+        "emulated": True,
+    }
+    for direction in a.directions:
+        prof = "slowest" if a.profile else ()
+        res = time_world(a.method, deg, a.local_kernel, mask, seed, a, direction, device, prof)
+        got = report_world(a.method, res, mask, a, a.world, direction)
+        for r, p in (got or {}).get("profiles", {}).items():
+            print_profile(r, p)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        base = (
+            None
+            if a.no_local
+            else local_baseline(
+                a.local_kernel, mask, a.tokens_per_rank, seed, a, direction, device
+            )
+        )
+        if got and base:
+            got["share_of_local"] = got["tflops_per_gpu"] / base["tflops"]
+            print(f"  share of the bare kernel ({direction}): {100 * got['share_of_local']:.1f}%")
+        out[direction] = {"emulated": got, "local": base}
+    return out
+
+
+# ---------------------------------------------------------------- validation (issue 33 item 2)
+
+
+def validation_records(root: Path):
+    for p in sorted((root / "cells" / "h200_cp" / "cp").glob("*/*/*.json")):
+        r = json.loads(p.read_text())
+        spec = r["cell"]
+        if r.get("status") != "ok" or spec["gpus"] != 2 or not r["samples"]:
+            continue
+        if not catalog.uses_local_kernel(spec["impl"]) or spec["impl"] == catalog.BARE_KERNEL:
+            continue
+        if r["samples"][0].get("compute_only_ms_median") is None:
+            continue
+        yield p, r
+
+
+def validate(a, device) -> list[dict]:
+    """Each committed 2-GPU cell rebuilt (its first sample's documents and inputs, its local
+    kernel, degrees, warm-up and repetitions) and emulated at world 2: the emulated compute time
+    (median of the per-repetition max over ranks) beside the record's measured compute-only."""
+    rows = []
+    for path, r in validation_records(Path(a.validate)):
+        if a.cells and not re.search(a.cells, str(path)):
+            continue
+        spec, sample = r["cell"], r["samples"][0]
+        c = spec["cp"]
+        deg = catalog.Degrees(c["ulysses"], c["ring"], c["windows"], c["placement"])
+        mask = Mask(spec["mask"], spec["seqlen"], sample["mask_params"], heads_q=spec["heads_q"])
+        seed = input_seed(r["data_seed"], 0, spec["seqlen"])
+        a.hq, a.hkv, a.head_dim, a.dtype = (
+            spec["heads_q"],
+            spec["heads_kv"],
+            spec["head_dim"],
+            spec["dtype"],
+        )
+        a.warmup, a.reps = spec["warmup"], spec["reps"]
+        kernel = r["kernel"]["local_kernel"]
+        world_args = dict(dkv=c.get("dkv_comm_dtype", "accumulator"))  # the record's dK/dV dtype
+        res = _time_record(
+            spec["impl"], deg, kernel, mask, seed, a, spec["direction"], device, world_args
+        )
+        measured = sample["compute_only_ms_median"]
+        row = {
+            "cell": str(path.relative_to(a.validate)),
+            "method": spec["impl"],
+            "mask": spec["mask"],
+            "tokens_per_gpu": spec["tokens_per_gpu"],
+            "direction": spec["direction"],
+            "local_kernel": kernel,
+            "measured_compute_only_ms": measured,
+            "status": res["status"],
+        }
+        if res["status"] == "ok":
+            emu = quantiles(res["max_over_ranks_ms"])["median"]
+            row.update(emulated_ms=emu, ratio=emu / measured, rank_ms=res["rank_ms_median"])
+        else:
+            row["reason"] = res["reason"]
+        rows.append(row)
+        ratio = f"{row['ratio']:.3f}" if "ratio" in row else row["status"]
+        print(
+            f"{row['cell']:90s} measured {measured:9.3f}  emulated "
+            f"{row.get('emulated_ms', float('nan')):9.3f}  ratio {ratio}",
+            flush=True,
+        )
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    ok = [x["ratio"] for x in rows if "ratio" in x]
+    if ok:
+        within = sum(abs(x - 1) <= 0.10 for x in ok)
+        print(
+            f"{len(ok)} pairs: ratio median {np.median(ok):.3f}, min {min(ok):.3f}, "
+            f"max {max(ok):.3f}; {within} of {len(ok)} within 10%"
+        )
+    return rows
+
+
+def _time_record(method, deg, kernel, mask, seed, a, direction, device, world_args):
+    dtype = torch_dtype(a.dtype)
+    world = emulate.World(
+        deg, kernel, dtype, a.head_dim, device, world_args["dkv"], contents=a.contents
+    )
+    world.load(method, mask, a.hq, a.hkv, a.head_dim, dtype, direction != "fwd")
+    inputs = world.inputs(seed, a.hq, a.hkv, a.head_dim, dtype)
+    failed = world.agree("setup")
+    if failed[0] is None:
+        emulate.prime(world, inputs, direction)
+        failed = world.agree("the lockstep run")
+    if failed[0] is None:
+        # the distributed cell timed its compute-only variant with one warm-up call
+        times = emulate.time_ranks(world, inputs, direction, 1, a.reps)
+        failed = world.agree("timing")
+    if failed[0] is not None:
+        return {"status": failed[0], "reason": failed[1]}
+    return {"status": "ok", **emulate.summary(times)}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--method",
+        default="ring_p2p",
+        choices=[m for m in catalog.METHODS if catalog.uses_local_kernel(m)],
+    )
+    p.add_argument("--mask", default="causal_document")
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--tokens-per-rank", type=int, default=65536)
+    p.add_argument("--local-kernel", default=None, help="default: fa3 on cuda, cpu_flash on cpu")
+    p.add_argument("--ulysses-degree", default="auto")
+    p.add_argument("--windows", default="auto")
+    p.add_argument("--placement", default="contiguous")
+    p.add_argument("--heads", default="64:8")
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--dtype", default=None, help="default bfloat16 on cuda, float32 on cpu")
+    p.add_argument(
+        "--directions", nargs="+", default=list(DIRECTIONS), choices=["fwd", "bwd", "fwdbwd"]
+    )
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument(
+        "--contents",
+        default="peers",
+        choices=emulate.CONTENTS,
+        help="peers: lockstep world (N ranks' memory); synthetic: each rank alone",
+    )
+    p.add_argument("--no-local", action="store_true", help="skip the bare-kernel baseline")
+    p.add_argument("--profile", action="store_true", help="torch.profiler over the slowest rank")
+    p.add_argument("--profile-reps", type=int, default=3)
+    p.add_argument(
+        "--validate", metavar="RESULTS", help="e.g. results/h200: every h200_cp 2-GPU cell"
+    )
+    p.add_argument("--cells", help="--validate: only the cells whose path matches this regex")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--json", help="write the numbers here too")
+    a = p.parse_args(argv)
+    device = torch.device(a.device)
+    a.hq, a.hkv = (int(x) for x in a.heads.split(":"))
+    a.dtype = a.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+    a.local_kernel = a.local_kernel or ("fa3" if device.type == "cuda" else "cpu_flash")
+    for key in ("ulysses_degree", "windows"):
+        v = getattr(a, key)
+        setattr(a, key, v if v == "auto" else int(v))
+    if a.validate and device.type != "cuda":
+        p.error("--validate rebuilds GPU records (their local kernels): run it on a GPU")
+    out = validate(a, device) if a.validate else bench(a, device)
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""One emulated CP cell (`cp.emulate: true`): the compute of every rank of an N-rank world in one
+process on one device (attnbench.cp.emulate), never a distributed measurement.
+
+    python -m attnbench cp-cell --spec JSON --out FILE     (one process: no torchrun world)
+
+Per sample: the N virtual ranks are built and run once in lockstep (their transfers through the
+in-process hub), then each rank is timed alone with its transfers off, the compute-only variant
+of a distributed cell, with the harness's timing (warm-up, repetitions, L2 flush on GPU). A
+repetition's time is the maximum over ranks of that repetition (what the slowest rank takes, as
+a distributed cell's max over ranks), so TFLOP/s per GPU = global FLOPs / (that time x N), as
+for the distributed cells. The sample also keeps every rank's times, the slowest rank and the
+spread over ranks (slowest / mean of the per-rank medians: the load balance in time).
+The correctness check is the distributed cell's (check.max_seqlen, float64, the gate) on the
+emulated ranks' rows. Memory is not recorded: the N ranks share one device.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from ... import status as S
+from ...cp import catalog, emulate, run
+from ...cp import cell as C
+from ...harness.faults import crash_if_asked
+from ...harness.inputs import input_seed, mask_rng, torch_dtype
+from ...harness.measure import quantiles, sample_timings
+from ...harness.samples import (
+    CheckOutOfMemory,
+    checked_outcome,
+    checked_samples,
+    n_samples,
+    spec_mask,
+)
+from ...record.record import base_record, environment, now, summarise, write_record
+
+MARK = "emulated"  # the word tables and figures put beside every emulated number
+WHAT = "compute of every rank emulated on one device (no transfer, no overlap): not a distributed measurement"
+
+
+def is_emulated(spec: dict) -> bool:
+    return bool(spec.get("cp", {}).get("emulate", False))
+
+
+def contents(spec) -> str:
+    return spec["cp"].get("emulate_contents", emulate.CONTENTS[0])
+
+
+def _world(spec, device) -> emulate.World:
+    return emulate.World(
+        C.degrees_of(spec),
+        spec["cp"]["local_kernel"],
+        torch_dtype(spec["dtype"]),
+        spec["head_dim"],
+        device,
+        C.dkv_comm_dtype(spec),
+        load_kernel_too=catalog.uses_local_kernel(spec["impl"]),
+        contents=contents(spec),
+        timeout_s=spec["cp"]["timeout_s"],
+    )
+
+
+def _agree(world, where):
+    st, reason = world.agree(where)
+    if st is not None:
+        raise C.Failed(st, reason)
+
+
+def measure_sample(spec, index, mask, device) -> dict:
+    dtype, d = torch_dtype(spec["dtype"]), spec["head_dim"]
+    hq, hkv, direction = spec["heads_q"], spec["heads_kv"], spec["direction"]
+    seed = input_seed(spec["_data_seed"], index, spec["seqlen"])
+    world = _world(spec, device)
+    world.load(spec["impl"], mask, hq, hkv, d, dtype, direction != "fwd")
+    _agree(world, "setup")
+    inputs = world.inputs(seed, hq, hkv, d, dtype)
+    _agree(world, "setup")
+    emulate.prime(world, inputs, direction)  # every buffer as the real run leaves it
+    _agree(world, "the lockstep run")
+    counted = [
+        {
+            "sent": rc.comm.total_sent,
+            "received": rc.comm.total_received,
+            "by_kind_sent": dict(rc.comm.sent),
+            "by_kind_received": dict(rc.comm.received),
+        }
+        for rc in world.rcs
+    ]
+    times = emulate.time_ranks(world, inputs, direction, spec["warmup"], spec["reps"])
+    _agree(world, "timing")
+    summ = emulate.summary(times)
+    ranks = []
+    for r, (m, rc) in enumerate(zip(world.methods, world.rcs)):
+        one = {
+            "rank": r,
+            "coords": list(rc.deg.coords(r)),
+            "time_ms": times[r],
+            "time_ms_median": quantiles(times[r])["median"],
+            # the lockstep call's (prime's: forward, and backward unless fwd)
+            "bytes": counted[r],
+            "bytes_analytic": m.volume("fwd" if direction == "fwd" else "fwdbwd"),
+            "work_pairs": m.work(),
+            "describe": m.describe(),
+        }
+        ranks.append(one)
+    sample = {
+        **sample_timings(index, mask, d, direction, summ["max_over_ranks_ms"], ranks=world.size),
+        "peak_mem_bytes": None,
+        "peak_mem_increment_bytes": None,
+        "mem_source": f"not measured: {world.size} emulated ranks share one device",
+        "emulated": True,
+        "emulated_contents": world.contents,
+        **{k: v for k, v in summ.items() if k != "max_over_ranks_ms"},
+        "ranks": ranks,
+    }
+    sample.update(C._bytes_summary(ranks))
+    work = [r["work_pairs"] for r in ranks]
+    sample["work_pairs_total"] = int(sum(work))
+    sample["load_balance"] = max(work) / (sum(work) / len(work)) if sum(work) else None
+    del world, inputs
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+    return sample
+
+
+def check_sample(spec, index, histograms, device) -> dict:
+    """cp.cell.check_sample on the emulated ranks (emulate.check_method)."""
+    c = spec["check"]
+    s, too_long = min(spec["seqlen"], c["max_seqlen"]), []
+    while True:
+        if s < 1:
+            raise CheckOutOfMemory(
+                f"the float64 check ran out of memory at every length down to {too_long[-1]}"
+            )
+        mask = C._check_mask(spec, index, s, histograms)
+        verdict = emulate.check_method(
+            spec["impl"],
+            spec["cp"]["local_kernel"],
+            C.degrees_of(spec),
+            mask,
+            input_seed(spec["_data_seed"], index, s),
+            spec["heads_q"],
+            spec["heads_kv"],
+            spec["head_dim"],
+            torch_dtype(spec["dtype"]),
+            spec["direction"] != "fwd",
+            c["tolerance_factor"],
+            device,
+            C.dkv_comm_dtype(spec),
+        )
+        if verdict["status"] != run.CHECK_OOM:
+            break
+        too_long.append(s)
+        s //= 2
+    verdict["mask_params"] = mask.params if s != spec["seqlen"] else "same as the timed sample"
+    verdict["emulated"] = True
+    if too_long:
+        verdict["out_of_memory_at_seqlen"] = too_long
+    return verdict
+
+
+def measure(record, spec, device):
+    spec = {**spec, "_data_seed": record["data_seed"]}
+    rng, hist = mask_rng(record["data_seed"]), spec.get("histograms")
+    try:
+        for i in range(n_samples(spec)):
+            mask = spec_mask(spec, spec["seqlen"], rng, hist)
+            sample = measure_sample(spec, i, mask, device)
+            if i < checked_samples(spec):
+                verdict = check_sample(spec, i, hist, device)
+                if verdict["status"] not in (S.OK, S.INCORRECT):
+                    raise C.Failed(verdict["status"], verdict["reason"])
+                sample["check"] = verdict
+            record["samples"].append(sample)
+    except C.Failed as e:
+        return e.status, e.reason
+    return checked_outcome(record["samples"])
+
+
+def emulated_summary(record, spec):
+    """cp.cell.cp_summary, with what makes the record an emulation's: `emulated`, its
+    contents, the slowest rank's median time and the spread over ranks (medians over samples)."""
+    C.cp_summary(record, spec)
+    samples = record["samples"]
+
+    def med(key):
+        values = [s.get(key) for s in samples]
+        return float(np.median(values)) if samples and all(v is not None for v in values) else None
+
+    extra = {
+        "emulated": True,
+        "emulated_contents": contents(spec),
+        "slowest_rank_ms": med("slowest_rank_ms"),
+        "rank_spread": med("rank_spread"),
+    }
+    record["cp"].update(extra, emulated_note=WHAT)
+    record["table_extra"].update(extra)
+
+
+def run_emulated_cell(spec: dict, out_path, peak: dict | None = None):
+    """The emulated cell's record (cp.cell.run_cp_cell's steps, one process, no process group)."""
+    crash_if_asked(spec)
+    t0 = time.perf_counter()
+    choice = C.choose(spec, out_path)
+    record = base_record(spec, {**C.implementation(spec, choice), "emulated": True})
+    status, reason = C.static_outcome(spec, choice["local_kernel"])
+    if status is None and not catalog.uses_local_kernel(spec["impl"]):
+        status, reason = (
+            S.UNSUPPORTED,
+            f"{spec['impl']} runs torch's own collectives: it cannot be emulated in one process",
+        )
+    if status is None:
+        device = torch.device("cuda") if spec["device"] == "cuda" else torch.device("cpu")
+        chosen = {**spec, "cp": {**spec["cp"], "local_kernel": choice["local_kernel"]}}
+        status, reason = measure(record, chosen, device)
+    record["status"], record["status_reason"] = status, reason
+    if status in S.TIMED:
+        summarise(record, peak, gpus=spec["gpus"])
+    emulated_summary(record, spec)
+    record["matmul_peak"] = peak
+    record["environment"] = environment(spec["device"])
+    record["finished_at"] = now()
+    record["wall_s"] = time.perf_counter() - t0
+    write_record(record, out_path)
+    return record
