@@ -67,6 +67,9 @@ if ls .whl/*.whl > /dev/null 2>&1; then
     echo "the wheels of .whl/ are installed already"
   else
     install .whl/*.whl || exit 1
+    # one pip --target run keeps one top-level include/ of the wheels it installs (greenlet's
+    # headers replaced cudnn-frontend's C++ headers, which TE's build needs): the frontend again, alone
+    if ls .whl/nvidia_cudnn_frontend-*.whl > /dev/null 2>&1; then install .whl/nvidia_cudnn_frontend-*.whl || exit 1; fi
     echo "$carried" > /tmp/site/.carried
   fi
 elif [ ! -d /tmp/site/snakemake ]; then
