@@ -2,13 +2,19 @@
 world's, every rank's rows pass the float64 check, its bytes are the schedule's, and each rank is
 timed alone with its transfers off."""
 
+import json
+
 import pytest
 import torch
 from attnbench.cp import catalog, emulate
+from attnbench.families import expand_cells, validate, write_figures, write_tables
+from attnbench.grid.expand import cell_path
 from attnbench.masks import Mask
+from attnbench.report.collect import collect, write_cells
 from bounded import run_bounded
 from commands import REPO, launched, package_env
 from emulate_cases import DTYPE, HKV, HQ, KERNEL, MASKS, SEED, D, cases
+from tinygrids import config_running, cp_grid
 
 NAMES = ("out", "lse", "dq", "dk", "dv")
 
@@ -103,3 +109,74 @@ def test_a_rank_out_of_memory_is_every_ranks_status_and_nobody_hangs(monkeypatch
     w.rcs[1].kernel.forward = lambda *a, **kw: 1 / 0
     with pytest.raises(ZeroDivisionError):
         emulate.prime(w, inputs, "fwd")
+
+
+# ---------------------------------------------------------------- an emulated cell in the pipeline
+
+EMULATED = cp_grid(
+    methods=["ring_p2p"],
+    masks=["causal_document"],
+    tokens_per_gpu=[24],
+    gpus=[4],
+    heads=[[2, 1]],
+    head_dim=[8],
+    direction=["bwd"],
+    mask_params={"long_doc_range": [8, 40]},
+    check={"max_seqlen": 256, "tolerance_factor": 5, "samples": 1},
+    cp={"local_kernel": "cpu_flash", "timeout_s": 60, "emulate": True},
+    # the bare kernel on one rank, measured: the baseline of cp_vs_single_gpu
+    also=[{"methods": ["local"], "gpus": [1], "cp": {"emulate": False}}],
+)
+
+
+def test_an_emulated_cell_through_the_pipeline_is_marked_everywhere(base, tmp_path):
+    """The rule's command (one process for the 4 emulated ranks) writes a record with emulated:
+    true at a cell path of its own (-emu); the tidy table, tables and figures mark it."""
+    cfg = config_running({"emu": EMULATED})
+    cells = {c["impl"]: c for c in expand_cells(validate(cfg))}
+    emu, local = cells["ring_p2p"], cells["local"]
+    assert emu["cp"]["emulate"] and emu["cp"]["nproc_per_node"] == 1 and emu["gpus"] == 4
+    assert "emulate" not in local["cp"] and cell_path(emu).endswith("-g4-emu.json")
+    root = tmp_path / "results"
+    for cell in (emu, local):
+        out = root / cell_path(cell)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cmd = launched(
+            ["--nproc-per-node", str(cell["cp"]["nproc_per_node"])],
+            *["-m", "attnbench", "cp-cell", "--spec", json.dumps(cell), "--out", str(out)],
+        )
+        p = run_bounded(cmd, 240, package_env())
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    r = json.loads((root / cell_path(emu)).read_text())
+    assert r["status"] == "ok" and r["kernel"]["emulated"] and r["cp"]["emulated"]
+    s = r["samples"][0]
+    assert s["emulated"] and len(s["ranks"]) == 4 and s["check"]["passed"]
+    assert s["slowest_rank_ms"] == max(s["rank_ms_median"]) and s["rank_spread"] >= 1
+    assert s["bytes_match_analytic"] and r["tflops"] > 0
+    df = collect(root=root)
+    write_cells(df, root / "tables/cells.csv")
+    flags = dict(zip(df["impl"], df["emulated"].fillna(False)))
+    assert flags == {"ring_p2p": True, "local": False}
+    out = root / "tables/emu"
+    write_tables(root / "tables/cells.csv", out, grid="emu", grid_cfg=cfg["grids"]["emu"])
+    tflops = (out / "cp_tflops.md").read_text()
+    assert "ring_p2p [emulated]" in tflops and "not a distributed measurement" in tflops
+    table = tflops.split("\n\n", 1)[1]
+    assert "| ring_p2p" not in table.split("fastest")[-1]  # an emulation is never the fastest
+    share = (out / "cp_vs_single_gpu.md").read_text()
+    assert "ring_p2p [emulated]" in share and "none (no local cell)" not in share.split("\n\n")[1]
+    assert "yes (" in (out / "cp_breakdown.md").read_text()
+    figs = write_figures(
+        root / "tables/cells.csv",
+        root / "figures/emu",
+        {"formats": ["png"], "dpi": 40},
+        grid="emu",
+        grid_cfg=cfg["grids"]["emu"],
+    )
+    assert any(p.name == "cp_breakdown.png" for p in figs)
+
+
+def test_torch_cp_cannot_be_emulated():
+    cfg = config_running({"emu": {**EMULATED, "methods": ["ring_p2p", "torch_cp"], "also": []}})
+    with pytest.raises(Exception, match="cannot be emulated"):
+        validate(cfg)

@@ -103,6 +103,8 @@ def cp_suffix(cell: dict) -> str:
         out += f"-dkv{c['dkv_comm_dtype']}"
     if c.get("degrees_named"):  # an also: entry named the factorisation (USP 2x4 beside 4x2)
         out += f"-u{c['ulysses']}r{c['ring']}w{c['windows']}"
+    if c.get("emulate"):  # every rank's compute emulated in one process (never a measurement)
+        out += "-emu" + ("" if c.get("emulate_contents", "peers") == "peers" else "synthetic")
     return out
 
 

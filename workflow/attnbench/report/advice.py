@@ -225,7 +225,7 @@ def _degrees(r) -> str:
 
 def cp_names(df: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
     """(base, name, ran) of each CP row. base: the method with the local-kernel setting and the
-    degrees where the method runs several; name: base with the dK/dV dtype where the method's
+    degrees where the method runs several (and `emulated` where it also has measured cells); name: base with the dK/dV dtype where the method's
     backward runs several (it changes only the backward, so a fwd row is named by its base); ran:
     the local kernel that ran."""
     setting = _text(df, "local_kernel_setting", "")
@@ -233,6 +233,7 @@ def cp_names(df: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
     setting = setting.where(setting != "", ran)
     dkv = _text(df, "dkv_comm_dtype", "accumulator")
     degrees = pd.Series([_degrees(r) for _, r in df.iterrows()], index=df.index, dtype=object)
+    emulated = _flag(df, "emulated")
     base = []
     for i, impl in df["impl"].items():
         mine = df["impl"] == impl
@@ -242,6 +243,8 @@ def cp_names(df: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
             tags.append(setting[i])
         if degrees[same_gpus].nunique() > 1:
             tags.append(degrees[i])
+        if emulated[mine].nunique() > 1 and emulated[i]:  # beside the same method measured
+            tags.append("emulated")
         base.append(impl + "".join(f" [{t}]" for t in tags))
     base = pd.Series(base, index=df.index)
     name = [

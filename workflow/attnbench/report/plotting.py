@@ -162,12 +162,15 @@ def kernel_line(ax, x, y, name: str, ls: str = "-", **line_kw):
     return ax.plot(x, y, ls, color=colour(name), marker=marker(name), **line_kw)
 
 
-def timed_line(ax, g: pd.DataFrame, x: str, value: str, name: str, label: str, ms, lw, ring_ms):
-    """One kernel's rows g: the timed ones as a line of value against x, red rings on the
-    incorrect ones, out-of-memory ones as X on the axis floor. Returns (points, OOM marks)."""
+def timed_line(
+    ax, g: pd.DataFrame, x: str, value: str, name: str, label: str, ms, lw, ring_ms, ls="-"
+):
+    """One kernel's rows g: the timed ones as a line of value against x (line style ls), red
+    rings on the incorrect ones, out-of-memory ones as X on the axis floor. Returns (points,
+    OOM marks)."""
     ok = g[g["status"].isin(TIMED) & g[value].notna()].sort_values(x)
     if len(ok):
-        kernel_line(ax, ok[x], ok[value], name, ms=ms, lw=lw, label=label)
+        kernel_line(ax, ok[x], ok[value], name, ls=ls, ms=ms, lw=lw, label=label)
         bad = ok[ok["status"] == "incorrect"]
         ax.plot(bad[x], bad[value], "o", mfc="none", mec="red", ms=ring_ms, lw=0)
     oom = g[g["status"] == "oom"]

@@ -15,7 +15,12 @@ def record_skeleton(spec: dict) -> dict:
     """The record with what ran (method and local kernel) and the CP tables' columns."""
     from ...cp.cell import cp_summary, implementation
     from ...record.record import base_record
+    from .emulated import emulated_summary, is_emulated
 
+    if is_emulated(spec):  # cp.emulate: the record says so whatever its status
+        record = base_record(spec, {**implementation(spec), "emulated": True})
+        emulated_summary(record, spec)
+        return record
     record = base_record(spec, implementation(spec))
     cp_summary(record, spec)
     return record

@@ -3,10 +3,12 @@
 A CP grid crosses methods x masks x tokens_per_gpu x gpus x heads x head_dim x dtype x direction;
 the grid's `cp:` object fixes the local kernel, the Ulysses degree of USP/LoongTrain (`auto`:
 min(N, gpus_per_node), the paper's), LoongTrain's windows, the rank placement and gpus_per_node.
-An `also:` entry may name its own `cp: {local_kernel, dkv_comm_dtype, ulysses_degree, windows}`
+An `also:` entry may name its own `cp: {local_kernel, dkv_comm_dtype, ulysses_degree, windows,
+emulate}`
 (each is then part of the cell id, grid.expand.cp_suffix). A cell carries the local kernel as named (`auto` stays `auto`: the cell
 chooses when it runs, from the records then on disk, cp/choose.py), its resolved degrees, nodes and
-processes per node.
+processes per node. `cp.emulate: true` makes the cells emulations (families/cp/emulated.py): `gpus`
+is the emulated world size, run by one process on one device (nodes 1, nproc_per_node 1).
 """
 
 from __future__ import annotations
@@ -112,8 +114,16 @@ def grid_problems(grid, prod, at) -> list[str]:
                 f", not on the grid's device {device}"
             )
     gpn = c.get("gpus_per_node", 8)
+    emulated = c.get("emulate", False)
+    if emulated:  # one process runs every rank: only our methods (cp.emulate)
+        for m in prod.get("methods", []):
+            if m in catalog.TORCH_CP_METHODS:
+                problems.append(
+                    f"{at}.cp.emulate: {m} runs torch's own collectives and cannot be emulated in "
+                    f"one process; emulate the methods over a local kernel"
+                )
     for i, n in enumerate(prod.get("gpus", [])):
-        if device == "cuda" and n > gpn and n % gpn:
+        if device == "cuda" and n > gpn and n % gpn and not emulated:
             problems.append(
                 f"{at}.gpus[{i}]: {n} GPUs are not whole nodes of cp.gpus_per_node={gpn}"
             )
@@ -175,6 +185,10 @@ def _cell_cp(c: dict, own: dict) -> dict:
         out["kernel_grids"] = list(c["kernel_grids"])
     if c.get("dkv_comm_dtype", catalog.DKV_COMM_DTYPES[0]) != catalog.DKV_COMM_DTYPES[0]:
         out["dkv_comm_dtype"] = c["dkv_comm_dtype"]
+    if c.get("emulate"):  # every rank's compute in one process (families/cp/emulated.py)
+        out["emulate"] = True
+        if c.get("emulate_contents", "peers") != "peers":
+            out["emulate_contents"] = c["emulate_contents"]
     return out
 
 
@@ -200,6 +214,8 @@ def _product_cells(cfg, gname, prod, common):
     ):
         deg = _degrees(method, gpus, c)
         nodes = -(-gpus // c["gpus_per_node"]) if device == "cuda" else 1
+        if own.get("emulate"):
+            nodes = 1  # one process on one device emulates the `gpus` ranks
         seqlen = tpg * gpus
         for mp in expansion.mask_param_points(mask, grid, prod):
             yield {
@@ -223,7 +239,7 @@ def _product_cells(cfg, gname, prod, common):
                     **deg.to_json(),
                     "gpus_per_node": c["gpus_per_node"],
                     "nodes": nodes,
-                    "nproc_per_node": gpus // nodes,
+                    "nproc_per_node": 1 if own.get("emulate") else gpus // nodes,
                     "breakdown": c["breakdown"],
                     "timeout_s": c["timeout_s"],
                     **{k: v for k, v in own.items() if k != "local_kernel"},

@@ -7,6 +7,11 @@ communication/computation breakdown with bytes, load balance, degrees and memory
 Figures: per-GPU TFLOP/s vs number of GPUs, one panel per mask and direction (and tokens per GPU
 where the grid has several) (cp_tflops_vs_gpus), and the compute-only / communication-only /
 measured times per method and GPU count (cp_breakdown).
+
+Emulated cells (`cp.emulate`: the compute of every rank emulated on one device, no transfer;
+families/cp/emulated.py) are never read as distributed measurements: their method is named
+`METHOD [emulated]` everywhere, they are never the fastest of a row, their lines are dashed and
+their breakdown marks are hollow diamonds ("emulated compute"), and every caption says so.
 """
 
 from __future__ import annotations
@@ -42,12 +47,28 @@ def _column(df, name, default):
     return df[name].astype(object).where(df[name].notna(), default)
 
 
+EMULATED_TAG = "emulated"
+EMULATED_NOTE = (
+    f"[{EMULATED_TAG}]: the compute of every rank emulated on one device with its transfers off "
+    "(cp.emulate), not a distributed measurement: no transfer, overlap or contention is in it"
+)
+
+
+def emulated(df: pd.DataFrame) -> pd.Series:
+    """Whether each row is an emulated cell (the tidy table's optional `emulated` column)."""
+    if "emulated" not in df:
+        return pd.Series(False, index=df.index)
+    return df["emulated"].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
+
+
 def with_variants(df: pd.DataFrame) -> pd.DataFrame:
     """Methods that a grid runs in several variants (local-kernel settings, dK/dV dtypes) get one
     name per variant in tables and figures, e.g. `ring_p2p [dkv input]`; the bare kernel keeps
-    its name (it is the baseline, matched by its local kernel: _baseline)."""
+    its name (it is the baseline, matched by its local kernel: _baseline). An emulated cell's
+    method is always `METHOD [emulated]` (EMULATED_NOTE)."""
     if df.empty:
         return df
+    emu = emulated(df)
     setting = _column(df, "local_kernel_setting", None)
     setting = setting.where(setting.notna(), _column(df, "local_kernel", ""))
     dkv = _column(df, "dkv_comm_dtype", "accumulator")
@@ -59,8 +80,18 @@ def with_variants(df: pd.DataFrame) -> pd.DataFrame:
             parts.append(str(setting[i]))
         if dkv[mine].nunique() > 1:
             parts.append(f"dkv {dkv[i]}")
+        if emu[i]:
+            parts.append(EMULATED_TAG)
         names.append(impl + "".join(f" [{p}]" for p in parts))
-    return df.assign(impl=names)
+    return df.assign(impl=names, _emulated=emu)
+
+
+def _is_emulated(name: str) -> bool:
+    return name.endswith(f"[{EMULATED_TAG}]")
+
+
+def _emulated_note(df: pd.DataFrame) -> str:
+    return f"; {EMULATED_NOTE}" if "_emulated" in df and df["_emulated"].any() else ""
 
 
 def _tokens(df) -> list[int]:
@@ -150,6 +181,8 @@ def tflops_table(df: pd.DataFrame) -> pd.DataFrame:
     t = d.pivot_table(index=POINT, columns="impl", values="text", aggfunc="first")
     t = t.reindex(columns=order(t.columns)).fillna("")
     correct = d[(d["status"] == "ok") & d["tflops"].notna() & (d["impl"] != BARE_KERNEL)]
+    if "_emulated" in correct:  # an emulation is no contender of the measured cells
+        correct = correct[~correct["_emulated"].astype(bool)]
     best = {k: fastest_text(g) for k, g in correct.groupby(POINT)}
     t["fastest (ok cells)"] = [best.get(k, "") for k in t.index]
     return t.rename(columns=_name)
@@ -278,6 +311,13 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
                 if ran
                 else "",
                 "peak mem (GiB)": num("peak_mem_bytes", GIB),
+                "emulated (rank spread)": (
+                    f"yes ({r['rank_spread']:.3g})"
+                    if r.get("_emulated") and pd.notna(r.get("rank_spread"))
+                    else "yes"
+                    if r.get("_emulated")
+                    else ""
+                ),
             }
         )
     return _sorted(
@@ -294,7 +334,8 @@ def tables(df: pd.DataFrame, out: Path) -> list[Path]:
         out / "cp_tflops",
         f"context parallelism: TFLOP/s per GPU ({MEDIAN_SPREAD}; global FLOPs / (slowest rank's time x "
         f"GPUs)); fastest: the CP method of highest median among the cells that agree with the float64 "
-        f"reference, with every method whose p20-p80 overlaps it ({WITHIN_NOTE}); {describe_setup(df)}",
+        f"reference, with every method whose p20-p80 overlaps it ({WITHIN_NOTE}); emulated cells are "
+        f"never the fastest{_emulated_note(df)}; {describe_setup(df)}",
     )
     paths += write_table(
         vs_single_gpu_table(df),
@@ -304,8 +345,8 @@ def tables(df: pd.DataFrame, out: Path) -> list[Path]:
         "whole sequence, no CP framework) at the same mask, direction and tokens per GPU; the share is "
         f"the ratio of the medians, {WITHIN_NOTE}; 'none (no local cell)': the grid lacks that baseline "
         f"(add `methods: [{BARE_KERNEL}]` with `gpus: [1]`; a CP method at 1 GPU is never used instead); "
-        "'none (wrong)': either cell disagrees with the float64 reference, no share is computed; "
-        f"{describe_setup(df)}",
+        "'none (wrong)': either cell disagrees with the float64 reference, no share is computed"
+        f"{_emulated_note(df)}; {describe_setup(df)}",
     )
     paths += write_table(
         breakdown_table(df),
@@ -315,7 +356,9 @@ def tables(df: pd.DataFrame, out: Path) -> list[Path]:
         "overlap = (compute + comm - measured) / min(compute, comm), "
         f"shown only where communication is at least {MIN_COMM_SHARE:.0%} of compute (else the share, "
         "in brackets), measured / compute-only (above 1: what transfers cost the real schedule), "
-        f"bytes sent per rank (max) and whether they equal the schedule's formula; {describe_setup(df)}",
+        f"bytes sent per rank (max) and whether they equal the schedule's formula; an emulated "
+        "cell's time is its compute only (the slowest rank), its rank spread the slowest rank's "
+        f"median over the mean of all ranks'{_emulated_note(df)}; {describe_setup(df)}",
     )
     return paths
 
@@ -345,7 +388,16 @@ def tflops_vs_gpus(df: pd.DataFrame):
         for m in order(d["impl"]):
             g = d[d["impl"] == m]
             points, ooms = plotting.timed_line(
-                ax, g, "gpus", "tflops", m, _name(m), ms=5, lw=1.4, ring_ms=10
+                ax,
+                g,
+                "gpus",
+                "tflops",
+                m,
+                _name(m),
+                ms=5,
+                lw=1.4,
+                ring_ms=10,
+                ls="--" if _is_emulated(m) else "-",
             )
             drawn["lines"] += int(points > 0)
             drawn["points"] += points
@@ -370,7 +422,9 @@ def tflops_vs_gpus(df: pd.DataFrame):
         f"{plotting.describe(df)}",
         y=1.0,
     )
-    plotting.note_below(fig, TFLOPS_NOTE, -0.12)
+    plotting.note_below(
+        fig, TFLOPS_NOTE + _emulated_note(df).replace("; ", "; dashed, ", 1), -0.12
+    )
     return fig, drawn
 
 
@@ -408,6 +462,18 @@ def breakdown(df: pd.DataFrame):
                         edgecolor=colour(m),
                     )
                     drawn["bars"] += 2
+                if _is_emulated(m):  # its time is compute only: never the measured dot
+                    ax.plot(
+                        x,
+                        r["time_ms_median"],
+                        "D",
+                        mfc="none",
+                        mec=colour(m),
+                        ms=5,
+                        label="emulated compute (one device, no transfer; not measured)",
+                    )
+                    drawn["emulated"] = drawn.get("emulated", 0) + 1
+                    continue
                 ax.plot(
                     x,
                     r["time_ms_median"],
@@ -437,7 +503,7 @@ def breakdown(df: pd.DataFrame):
     fig.suptitle(
         f"Context parallelism: communication vs computation | {plotting.describe(df)}", y=1.0
     )
-    plotting.note_below(fig, BREAKDOWN_NOTE, -0.16)
+    plotting.note_below(fig, BREAKDOWN_NOTE + _emulated_note(df), -0.16)
     return fig, drawn
 
 
