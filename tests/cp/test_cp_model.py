@@ -19,7 +19,7 @@ from attnbench.families.cp.model.checks import intra_text
 from attnbench.families.cp.model.geometry import Geometry, real_slices, slices_of
 from attnbench.families.cp.model.kernel_time import KernelTime
 from attnbench.families.cp.model.network import Network
-from attnbench.families.cp.model.overhead import calibrate, fit_terms
+from attnbench.families.cp.model.overhead import calibrate, fit_terms, leave_one_out
 from attnbench.families.cp.model.predict import Setting, predict
 from attnbench.families.cp.model.run import read_records, run_predict
 from attnbench.masks import Mask
@@ -132,6 +132,11 @@ def test_h200_validation_median_within_ten_percent(tmp_path):
 
     val = pd.read_csv(tmp_path / "tables" / "cp_model_validation.csv")
     assert len(val) >= 30 and val["relative_error"].abs().median() < 0.10
+    # leave-one-out (issue 33 item 5): each fitted cell predicted by the terms refitted without it
+    fitted = val[val["in_fit"]]
+    assert len(fitted) >= 30 and (val.loc[~val["in_fit"], "gpus"] == 1).all()
+    assert fitted["loo_relative_error"].abs().median() < 0.10
+    assert "leave-one-out" in res["summary"] and "in-sample" in res["summary"]
     # peak memory per GPU, no fitted parameter: exact where the code that measured the cells
     # allocated as the current one does; Ring AllGather's backward and Ring P2P's causal one ran
     # before the packed local kernel (a one-rectangle chunk was copied then, is a view now)
@@ -315,6 +320,38 @@ def test_calibration_fits_per_call_terms_from_synthetic_cells(kernel_time):
     assert fitted_net.call_overhead_s == pytest.approx(4e-5, rel=0.02)
     assert kt.call_seconds("fwd", 1000, 2) == pytest.approx(3e-4 + 2e-6, rel=0.02)
     assert np.abs(cal.errors["compute-only"]).max() < 0.01
+
+
+def test_leave_one_out_refits_without_each_cell(kernel_time):
+    """Cells of two samples each, made from known per-call terms: one refit per cell, on every
+    other cell's samples (a cell is left out whole), each finding the terms."""
+    s = Setting(64, 8, 128, "bfloat16")
+    net = Network("h200", 2, 335, 109, 50, 10)
+    kt_true = kernel_time.with_overhead({"fwd": (3e-4, 0.0)})
+    net_true = Network("h200", 2, 335, 109, 50, 10, call_overhead_s=4e-5)
+    samples = []
+    for i, (method, tokens) in enumerate(
+        (m, t) for m in ("ring_p2p", "ring_allgather", "ulysses") for t in (4096, 16384, 65536)
+    ):
+        x = {
+            "method": method,
+            "gpus": 2,
+            "direction": "fwd",
+            "ulysses": 2 if method == "ulysses" else 1,
+            "windows": 1,
+            "mask": Mask("causal", 2 * tokens, {}),
+            "record": f"cell{i}",
+        }
+        p = predict(method, 2, x["mask"], s, "fwd", kt_true, net_true)
+        samples += [{**x, "compute_s": p.compute_s, "comm_only_s": p.comm_only_s}] * 2
+    kt, fitted_net, cal = calibrate(samples, s, kernel_time, net, 64, "synthetic")
+    loo = leave_one_out(cal, kt, fitted_net)
+    assert sorted(loo) == sorted(f"cell{i}" for i in range(9))
+    cells = np.array([x["record"] for x in samples])
+    assert cal.fit.fitted(cells != "cell4")[2] == {"fwd": 16, "comm": 16}
+    for rec, (kt_l, net_l) in loo.items():
+        assert kt_l.overhead["fwd"] == pytest.approx((3e-4, 0.0), rel=0.02, abs=1e-12), rec
+        assert net_l.call_overhead_s == pytest.approx(4e-5, rel=0.02), rec
 
 
 @pytest.mark.slow

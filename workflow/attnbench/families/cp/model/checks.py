@@ -169,7 +169,8 @@ def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
         "",
     ]
     if len(val):
-        lines.append(_error_line(val, "relative_error", "per-GPU TFLOP/s"))
+        lines.append(_error_line(val, "relative_error", "per-GPU TFLOP/s, in-sample"))
+        lines += ["", _loo_line(val)]
         lines += _per_kernel_lines(val, kt.kernel, mc.get("other_kernels", {}))
         mem = val.dropna(subset=["mem_relative_error"])
         lines.append("")
@@ -185,6 +186,26 @@ def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
     lines += ["", "## The paper's findings, as checks", ""]
     lines += [f"- {'PASS' if c['passed'] else 'FAIL'}: {c['name']}: {c['detail']}" for c in checks]
     return "\n".join(lines) + "\n"
+
+
+def _loo_line(val) -> str:
+    """The leave-one-out error beside the in-sample one: each cell the per-call terms were
+    fitted on predicted by the terms refitted on every other cell (overhead.leave_one_out)."""
+    if "loo_relative_error" not in val:
+        return "leave-one-out: not computed"
+    fitted = val[val["in_fit"].astype(bool)] if "in_fit" in val else val.iloc[0:0]
+    if not len(fitted):
+        return (
+            "leave-one-out: no cell here was fitted on (the per-call terms come from another "
+            "grid's cells, or from none): the in-sample error is already out of sample"
+        )
+    within = (fitted["relative_error"].abs().median(), fitted["loo_relative_error"].abs().median())
+    return (
+        _error_line(val, "loo_relative_error", "per-GPU TFLOP/s, leave-one-out")
+        + f"; the {len(fitted)} cells the per-call terms were fitted on, each predicted by the "
+        f"terms refitted without it: median |error| {100 * within[1]:.1f}% (in-sample "
+        f"{100 * within[0]:.1f}%); the other {len(val) - len(fitted)} were not fitted on"
+    )
 
 
 def _per_kernel_lines(val, kernel: str, others: dict) -> list[str]:

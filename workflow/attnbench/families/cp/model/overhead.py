@@ -13,7 +13,9 @@ The terms (>= 0) minimise the sum over the cells' samples of |log(predicted / me
 noise is multiplicative, and a sample slowed many times over by a loaded machine (the first
 sample of a CPU cell often is) pulls this fit no more than any other sample. The per-row part
 is added to the fixed one only where it lowers that sum by more than 2% (fit_simplest). The model is linear
-in each term, so its slope is measured by predicting once more with the term switched on.
+in each term, so its slope is measured by predicting once more with the term switched on (Fit).
+leave_one_out refits the terms once per measured cell on every other cell's samples: the validation
+of a cell by a model that did not see it (issue 33 item 5), beside the in-sample one.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ def measured_samples(measured) -> list[dict]:
                     "mask": Mask(c["mask"], c["seqlen"], smp["mask_params"], heads_q=c["heads_q"]),
                     "compute_s": smp["compute_only_ms_median"] * 1e-3,
                     "comm_only_s": smp["comm_only_ms_median"] * 1e-3,
+                    "record": str(r["record"]),  # the cell (leave_one_out leaves it out whole)
                 }
             )
     return out
@@ -152,37 +155,94 @@ def fit_simplest(base, slopes, measured, margin: float = 0.02) -> np.ndarray:
     return best
 
 
-def calibrate(samples: list[dict], s, kt, net, max_ring_ranks: int, grid: str):
-    """(KernelTime, Network, Calibration): the per-call overheads fitted on `samples`."""
-    kt0, net0 = kt.with_overhead({}), dataclasses.replace(net, call_overhead_s=0.0)
-    kernel, used, errors = {}, {}, {"compute-only": [], "comm-only": []}
+class Fit:
+    """What the per-call terms are fitted from, computed once: per sample, the model's time
+    without any overhead and its slope in each term (the model is linear in them). fitted(keep)
+    fits on the samples `keep` selects: all of them (calibrate) or all but one cell's (the
+    leave-one-out validation, leave_one_out)."""
 
-    def fit(xs, key, probes):
-        """Fit the terms the probes switch on; relative errors after the fit."""
-        base = np.array([getattr(_predict(x, s, kt0, net0, max_ring_ranks), key) for x in xs])
-        slopes = [
-            (np.array([getattr(_predict(x, s, *p, max_ring_ranks), key) for x in xs]) - base)
-            / DELTA
-            for p in probes
-        ]
-        measured = np.array([x[key] for x in xs])
-        o = fit_simplest(base, slopes, measured)
-        return o, list((base + o @ np.array(slopes)) / measured - 1)
+    def __init__(self, samples: list[dict], s, kt, net, max_ring_ranks: int):
+        self.samples = samples
+        kt0, net0 = kt.with_overhead({}), dataclasses.replace(net, call_overhead_s=0.0)
 
-    for d in sorted({x["direction"] for x in samples}):
-        xs = [x for x in samples if x["direction"] == d]
-        probes = [
-            (kt.with_overhead({d: (DELTA, 0.0)}), net0),
-            (kt.with_overhead({d: (0.0, DELTA / ROWS)}), net0),
-        ]
-        (fixed, per), e = fit(xs, "compute_s", probes)
-        kernel[d] = (float(fixed), float(per / ROWS))
-        used[d], errors["compute-only"] = len(xs), errors["compute-only"] + e
-    comm_s = 0.0
-    if samples:
+        def arrays(key, probes):
+            base = np.array(
+                [getattr(_predict(x, s, kt0, net0, max_ring_ranks), key) for x in samples]
+            )
+            slopes = [
+                (
+                    np.array([getattr(_predict(x, s, *p, max_ring_ranks), key) for x in samples])
+                    - base
+                )
+                / DELTA
+                for p in probes
+            ]
+            return base, np.array(slopes).reshape(len(probes), len(samples))
+
+        self.directions = sorted({x["direction"] for x in samples})
+        self.direction = np.array([x["direction"] for x in samples])
+        self.kernel = {}  # direction -> (base, slopes) of compute_s over every sample
+        for d in self.directions:
+            probes = [
+                (kt.with_overhead({d: (DELTA, 0.0)}), net0),
+                (kt.with_overhead({d: (0.0, DELTA / ROWS)}), net0),
+            ]
+            self.kernel[d] = arrays("compute_s", probes)
         probe = (kt0, dataclasses.replace(net0, call_overhead_s=DELTA))
-        (comm_s,), errors["comm-only"] = fit(samples, "comm_only_s", [probe])
-        used["comm"] = len(samples)
-    errors = {k: np.array(v) for k, v in errors.items() if v}
-    cal = Calibration(kernel, float(comm_s), used, grid, errors)
+        self.comm = arrays("comm_only_s", [probe]) if samples else None
+        self.compute_s = np.array([x["compute_s"] for x in samples])
+        self.comm_only_s = np.array([x["comm_only_s"] for x in samples])
+
+    def fitted(self, keep=None) -> tuple[dict, float, dict, dict]:
+        """(kernel terms per direction, seconds per transfer call, samples used per term,
+        relative errors after the fit per variant) on the samples `keep` selects (all: None)."""
+        keep = np.ones(len(self.samples), bool) if keep is None else np.asarray(keep, bool)
+        kernel, used, errors = {}, {}, {"compute-only": [], "comm-only": []}
+
+        def fit(base, slopes, measured):
+            o = fit_simplest(base, slopes, measured)
+            return o, list((base + o @ slopes) / measured - 1)
+
+        for d in self.directions:
+            sel = keep & (self.direction == d)
+            if not sel.any():  # every sample of this direction was left out: nothing to fit
+                continue
+            base, slopes = self.kernel[d]
+            (fixed, per), e = fit(base[sel], slopes[:, sel], self.compute_s[sel])
+            kernel[d] = (float(fixed), float(per / ROWS))
+            used[d], errors["compute-only"] = int(sel.sum()), errors["compute-only"] + e
+        comm_s = 0.0
+        if keep.any():
+            base, slopes = self.comm
+            (comm_s,), errors["comm-only"] = fit(
+                base[keep], slopes[:, keep], self.comm_only_s[keep]
+            )
+            used["comm"] = int(keep.sum())
+        errors = {k: np.array(v) for k, v in errors.items() if v}
+        return kernel, float(comm_s), used, errors
+
+
+def calibrate(samples: list[dict], s, kt, net, max_ring_ranks: int, grid: str):
+    """(KernelTime, Network, Calibration): the per-call overheads fitted on `samples`. The
+    Calibration keeps its Fit (leave_one_out refits on it)."""
+    fit = Fit(samples, s, kt, net, max_ring_ranks)
+    kernel, comm_s, used, errors = fit.fitted()
+    cal = Calibration(kernel, comm_s, used, grid, errors)
+    cal.fit = fit
     return kt.with_overhead(kernel), dataclasses.replace(net, call_overhead_s=cal.comm_s), cal
+
+
+def leave_one_out(cal: Calibration, kt, net) -> dict:
+    """record -> (KernelTime, Network) with the per-call terms refitted without that record's
+    samples: the model of a cell that did not see it (one entry per cell fitted on)."""
+    fit = getattr(cal, "fit", None)
+    if fit is None:
+        return {}
+    cells = np.array([x.get("record", "") for x in fit.samples])
+    out = {}
+    for rec in dict.fromkeys(cells):
+        if not rec:
+            continue
+        kernel, comm_s, _, _ = fit.fitted(cells != rec)
+        out[rec] = (kt.with_overhead(kernel), dataclasses.replace(net, call_overhead_s=comm_s))
+    return out

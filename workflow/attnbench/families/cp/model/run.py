@@ -18,7 +18,7 @@ from ....masks.lengths import choose_histogram
 from ....report.collect import collect
 from .kernel_time import KernelTime
 from .network import Network
-from .overhead import calibrate, measured_samples
+from .overhead import calibrate, leave_one_out, measured_samples
 from .predict import MODELLED_METHODS, Setting, predict, realised_masks
 
 COLUMNS = [
@@ -156,28 +156,42 @@ def record_masks(path: str) -> list:
     ]
 
 
-def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc) -> pd.DataFrame:
-    """Every measured ok cell of a modelled method: the model on the cell's own realised masks."""
+def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc, loo=None) -> pd.DataFrame:
+    """Every measured ok cell of a modelled method: the model on the cell's own realised masks,
+    in-sample (the per-call terms fitted on every cell) and leave-one-out (`loo`: record ->
+    (KernelTime, Network) refitted without that cell, overhead.leave_one_out; a cell the terms
+    were not fitted on, e.g. one GPU, is its own leave-one-out: `in_fit` False)."""
+    loo = loo or {}
     rows = []
     for _, r in measured.iterrows():
         masks = record_masks(r["record"])
-        preds = [
-            predict(
-                r["method"],
-                int(r["gpus"]),
-                mk,
-                s,
-                r["direction"],
-                kt,
-                net,
-                mc["max_ring_ranks"],
-                int(r["ulysses_degree"]),
-                int(r["windows"]),
-                previous_output=int(r["gpus"]) == 1,
-            )
-            for mk in masks
-        ]
+
+        def model(kt, net, masks=masks, r=r):
+            return [
+                predict(
+                    r["method"],
+                    int(r["gpus"]),
+                    mk,
+                    s,
+                    r["direction"],
+                    kt,
+                    net,
+                    mc["max_ring_ranks"],
+                    int(r["ulysses_degree"]),
+                    int(r["windows"]),
+                    previous_output=int(r["gpus"]) == 1,
+                )
+                for mk in masks
+            ]
+
+        preds = model(kt, net)
         pred = float(np.mean([p.tflops_per_gpu for p in preds]))
+        in_fit = str(r["record"]) in loo
+        left_out = (
+            float(np.mean([p.tflops_per_gpu for p in model(*loo[str(r["record"])])]))
+            if in_fit
+            else pred
+        )
         rows.append(
             {
                 "method": r["method"],
@@ -189,6 +203,9 @@ def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc) -> pd.DataF
                 "measured_tflops_per_gpu": r["tflops_per_gpu"],
                 "predicted_tflops_per_gpu": pred,
                 "relative_error": pred / r["tflops_per_gpu"] - 1,
+                "in_fit": in_fit,
+                "loo_predicted_tflops_per_gpu": left_out,
+                "loo_relative_error": left_out / r["tflops_per_gpu"] - 1,
                 "measured_time_ms": r["time_ms_median"],
                 "predicted_time_ms": float(np.mean([p.time_s for p in preds])) * 1e3,
                 "bottleneck": preds[0].bottleneck,
@@ -256,7 +273,9 @@ def fitted_kernel(recs, kernel: str, s: Setting, cal_grid: str, net: Network, mc
     its per-call overheads fitted on cal_grid's cells of that kernel."""
     kt = KernelTime.from_table(recs, kernel, s.heads_q, s.heads_kv, s.head_dim, s.dtype)
     samples = measured_samples(measured_cells(recs, cal_grid, kernel))
-    return calibrate(samples, s, kt, net, mc["max_ring_ranks"], cal_grid)
+    kt, net, cal = calibrate(samples, s, kt, net, mc["max_ring_ranks"], cal_grid)
+    cal.loo = leave_one_out(cal, kt, net)
+    return kt, net, cal
 
 
 def calibration_network(cfg, grid: str, cal_grid: str, s: Setting, kernel: str) -> Network:
@@ -298,7 +317,8 @@ def run_predict(
         mc["network"] = net
     measured = measured_cells(recs, grid, kernel)
     pred = attach_measured(prediction_rows(cfg, mc, s, directions, kt, progress), measured)
-    val = validation_rows(measured, s, kt, mc["network"], mc).assign(local_kernel=kernel)
+    loo = mc["calibration"].loo if cal_grid == grid else {}
+    val = validation_rows(measured, s, kt, mc["network"], mc, loo).assign(local_kernel=kernel)
     # the grid's cells of its other local kernels (`auto`, or named), each with its own fit
     mc["other_kernels"] = {}
     for other in sorted(set(measured_cells(recs, grid, None).get("local_kernel", [])) - {kernel}):
@@ -308,7 +328,7 @@ def run_predict(
             mc["other_kernels"][other] = str(e)
             continue
         mc["other_kernels"][other] = cal_o
-        rows = validation_rows(measured_cells(recs, grid, other), s, kt_o, net_o, mc)
+        rows = validation_rows(measured_cells(recs, grid, other), s, kt_o, net_o, mc, cal_o.loo)
         val = pd.concat([val, rows.assign(local_kernel=other)], ignore_index=True)
     tables_dir.mkdir(parents=True, exist_ok=True)
     pred = pred[COLUMNS + [c for c in pred.columns if c not in COLUMNS]]
