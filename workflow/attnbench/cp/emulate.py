@@ -275,10 +275,15 @@ class World:
             return [fn(r, rc) for r, rc in enumerate(self.rcs)]
         hub, results, grad = self.hub, [None] * self.size, torch.is_grad_enabled()
         hub.failed = None
+        cuda = None  # the device index every thread works on (the caller's current one)
+        if self.device.type == "cuda":
+            cuda = (
+                self.device.index if self.device.index is not None else torch.cuda.current_device()
+            )
 
         def body(r):
-            if self.device.type == "cuda":
-                torch.cuda.set_device(self.device)
+            if cuda is not None:
+                torch.cuda.set_device(cuda)  # the current device is per thread
             torch.set_grad_enabled(grad)  # grad mode is per thread
             with hub.baton:
                 try:
