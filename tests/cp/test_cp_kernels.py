@@ -23,23 +23,17 @@ from attnbench.cp.chunks import (
     is_causal,
     ring_step_chunk,
 )
-from attnbench.cp.kernels import (
-    MathKernel,
-    MathRecompute,
-    PackedKernel,
-    RectangleKernel,
-    finite_lse,
-    load,
-)
 from attnbench.cp.layout import ShardLayout
 from attnbench.cp.local import whole_sequence_chunk
-from attnbench.cp.merge import merge_into, new_accumulator
 from attnbench.cp.run import naive_in_dtype
 from attnbench.cp.verify import masks_for
 from attnbench.harness.gate import judge, lse_bound
 from attnbench.harness.inputs import make_inputs
 from attnbench.harness.reference import reference_attention, rel_err
 from attnbench.kernels.base import bhsd_view, to_thd
+from attnbench.kernels.local_kernel import PackedKernel, RectangleKernel, load
+from attnbench.kernels.lse import finite_lse, merge_into, new_accumulator
+from attnbench.kernels.naive import MathLocal, MathRecompute
 from attnbench.masks import CP_MASKS
 from attnbench.masks.ranges import Slice
 
@@ -246,7 +240,7 @@ class MathPacked(PackedKernel):
 
     def __init__(self, *a):
         super().__init__(*a)
-        self.math = MathKernel(*a)
+        self.math = MathLocal(*a)
 
     @staticmethod
     def _chunk(vl, causal, ql, kl):

@@ -5,8 +5,8 @@ import pytest
 import torch
 from attnbench.cp.chunks import Chunk, allgather_chunks, document_lengths, ring_step_chunk
 from attnbench.cp.layout import ShardLayout
-from attnbench.cp.merge import merge_into, new_accumulator
 from attnbench.harness.reference import reference_attention
+from attnbench.kernels.lse import merge_into, new_accumulator
 from attnbench.masks import CP_MASKS, Mask
 from attnbench.masks.ranges import Slice
 

@@ -256,7 +256,7 @@ MIB = 2**20
 
 def test_peak_memory_of_a_hand_computed_ring_backward(kernel_time):
     """Ring P2P backward, full mask, 2 GPUs x 16K tokens, GQA 64:8, D 128, bf16, counted by hand
-    from cp/ring.py, cp/kernels.py and FlashAttention-2's varlen backward (MiB): and what the
+    from cp/ring.py, kernels/local_kernel.py and FlashAttention-2's varlen backward (MiB): and what the
     H200 measured for it."""
     q = 16384 * 64 * 128 * 2 / MIB  # q, dout, out: 256 MiB each; k, v: 32 each
     kv = 2 * 16384 * 8 * 128 * 2 / MIB  # one KV shard (bf16): 64

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kernels.lse import accumulator_dtype
 from ..status import Unsupported
 from . import schedule
 from .catalog import Degrees, MethodInfo, mask_reason
 from .comm import Comm, Groups, Guard
-from .merge import accumulator_dtype
 
 
 @dataclass

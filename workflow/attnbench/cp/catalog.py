@@ -1,4 +1,5 @@
-"""The context-parallel methods and local kernels: names, degrees, and what each cannot run.
+"""The context-parallel methods: names, degrees, and what each (and its local kernel) cannot run.
+The local kernels' registry is kernels/catalog.py's LOCAL_KERNELS, beside the kernels'.
 
 Torch-free on purpose: config validation and Snakemake read it without importing torch.
 A method's implementation lives in its own module (`impl`), loaded only when a cell runs it.
@@ -8,16 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..kernels.catalog import (
-    FA3_FULL,
-    FLASH_ATTN_2,
-    FLASH_ATTN_3,
-    first_missing,
-    first_version,
-    lookup,
-)
+from ..kernels.catalog import LOCAL_KERNELS, LocalKernelInfo, first_missing, first_version, lookup
 from ..masks import CP_MASKS
 
 PLACEMENTS = ("contiguous", "strided")
@@ -26,7 +20,7 @@ CAUSAL_MASKS = ("causal", "causal_document", "causal_document_long")
 
 @dataclass(frozen=True)
 class CPImplementation:
-    """What names a CP method or a local kernel: its name, what it does, its class and devices."""
+    """What names a CP method: its name, what it does, its class and devices."""
 
     name: str
     summary: str
@@ -133,94 +127,6 @@ TORCH_CP_METHODS = ("torch_cp", "torch_cp_auto")
 RING_DKV_METHODS = ("ring_p2p", "usp", "loongtrain")
 
 
-@dataclass(frozen=True)
-class LocalKernelInfo(CPImplementation):
-    directions: dict  # device -> directions
-    masks: tuple = CP_MASKS
-    masks_note: str = ""  # why the masks outside `masks` are refused
-    modules: tuple = ()  # Python modules it needs ("a|b": a, else b)
-    bwd_modules: tuple = ()  # further modules its backward needs
-    dists: tuple = ("torch",)  # distributions whose versions identify it
-    bwd_dists: tuple = ()  # ... and its backward's, where that is another library
-    # auto's evidence: per direction, the kernel-family records ("impl|other impl", direction)
-    # that time the same library calls; their costs add up (flex's backward recomputes a forward)
-    evidence: dict = field(default_factory=dict)
-
-
-def _evidence(fwd, bwd) -> dict:
-    return {"fwd": tuple(fwd), "bwd": tuple(bwd)}
-
-
-_ALL = ("fwd", "bwd", "fwdbwd")
-
-
-def _local(name, summary, impl, directions=None, **kw) -> LocalKernelInfo:
-    """A local kernel on the devices of its directions (by default CUDA only, every direction)."""
-    directions = directions or {"cuda": _ALL}
-    return LocalKernelInfo(name, summary, impl, tuple(directions), directions, **kw)
-
-
-LOCAL_KERNELS = {
-    k.name: k
-    for k in (
-        _local(
-            "math",
-            "explicit softmax(q k^T) v and its backward, float32 (float64 for float64 inputs)",
-            "kernels:MathKernel",
-            {"cpu": _ALL, "cuda": _ALL},
-            evidence=_evidence([("naive", "fwd")], [("naive", "bwd")]),
-        ),
-        _local(
-            "cpu_flash",
-            "aten._scaled_dot_product_flash_attention_for_cpu (+ _backward)",
-            "kernels:CpuFlash",
-            {"cpu": _ALL},
-            evidence=_evidence([("sdpa", "fwd")], [("sdpa", "bwd")]),
-        ),
-        _local(
-            "sdpa_flash",
-            "aten._flash_attention_forward/_backward with cu_seqlens (varlen)",
-            "gpu_kernels:SdpaFlash",
-            evidence=_evidence([("sdpa_flash|varlen", "fwd")], [("sdpa_flash|varlen", "bwd")]),
-        ),
-        _local(
-            "sdpa_cudnn",
-            "aten._scaled_dot_product_cudnn_attention (+ _backward) with the LSE, native GQA, "
-            "one dense call per rectangle",
-            "gpu_kernels:SdpaCudnn",
-            masks=("full", "causal"),
-            masks_note="it makes one dense cuDNN call per rectangle, so documents would be one "
-            "call each (cuDNN's ragged entry point ran tens of times slower than the varlen "
-            "kernels on an H200); fa2, fa3, sdpa_flash and flex run documents in one varlen call",
-            evidence=_evidence([("sdpa_cudnn", "fwd")], [("sdpa_cudnn", "bwd")]),
-        ),
-        _local(
-            "flex",
-            "FlexAttention with return_lse; backward by recomputation with the LSE gradient",
-            "kernels:Flex",
-            {"cpu": ("fwd",), "cuda": _ALL},
-            evidence=_evidence([("flex", "fwd")], [("flex", "fwd"), ("flex", "bwd")]),
-        ),
-        _local(
-            "fa2",
-            "FlashAttention-2: flash_attn_interface._flash_attn_forward/_backward (one rectangle) "
-            "and their varlen forms (documents)",
-            "gpu_kernels:FA2",
-            **FLASH_ATTN_2,
-            evidence=_evidence([("fa2", "fwd")], [("fa2", "bwd")]),
-        ),
-        _local(
-            "fa3",
-            "FlashAttention-3 forward (flash_attn_interface, else PyPI fa3-fwd's "
-            "fa3_fwd_interface) with the LSE; backward: FA3's own (the full flash_attn_interface "
-            "build; fa3-fwd has none)",
-            "gpu_kernels:FA3",
-            **FLASH_ATTN_3,
-            bwd_modules=(FA3_FULL,),
-            evidence=_evidence([("fa3", "fwd")], [("fa3", "bwd")]),
-        ),
-    )
-}
 # `auto`: the fastest local kernel measured on the device (cp/choose.py); with no records, the first
 # of these that can run the cell. The order is what the H200 sweep measured (README): FA3's forward,
 # then cuDNN (the fastest backward on full and causal), FA2, PyTorch's FA2 code, FlexAttention

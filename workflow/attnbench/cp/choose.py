@@ -3,7 +3,7 @@ kernel measured on this device (torch-free: it reads record files only).
 
 Evidence: the kernel-family records (`cells/<grid>/kernel/<impl>/<mask>/*.json` under the cell's
 output folder; the grids of cp.kernel_grids, or every grid there) that time the same library calls
-as the local kernel (catalog.LocalKernelInfo.evidence), of the cell's mask (a `*_long` mask: its own
+as the local kernel (kernels.catalog.LocalKernelInfo.evidence), of the cell's mask (a `*_long` mask: its own
 records, else those of the mask without `_long`), heads, head dim and dtype, on a device of the same
 name, with status ok and a passed float64 check, at the length closest to the cell's tokens per GPU
 (ties: the record with more repetitions). A local kernel's cost is the time per forward FLOP of what

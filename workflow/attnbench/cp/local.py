@@ -2,7 +2,7 @@
 
 No CP framework around the kernel: no padding, no sharding, no float32 accumulator, no LSE merge,
 no copies into communication buffers. One call of the same local kernel the methods call
-(cp/kernels.py, with one rectangle per document), on the same rows, heads, mask and direction,
+(kernels/local_kernel.py, with one rectangle per document), on the same rows, heads, mask and direction,
 so that a method's share of it is what context parallelism costs. One rank only
 (catalog.degrees refuses more).
 """

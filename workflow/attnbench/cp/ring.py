@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.lse import finite_lse, merge_into, new_accumulator
 from .comm import Pending
-from .kernels import finite_lse
-from .merge import merge_into, new_accumulator
 from .schedule import ring_neighbours, ring_origins
 
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.lse import finite_lse, merge_into, new_accumulator
 from . import schedule
 from .base import ScheduledMethod
 from .chunks import allgather_chunks, document_lengths, is_causal
-from .kernels import finite_lse
 from .layout import ShardLayout
-from .merge import merge_into, new_accumulator
 
 
 class RingAllGather(ScheduledMethod):

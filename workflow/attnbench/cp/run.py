@@ -17,10 +17,10 @@ from ..harness.gate import judge, lse_bound
 from ..harness.inputs import local_inputs
 from ..harness.reference import reference_attention
 from ..kernels.base import bhsd_view, to_thd
+from ..kernels.local_kernel import load as load_kernel
 from . import catalog
 from .base import RankContext, load
 from .comm import Comm, Groups, Guard
-from .kernels import load as load_kernel
 
 TIMEOUT = None  # the job's process-group timeout (init), also given to every group made later
 CHECK_OOM = (

@@ -2,7 +2,7 @@
 
 Torch-free on purpose: config validation and Snakemake parsing read it without importing
 torch. The implementation of each kernel lives in its own module (`impl`), loaded only
-when a cell runs it.
+when a cell runs it; the same module holds the library's CP local kernel (LOCAL_KERNELS).
 """
 
 from __future__ import annotations
@@ -314,6 +314,103 @@ KERNELS = {
     )
 }
 SPARSE_KERNELS = tuple(k for k, info in KERNELS.items() if info.family == "sparse")
+
+
+# ---------------------------------------------------------------- CP local kernels
+
+
+@dataclass(frozen=True)
+class LocalKernelInfo:
+    """A library as a CP local kernel (local_kernel.py: a chunk in, out and LSE back, and the
+    backward); its class sits in the library's module beside its kernel adapter."""
+
+    name: str
+    summary: str
+    impl: str  # "module:Class" under attnbench.kernels
+    devices: tuple
+    directions: dict  # device -> directions
+    masks: tuple = CP_MASKS
+    masks_note: str = ""  # why the masks outside `masks` are refused
+    modules: tuple = ()  # Python modules it needs ("a|b": a, else b)
+    bwd_modules: tuple = ()  # further modules its backward needs
+    dists: tuple = ("torch",)  # distributions whose versions identify it
+    bwd_dists: tuple = ()  # ... and its backward's, where that is another library
+    # auto's evidence: per direction, the records of KERNELS above ("impl|other impl", direction)
+    # that time the same library calls; their costs add up (flex's backward recomputes a forward)
+    evidence: dict = field(default_factory=dict)
+
+
+def _evidence(fwd, bwd) -> dict:
+    return {"fwd": tuple(fwd), "bwd": tuple(bwd)}
+
+
+def _local(name, summary, impl, directions=None, **kw) -> LocalKernelInfo:
+    """A local kernel on the devices of its directions (by default CUDA only, every direction)."""
+    directions = directions or GPU_ALL
+    return LocalKernelInfo(name, summary, impl, tuple(directions), directions, **kw)
+
+
+LOCAL_KERNELS = {
+    k.name: k
+    for k in (
+        _local(
+            "math",
+            "explicit softmax(q k^T) v and its backward, float32 (float64 for float64 inputs)",
+            "naive:MathLocal",
+            BOTH_ALL,
+            evidence=_evidence([("naive", "fwd")], [("naive", "bwd")]),
+        ),
+        _local(
+            "cpu_flash",
+            "aten._scaled_dot_product_flash_attention_for_cpu (+ _backward)",
+            "sdpa:CpuFlashLocal",
+            {"cpu": ALL_DIRECTIONS},
+            evidence=_evidence([("sdpa", "fwd")], [("sdpa", "bwd")]),
+        ),
+        _local(
+            "sdpa_flash",
+            "aten._flash_attention_forward/_backward with cu_seqlens (varlen)",
+            "sdpa:SdpaFlashLocal",
+            evidence=_evidence([("sdpa_flash|varlen", "fwd")], [("sdpa_flash|varlen", "bwd")]),
+        ),
+        _local(
+            "sdpa_cudnn",
+            "aten._scaled_dot_product_cudnn_attention (+ _backward) with the LSE, native GQA, "
+            "one dense call per rectangle",
+            "sdpa:SdpaCudnnLocal",
+            masks=("full", "causal"),
+            masks_note="it makes one dense cuDNN call per rectangle, so documents would be one "
+            "call each (cuDNN's ragged entry point ran tens of times slower than the varlen "
+            "kernels on an H200); fa2, fa3, sdpa_flash and flex run documents in one varlen call",
+            evidence=_evidence([("sdpa_cudnn", "fwd")], [("sdpa_cudnn", "bwd")]),
+        ),
+        _local(
+            "flex",
+            "FlexAttention with return_lse; backward by recomputation with the LSE gradient",
+            "flex:FlexLocal",
+            {"cpu": ("fwd",), "cuda": ALL_DIRECTIONS},
+            evidence=_evidence([("flex", "fwd")], [("flex", "fwd"), ("flex", "bwd")]),
+        ),
+        _local(
+            "fa2",
+            "FlashAttention-2: flash_attn_interface._flash_attn_forward/_backward (one rectangle) "
+            "and their varlen forms (documents)",
+            "flash_attn:FA2Local",
+            **FLASH_ATTN_2,
+            evidence=_evidence([("fa2", "fwd")], [("fa2", "bwd")]),
+        ),
+        _local(
+            "fa3",
+            "FlashAttention-3 forward (flash_attn_interface, else PyPI fa3-fwd's "
+            "fa3_fwd_interface) with the LSE; backward: FA3's own (the full flash_attn_interface "
+            "build; fa3-fwd has none)",
+            "flash_attn:FA3Local",
+            **FLASH_ATTN_3,
+            bwd_modules=(FA3_FULL,),
+            evidence=_evidence([("fa3", "fwd")], [("fa3", "bwd")]),
+        ),
+    )
+}
 
 
 def resolve(entry: str) -> KernelInfo:

@@ -5,6 +5,9 @@ predicate one row of tiles at a time; uniform block-sparse masks pass their kept
 indices directly (O(blocks)); variable block-sparse masks count each tile's visible pairs
 from the block boundaries and kept blocks (O(tiles x blocks)). The mask_mod is the same
 predicate, applied in partial tiles.
+
+The CP local kernel `flex` (FlexLocal, local_kernel.py's protocol) builds its BlockMask from a
+chunk's rectangles instead, returns the LSE, and runs its backward by recomputation.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import functools
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from .base import Kernel
+from ..status import Unsupported
+from .base import Kernel, bhsd_view, to_thd
+from .local_kernel import LocalKernel, RecomputeBackward
 
 TILE = 128
 
@@ -116,3 +121,74 @@ class Flex(Kernel):
         flex = compiled_flex()
         kwargs = {"enable_gqa": True} if self.gqa else {}
         return lambda q, k, v: flex(q, k, v, block_mask=block_mask, **kwargs)
+
+
+# ---------------------------------------------------------------- the CP local kernel
+
+
+@functools.cache
+def compiled_flex_local():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    # One compilation per chunk shape / mask_mod closure (a few per ring); past the limit Dynamo
+    # would run flex eagerly, a different computation: fail instead, with room for a long ring.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    return torch.compile(flex_attention, dynamic=False)
+
+
+class FlexLocal(RecomputeBackward, LocalKernel):
+    """FlexAttention with the LSE; the BlockMask comes from the chunk's rectangles (segment ids
+    per row, causal offset per row). Compiled on GPU; eager on CPU (forward only there)."""
+
+    def _block_mask(self, chunk, device):
+        cache = chunk.__dict__.setdefault("_flex", {})
+        if str(device) in cache:
+            return cache[str(device)]
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        q_seg = torch.full((chunk.ql,), -1, dtype=torch.int32, device=device)
+        k_seg = torch.full((chunk.kl,), -2, dtype=torch.int32, device=device)
+        q_off = torch.zeros(chunk.ql, dtype=torch.int32, device=device)
+        k_off = torch.zeros(chunk.kl, dtype=torch.int32, device=device)
+        for i, s in enumerate(chunk.segments):
+            q_seg[s.q0 : s.q1] = i
+            k_seg[s.k0 : s.k1] = i
+            q_off[s.q0 : s.q1] = torch.arange(s.ql, device=device, dtype=torch.int32) + (
+                s.kl - s.ql
+            )
+            k_off[s.k0 : s.k1] = torch.arange(s.kl, device=device, dtype=torch.int32)
+        causal = chunk.causal
+
+        def mask_mod(b, h, qi, ki):
+            same = q_seg[qi] == k_seg[ki]
+            return same & (k_off[ki] <= q_off[qi]) if causal else same
+
+        bm = create_block_mask(mask_mod, None, None, chunk.ql, chunk.kl, device=device)
+        cache[str(device)] = bm
+        return bm
+
+    def differentiable_forward(self, q, k, v, chunk):
+        from torch.nn.attention.flex_attention import flex_attention
+
+        fn = compiled_flex_local() if q.device.type == "cuda" else flex_attention
+        out, lse = fn(
+            bhsd_view(q),
+            bhsd_view(k),
+            bhsd_view(v),
+            block_mask=self._block_mask(chunk, q.device),
+            scale=self.scale,
+            enable_gqa=q.shape[1] != k.shape[1],
+            return_lse=True,
+        )
+        lse = lse[0].to(self.acc).masked_fill(~chunk.rows_with_keys(q.device), float("-inf"))
+        return to_thd(out, "bhsd"), lse
+
+    def _forward(self, q, k, v, chunk):
+        with torch.no_grad():
+            return self.differentiable_forward(q, k, v, chunk)
+
+    def _backward(self, dout, q, k, v, out, lse, chunk):
+        if q.device.type != "cuda":
+            raise Unsupported("FlexAttention has no backward on CPU")
+        return RecomputeBackward._backward(self, dout, q, k, v, out, lse, chunk)

@@ -1,4 +1,4 @@
-"""Local attention kernels: (q, k, v, chunk) -> (out, lse), with an explicit backward.
+"""CP local kernels: (q, k, v, chunk) -> (out, lse), with an explicit backward.
 
 Layout thd: q [ql, Hq, D], k and v [kl, Hkv, D] (GQA: Hq a multiple of Hkv). forward returns
 out [ql, Hq, D] in q's dtype and lse [Hq, ql] (float32; float64 for float64 inputs), natural log,
@@ -7,29 +7,28 @@ takes the FINAL output and LSE of these query rows (merged over every chunk they
 this chunk's share of (dq, dk, dv): with P = exp(s - lse) for the final lse, the shares of all
 chunks sum to the true gradients. That is what lets the ring methods run backward step by step.
 
+A chunk (cp/chunks.py's Chunk) says which local query rows see which local key rows: its
+`segments` (rectangles, all full or all causal bottom-right), `causal`, `empty`, and its forms
+`visible(device)`, `rows_with_keys(device)`, `varlen(device)` (cu_seqlens).
+
 Here: the protocol, the two ways a chunk reaches a library (PackedKernel: one call over the
 rectangles' rows, dense for one rectangle, varlen with cu_seqlens for several; RectangleKernel:
-one call per rectangle, merged by LSE), the CPU kernels `math` (explicit, float32/float64) and
-`cpu_flash` (aten's CPU flash kernel with a dense mask, real logsumexp), and FlexAttention (`flex`,
-return_lse, backward by recomputation). The GPU libraries' adapters are in gpu_kernels.py. Each
-library's LSE convention is converted at its adapter; what a local kernel returns and consumes is
-always the [Hq, ql] natural-log form above.
+one call per rectangle, merged by LSE) and the backward by recomputation (RecomputeBackward). Each
+library's local kernel sits in its adapter module beside its kernel adapter (naive.py, sdpa.py,
+flex.py, flash_attn.py), listed in catalog.LOCAL_KERNELS; each converts its library's LSE
+convention, so what a local kernel returns and consumes is always the [Hq, ql] natural-log form.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import math
 
 import torch
 
-from ..kernels.base import bhsd_view, to_thd
 from ..masks.ranges import Slice
-from ..status import Unsupported
 from .catalog import LocalKernelInfo
-from .chunks import Chunk
-from .merge import accumulator_dtype, merge_into
+from .lse import accumulator_dtype, lse_rows, merge_into
 
 
 def load(info: LocalKernelInfo, device, dtype, head_dim) -> "LocalKernel":
@@ -39,12 +38,6 @@ def load(info: LocalKernelInfo, device, dtype, head_dim) -> "LocalKernel":
     )
 
 
-def finite_lse(lse):
-    """The final LSE as backward kernels take it: rows that saw nothing get 0 (their keys are all
-    masked, so every P is exp(-inf) = 0 either way) instead of -inf (which gives NaN)."""
-    return torch.where(torch.isinf(lse), torch.zeros_like(lse), lse).contiguous()
-
-
 class LocalKernel:
     def __init__(self, info: LocalKernelInfo, device, dtype, head_dim: int):
         self.info, self.name = info, info.name
@@ -52,7 +45,7 @@ class LocalKernel:
         self.scale = 1.0 / math.sqrt(head_dim)
         self.acc = accumulator_dtype(dtype)
 
-    def forward(self, q, k, v, chunk: Chunk):
+    def forward(self, q, k, v, chunk):
         if chunk.empty:
             return (
                 q.new_zeros(q.shape),
@@ -62,7 +55,7 @@ class LocalKernel:
             )
         return self._forward(q, k, v, chunk)
 
-    def backward(self, dout, q, k, v, out, lse, chunk: Chunk):
+    def backward(self, dout, q, k, v, out, lse, chunk):
         """(dq, dk, dv) of this chunk, or None when it has no visible pair."""
         if chunk.empty:
             return None
@@ -73,98 +66,6 @@ class LocalKernel:
 
     def _backward(self, dout, q, k, v, out, lse, chunk):
         raise NotImplementedError
-
-
-def _groups(x, hkv):
-    """[S, Hq, D] -> [Hkv, g, S, D] (query heads of one KV head together)."""
-    s, hq, d = x.shape
-    return x.view(s, hkv, hq // hkv, d).permute(1, 2, 0, 3)
-
-
-def _ungroup(x):
-    """[Hkv, g, S, D] -> [S, Hq, D]."""
-    hkv, g, s, d = x.shape
-    return x.permute(2, 0, 1, 3).reshape(s, hkv * g, d)
-
-
-class MathKernel(LocalKernel):
-    """softmax(q k^T * scale) v over the chunk's painted matrix, in float32 (float64 for
-    float64 inputs), and the textbook backward. Memory Hq x ql x kl: small sizes only."""
-
-    def _scores(self, q, k, chunk):
-        hkv = k.shape[1]
-        qg = _groups(q.to(self.acc), hkv)
-        kf = k.to(self.acc).permute(1, 0, 2)
-        s = torch.einsum("hgqd,hkd->hgqk", qg, kf) * self.scale
-        return qg, s.masked_fill(~chunk.visible(q.device), float("-inf"))
-
-    def _forward(self, q, k, v, chunk):
-        _, s = self._scores(q, k, chunk)
-        # logsumexp of a row of -inf has a NaN gradient: take it over zeros there, then set -inf.
-        has = chunk.rows_with_keys(q.device).view(1, 1, -1, 1)
-        lse = torch.logsumexp(torch.where(has, s, torch.zeros_like(s)), dim=-1).masked_fill(
-            ~has[..., 0], float("-inf")
-        )
-        p = torch.exp(s - finite_lse(lse).unsqueeze(-1))
-        out = torch.einsum("hgqk,hkd->hgqd", p, v.to(self.acc).permute(1, 0, 2))
-        return _ungroup(out).to(q.dtype), lse.reshape(-1, q.shape[0])
-
-    def _backward(self, dout, q, k, v, out, lse, chunk):
-        hkv = k.shape[1]
-        qg, s = self._scores(q, k, chunk)
-        lse_g = lse.to(self.acc).view(hkv, -1, q.shape[0])
-        p = torch.exp(s - lse_g.unsqueeze(-1))
-        do = _groups(dout.to(self.acc), hkv)
-        vf = v.to(self.acc).permute(1, 0, 2)
-        dp = torch.einsum("hgqd,hkd->hgqk", do, vf)
-        delta = (do * _groups(out.to(self.acc), hkv)).sum(-1, keepdim=True)
-        ds = p * (dp - delta)
-        dq = torch.einsum("hgqk,hkd->hgqd", ds, k.to(self.acc).permute(1, 0, 2)) * self.scale
-        dk = torch.einsum("hgqk,hgqd->khd", ds, qg) * self.scale
-        dv = torch.einsum("hgqk,hgqd->khd", p, do)
-        return _ungroup(dq), dk, dv
-
-
-class CpuFlash(LocalKernel):
-    """aten._scaled_dot_product_flash_attention_for_cpu: a real CPU flash kernel that returns the
-    logsumexp; the chunk goes in as an additive mask (0 / -inf). The kernel reports lse 0 (not
-    -inf) for a row with every key masked, so such rows are set to -inf from the chunk."""
-
-    def _mask(self, chunk, dtype, device):
-        cache = chunk.__dict__.setdefault("_cpu_flash_mask", {})
-        if dtype not in cache:
-            vis = chunk.visible(device)
-            cache[dtype] = torch.zeros(vis.shape, dtype=dtype, device=device).masked_fill_(
-                ~vis, float("-inf")
-            )
-        return cache[dtype]
-
-    def _forward(self, q, k, v, chunk):
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            bhsd_view(q),
-            bhsd_view(k),
-            bhsd_view(v),
-            attn_mask=self._mask(chunk, q.dtype, q.device),
-            scale=self.scale,
-        )
-        lse = lse[0].to(self.acc).masked_fill(~chunk.rows_with_keys(q.device), float("-inf"))
-        return to_thd(out, "bhsd"), lse
-
-    def _backward(self, dout, q, k, v, out, lse, chunk):
-        lse_k = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32).unsqueeze(0)
-        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            bhsd_view(dout),
-            bhsd_view(q),
-            bhsd_view(k),
-            bhsd_view(v),
-            bhsd_view(out),
-            lse_k,
-            0.0,
-            False,
-            attn_mask=self._mask(chunk, q.dtype, q.device),
-            scale=self.scale,
-        )
-        return to_thd(dq, "bhsd"), to_thd(dk, "bhsd"), to_thd(dv, "bhsd")
 
 
 # ---------------------------------------------------------------- how a chunk reaches a library
@@ -191,16 +92,6 @@ def place(part, rows, total: int, fill, dim=0):
     else:
         out.index_copy_(dim, rows, part)
     return out
-
-
-def lse_rows(lse, heads: int, rows: int, library: str):
-    """A library's LSE as [Hq, rows]: (b=1, h, s), (b=1, h, s, 1) (cuDNN) and (h, total) (varlen)
-    all hold the same numbers; anything else (a padded LSE) is refused, naming the library."""
-    if lse.numel() != heads * rows:
-        raise RuntimeError(
-            f"{library}: expected an LSE of {heads} heads x {rows} rows, got shape {tuple(lse.shape)}"
-        )
-    return lse.reshape(heads, rows)
 
 
 class PackedKernel(LocalKernel):
@@ -335,7 +226,7 @@ class RectangleKernel(LocalKernel):
         raise NotImplementedError
 
 
-# ---------------------------------------------------------------- FlexAttention
+# ---------------------------------------------------------------- backward by recomputation
 
 
 class RecomputeBackward:
@@ -363,78 +254,3 @@ class RecomputeBackward:
                 .transpose(0, 1)
             ).to(lse_t.dtype)
             return torch.autograd.grad((out_t, lse_t), leaves, (g_out, g_lse))
-
-
-class MathRecompute(RecomputeBackward, MathKernel):
-    """The math kernel with the recomputation backward (tests the recomputation on CPU)."""
-
-    def differentiable_forward(self, q, k, v, chunk):
-        return MathKernel._forward(self, q, k, v, chunk)
-
-
-@functools.cache
-def _compiled_flex():
-    from torch.nn.attention.flex_attention import flex_attention
-
-    # One compilation per chunk shape / mask_mod closure (a few per ring); past the limit Dynamo
-    # would run flex eagerly, a different computation: fail instead, with room for a long ring.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
-    torch._dynamo.config.fail_on_recompile_limit_hit = True
-    return torch.compile(flex_attention, dynamic=False)
-
-
-class Flex(RecomputeBackward, LocalKernel):
-    """FlexAttention with the LSE; the BlockMask comes from the chunk's rectangles (segment ids
-    per row, causal offset per row). Compiled on GPU; eager on CPU (forward only there)."""
-
-    def _block_mask(self, chunk, device):
-        cache = chunk.__dict__.setdefault("_flex", {})
-        if str(device) in cache:
-            return cache[str(device)]
-        from torch.nn.attention.flex_attention import create_block_mask
-
-        q_seg = torch.full((chunk.ql,), -1, dtype=torch.int32, device=device)
-        k_seg = torch.full((chunk.kl,), -2, dtype=torch.int32, device=device)
-        q_off = torch.zeros(chunk.ql, dtype=torch.int32, device=device)
-        k_off = torch.zeros(chunk.kl, dtype=torch.int32, device=device)
-        for i, s in enumerate(chunk.segments):
-            q_seg[s.q0 : s.q1] = i
-            k_seg[s.k0 : s.k1] = i
-            q_off[s.q0 : s.q1] = torch.arange(s.ql, device=device, dtype=torch.int32) + (
-                s.kl - s.ql
-            )
-            k_off[s.k0 : s.k1] = torch.arange(s.kl, device=device, dtype=torch.int32)
-        causal = chunk.causal
-
-        def mask_mod(b, h, qi, ki):
-            same = q_seg[qi] == k_seg[ki]
-            return same & (k_off[ki] <= q_off[qi]) if causal else same
-
-        bm = create_block_mask(mask_mod, None, None, chunk.ql, chunk.kl, device=device)
-        cache[str(device)] = bm
-        return bm
-
-    def differentiable_forward(self, q, k, v, chunk):
-        from torch.nn.attention.flex_attention import flex_attention
-
-        fn = _compiled_flex() if q.device.type == "cuda" else flex_attention
-        out, lse = fn(
-            bhsd_view(q),
-            bhsd_view(k),
-            bhsd_view(v),
-            block_mask=self._block_mask(chunk, q.device),
-            scale=self.scale,
-            enable_gqa=q.shape[1] != k.shape[1],
-            return_lse=True,
-        )
-        lse = lse[0].to(self.acc).masked_fill(~chunk.rows_with_keys(q.device), float("-inf"))
-        return to_thd(out, "bhsd"), lse
-
-    def _forward(self, q, k, v, chunk):
-        with torch.no_grad():
-            return self.differentiable_forward(q, k, v, chunk)
-
-    def _backward(self, dout, q, k, v, out, lse, chunk):
-        if q.device.type != "cuda":
-            raise Unsupported("FlexAttention has no backward on CPU")
-        return RecomputeBackward._backward(self, dout, q, k, v, out, lse, chunk)

@@ -1,4 +1,5 @@
-"""Merging partial attention results with their log-sum-exps (float32 or better).
+"""Log-sum-exps of partial attention results: merging them (float32 or better), and the forms a
+local kernel (local_kernel.py) takes and returns.
 
 For two partial results over disjoint key sets, with lse_a >= lse_b (say):
     lse = lse_a + log1p(exp(lse_b - lse_a)),   out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b.
@@ -38,3 +39,19 @@ def merge_into(out, lse, out_t, lse_t):
         out_t.to(out.dtype) * w_new.transpose(0, 1).unsqueeze(-1)
     )
     lse.copy_(new)
+
+
+def finite_lse(lse):
+    """The final LSE as backward kernels take it: rows that saw nothing get 0 (their keys are all
+    masked, so every P is exp(-inf) = 0 either way) instead of -inf (which gives NaN)."""
+    return torch.where(torch.isinf(lse), torch.zeros_like(lse), lse).contiguous()
+
+
+def lse_rows(lse, heads: int, rows: int, library: str):
+    """A library's LSE as [Hq, rows]: (b=1, h, s), (b=1, h, s, 1) (cuDNN) and (h, total) (varlen)
+    all hold the same numbers; anything else (a padded LSE) is refused, naming the library."""
+    if lse.numel() != heads * rows:
+        raise RuntimeError(
+            f"{library}: expected an LSE of {heads} heads x {rows} rows, got shape {tuple(lse.shape)}"
+        )
+    return lse.reshape(heads, rows)

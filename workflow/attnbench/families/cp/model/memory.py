@@ -15,7 +15,7 @@ compute pairs):
   * forward: the float32 accumulator (out and LSE), plus either the local kernel's own
     allocations (rows copied when a chunk is several rectangles with gaps, its output and LSE,
     the full-size output and LSE they are placed into when it uses part of the rows) or the
-    merge (cp/merge.py: the partial output in float32, its weighted product, and eight
+    merge (kernels/lse.py: the partial output in float32, its weighted product, and eight
     LSE-sized temporaries);
   * backward: the finite LSE, float32 dq and dK/dV accumulators (and the window's dK/dV total
     after a window's first step), plus the local kernel's backward: its copied rows and
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from ....cp.catalog import kv_replication
 
 LSE_MERGE_TEMPS = (
-    7  # cp/merge.py: hi, lo, safe_hi, new, safe_new, w_old, w_new (+ the bool `seen`)
+    7  # kernels/lse.py: hi, lo, safe_hi, new, safe_new, w_old, w_new (+ the bool `seen`)
 )
 FA2_SEQ_PAD = 128  # FlashAttention-2 varlen backward: dq_accum / softmax_d rows per sequence extra
 
@@ -44,7 +44,7 @@ class Sizes:
     heads_kv: int
     head_dim: int
     elem: int  # bytes of the input dtype
-    acc: int  # bytes of the accumulation dtype (cp/merge.accumulator_dtype)
+    acc: int  # bytes of the accumulation dtype (kernels/lse.accumulator_dtype)
 
     @property
     def head_dim_rounded(self) -> int:
@@ -67,14 +67,14 @@ def inputs(rows: int, z: Sizes) -> int:
 
 
 def merge_bytes(rows: int, heads: int, z: Sizes) -> int:
-    """cp/merge.merge_into's temporaries while it runs (besides the two operands)."""
+    """kernels/lse.merge_into's temporaries while it runs (besides the two operands)."""
     lse = heads * rows
     out = rows * heads * z.head_dim * z.acc
     return (z.elem != z.acc) * out + out + LSE_MERGE_TEMPS * lse * z.acc + lse
 
 
 def kernel_forward_bytes(c, rows: int, hq: int, hkv: int, z: Sizes) -> int:
-    """What one local-kernel forward (cp/kernels.PackedKernel._forward) holds at its peak, and
+    """What one local-kernel forward (kernels/local_kernel.PackedKernel._forward) holds at its peak, and
     what it returns (the full-size output and LSE), for a chunk of `rows` query rows."""
     D, e, a = z.head_dim, z.elem, z.acc
     full = rows * hq * D * e + hq * rows * a

@@ -29,7 +29,7 @@ ACC_BYTES = {
     "float16": 4,
     "float32": 4,
     "float64": 8,
-}  # cp.merge.accumulator_dtype's sizes
+}  # kernels.lse.accumulator_dtype's sizes
 MODELLED_METHODS = ("ulysses", "ring_p2p", "ring_allgather", "usp", "loongtrain")
 
 
