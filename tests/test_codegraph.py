@@ -24,7 +24,7 @@ def test_figure_rules_read_the_tidy_table_code_and_their_family_only():
     assert "families/kernel/figures.py" not in cp and "families/kernel/tables.py" not in cp
     assert "families/cp/report.py" not in kernel
     # no rule of the report depends on a cell's measuring code
-    for measuring in ("families/kernel/cell.py", "cp/cell.py", "harness/measure.py"):
+    for measuring in ("families/kernel/cell.py", "families/cp/cell.py", "harness/measure.py"):
         assert measuring not in kernel | cp
 
 

@@ -7,8 +7,8 @@ import os
 import time
 
 import pytest
-from attnbench.cp.cell import MEMORY_LIMIT_ENV, run_cp_cell
 from attnbench.families import expand_cells, validate
+from attnbench.families.cp.cell import MEMORY_LIMIT_ENV, run_cp_cell
 from attnbench.grid.expand import cell_path
 from attnbench.harness import faults as F
 from attnbench.harness.environment import cpu_model

@@ -120,7 +120,7 @@ def cmd_cp_cell(a):
     """One rank of a distributed cell (start it with python -m attnbench.launch)."""
     if a.timed_out_after is not None:
         return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
-    from .cp.cell import run_cp_cell
+    from .families.cp.cell import run_cp_cell
     from .families.cp.emulated import is_emulated, run_emulated_cell
 
     spec = json.loads(a.spec)

@@ -24,7 +24,7 @@ How transfers become local buffers (`World`):
    order of the work on one device is a legal interleaving of the ranks' programs.
 2. Timing. After a lockstep call has left every buffer as the real run leaves it, each rank
    is timed alone (`time_ranks`, the harness's time_ms) with its communicator switched off
-   (`enabled = False`): exactly the compute-only variant of a distributed cell (cp/cell.py:
+   (`enabled = False`): exactly the compute-only variant of a distributed cell (families/cp/cell.py:
    the same schedule, every transfer a no-op, the buffers holding what the last real transfer
    put there). Ranks are timed one after the other, so each has the device to itself.
 

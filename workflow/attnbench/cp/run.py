@@ -1,6 +1,6 @@
 """Running a method on every rank: process group, contexts, inputs, status agreement, correctness.
 
-Shared by the distributed cell (cp/cell.py) and the multi-process tests.
+Shared by the distributed cell (families/cp/cell.py) and the multi-process tests.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Family `cp`: context-parallel methods over N ranks (attnbench.cp), each cell one distributed
-job started by attnbench.launch (`python -m attnbench cp-cell`, attnbench.cp.cell)."""
+job started by attnbench.launch (`python -m attnbench cp-cell`, cell.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ FIGURES = "report"
 
 def record_skeleton(spec: dict) -> dict:
     """The record with what ran (method and local kernel) and the CP tables' columns."""
-    from ...cp.cell import cp_summary, implementation
     from ...record.record import base_record
+    from .cell import cp_summary, implementation
     from .emulated import emulated_summary, is_emulated
 
     if is_emulated(spec):  # cp.emulate: the record says so whatever its status

@@ -23,7 +23,6 @@ import torch
 
 from ... import status as S
 from ...cp import catalog, emulate, run
-from ...cp import cell as C
 from ...harness.faults import crash_if_asked
 from ...harness.inputs import input_seed, mask_rng, torch_dtype
 from ...harness.measure import quantiles, sample_timings
@@ -35,6 +34,7 @@ from ...harness.samples import (
     spec_mask,
 )
 from ...record.record import base_record, environment, now, summarise, write_record
+from . import cell as C
 
 MARK = "emulated"  # the word tables and figures put beside every emulated number
 WHAT = "compute of every rank emulated on one device (no transfer, no overlap): not a distributed measurement"
@@ -126,7 +126,7 @@ def measure_sample(spec, index, mask, device) -> dict:
 
 
 def check_sample(spec, index, histograms, device) -> dict:
-    """cp.cell.check_sample on the emulated ranks (emulate.check_method)."""
+    """cell.check_sample on the emulated ranks (emulate.check_method)."""
     c = spec["check"]
     s, too_long = min(spec["seqlen"], c["max_seqlen"]), []
     while True:
@@ -180,7 +180,7 @@ def measure(record, spec, device):
 
 
 def emulated_summary(record, spec):
-    """cp.cell.cp_summary, with what makes the record an emulation's: `emulated`, its
+    """cell.cp_summary, with what makes the record an emulation's: `emulated`, its
     contents, the slowest rank's median time and the spread over ranks (medians over samples)."""
     C.cp_summary(record, spec)
     samples = record["samples"]
@@ -200,7 +200,7 @@ def emulated_summary(record, spec):
 
 
 def run_emulated_cell(spec: dict, out_path, peak: dict | None = None):
-    """The emulated cell's record (cp.cell.run_cp_cell's steps, one process, no process group)."""
+    """The emulated cell's record (cell.run_cp_cell's steps, one process, no process group)."""
     crash_if_asked(spec)
     t0 = time.perf_counter()
     choice = C.choose(spec, out_path)

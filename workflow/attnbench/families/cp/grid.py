@@ -36,7 +36,7 @@ def problems(cfg, grid, prod, at) -> list[str]:
 
 
 def check_seqlen(method: str, seqlen: int, gpus: int, cap: int) -> int:
-    """The length a CP cell's correctness is checked at (cp.cell.check_sample): the cell's own or
+    """The length a CP cell's correctness is checked at (cell.check_sample): the cell's own or
     check.max_seqlen, less than that for torch's context_parallel, which pads nothing."""
     s = min(seqlen, cap)
     return s if catalog.uses_local_kernel(method) else s - s % (2 * gpus)

@@ -1,7 +1,7 @@
 """Peak memory per GPU of one call of a CP method: what the cells measure (`peak_mem_bytes`, the
-CUDA caching allocator's peak during one call, cp/cell.py), from the same schedules.
+CUDA caching allocator's peak during one call, families/cp/cell.py), from the same schedules.
 
-Resident through the call (allocated before it, as cp/cell.py and the methods' `setup` do):
+Resident through the call (allocated before it, as families/cp/cell.py and the methods' `setup` do):
   * the rank's inputs q, k, v and dout (dout in every direction);
   * the method's persistent buffers (cp/hybrid.py, cp/ring.py, cp/ring_allgather.py `setup`):
     the KV shard, the ring's double buffers (inner; outer with windows), their float32 dK/dV
@@ -62,7 +62,7 @@ class Memory:
 
 
 def inputs(rows: int, z: Sizes) -> int:
-    """q, k, v, dout of `rows` local rows (cp/cell.py allocates dout in every direction)."""
+    """q, k, v, dout of `rows` local rows (families/cp/cell.py allocates dout in every direction)."""
     return rows * z.head_dim * z.elem * (2 * z.heads_q + 2 * z.heads_kv)
 
 

@@ -1,6 +1,6 @@
 """Per-call overheads, fitted on a grid's own measured cells (its compute-only and comm-only runs).
 
-A multi-GPU CP cell times two variants of its call besides the real one (cp/cell.py,
+A multi-GPU CP cell times two variants of its call besides the real one (families/cp/cell.py,
 `breakdown`): compute-only (every transfer skipped) and comm-only (every computation skipped).
 The model predicts both from the same schedules. What the kernel records and the network preset
 leave out is a cost per call, which dominates on small chunks (the CPU smoke cells):

@@ -22,22 +22,22 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import status as S
-from ..grid.expand import output_root
-from ..harness.faults import crash_if_asked, hang_if_asked
-from ..harness.inputs import check_mask_rng, input_seed, local_inputs, mask_rng, torch_dtype
-from ..harness.measure import peak_memory, quantiles, sample_timings, synchronize, time_ms
-from ..harness.samples import (
+from ... import status as S
+from ...cp import catalog, run
+from ...cp.base import load
+from ...cp.choose import choose_local_kernel
+from ...grid.expand import output_root
+from ...harness.faults import crash_if_asked, hang_if_asked
+from ...harness.inputs import check_mask_rng, input_seed, local_inputs, mask_rng, torch_dtype
+from ...harness.measure import peak_memory, quantiles, sample_timings, synchronize, time_ms
+from ...harness.samples import (
     CheckOutOfMemory,
     checked_outcome,
     checked_samples,
     n_samples,
     spec_mask,
 )
-from ..record.record import base_record, environment, now, summarise, write_record
-from . import catalog, run
-from .base import load
-from .choose import choose_local_kernel
+from ...record.record import base_record, environment, now, summarise, write_record
 
 MEMORY_LIMIT_ENV = "ATTNBENCH_CP_MEMORY_LIMIT"
 
@@ -93,7 +93,7 @@ def device_name(device: str) -> str:
     """The device's name as records carry it (environment.device_name): auto's evidence must match."""
     if device == "cuda":
         return torch.cuda.get_device_name(int(os.environ.get("LOCAL_RANK", 0)))
-    from ..harness.environment import cpu_model
+    from ...harness.environment import cpu_model
 
     return cpu_model()
 
