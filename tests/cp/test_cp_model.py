@@ -14,14 +14,14 @@ import torch
 from attnbench.cp import catalog, schedule
 from attnbench.cp.chunks import allgather_chunks, ring_step_chunk
 from attnbench.cp.layout import ShardLayout
+from attnbench.cp_model.checks import intra_text
+from attnbench.cp_model.geometry import Geometry, real_slices, slices_of
+from attnbench.cp_model.kernel_time import KernelTime
+from attnbench.cp_model.network import Network
+from attnbench.cp_model.overhead import calibrate, fit_terms, leave_one_out
+from attnbench.cp_model.predict import Setting, predict
+from attnbench.cp_model.run import read_records, run_predict
 from attnbench.families import load_config
-from attnbench.families.cp.model.checks import intra_text
-from attnbench.families.cp.model.geometry import Geometry, real_slices, slices_of
-from attnbench.families.cp.model.kernel_time import KernelTime
-from attnbench.families.cp.model.network import Network
-from attnbench.families.cp.model.overhead import calibrate, fit_terms, leave_one_out
-from attnbench.families.cp.model.predict import Setting, predict
-from attnbench.families.cp.model.run import read_records, run_predict
 from attnbench.masks import Mask
 from bounded import run_bounded
 from commands import cp_verify, launched
@@ -166,7 +166,7 @@ def test_h200_validation_median_within_ten_percent(tmp_path):
 
 def test_comm_bench_at_world_size_two(tmp_path):
     out = tmp_path / "comm.json"
-    bench = ["attnbench.families.cp.model.commbench", "--device", "cpu", "--out", str(out)]
+    bench = ["attnbench.cp_model.commbench", "--device", "cpu", "--out", str(out)]
     sizes = ["--sizes-mib", "0.25", "1", "--reps", "2", "--warmup", "1"]
     cmd = launched(["--nproc-per-node", "2"], "-m", *bench, *sizes)
     p = run_bounded(cmd, 120)

@@ -384,9 +384,9 @@ def cmd_records(a):
 
 
 def cmd_predict(a):
-    """The CP throughput model (families/cp/model): table, validation, checks and figures of one cp grid."""
+    """The CP throughput model (cp_model/): table, validation, checks and figures of one cp grid."""
+    from .cp_model.run import run_predict
     from .families import load_config
-    from .families.cp.model.run import run_predict
     from .grid.config import ConfigError
 
     try:

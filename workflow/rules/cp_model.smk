@@ -3,7 +3,7 @@
 # and a network preset; validated against the grid's measured cells. Reads records, runs no cell.
 
 
-from attnbench.families.cp.model.figures import figure_stems
+from attnbench.cp_model.figures import figure_stems
 
 # One rule per modelled grid of this config: its figures (one per tokens per GPU) are named from
 # its config. (A config of other grids, e.g. the tests' tiny ones, keeps cp_model and has none.)
@@ -13,7 +13,7 @@ for _g in [g for g in CFG.get("cp_model", {}).get("grids", {}) if g in CFG["grid
         name:
             f"cp_model_{_g}"
         input:
-            code=rule_code("attnbench.families.cp.model.run"),
+            code=rule_code("attnbench.cp_model.run"),
         output:
             table=f"{OUT}/tables/{_g}/cp_model.csv",
             validation=f"{OUT}/tables/{_g}/cp_model_validation.csv",
@@ -53,4 +53,4 @@ rule comm_bench:
     shell:
         "python -m attnbench.launch --nproc-per-node {wildcards.ranks}"
         " --gpus-per-node {params.gpus} --"
-        " python -m attnbench.families.cp.model.commbench --device {wildcards.device} --out {output} > {log} 2>&1"
+        " python -m attnbench.cp_model.commbench --device {wildcards.device} --out {output} > {log} 2>&1"

@@ -1,7 +1,7 @@
 """What a method does on one rank, step by step: the chunks it computes and the bytes it moves.
 
 A pure description (no torch, no process group) shared by the real methods and the throughput
-model (families/cp/model/): the methods' `volume()` and `work()` are sums over it, so the tests that check
+model (cp_model/): the methods' `volume()` and `work()` are sums over it, so the tests that check
 counted bytes and computed pairs of real runs against `volume()` / `work()` check it too.
 
 A phase (fwd, bwd) is a list of Steps run in order. A Step computes its `compute` (chunk, heads)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ....cp.schedule import Transfer
-from ....harness.environment import REPO
+from ..cp.schedule import Transfer
+from ..harness.environment import REPO
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ....harness.flops import DIRECTION_FACTOR
+from ..harness.flops import DIRECTION_FACTOR
 from .geometry import causal_area
 
 KINDS = ("full", "causal")

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ....cp import catalog, schedule
-from ....cp.chunks import document_lengths, is_causal
-from ....harness.flops import attention_flops
-from ....masks import sample_mask
+from ..cp import catalog, schedule
+from ..cp.chunks import document_lengths, is_causal
+from ..harness.flops import attention_flops
+from ..masks import sample_mask
 from .geometry import geometry
 from .kernel_time import KernelTime
 from .memory import Sizes, peak_memory

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ....cp.catalog import kv_replication
+from ..cp.catalog import kv_replication
 
 LSE_MERGE_TEMPS = (
     7  # kernels/lse.py: hi, lo, safe_hi, new, safe_new, w_old, w_new (+ the bool `seen`)

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ....masks import Mask
-from ....masks.lengths import choose_histogram
-from ....report.collect import collect
+from ..masks import Mask
+from ..masks.lengths import choose_histogram
+from ..report.collect import collect
 from .kernel_time import KernelTime
 from .network import Network
 from .overhead import calibrate, leave_one_out, measured_samples

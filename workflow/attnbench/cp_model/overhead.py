@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ....masks import Mask
+from ..masks import Mask
 from .predict import predict
 
 DELTA = 1e-3  # the probe (seconds; per row x head: seconds / ROWS) that measures a slope

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ....cp.catalog import method_label
-from ....report.plotting import (
+from ..cp.catalog import method_label
+from ..report.plotting import (
     apply_theme,
     collect_handles,
     grid_axes,
@@ -15,7 +15,7 @@ from ....report.plotting import (
     save,
     title_above,
 )
-from ....report.style import colour, marker
+from ..report.style import colour, marker
 
 
 def model_figure(pred, out: Path, style, subtitle: str) -> list[Path]:
