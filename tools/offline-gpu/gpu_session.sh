@@ -81,6 +81,13 @@ if ls .parts/*.part* > /dev/null 2>&1; then
     gather "$first" && install "${first%.part1-of-*}" && echo "installed $(basename "${first%.part1-of-*}") from parts"
   done
 fi
+# TransformerEngine's three wheels (transformer_engine, transformer_engine_cu13 from parts,
+# transformer_engine_torch) write into one folder, transformer_engine/, which each pip --target run
+# replaces whole: kept as they come, then installed again together in one run once all three are here
+mkdir -p /tmp/te_wheels && cp .whl/transformer_engine*.whl /tmp/parts/transformer_engine*.whl /tmp/te_wheels/ 2> /dev/null
+if [ "$(ls /tmp/te_wheels/*.whl 2> /dev/null | wc -l)" -eq 3 ] && [ ! -f /tmp/te_wheels/.installed ]; then
+  install /tmp/te_wheels/*.whl && touch /tmp/te_wheels/.installed && echo "installed TransformerEngine: $(cd /tmp/te_wheels && ls -- *.whl | tr '\n' ' ')"
+fi
 # kept in /tmp until flashinfer itself is installed (its parts may come in later calls)
 [ -d .whl/flashinfer_aot ] && mkdir -p /tmp/flashinfer_aot && cp -r .whl/flashinfer_aot/. /tmp/flashinfer_aot/
 if [ -d /tmp/flashinfer_aot ] && [ -d /tmp/site/flashinfer/data ]; then

@@ -216,7 +216,9 @@ KERNELS = {
             "cuDNN fused attention via TransformerEngine",
             "transformer_engine:CudnnTE",
             REGULAR_MASKS,
-            modules=("transformer_engine.pytorch",),
+            # the top-level package: finding transformer_engine.pytorch would import TE, which
+            # loads a cuDNN (the adapter chooses torch's first)
+            modules=("transformer_engine",),
             dists=("transformer-engine", "transformer_engine", "transformer-engine-torch"),
             colour="#9467bd",
             marker="H",

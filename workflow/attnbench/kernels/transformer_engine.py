@@ -9,6 +9,7 @@ cu_seqlens; windows are TE's (left, right), the same convention as FlashAttentio
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from ..status import Unsupported
@@ -16,6 +17,15 @@ from .base import Kernel
 from .varlen import cu_seqlens
 
 FORCE_CUDNN = {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "0"}
+
+
+def use_torch_cudnn():
+    """TE loads the cuDNN under CUDNN_HOME, else the CUDA toolkit's (/usr/local/cuda), before the
+    one torch brings; two cuDNNs in one process fail torch's version check (seen on the H200: the
+    toolkit's 9.14 against torch's 9.19). Unless CUDNN_HOME is set, point TE at torch's own."""
+    spec = importlib.util.find_spec("nvidia.cudnn")
+    if "CUDNN_HOME" not in os.environ and spec and spec.submodule_search_locations:
+        os.environ["CUDNN_HOME"] = list(spec.submodule_search_locations)[0]
 
 
 def te_arguments(form, heads_q, heads_kv, head_dim, device):
@@ -41,6 +51,7 @@ class CudnnTE(Kernel):
     layout = "thd"
 
     def version(self) -> str:
+        use_torch_cudnn()
         import transformer_engine
 
         return f"transformer_engine {transformer_engine.__version__}"
@@ -48,6 +59,7 @@ class CudnnTE(Kernel):
     def prepare(self, mask):
         form = self.half_precision_form(mask)
         os.environ.update(FORCE_CUDNN)
+        use_torch_cudnn()
         import transformer_engine.pytorch as te
 
         ctor, call = te_arguments(form, self.heads_q, self.heads_kv, self.head_dim, self.device)
