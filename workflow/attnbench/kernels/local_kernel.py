@@ -32,6 +32,7 @@ from .lse import accumulator_dtype, lse_rows, merge_into
 
 
 def load(info: LocalKernelInfo, device, dtype, head_dim) -> "LocalKernel":
+    """The local kernel of a LOCAL_KERNELS entry, its class imported from its library's module."""
     module, cls = info.impl.split(":")
     return getattr(importlib.import_module(f"{__package__}.{module}"), cls)(
         info, device, dtype, head_dim
