@@ -39,3 +39,41 @@ class RowBlockSDPA(Kernel):
             return torch.cat(blocks, dim=2)
 
         return attention
+
+
+class _FreesItsGraph(torch.autograd.Function):
+    """Attention whose backward drops what the forward saved, as TransformerEngine's fused
+    attention does: a second backward of the same forward fails."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, visible, gqa):
+        q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+        with torch.enable_grad():
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, enable_gqa=gqa)
+        ctx.saved = (q, k, v, out)
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, dout):
+        if ctx.saved is None:
+            raise RuntimeError("backward of this forward ran already")
+        q, k, v, out = ctx.saved
+        ctx.saved = None
+        return (*torch.autograd.grad(out, (q, k, v), dout), None, None)
+
+
+class BackwardOnceSDPA(Kernel):
+    info = KernelInfo(
+        name="backward_once_sdpa",
+        family="dense",
+        summary="SDPA whose graph can be differentiated once",
+        impl="tests.custom_kernel:BackwardOnceSDPA",
+        masks=("causal",),
+        directions={"cpu": ("fwd", "bwd"), "cuda": ("fwd", "bwd")},
+    )
+    layout = "bhsd"
+    backward_once = True
+
+    def prepare(self, mask):
+        visible = mask.dense(self.device)
+        return lambda q, k, v: _FreesItsGraph.apply(q, k, v, visible, self.gqa)

@@ -196,3 +196,27 @@ def test_editing_your_kernels_package_reruns_exactly_its_cells(tmp_path):
     assert planned_jobs(p)["kernel_cell"] == 1
     cells = p.stdout.split("rule collect")[0]
     assert "/own_sdpa/causal/" in cells and "/naive/" not in cells
+
+
+def test_a_kernel_whose_graph_frees_itself_gets_a_new_forward_before_each_backward(repo):
+    """TransformerEngine's fused attention can run the backward of one forward only once; a bwd
+    cell of such a kernel (backward_once) must still time every repetition and pass the check,
+    and one that says nothing fails at its second backward (as the H200 cells of cudnn_te did)."""
+    from tests import custom_kernel
+
+    grid = {
+        **GRID,
+        "kernels": ["tests.custom_kernel:BackwardOnceSDPA"],
+        "masks": ["causal"],
+        "direction": ["bwd"],
+    }
+    (spec,) = expand_cells(config(repo, grid))
+    record = run_cell(spec)
+    assert record["status"] == "ok", record.get("status_reason")
+    assert all(len(s["time_ms"]) == GRID["reps"] for s in record["samples"])
+    custom_kernel.BackwardOnceSDPA.backward_once = False
+    try:
+        with pytest.raises(RuntimeError, match="backward of this forward ran already"):
+            run_cell(spec)
+    finally:
+        custom_kernel.BackwardOnceSDPA.backward_once = True

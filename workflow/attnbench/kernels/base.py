@@ -44,6 +44,9 @@ def to_thd(x, layout: str):
 
 class Kernel:
     layout = "bhsd"
+    # True where the autograd graph of one forward can be differentiated only once (the bwd
+    # cells then run a new, untimed forward before each timed backward)
+    backward_once = False
 
     def __init__(
         self, info: KernelInfo, device, dtype, heads_q: int, heads_kv: int, head_dim: int

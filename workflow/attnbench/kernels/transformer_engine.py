@@ -23,6 +23,12 @@ def use_torch_cudnn():
     """TE loads the cuDNN under CUDNN_HOME, else the CUDA toolkit's (/usr/local/cuda), before the
     one torch brings; two cuDNNs in one process fail torch's version check (seen on the H200: the
     toolkit's 9.14 against torch's 9.19). Unless CUDNN_HOME is set, point TE at torch's own."""
+    import torch
+
+    # torch's own cuDNN loaded first: libtransformer_engine.so's libcudnn.so.9 then resolves to
+    # it, and torch's version check sees it, whatever TE itself opens (the H200 run set
+    # CUDNN_HOME below in place and still saw 9.14)
+    torch.backends.cudnn.version()
     spec = importlib.util.find_spec("nvidia.cudnn")
     if "CUDNN_HOME" not in os.environ and spec and spec.submodule_search_locations:
         os.environ["CUDNN_HOME"] = list(spec.submodule_search_locations)[0]
@@ -49,6 +55,7 @@ def te_arguments(form, heads_q, heads_kv, head_dim, device):
 
 class CudnnTE(Kernel):
     layout = "thd"
+    backward_once = True  # FusedAttnFunc.backward drops its saved state (TE 2.20)
 
     def version(self) -> str:
         use_torch_cudnn()
