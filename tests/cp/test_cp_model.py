@@ -132,7 +132,7 @@ def test_h200_validation_median_within_ten_percent(tmp_path):
 
     val = pd.read_csv(tmp_path / "tables" / "cp_model_validation.csv")
     assert len(val) >= 30 and val["relative_error"].abs().median() < 0.10
-    # leave-one-out (issue 33 item 5): each fitted cell predicted by the terms refitted without it
+    # leave-one-out: each fitted cell predicted by the terms refitted without it
     fitted = val[val["in_fit"]]
     assert len(fitted) >= 30 and (val.loc[~val["in_fit"], "gpus"] == 1).all()
     assert fitted["loo_relative_error"].abs().median() < 0.10

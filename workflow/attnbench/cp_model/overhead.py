@@ -15,7 +15,7 @@ sample of a CPU cell often is) pulls this fit no more than any other sample. The
 is added to the fixed one only where it lowers that sum by more than 2% (fit_simplest). The model is linear
 in each term, so its slope is measured by predicting once more with the term switched on (Fit).
 leave_one_out refits the terms once per measured cell on every other cell's samples: the validation
-of a cell by a model that did not see it (issue 33 item 5), beside the in-sample one.
+of a cell by a model that did not see it, beside the in-sample one.
 """
 
 from __future__ import annotations
