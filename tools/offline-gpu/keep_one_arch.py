@@ -1,8 +1,8 @@
 """A copy of a wheel whose CUDA libraries keep the GPU code of one architecture only, to carry.
 
 TransformerEngine's core wheel is 264 MiB, over four times what one call to the offline GPU machine
-carries; 246 MiB of it is GPU code (the `.nv_fatbin` section of libtransformer_engine.so) for
-other GPUs than the H200's sm_90. This writes the same wheel with every fatbin entry of another
+carries; its libtransformer_engine.so holds 251 MiB of GPU code (the `.nv_fatbin` section) for
+eight architectures, 17.5 MiB of it for the H200's sm_90. This writes the same wheel with every fatbin entry of another
 architecture blanked: its header kept, its payload zeroed, so the zip compresses it to nothing and
 the file offsets, symbols and the sm_90 code stay byte for byte as they were. The CUDA runtime
 loads a module's sm_90 image on an sm_90 GPU and never reads the others (an sm_90 GPU cannot run
