@@ -4,10 +4,10 @@ TransformerEngine's core wheel is 264 MiB, over four times what one call to the 
 carries; its libtransformer_engine.so holds 251 MiB of GPU code (the `.nv_fatbin` section) for
 eight architectures, 17.5 MiB of it for the H200's sm_90. This writes the same wheel with every
 fatbin entry of another architecture blanked: its header kept, its payload zeroed, so the zip
-compresses it to nothing and
-the file offsets, symbols and the sm_90 code stay byte for byte as they were. The CUDA runtime
-loads a module's sm_90 image on an sm_90 GPU and never reads the others (an sm_90 GPU cannot run
-another architecture's SASS; a fatbin with PTX, which it could JIT, is refused here).
+compresses it to nothing and the file offsets, symbols and the sm_90 code stay byte for byte as
+they were. The CUDA runtime loads a module's sm_90 image on an sm_90 GPU and never reads the
+others (an sm_90 GPU cannot run another architecture's SASS; a fatbin with PTX, which it could
+JIT, is refused here).
 
     python tools/offline-gpu/keep_one_arch.py WHEEL --arch 90 --out-dir DIR
 """
