@@ -84,16 +84,7 @@ def share_of(mask: Mask, tokens: int) -> Mask:
 def time_world(method, deg, kernel, mask, seed, a, direction, device, profile_ranks=()):
     """Emulate the world once for `direction`: per-rank times, their summary, each rank's
     visible pairs, and the profiles asked for."""
-    dtype = torch_dtype(a.dtype)
-    world = emulate.World(
-        deg, kernel, dtype, a.head_dim, device, contents=a.contents, timeout_s=600
-    )
-    world.load(method, mask, a.hq, a.hkv, a.head_dim, dtype, direction != "fwd")
-    inputs = world.inputs(seed, a.hq, a.hkv, a.head_dim, dtype)
-    failed = world.agree("setup")
-    if failed[0] is None:
-        emulate.prime(world, inputs, direction)
-        failed = world.agree("the lockstep run")
+    world, inputs, failed = primed_world(method, deg, kernel, mask, seed, a, direction, device)
     if failed[0] is not None:
         return {"status": failed[0], "reason": failed[1]}
     times = emulate.time_ranks(world, inputs, direction, a.warmup, a.reps)
@@ -354,17 +345,24 @@ def validate(a, device) -> list[dict]:
     return rows
 
 
-def _time_record(method, deg, kernel, mask, seed, a, direction, device, world_args):
+def primed_world(method, deg, kernel, mask, seed, a, direction, device, dkv="accumulator"):
+    """The world set up and run once in lockstep (every buffer as the real run leaves it):
+    (world, inputs, (status, reason)), status None when every rank got there."""
     dtype = torch_dtype(a.dtype)
-    world = emulate.World(
-        deg, kernel, dtype, a.head_dim, device, world_args["dkv"], contents=a.contents
-    )
+    world = emulate.World(deg, kernel, dtype, a.head_dim, device, dkv, contents=a.contents)
     world.load(method, mask, a.hq, a.hkv, a.head_dim, dtype, direction != "fwd")
     inputs = world.inputs(seed, a.hq, a.hkv, a.head_dim, dtype)
     failed = world.agree("setup")
     if failed[0] is None:
         emulate.prime(world, inputs, direction)
         failed = world.agree("the lockstep run")
+    return world, inputs, failed
+
+
+def _time_record(method, deg, kernel, mask, seed, a, direction, device, world_args):
+    world, inputs, failed = primed_world(
+        method, deg, kernel, mask, seed, a, direction, device, world_args["dkv"]
+    )
     if failed[0] is None:
         # the distributed cell timed its compute-only variant with one warm-up call
         times = emulate.time_ranks(world, inputs, direction, 1, a.reps)

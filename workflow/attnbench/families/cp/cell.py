@@ -254,7 +254,7 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
         "ranks": ranks,
     }
     sample.update(_split_summary(split, sample["time_ms_median"]))
-    sample.update(_bytes_summary(ranks))
+    sample.update(bytes_summary(ranks))
     work = [r["work_pairs"] for r in ranks]
     sample["work_pairs_total"] = int(sum(work))
     sample["load_balance"] = max(work) / (sum(work) / len(work)) if sum(work) else None
@@ -279,7 +279,7 @@ def _split_summary(split, full_ms) -> dict:
     }
 
 
-def _bytes_summary(ranks) -> dict:
+def bytes_summary(ranks) -> dict:
     sent = [r["bytes"]["sent"] for r in ranks]
     analytic = [r["bytes_analytic"]["sent"] for r in ranks]
     if analytic[0] is None:
@@ -299,10 +299,33 @@ def _bytes_summary(ranks) -> dict:
 
 
 def check_sample(session, spec, index, histograms) -> dict:
-    """Correctness at an affordable length: every rank's out, lse, dq, dk, dv vs float64. When
-    the float64 check runs out of memory, again at half the length (never the method's oom)."""
-    c = spec["check"]
-    s, too_long = min(spec["seqlen"], c["max_seqlen"]), []
+    """Correctness at an affordable length: every rank's out, lse, dq, dk, dv vs float64."""
+
+    def check(mask, seed):
+        return run.check_method(
+            session,
+            spec["impl"],
+            spec["cp"]["local_kernel"],
+            degrees_of(spec),
+            mask,
+            seed,
+            spec["heads_q"],
+            spec["heads_kv"],
+            spec["head_dim"],
+            torch_dtype(spec["dtype"]),
+            spec["direction"] != "fwd",
+            spec["check"]["tolerance_factor"],
+            dkv_comm_dtype(spec),
+        )
+
+    return check_halving(spec, index, histograms, check)
+
+
+def check_halving(spec, index, histograms, check) -> dict:
+    """check(mask, seed) -> verdict at the check's length; when the float64 check runs out of
+    memory, again at half the length (never the method's oom). The distributed and the emulated
+    cells share it."""
+    s, too_long = min(spec["seqlen"], spec["check"]["max_seqlen"]), []
     while True:
         if not catalog.uses_local_kernel(spec["impl"]):  # torch's context_parallel pads nothing
             s -= s % (2 * spec["gpus"])
@@ -311,21 +334,7 @@ def check_sample(session, spec, index, histograms) -> dict:
                 f"the float64 check ran out of memory at every length down to {too_long[-1]}"
             )
         mask = _check_mask(spec, index, s, histograms)
-        verdict = run.check_method(
-            session,
-            spec["impl"],
-            spec["cp"]["local_kernel"],
-            degrees_of(spec),
-            mask,
-            input_seed(spec["_data_seed"], index, s),
-            spec["heads_q"],
-            spec["heads_kv"],
-            spec["head_dim"],
-            torch_dtype(spec["dtype"]),
-            spec["direction"] != "fwd",
-            c["tolerance_factor"],
-            dkv_comm_dtype(spec),
-        )
+        verdict = check(mask, input_seed(spec["_data_seed"], index, s))
         if verdict["status"] != run.CHECK_OOM:
             break
         too_long.append(s)

@@ -22,12 +22,11 @@ import numpy as np
 import torch
 
 from ... import status as S
-from ...cp import catalog, emulate, run
+from ...cp import catalog, emulate
 from ...harness.faults import crash_if_asked
 from ...harness.inputs import input_seed, mask_rng, torch_dtype
 from ...harness.measure import quantiles, sample_timings
 from ...harness.samples import (
-    CheckOutOfMemory,
     checked_outcome,
     checked_samples,
     n_samples,
@@ -115,7 +114,7 @@ def measure_sample(spec, index, mask, device) -> dict:
         **{k: v for k, v in summ.items() if k != "max_over_ranks_ms"},
         "ranks": ranks,
     }
-    sample.update(C._bytes_summary(ranks))
+    sample.update(C.bytes_summary(ranks))
     work = [r["work_pairs"] for r in ranks]
     sample["work_pairs_total"] = int(sum(work))
     sample["load_balance"] = max(work) / (sum(work) / len(work)) if sum(work) else None
@@ -127,38 +126,25 @@ def measure_sample(spec, index, mask, device) -> dict:
 
 def check_sample(spec, index, histograms, device) -> dict:
     """cell.check_sample on the emulated ranks (emulate.check_method)."""
-    c = spec["check"]
-    s, too_long = min(spec["seqlen"], c["max_seqlen"]), []
-    while True:
-        if s < 1:
-            raise CheckOutOfMemory(
-                f"the float64 check ran out of memory at every length down to {too_long[-1]}"
-            )
-        mask = C._check_mask(spec, index, s, histograms)
-        verdict = emulate.check_method(
+
+    def check(mask, seed):
+        return emulate.check_method(
             spec["impl"],
             spec["cp"]["local_kernel"],
             C.degrees_of(spec),
             mask,
-            input_seed(spec["_data_seed"], index, s),
+            seed,
             spec["heads_q"],
             spec["heads_kv"],
             spec["head_dim"],
             torch_dtype(spec["dtype"]),
             spec["direction"] != "fwd",
-            c["tolerance_factor"],
+            spec["check"]["tolerance_factor"],
             device,
             C.dkv_comm_dtype(spec),
         )
-        if verdict["status"] != run.CHECK_OOM:
-            break
-        too_long.append(s)
-        s //= 2
-    verdict["mask_params"] = mask.params if s != spec["seqlen"] else "same as the timed sample"
-    verdict["emulated"] = True
-    if too_long:
-        verdict["out_of_memory_at_seqlen"] = too_long
-    return verdict
+
+    return {**C.check_halving(spec, index, histograms, check), "emulated": True}
 
 
 def measure(record, spec, device):
