@@ -31,6 +31,7 @@ from attnbench.harness.gate import judge, lse_bound
 from attnbench.harness.inputs import make_inputs
 from attnbench.harness.reference import reference_attention, rel_err
 from attnbench.kernels.base import bhsd_view, to_thd
+from attnbench.kernels.flashmask import packed_row_intervals
 from attnbench.kernels.local_kernel import PackedKernel, RectangleKernel, load
 from attnbench.kernels.lse import finite_lse, merge_into, new_accumulator
 from attnbench.kernels.naive import MathLocal, MathRecompute
@@ -258,6 +259,38 @@ class MathPacked(PackedKernel):
         return self.math.backward(dout, q, k, v, out, lse, ch)
 
 
+def flashmask_rule(startend, is_causal, ql, kl):
+    """Visible [ql, kl] as FlashMask's kernel applies bounds (flash_mask.hpp): causal (bottom-right)
+    with rows >= LTS masked, or without causal rows >= LTS and rows < UTE masked."""
+    r = torch.arange(ql).view(-1, 1)
+    c = torch.arange(kl).view(1, -1)
+    b = torch.as_tensor(startend, dtype=torch.long)
+    vis = r < b[:, 0].view(1, -1)
+    if is_causal:
+        return vis & (c <= r + (kl - ql))
+    return vis & (r >= b[:, 1].view(1, -1))
+
+
+class FlashMaskRules(MathPacked):
+    """FlashMask's local kernel's bounds (flashmask.packed_row_intervals) decoded by the kernel's
+    rule must paint exactly the packed rectangles; then the math kernel computes them."""
+
+    def packed_forward(self, q, k, v, vl, causal):
+        startend, is_causal = packed_row_intervals(vl.lengths, causal)
+        painted = self._chunk(vl, causal, q.shape[0], k.shape[0]).visible()
+        assert torch.equal(flashmask_rule(startend, is_causal, q.shape[0], k.shape[0]), painted)
+        return super().packed_forward(q, k, v, vl, causal)
+
+
+def test_flashmask_bounds_pick_its_causal_form_only_for_square_causal_rectangles():
+    assert packed_row_intervals(((3, 3), (2, 2)), True)[0].tolist() == [[3]] * 3 + [[5]] * 2
+    assert packed_row_intervals(((3, 3), (2, 2)), True)[1] is True
+    enc, is_causal = packed_row_intervals(((2, 4),), True)  # two leading keys every row sees
+    assert not is_causal and enc.tolist() == [[2, 0], [2, 0], [2, 0], [2, 1]]
+    enc, is_causal = packed_row_intervals(((2, 3), (1, 1)), False)
+    assert not is_causal and enc.tolist() == [[2, 0]] * 3 + [[3, 2]]
+
+
 CPU_HEADS, CPU_D = (8, 2), 16
 
 
@@ -266,12 +299,17 @@ def cpu_masks():
     return masks_for(2, 2 * 40 + 3, 0)  # verify's masks: odd documents, an odd length
 
 
-@pytest.mark.parametrize("name", ["cpu_flash", "math", "rectangles", "packed"])
+@pytest.mark.parametrize("name", ["cpu_flash", "math", "rectangles", "packed", "flashmask_rules"])
 @pytest.mark.parametrize("mask_name", CP_MASKS)
 def test_cpu_kernels_under_every_methods_chunks(name, mask_name, cpu_masks):
     mask = next(m for m in cpu_masks if m.name == mask_name)
-    info = catalog.local_kernel("cpu_flash" if name in ("rectangles", "packed") else name)
-    cls = {"rectangles": CpuFlashRectangles, "packed": MathPacked}.get(name)
+    stand_in = name in ("rectangles", "packed", "flashmask_rules")
+    info = catalog.local_kernel("cpu_flash" if stand_in else name)
+    cls = {
+        "rectangles": CpuFlashRectangles,
+        "packed": MathPacked,
+        "flashmask_rules": FlashMaskRules,
+    }.get(name)
     kern = (
         cls(info, "cpu", torch.float32, CPU_D) if cls else load(info, "cpu", torch.float32, CPU_D)
     )

@@ -129,12 +129,13 @@ RING_DKV_METHODS = ("ring_p2p", "usp", "loongtrain")
 
 # `auto`: the fastest local kernel measured on the device (cp/choose.py); with no records, the first
 # of these that can run the cell. The order is what the H200 sweep measured (README): FA3's forward,
-# then cuDNN (the fastest backward on full and causal), FA2, PyTorch's FA2 code, FlexAttention
-# (which compiles per chunk shape and recomputes a forward in its backward), the explicit math.
+# then cuDNN (the fastest backward on full and causal), FA2, PyTorch's FA2 code, FlashMask (head
+# dim 128 only, its subset build), FlexAttention (which compiles per chunk shape and recomputes a
+# forward in its backward), the explicit math.
 AUTO = "auto"
 AUTO_ORDER = {
-    ("cuda", "fwd"): ("fa3", "sdpa_cudnn", "fa2", "sdpa_flash", "flex", "math"),
-    ("cuda", "bwd"): ("sdpa_cudnn", "fa2", "fa3", "sdpa_flash", "flex", "math"),
+    ("cuda", "fwd"): ("fa3", "sdpa_cudnn", "fa2", "sdpa_flash", "flashmask", "flex", "math"),
+    ("cuda", "bwd"): ("sdpa_cudnn", "fa2", "fa3", "sdpa_flash", "flashmask", "flex", "math"),
     ("cpu", "fwd"): ("cpu_flash", "math", "flex"),
     ("cpu", "bwd"): ("cpu_flash", "math", "flex"),
 }

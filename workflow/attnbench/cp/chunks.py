@@ -28,7 +28,8 @@ class Varlen:
     """cu_seqlens form of a chunk. q_rows / k_rows say which local rows its rectangles use, in
     order: None (all of them, no copy), a slice (one rectangle: a view, no copy) or an index
     tensor (rows to gather, and to scatter results back to). `single`: one rectangle, so a
-    library's dense (batch 1) form can run it."""
+    library's dense (batch 1) form can run it. `lengths`: (query rows, key rows) of each rectangle
+    in packed order, as Python ints (what a mask built on the host needs, with no device sync)."""
 
     q_rows: object
     k_rows: object
@@ -37,6 +38,7 @@ class Varlen:
     max_q: int
     max_k: int
     single: bool
+    lengths: tuple = ()
 
 
 class Chunk:
@@ -140,6 +142,7 @@ class Chunk:
             max(lq),
             max(lk),
             len(segs) == 1,
+            tuple(zip(lq, lk)),
         )
 
 

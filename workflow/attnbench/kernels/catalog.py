@@ -411,6 +411,15 @@ LOCAL_KERNELS = {
             bwd_modules=(FA3_FULL,),
             evidence=_evidence([("fa3", "fwd")], [("fa3", "bwd")]),
         ),
+        _local(
+            "flashmask",
+            "FlashMask V3 (torch.ops.flashmask fwd/bwd): a chunk's rectangles packed in one call, "
+            "each key column's visible rows as FlashMask's row bounds; its own backward",
+            "flashmask:FlashMaskLocal",
+            modules=("flashmask._C",),
+            dists=("flashmask",),
+            evidence=_evidence([("flashmask", "fwd")], [("flashmask", "bwd")]),
+        ),
     )
 }
 

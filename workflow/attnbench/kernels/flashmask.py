@@ -10,14 +10,23 @@ encoding can express makes the mask `unsupported` for FlashMask. Per column j (p
 It runs FlashMask V3's PyTorch extension (`interface_torch.flashmask_attention`, module
 `flashmask._C`; envs/build_flashmask.sh builds it): bshd tensors, native GQA, its own backward
 through autograd. Paddle is not needed.
+
+Also FlashMask's CP local kernel (local_kernel.py's protocol): a chunk's rectangles, packed, as
+one batch-1 call whose key columns carry their visible rows (packed_row_intervals), through the
+extension's own operators (torch.ops.flashmask.fwd / bwd: LSE [1, Hq, rows], natural log, -inf
+for rows that see nothing; the backward takes the final out and LSE, as FA3's does).
 """
 
 from __future__ import annotations
 
+import importlib
+
+import numpy as np
 import torch
 
 from ..status import Unsupported
 from .base import Kernel
+from .local_kernel import PackedKernel
 
 
 def _first_true(x, default):
@@ -118,3 +127,59 @@ class FlashMask(Kernel):
         return lambda q, k, v: lib.flashmask_attention(
             q, k, v, startend_row_indices=indices, causal=causal
         )
+
+
+# ---------------------------------------------------------------- the CP local kernel
+
+
+def packed_row_intervals(lengths, causal: bool):
+    """(startend [K, n] int32 numpy, is_causal) for rectangles packed one after the other (each
+    (query rows, key rows); causal ones bottom-right aligned). Every key column of a rectangle sees
+    one run of its rows, so one or two bounds per column say it exactly:
+      all causal and square: [LTS] = the rectangle's last row + 1, under FlashMask's own causal;
+      otherwise: [LTS, UTE] without causal, visible rows [UTE, LTS)."""
+    square = all(ql == kl for ql, kl in lengths)
+    ends, starts, q0 = [], [], 0
+    for ql, kl in lengths:
+        c = np.arange(kl)
+        ends.append(np.full(kl, q0 + ql))
+        # causal bottom-right: row r sees column c when c <= r + (kl - ql)
+        starts.append(q0 + (np.clip(c - (kl - ql), 0, None) if causal else np.zeros(kl, int)))
+        q0 += ql
+    if causal and square:
+        return np.concatenate(ends)[:, None].astype(np.int32), True
+    return np.stack([np.concatenate(ends), np.concatenate(starts)], 1).astype(np.int32), False
+
+
+class FlashMaskLocal(PackedKernel):
+    """One FlashMask call per chunk over its packed rectangles (module docstring)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        importlib.import_module("flashmask._C")  # registers torch.ops.flashmask
+        self.ops = torch.ops.flashmask
+        self._bounds = {}  # (lengths, causal) -> (startend on the device, is_causal)
+
+    def bounds(self, vl, causal):
+        key = (vl.lengths, causal)
+        if key not in self._bounds:
+            enc, is_causal = packed_row_intervals(vl.lengths, causal)
+            dev = torch.from_numpy(enc).to(self.device)
+            self._bounds[key] = (dev.view(1, 1, *enc.shape), is_causal)
+        return self._bounds[key]
+
+    def packed_forward(self, q, k, v, vl, causal):
+        startend, is_causal = self.bounds(vl, causal)
+        out, lse = self.ops.fwd(
+            q[None], k[None], v[None], softmax_scale=self.scale, is_causal=is_causal,
+            startend_row_indices=startend,
+        )  # fmt: skip
+        return out[0], lse
+
+    def packed_backward(self, dout, q, k, v, out, lse, vl, causal):
+        startend, is_causal = self.bounds(vl, causal)
+        dq, dk, dv = self.ops.bwd(
+            dout[None], q[None], k[None], v[None], out[None], lse[None],
+            startend_row_indices=startend, softmax_scale=self.scale, is_causal=is_causal,
+        )  # fmt: skip
+        return dq[0], dk[0], dv[0]
