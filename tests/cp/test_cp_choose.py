@@ -75,7 +75,7 @@ def test_another_device_and_a_failed_check_are_no_evidence(tmp_path):
     # nothing measured: the documented order decides (fa3 and fa2 are not installed here)
     assert ch["local_kernel"] == "sdpa_cudnn"
     assert "no kernel records of causal fwd on NVIDIA H200" in ch["reason"]
-    assert "fa3, sdpa_cudnn, fa2, sdpa_flash, flex, math" in ch["reason"]
+    assert "fa3, sdpa_cudnn, fa2, sdpa_flash, flashmask, flex, math" in ch["reason"]
 
 
 def test_backward_costs_add_up_and_masks_a_kernel_cannot_run_are_left_out(tmp_path):
