@@ -183,6 +183,7 @@ def kernel_family(name: str) -> str:
 def profile_rank(world, inputs, direction, rank, reps) -> dict:
     """torch.profiler over `reps` calls of one rank's schedule (its transfers off): time per
     kind of kernel (device time on GPU, self CPU time of the aten ops on the CPU), per call."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     fn = emulate.calls(world, inputs, direction)[rank]
@@ -201,7 +202,9 @@ def profile_rank(world, inputs, direction, rank, reps) -> dict:
     by = {}
     for ev in prof.key_averages():
         if dev.type == "cuda":
-            t = getattr(ev, "self_device_time_total", 0) or 0
+            # the kernels themselves: an aten op's self device time is its kernels' time again
+            is_kernel = ev.device_type == DeviceType.CUDA
+            t = (getattr(ev, "self_device_time_total", 0) or 0) if is_kernel else 0
         else:
             t = ev.self_cpu_time_total if ev.key.startswith("aten::") else 0
         if t <= 0:

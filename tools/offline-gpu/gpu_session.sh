@@ -88,6 +88,12 @@ mkdir -p /tmp/te_wheels && cp .whl/transformer_engine*.whl /tmp/parts/transforme
 if [ "$(ls /tmp/te_wheels/*.whl 2> /dev/null | wc -l)" -eq 3 ] && [ ! -f /tmp/te_wheels/.installed ]; then
   install /tmp/te_wheels/*.whl && touch /tmp/te_wheels/.installed && echo "installed TransformerEngine: $(cd /tmp/te_wheels && ls -- *.whl | tr '\n' ' ')"
 fi
+# a later pip --target run of a wheel with scripts (onnx's) replaces /tmp/site/bin whole, and
+# with it Snakemake's entry point: put one back
+if [ -d /tmp/site/snakemake ] && [ ! -x /tmp/site/bin/snakemake ]; then
+  mkdir -p /tmp/site/bin && printf '#!/bin/sh\nexec python3 -m snakemake "$@"\n' > /tmp/site/bin/snakemake &&
+    chmod +x /tmp/site/bin/snakemake && echo "Snakemake's entry point written again (/tmp/site/bin/snakemake)"
+fi
 # kept in /tmp until flashinfer itself is installed (its parts may come in later calls)
 [ -d .whl/flashinfer_aot ] && mkdir -p /tmp/flashinfer_aot && cp -r .whl/flashinfer_aot/. /tmp/flashinfer_aot/
 if [ -d /tmp/flashinfer_aot ] && [ -d /tmp/site/flashinfer/data ]; then

@@ -9,8 +9,10 @@ cu_seqlens; windows are TE's (left, right), the same convention as FlashAttentio
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
+from pathlib import Path
 
 from ..status import Unsupported
 from .base import Kernel
@@ -21,17 +23,23 @@ FORCE_CUDNN = {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATT
 
 def use_torch_cudnn():
     """TE loads the cuDNN under CUDNN_HOME, else the CUDA toolkit's (/usr/local/cuda), before the
-    one torch brings; two cuDNNs in one process fail torch's version check (seen on the H200: the
-    toolkit's 9.14 against torch's 9.19). Unless CUDNN_HOME is set, point TE at torch's own."""
+    one torch brings; two cuDNNs in one process fail (seen on the H200: the toolkit's 9.14 beside
+    torch's 9.19). libtransformer_engine.so needs every cuDNN sub-library by name, and torch opens
+    those lazily, so the dynamic linker took the ones it had not opened yet from the system
+    (libcudnn_heuristic.so.9 of 9.14, missing a symbol of torch's libcudnn_graph.so.9). So: open
+    all of torch's cuDNN libraries first, and point CUDNN_HOME at them unless it is set."""
     import torch
 
-    # torch's own cuDNN loaded first: libtransformer_engine.so's libcudnn.so.9 then resolves to
-    # it, and torch's version check sees it, whatever TE itself opens (the H200 run set
-    # CUDNN_HOME below in place and still saw 9.14)
     torch.backends.cudnn.version()
     spec = importlib.util.find_spec("nvidia.cudnn")
-    if "CUDNN_HOME" not in os.environ and spec and spec.submodule_search_locations:
-        os.environ["CUDNN_HOME"] = list(spec.submodule_search_locations)[0]
+    if not (spec and spec.submodule_search_locations):
+        return
+    home = Path(list(spec.submodule_search_locations)[0])
+    libs = sorted((home / "lib").glob("libcudnn*.so.9"))
+    # libcudnn_graph first: the others link against it
+    for lib in sorted(libs, key=lambda p: p.name != "libcudnn_graph.so.9"):
+        ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+    os.environ.setdefault("CUDNN_HOME", str(home))
 
 
 def te_arguments(form, heads_q, heads_kv, head_dim, device):
