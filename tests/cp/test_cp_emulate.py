@@ -96,17 +96,17 @@ def test_a_rank_out_of_memory_is_every_ranks_status_and_nobody_hangs(monkeypatch
     agreement names it; a bug in one rank (not an oom) stops the others at once."""
     w, inputs = small_world()
     kernel = w.rcs[2].kernel
-    real_forward = kernel.forward
+    real_forward = kernel.forward_into  # what the methods call
 
     def forward(*a, **kw):
         raise torch.OutOfMemoryError("CUDA out of memory (test)")
 
-    monkeypatch.setattr(kernel, "forward", forward)
+    monkeypatch.setattr(kernel, "forward_into", forward)
     emulate.prime(w, inputs, "fwd")
     st, reason = w.agree("the timing")
     assert st == "oom" and reason.startswith("rank 2 in the timing")
-    monkeypatch.setattr(kernel, "forward", real_forward)
-    w.rcs[1].kernel.forward = lambda *a, **kw: 1 / 0
+    monkeypatch.setattr(kernel, "forward_into", real_forward)
+    w.rcs[1].kernel.forward_into = lambda *a, **kw: 1 / 0
     with pytest.raises(ZeroDivisionError):
         emulate.prime(w, inputs, "fwd")
 

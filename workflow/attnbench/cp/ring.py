@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.lse import finite_lse, merge_into, new_accumulator
+from ..kernels.lse import finite_lse, new_accumulator
 from .comm import Pending
 from .schedule import ring_neighbours, ring_origins
 
@@ -95,7 +95,7 @@ class DoubleRing:
         if g.go:
             with g:
                 acc = new_accumulator(q.shape[0], q.shape[1], q.shape[2], m.dtype, m.device)
-        head = kv0
+        head, merged = kv0, False
         for o in range(self.W):
             outer, next_head = self._prefetch(head, o, outer=True)
             cur = head
@@ -103,10 +103,11 @@ class DoubleRing:
                 inner, next_cur = self._prefetch(cur, t, outer=False)
                 if g.go:
                     with g:
-                        out_t, lse_t = m.rc.kernel.forward(
-                            q, cur[0], cur[1], self.chunks[self.origin(o, t)]
+                        chunk = self.chunks[self.origin(o, t)]
+                        wrote = m.rc.kernel.forward_into(
+                            *acc, q, cur[0], cur[1], chunk, first=not merged
                         )
-                        merge_into(acc[0], acc[1], out_t, lse_t)
+                        merged = merged or wrote
                 inner.wait()
                 cur = next_cur
             outer.wait()

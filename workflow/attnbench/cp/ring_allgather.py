@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.lse import finite_lse, merge_into, new_accumulator
+from ..kernels.lse import finite_lse, new_accumulator
 from . import schedule
 from .base import ScheduledMethod
 from .chunks import allgather_chunks, document_lengths, is_causal
@@ -59,8 +59,10 @@ class RingAllGather(ScheduledMethod):
             with g:
                 kg, vg = self._global_kv()
                 acc = new_accumulator(q.shape[0], self.hq, self.d, self.dtype, self.device)
+                merged = False
                 for ch in self.chunks:
-                    merge_into(acc[0], acc[1], *self.rc.kernel.forward(q, kg, vg, ch))
+                    wrote = self.rc.kernel.forward_into(*acc, q, kg, vg, ch, first=not merged)
+                    merged = merged or wrote
                 out, lse = acc[0].to(self.dtype), acc[1]
         self.saved = (q, out, lse)
         return out, lse

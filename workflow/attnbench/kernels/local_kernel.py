@@ -11,6 +11,10 @@ A chunk (cp/chunks.py's Chunk) says which local query rows see which local key r
 `segments` (rectangles, all full or all causal bottom-right), `causal`, `empty`, and its forms
 `visible(device)`, `rows_with_keys(device)`, `varlen(device)` (cu_seqlens).
 
+The methods merge a chunk's result into their accumulators through forward_into, which a packed
+kernel confines to the chunk's own rows (a chunk of one short document costs its rows, not the
+shard's) and which copies instead of merging into accumulators nothing was merged into yet.
+
 Here: the protocol, the two ways a chunk reaches a library (PackedKernel: one call over the
 rectangles' rows, dense for one rectangle, varlen with cu_seqlens for several; RectangleKernel:
 one call per rectangle, merged by LSE) and the backward by recomputation (RecomputeBackward). Each
@@ -56,6 +60,15 @@ class LocalKernel:
             )
         return self._forward(q, k, v, chunk)
 
+    def forward_into(self, out, lse, q, k, v, chunk, first: bool) -> bool:
+        """This chunk's (out, lse) merged into the accumulators out [ql, Hq, D] and lse [Hq, ql]
+        (in place); `first`: nothing was merged into them yet, so the result is copied (the
+        same numbers: merging with 0 and -inf is exact). False when the chunk had nothing."""
+        if chunk.empty:
+            return False
+        merge_or_copy(out, lse, *self._forward(q, k, v, chunk), first)
+        return True
+
     def backward(self, dout, q, k, v, out, lse, chunk):
         """(dq, dk, dv) of this chunk, or None when it has no visible pair."""
         if chunk.empty:
@@ -95,26 +108,56 @@ def place(part, rows, total: int, fill, dim=0):
     return out
 
 
+def merge_or_copy(out, lse, out_t, lse_t, first: bool):
+    if first:
+        out.copy_(out_t)
+        lse.copy_(lse_t)
+    else:
+        merge_into(out, lse, out_t, lse_t)
+
+
 class PackedKernel(LocalKernel):
     """One library call over the rows of the chunk's rectangles (a view when they are one
     rectangle or tile the rows, gathered otherwise), with cu_seqlens; the results go back to
     their rows (key ranges are disjoint, so the scatter is exact). Subclasses implement
     packed_forward / packed_backward on packed rows (vl.single: a dense call can do it)."""
 
-    def _forward(self, q, k, v, chunk):
-        vl = chunk.varlen(q.device)
+    def _packed(self, q, k, v, vl, causal):
+        """(out, lse in the accumulator dtype) of the packed rows."""
         qp = take(q, vl.q_rows).contiguous()
         out, lse = self.packed_forward(
-            qp,
-            take(k, vl.k_rows).contiguous(),
-            take(v, vl.k_rows).contiguous(),
-            vl,
-            chunk.causal,
+            qp, take(k, vl.k_rows).contiguous(), take(v, vl.k_rows).contiguous(), vl, causal
         )
-        lse = lse_rows(lse, q.shape[1], qp.shape[0], self.name).to(self.acc)
+        return out, lse_rows(lse, q.shape[1], qp.shape[0], self.name).to(self.acc)
+
+    def _forward(self, q, k, v, chunk):
+        vl = chunk.varlen(q.device)
+        out, lse = self._packed(q, k, v, vl, chunk.causal)
         return place(out, vl.q_rows, q.shape[0], 0.0), place(
             lse, vl.q_rows, q.shape[0], float("-inf"), dim=1
         )
+
+    def forward_into(self, out, lse, q, k, v, chunk, first: bool) -> bool:
+        """Only the chunk's rows of the accumulators are touched (a document chunk of a few rows
+        costs a few rows, not the whole shard): views for a slice, gathered and put back for an
+        index."""
+        if chunk.empty:
+            return False
+        vl = chunk.varlen(q.device)
+        out_t, lse_t = self._packed(q, k, v, vl, chunk.causal)
+        rows = vl.q_rows
+        if rows is None or isinstance(rows, slice):
+            rows = rows or slice(0, q.shape[0])
+            merge_or_copy(out[rows], lse[:, rows], out_t, lse_t, first)
+        elif first:
+            out.index_copy_(0, rows, out_t.to(out.dtype))
+            lse.index_copy_(1, rows, lse_t)
+        else:
+            acc_out, acc_lse = out.index_select(0, rows), lse.index_select(1, rows)
+            merge_into(acc_out, acc_lse, out_t, lse_t)
+            out.index_copy_(0, rows, acc_out)
+            lse.index_copy_(1, rows, acc_lse)
+        return True
 
     def _backward(self, dout, q, k, v, out, lse, chunk):
         vl = chunk.varlen(q.device)
