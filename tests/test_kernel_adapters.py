@@ -8,6 +8,7 @@ import torch
 from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel import cell as C
 from attnbench.kernels import catalog
+from attnbench.kernels.ffa import decode_ffa, ffa_ranges
 from attnbench.kernels.flash_attn import VARLEN_KEYWORDS, flash_call_args
 from attnbench.kernels.flashmask import decode_encoding, flashmask_encoding
 from attnbench.kernels.transformer_engine import te_arguments
@@ -150,6 +151,23 @@ def test_flashmask_refuses_what_it_cannot_encode():
         flashmask_encoding(m)
 
 
+@pytest.mark.parametrize("mask_name", M.STATIC_MASKS)
+def test_ffa_slices_are_exact(mask_name, histograms):
+    """FFA's (q_ranges, k_ranges, attn_type_map) of every static mask, read by FFA's documented
+    semantics, is the mask's predicate, and no pair is covered twice (one slice list computes
+    each pair once)."""
+    for s in (1, 7, 64, 130):
+        for seed in range(3):
+            try:
+                m = M.sample_mask(mask_name, s, CFG, np.random.default_rng(seed), histograms)
+            except ValueError:
+                continue
+            q, k, types = ffa_ranges(m)
+            assert q.dtype == k.dtype == types.dtype == torch.int32 and q.shape == k.shape
+            assert torch.equal(decode_ffa(q, k, types, s), m.dense()), (mask_name, s, seed)
+            assert M.total_area(m.slices()) == int(m.dense().sum())
+
+
 GPU_ONLY = [k for k, info in catalog.KERNELS.items() if "cpu" not in info.devices]
 
 
@@ -185,6 +203,7 @@ def test_every_kernel_declares_its_support():
         "fa4",
         "cudnn_te",
         "flashmask",
+        "ffa",
     } <= set(catalog.KERNELS)
     for info in catalog.KERNELS.values():
         assert info.masks and info.directions and info.summary

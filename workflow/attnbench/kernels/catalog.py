@@ -234,6 +234,17 @@ KERNELS = {
             colour="#e377c2",
             marker="d",
         ),
+        _dense(
+            "ffa",
+            "MagiAttention's Flex-Flash-Attention (any mask as query/key range slices, Hopper)",
+            "ffa:FFA",
+            STATIC_MASKS,
+            modules=("magi_attention.functional.flex_flash_attn",),
+            dists=("magi_attention", "magi-attention"),
+            min_capability=(9, 0),
+            colour="#66a61e",
+            marker="8",
+        ),
         # Block-sparse kernels (docs/kernels.md); each receives the realised mask of its point.
         _sparse(
             "triton_block_sparse",
