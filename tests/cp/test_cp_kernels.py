@@ -156,9 +156,11 @@ def shards(mask, how: str):
     ]
 
 
-def simulate(kern, steps, q, k, v, dout, backward: bool) -> dict:
+def simulate(kern, steps, q, k, v, dout, backward: bool, entry="methods") -> dict:
     """Run the steps as the methods do (merge by LSE; backward with the final out and LSE, each
-    chunk's share of dk, dv going to its keys) and put every result at its global position."""
+    chunk's share of dk, dv going to its keys) and put every result at its global position.
+    entry: `methods` through forward_into / backward_share (what the methods call), `direct`
+    through forward / backward (whole-row results, merged and added here)."""
     S, hq, d = q.shape
     got = {"out": torch.zeros_like(q), "lse": torch.full((hq, S), float("-inf"), device=q.device)}
     grads = [torch.zeros(x.shape, dtype=torch.float64, device=q.device) for x in (q, k, v)]
@@ -167,17 +169,34 @@ def simulate(kern, steps, q, k, v, dout, backward: bool) -> dict:
         keep = qpos >= 0
         qr, dr = rows(q, shard[0][0]), rows(dout, shard[0][0])
         out, lse = new_accumulator(len(qpos), hq, d, q.dtype, q.device)
+        merged = False
         for _, kpos, ch in shard:
-            merge_into(out, lse, *kern.forward(qr, rows(k, kpos), rows(v, kpos), ch))
+            kr, vr = rows(k, kpos), rows(v, kpos)
+            if entry == "methods":
+                merged = kern.forward_into(out, lse, qr, kr, vr, ch, first=not merged) or merged
+            else:
+                merge_into(out, lse, *kern.forward(qr, kr, vr, ch))
         out = out.to(q.dtype)
         got["out"][qpos[keep]] = out[keep]
         got["lse"][:, qpos[keep]] = lse[:, keep].float()
         if not backward:
             continue
         for _, kpos, ch in shard:
-            res = kern.backward(dr, qr, rows(k, kpos), rows(v, kpos), out, finite_lse(lse), ch)
-            if res is None:
-                continue
+            kr, vr = rows(k, kpos), rows(v, kpos)
+            if entry == "methods":
+                share = kern.backward_share(dr, qr, kr, vr, out, finite_lse(lse), ch)
+                if share is None:
+                    continue
+                res = [
+                    torch.zeros(x.shape, dtype=torch.float64, device=q.device)
+                    for x in (qr, kr, vr)
+                ]
+                share.add_q(res[0])
+                share.add_kv(res[1], res[2])
+            else:
+                res = kern.backward(dr, qr, kr, vr, out, finite_lse(lse), ch)
+                if res is None:
+                    continue
             kp = torch.as_tensor(kpos, device=q.device)
             grads[0][qpos[keep]] += res[0][keep].double()
             for g, x in zip(grads[1:], res[1:]):
@@ -208,9 +227,10 @@ HOWS = ("whole", "ring2", "ring3", "allgather2")
 
 def check_every_way(kern, mask, q, k, v, dout, backward):
     for how in HOWS:
-        got = simulate(kern, shards(mask, how), q, k, v, dout, backward)
-        v_ = gate(mask, q, k, v, dout, got)
-        assert v_["passed"], (kern.name, mask.name, how, v_["errors"], v_["tolerance"])
+        for entry in ("methods", "direct"):
+            got = simulate(kern, shards(mask, how), q, k, v, dout, backward, entry)
+            v_ = gate(mask, q, k, v, dout, got)
+            assert v_["passed"], (kern.name, mask.name, how, entry, v_["errors"], v_["tolerance"])
 
 
 class CpuFlashRectangles(RectangleKernel):

@@ -132,11 +132,11 @@ class DoubleRing:
                 res = None
                 if g.go:
                     with g:
-                        res = m.rc.kernel.backward(
+                        res = m.rc.kernel.backward_share(
                             dout, q, cur[0], cur[1], out, lse, self.chunks[self.origin(o, t)]
                         )
                         if res is not None:
-                            dq += res[0]
+                            res.add_q(dq)
                 if t == 0:  # the shard this window started with: its total collects here
                     if g.go:
                         with g:
@@ -194,5 +194,4 @@ def _add_last_hop(pending, g, total, recv):
 
 def _add_dkv(dst, res):
     if res is not None:
-        dst[0] += res[1]
-        dst[1] += res[2]
+        res.add_kv(dst[0], dst[1])

@@ -79,11 +79,10 @@ class RingAllGather(ScheduledMethod):
                 dk = torch.zeros(kg.shape, dtype=self.acc, device=self.device)
                 dv = torch.zeros(vg.shape, dtype=self.acc, device=self.device)
                 for ch in self.chunks:
-                    res = self.rc.kernel.backward(dout, q, kg, vg, out, lse_f, ch)
+                    res = self.rc.kernel.backward_share(dout, q, kg, vg, out, lse_f, ch)
                     if res is not None:
-                        dq += res[0]
-                        dk += res[1]
-                        dv += res[2]
+                        res.add_q(dq)
+                        res.add_kv(dk, dv)
                 flat = self.dkv_shards.view(-1, self.hkv, self.d)
                 flat.zero_()
                 flat.index_copy_(0, self.k_rows, dk)

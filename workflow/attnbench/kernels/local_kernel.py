@@ -13,7 +13,8 @@ A chunk (cp/chunks.py's Chunk) says which local query rows see which local key r
 
 The methods merge a chunk's result into their accumulators through forward_into, which a packed
 kernel confines to the chunk's own rows (a chunk of one short document costs its rows, not the
-shard's) and which copies instead of merging into accumulators nothing was merged into yet.
+shard's) and which copies instead of merging into accumulators nothing was merged into yet; their
+backward shares come as GradShare (backward_share), which a packed kernel leaves on its own rows.
 
 Here: the protocol, the two ways a chunk reaches a library (PackedKernel: one call over the
 rectangles' rows, dense for one rectangle, varlen with cu_seqlens for several; RectangleKernel:
@@ -75,6 +76,11 @@ class LocalKernel:
             return None
         return self._backward(dout, q, k, v, out, lse, chunk)
 
+    def backward_share(self, dout, q, k, v, out, lse, chunk) -> "GradShare | None":
+        """This chunk's gradient share as the methods add it up (GradShare), or None."""
+        res = self.backward(dout, q, k, v, out, lse, chunk)
+        return None if res is None else GradShare(*res)
+
     def _forward(self, q, k, v, chunk):
         raise NotImplementedError
 
@@ -106,6 +112,32 @@ def place(part, rows, total: int, fill, dim=0):
     else:
         out.index_copy_(dim, rows, part)
     return out
+
+
+def add_rows(dst, part, rows):
+    """dst[rows] += part, rows as take() has them (all, a slice, an index), in dst's dtype."""
+    if rows is None:
+        dst += part
+    elif isinstance(rows, slice):
+        dst[rows] += part
+    else:
+        dst.index_add_(0, rows, part.to(dst.dtype))
+
+
+class GradShare:
+    """A chunk's share of (dq, dk, dv): the rows it computed and where they go (q_rows, k_rows as
+    take() has them), so that adding it up touches those rows only."""
+
+    def __init__(self, dq, dk, dv, q_rows=None, k_rows=None):
+        self.dq, self.dk, self.dv = dq, dk, dv
+        self.q_rows, self.k_rows = q_rows, k_rows
+
+    def add_q(self, dq):
+        add_rows(dq, self.dq, self.q_rows)
+
+    def add_kv(self, dk, dv):
+        add_rows(dk, self.dk, self.k_rows)
+        add_rows(dv, self.dv, self.k_rows)
 
 
 def merge_or_copy(out, lse, out_t, lse_t, first: bool):
@@ -159,9 +191,8 @@ class PackedKernel(LocalKernel):
             lse.index_copy_(1, rows, acc_lse)
         return True
 
-    def _backward(self, dout, q, k, v, out, lse, chunk):
-        vl = chunk.varlen(q.device)
-        dq, dk, dv = self.packed_backward(
+    def _packed_grads(self, dout, q, k, v, out, lse, vl, causal):
+        return self.packed_backward(
             take(dout, vl.q_rows).contiguous(),
             take(q, vl.q_rows).contiguous(),
             take(k, vl.k_rows).contiguous(),
@@ -169,13 +200,25 @@ class PackedKernel(LocalKernel):
             take(out, vl.q_rows).contiguous(),
             take(lse, vl.q_rows, dim=1).float().contiguous(),
             vl,
-            chunk.causal,
+            causal,
         )
+
+    def _backward(self, dout, q, k, v, out, lse, chunk):
+        vl = chunk.varlen(q.device)
+        dq, dk, dv = self._packed_grads(dout, q, k, v, out, lse, vl, chunk.causal)
         return (
             place(dq, vl.q_rows, q.shape[0], 0.0),
             place(dk, vl.k_rows, k.shape[0], 0.0),
             place(dv, vl.k_rows, v.shape[0], 0.0),
         )
+
+    def backward_share(self, dout, q, k, v, out, lse, chunk):
+        """The packed rows' gradients, not placed into full-size tensors."""
+        if chunk.empty:
+            return None
+        vl = chunk.varlen(q.device)
+        grads = self._packed_grads(dout, q, k, v, out, lse, vl, chunk.causal)
+        return GradShare(*grads, vl.q_rows, vl.k_rows)
 
     def packed_forward(self, q, k, v, vl, causal):
         """(out [rows, Hq, D], lse in the library's shape) of the packed rows."""
