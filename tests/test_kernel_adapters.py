@@ -122,22 +122,28 @@ def test_transformer_engine_arguments(histograms):
     assert ctor["attn_mask_type"] == "padding" and ctor["window_size"] == (7, 7)
 
 
-@pytest.mark.parametrize("mask_name", M.STATIC_MASKS)
-def test_flashmask_encoding_is_exact(mask_name, histograms):
-    """Every static mask is two row intervals per column; the encoding decodes to the predicate."""
+def sampled_masks(mask_name, histograms):
+    """(length, seed, mask) of the mask sampled at four lengths, three seeds each (lengths the
+    mask's parameters do not allow are left out)."""
     for s in (1, 7, 64, 130):
         for seed in range(3):
             try:
-                m = M.sample_mask(mask_name, s, CFG, np.random.default_rng(seed), histograms)
+                yield (
+                    s,
+                    seed,
+                    M.sample_mask(mask_name, s, CFG, np.random.default_rng(seed), histograms),
+                )
             except ValueError:
                 continue
-            indices, causal = flashmask_encoding(m)
-            assert indices.dtype == torch.int32 and indices.shape[:3] == (1, 1, s)
-            assert torch.equal(decode_encoding(indices, causal, s), m.dense()), (
-                mask_name,
-                s,
-                seed,
-            )
+
+
+@pytest.mark.parametrize("mask_name", M.STATIC_MASKS)
+def test_flashmask_encoding_is_exact(mask_name, histograms):
+    """Every static mask is two row intervals per column; the encoding decodes to the predicate."""
+    for s, seed, m in sampled_masks(mask_name, histograms):
+        indices, causal = flashmask_encoding(m)
+        assert indices.dtype == torch.int32 and indices.shape[:3] == (1, 1, s)
+        assert torch.equal(decode_encoding(indices, causal, s), m.dense()), (mask_name, s, seed)
 
 
 def test_flashmask_refuses_what_it_cannot_encode():
@@ -156,16 +162,11 @@ def test_ffa_slices_are_exact(mask_name, histograms):
     """FFA's (q_ranges, k_ranges, attn_type_map) of every static mask, read by FFA's documented
     semantics, is the mask's predicate, and no pair is covered twice (one slice list computes
     each pair once)."""
-    for s in (1, 7, 64, 130):
-        for seed in range(3):
-            try:
-                m = M.sample_mask(mask_name, s, CFG, np.random.default_rng(seed), histograms)
-            except ValueError:
-                continue
-            q, k, types = ffa_ranges(m)
-            assert q.dtype == k.dtype == types.dtype == torch.int32 and q.shape == k.shape
-            assert torch.equal(decode_ffa(q, k, types, s), m.dense()), (mask_name, s, seed)
-            assert M.total_area(m.slices()) == int(m.dense().sum())
+    for s, seed, m in sampled_masks(mask_name, histograms):
+        q, k, types = ffa_ranges(m)
+        assert q.dtype == k.dtype == types.dtype == torch.int32 and q.shape == k.shape
+        assert torch.equal(decode_ffa(q, k, types, s), m.dense()), (mask_name, s, seed)
+        assert M.total_area(m.slices()) == int(m.dense().sum())
 
 
 GPU_ONLY = [k for k, info in catalog.KERNELS.items() if "cpu" not in info.devices]

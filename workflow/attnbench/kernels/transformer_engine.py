@@ -35,9 +35,12 @@ def use_torch_cudnn():
     if not (spec and spec.submodule_search_locations):
         return
     home = Path(list(spec.submodule_search_locations)[0])
-    libs = sorted((home / "lib").glob("libcudnn*.so.9"))
     # libcudnn_graph first: the others link against it
-    for lib in sorted(libs, key=lambda p: p.name != "libcudnn_graph.so.9"):
+    libs = sorted(
+        (home / "lib").glob("libcudnn*.so.9"),
+        key=lambda p: (p.name != "libcudnn_graph.so.9", p.name),
+    )
+    for lib in libs:
         ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
     os.environ.setdefault("CUDNN_HOME", str(home))
 
