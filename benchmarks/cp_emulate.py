@@ -8,6 +8,8 @@ measurement: no transfer is timed.
         --tokens-per-rank 65536 --local-kernel fa3
     # ... and a torch.profiler run over the slowest rank's schedule: time per kind of kernel
     python benchmarks/cp_emulate.py ... --profile
+    # several methods, masks and worlds (every combination) in one process
+    python benchmarks/cp_emulate.py --method ring_p2p ulysses usp --mask full_document --world 2 4 8
     # every committed h200_cp 2-GPU cell: the emulated world-2 compute time vs its measured
     # compute-only time (the record's own documents, inputs, local kernel and repetitions)
     python benchmarks/cp_emulate.py --validate results/h200 --json pairs.json
@@ -229,42 +231,67 @@ def print_profile(rank, prof):
         )
 
 
-def bench(a, device) -> dict:
-    deg = catalog.degrees(
-        a.method, a.world, a.ulysses_degree, a.windows, a.placement, gpus_per_node=max(a.world, 8)
-    )
-    seqlen = a.tokens_per_rank * a.world
-    mask, dseed = draw_mask(a.mask, seqlen, a.hq, a.hkv, a.head_dim, a.dtype)
+def bench_all(a, device):
+    """Every (mask, world, method) asked for, in one process; the bare kernel once per mask,
+    world and direction. One result, or a list of them."""
+    baselines, outs = {}, []
+    for mask_name in a.mask:
+        for world in a.world:
+            for method in a.method:
+                try:
+                    deg = catalog.degrees(
+                        method,
+                        world,
+                        a.ulysses_degree,
+                        a.windows,
+                        a.placement,
+                        gpus_per_node=max(world, 8),
+                    )
+                except ValueError as e:  # e.g. USP at 2 ranks: no split of both degrees
+                    print(f"{method} {mask_name} world {world}: skipped: {e}")
+                    continue
+                outs.append(bench(a, device, method, deg, mask_name, world, baselines))
+                if a.json:  # after each one: what a call's time limit cuts off is lost alone
+                    write_json(a.json, outs[0] if len(outs) == 1 else outs)
+    return outs[0] if len(outs) == 1 else outs
+
+
+def write_json(path, out):
+    Path(path).write_text(json.dumps(out, indent=1, default=str))
+
+
+def bench(a, device, method, deg, mask_name, world, baselines) -> dict:
+    seqlen = a.tokens_per_rank * world
+    mask, dseed = draw_mask(mask_name, seqlen, a.hq, a.hkv, a.head_dim, a.dtype)
     seed = input_seed(dseed, 0, seqlen)
     print(
-        f"{a.method} {deg.to_json()} {a.mask} world {a.world} x {a.tokens_per_rank} tokens "
+        f"{method} {deg.to_json()} {mask_name} world {world} x {a.tokens_per_rank} tokens "
         f"({len(mask.params.get('doc_lengths', [seqlen]))} documents), local kernel {a.local_kernel}, "
         f"heads {a.hq}:{a.hkv}, d {a.head_dim}, {a.dtype}, {device}; EMULATED (compute only)"
     )
     out = {
-        "method": a.method,
+        "method": method,
         "degrees": deg.to_json(),
-        "mask": a.mask,
-        "world": a.world,
+        "mask": mask_name,
+        "world": world,
         "tokens_per_rank": a.tokens_per_rank,
         "local_kernel": a.local_kernel,
         "emulated": True,
     }
     for direction in a.directions:
         prof = "slowest" if a.profile else ()
-        res = time_world(a.method, deg, a.local_kernel, mask, seed, a, direction, device, prof)
-        got = report_world(a.method, res, mask, a, a.world, direction)
+        res = time_world(method, deg, a.local_kernel, mask, seed, a, direction, device, prof)
+        got = report_world(method, res, mask, a, world, direction)
         for r, p in (got or {}).get("profiles", {}).items():
             print_profile(r, p)
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        base = (
-            None
-            if a.no_local
-            else local_baseline(
+        key = (mask_name, world, direction)
+        if not a.no_local and key not in baselines:
+            baselines[key] = local_baseline(
                 a.local_kernel, mask, a.tokens_per_rank, seed, a, direction, device
             )
-        )
+        base = baselines.get(key)
         if got and base:
             got["share_of_local"] = got["tflops_per_gpu"] / base["tflops"]
             print(f"  share of the bare kernel ({direction}): {100 * got['share_of_local']:.1f}%")
@@ -379,13 +406,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    # several of each: every combination, one after the other in this process
     p.add_argument(
         "--method",
-        default="ring_p2p",
+        nargs="+",
+        default=["ring_p2p"],
         choices=[m for m in catalog.METHODS if catalog.uses_local_kernel(m)],
     )
-    p.add_argument("--mask", default="causal_document")
-    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--mask", nargs="+", default=["causal_document"])
+    p.add_argument("--world", nargs="+", type=int, default=[2])
     p.add_argument("--tokens-per-rank", type=int, default=65536)
     p.add_argument("--local-kernel", default=None, help="default: fa3 on cuda, cpu_flash on cpu")
     p.add_argument("--ulysses-degree", default="auto")
@@ -424,9 +453,9 @@ def main(argv=None):
         setattr(a, key, v if v == "auto" else int(v))
     if a.validate and device.type != "cuda":
         p.error("--validate rebuilds GPU records (their local kernels): run it on a GPU")
-    out = validate(a, device) if a.validate else bench(a, device)
+    out = validate(a, device) if a.validate else bench_all(a, device)
     if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1, default=str))
+        write_json(a.json, out)
     return 0
 
 

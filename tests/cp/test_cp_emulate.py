@@ -3,6 +3,7 @@ world's, every rank's rows pass the float64 check, its bytes are the schedule's,
 timed alone with its transfers off."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -180,3 +181,25 @@ def test_torch_cp_cannot_be_emulated():
     cfg = config_running({"emu": {**EMULATED, "methods": ["ring_p2p", "torch_cp"], "also": []}})
     with pytest.raises(Exception, match="cannot be emulated"):
         validate(cfg)
+
+
+def test_the_benchmark_runs_every_combination_asked_for_and_skips_impossible_ones(tmp_path):
+    """benchmarks/cp_emulate.py with several methods and worlds: one result per possible
+    combination, in order, written to --json; LoongTrain's two windows cannot split 2 ranks."""
+    out = tmp_path / "runs.json"
+    script = str(REPO / "benchmarks" / "cp_emulate.py")
+    args = [script, "--method", "ring_p2p", "loongtrain", "--world", "2", "4"]
+    args += ["--mask", "causal_document", "--tokens-per-rank", "128", "--heads", "4:2"]
+    args += ["--head-dim", "16", "--ulysses-degree", "2", "--windows", "2", "--reps", "1"]
+    args += ["--warmup", "0", "--directions", "fwd", "--no-local", "--json", str(out)]
+    p = run_bounded([sys.executable, *args], 300, package_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "loongtrain causal_document world 2: skipped" in p.stdout
+    runs = json.loads(out.read_text())
+    assert [(r["method"], r["world"]) for r in runs] == [
+        ("ring_p2p", 2),
+        ("ring_p2p", 4),
+        ("loongtrain", 4),
+    ]
+    assert all(r["emulated"] and r["fwd"]["emulated"]["rank_spread"] >= 1 for r in runs)
+    assert len(runs[2]["fwd"]["emulated"]["rank_ms_median"]) == 4
