@@ -256,6 +256,40 @@ def bench_all(a, device):
     return outs[0] if len(outs) == 1 else outs
 
 
+def compare(before_files, after_files) -> str:
+    """A markdown table of the runs in both sets of --json files (same method, mask, world and
+    direction): per-GPU TFLOP/s before and after, and the after run's share of the bare kernel."""
+
+    def runs(files):
+        got = {}
+        for f in files:
+            data = json.loads(Path(f).read_text())
+            for r in data if isinstance(data, list) else [data]:
+                for d in DIRECTIONS:
+                    emu = (r.get(d) or {}).get("emulated")
+                    if emu:
+                        key = (r["method"], r["mask"], r["world"], d)
+                        got[key] = (emu, (r[d].get("local") or {}).get("tflops"))
+        return got
+
+    before, after = runs(before_files), runs(after_files)
+    lines = [
+        "| method | mask | world | dir | before TFLOP/s per GPU | after | after/before"
+        " | bare kernel TFLOP/s | share before | share after | slowest rank's spread after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(before.keys() & after.keys()):
+        (b, _), (a, local) = before[key], after[key]
+        bt, at = b["tflops_per_gpu"], a["tflops_per_gpu"]
+        shares = ["-", "-"] if not local else [f"{100 * t / local:.1f}%" for t in (bt, at)]
+        lines.append(
+            f"| {' | '.join(map(str, key))} | {bt:.1f} | {at:.1f} | {at / bt:.2f}x"
+            f" | {f'{local:.1f}' if local else '-'} | {shares[0]} | {shares[1]}"
+            f" | {a['rank_spread']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
 def write_json(path, out):
     Path(path).write_text(json.dumps(out, indent=1, default=str))
 
@@ -441,9 +475,18 @@ def main(argv=None):
         "--validate", metavar="RESULTS", help="e.g. results/h200: every h200_cp 2-GPU cell"
     )
     p.add_argument("--cells", help="--validate: only the cells whose path matches this regex")
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        help="comma-separated --json files of two code versions: print their table, run nothing",
+    )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--json", help="write the numbers here too")
     a = p.parse_args(argv)
+    if a.compare:
+        print(compare(*(x.split(",") for x in a.compare)))
+        return 0
     device = torch.device(a.device)
     a.hq, a.hkv = (int(x) for x in a.heads.split(":"))
     a.dtype = a.dtype or ("bfloat16" if device.type == "cuda" else "float32")

@@ -203,3 +203,9 @@ def test_the_benchmark_runs_every_combination_asked_for_and_skips_impossible_one
     ]
     assert all(r["emulated"] and r["fwd"]["emulated"]["rank_spread"] >= 1 for r in runs)
     assert len(runs[2]["fwd"]["emulated"]["rank_ms_median"]) == 4
+    # --compare of a file with itself: one row per run and direction, each 1.00x
+    p = run_bounded([sys.executable, script, "--compare", str(out), str(out)], 120, package_env())
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| ring_p2p")]
+    rows += [line for line in p.stdout.splitlines() if line.startswith("| loongtrain")]
+    assert len(rows) == 3 and all("| 1.00x |" in line for line in rows)
