@@ -3,6 +3,7 @@ counter and computed pairs of real gloo runs), its array form of the chunks is c
 its kernel fit, network, per-call overhead fit and peak memory, its validation on the committed
 H200 cells, the rule's outputs, and the communication benchmark at world size 2."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -20,7 +21,7 @@ from attnbench.cp_model.kernel_time import KernelTime
 from attnbench.cp_model.network import Network
 from attnbench.cp_model.overhead import calibrate, fit_terms, leave_one_out
 from attnbench.cp_model.predict import Setting, predict
-from attnbench.cp_model.run import read_records, run_predict
+from attnbench.cp_model.run import read_records, run_predict, validation_rows
 from attnbench.families import load_config
 from attnbench.masks import Mask
 from bounded import run_bounded
@@ -354,6 +355,75 @@ def test_leave_one_out_refits_without_each_cell(kernel_time):
         assert net_l.call_overhead_s == pytest.approx(4e-5, rel=0.02), rec
 
 
+def test_leave_one_out_is_the_fit_on_the_other_cells(kernel_time, tmp_path):
+    """A cell timed on more samples than the others, with a 10x per-call overhead, pulls the
+    in-sample fit onto itself; its leave-one-out model is exactly calibrate() on the other cells'
+    samples, and misses it. The only backward cell leaves no cell to fit its term on: its row
+    has no leave-one-out error and says why."""
+    import pandas as pd
+
+    s = Setting(64, 8, 128, "bfloat16")
+    net = Network("h200", 2, 335, 109, 50, 10)
+    net_true = dataclasses.replace(net, call_overhead_s=4e-5)
+    samples, rows = [], []
+    for method, direction, terms, n in [
+        ("ring_p2p", "fwd", (3e-4, 0.0), 1),
+        ("ring_allgather", "fwd", (3e-4, 0.0), 1),
+        ("ulysses", "fwd", (3e-4, 0.0), 1),
+        ("ring_p2p", "fwd", (3e-3, 0.0), 4),  # the deviating cell
+        ("ring_p2p", "bwd", (5e-4, 0.0), 1),
+    ]:
+        tokens = 8192 if n > 1 else 4096
+        rec = tmp_path / f"cell{len(rows)}.json"
+        cell = {"mask": "causal", "seqlen": 2 * tokens, "heads_q": 64}
+        rec.write_text(json.dumps({"cell": cell, "samples": [{"mask_params": {}}] * n}))
+        x = {
+            "method": method,
+            "gpus": 2,
+            "direction": direction,
+            "ulysses": 2 if method == "ulysses" else 1,
+            "windows": 1,
+            "mask": Mask("causal", 2 * tokens, {}, heads_q=64),
+            "record": str(rec),
+        }
+        p = predict(
+            method,
+            2,
+            x["mask"],
+            s,
+            direction,
+            kernel_time.with_overhead({direction: terms}),
+            net_true,
+        )
+        samples += [{**x, "compute_s": p.compute_s, "comm_only_s": p.comm_only_s}] * n
+        rows.append(
+            {
+                **{k: x[k] for k in ("method", "gpus", "direction", "record")},
+                "mask": "causal",
+                "tokens_per_gpu": tokens,
+                "ulysses_degree": x["ulysses"],
+                "windows": 1,
+                "tflops_per_gpu": p.tflops_per_gpu,
+                "time_ms_median": p.time_s * 1e3,
+            }
+        )
+    kt, fitted_net, cal = calibrate(samples, s, kernel_time, net, 64, "synthetic")
+    loo = leave_one_out(cal, kt, fitted_net)
+    deviating, backward = rows[3]["record"], rows[4]["record"]
+    kt_o, net_o, _ = calibrate(
+        [x for x in samples if x["record"] != deviating], s, kernel_time, net, 64, "synthetic"
+    )
+    kt_l, net_l = loo[deviating]
+    assert kt_l.overhead == kt_o.overhead and net_l == net_o
+    assert isinstance(loo[backward], str) and "per bwd local-kernel call" in loo[backward]
+    val = validation_rows(pd.DataFrame(rows), s, kt, fitted_net, {"max_ring_ranks": 64}, loo)
+    assert val["in_fit"].all()
+    dev, bwd = val.iloc[3], val.iloc[4]
+    assert abs(dev["relative_error"]) < 0.01 and dev["loo_relative_error"] > 0.2
+    assert np.isnan(bwd["loo_relative_error"]) and bwd["loo_reason"] == loo[backward]
+    assert val["loo_reason"].iloc[:4].eq("").all()
+
+
 @pytest.mark.slow
 def test_the_rule_writes_the_model_tables_and_figures(tmp_path):
     """snakemake on the cp_model rule of h200_cp (the committed records, at 2 and 4 GPUs): the
@@ -380,3 +450,23 @@ def test_the_rule_writes_the_model_tables_and_figures(tmp_path):
     table = pd.read_csv(tmp_path / "results/tables/h200_cp/cp_model.csv")
     assert sorted(set(table["gpus"])) == [2, 4]
     assert table["predicted_peak_mem_gib"].notna().any()
+
+
+def test_methods_of_a_grids_also_entries_are_predicted(kernel_time):
+    """paper_cp runs Ulysses in an `also` entry (at the GPU counts its heads split over): the
+    model predicts it beside the main methods, unsupported beyond its 64 query heads."""
+    from attnbench.cp_model.run import prediction_rows
+
+    cfg = load_config(ROOT / "config.yaml")
+    grid = {**cfg["grids"]["paper_cp"], "masks": ["full"]}
+    assert "ulysses" not in grid["methods"]
+    net = Network("h100", 8, 450, 5, 50, 10)
+    mc = {"grid": grid, "network": net, "gpus": [8, 128], "mask_samples": 1, "seed": 0}
+    mc["max_ring_ranks"] = 64
+    rows = prediction_rows(
+        cfg, mc, Setting(64, 8, 128, "bfloat16"), ["fwd"], kernel_time, progress=lambda _: None
+    )
+    uly = rows[rows["method"] == "ulysses"].set_index("gpus")
+    assert uly.loc[8, "predicted_tflops_per_gpu"] > 0
+    assert uly.loc[128, "bottleneck"].startswith("unsupported")  # 64 query heads
+    assert set(rows["method"]) >= {"ulysses", "ring_p2p", "usp"}

@@ -199,17 +199,30 @@ def _loo_line(val) -> str:
             "leave-one-out: no cell here was fitted on (the per-call terms come from another "
             "grid's cells, or from none): the in-sample error is already out of sample"
         )
-    within = (fitted["relative_error"].abs().median(), fitted["loo_relative_error"].abs().median())
+    refit = fitted.dropna(subset=["loo_relative_error"])  # both medians on the same cells
+    within = (refit["relative_error"].abs().median(), refit["loo_relative_error"].abs().median())
     return (
-        _error_line(val, "loo_relative_error", "per-GPU TFLOP/s, leave-one-out")
-        + f"; the {len(fitted)} cells the per-call terms were fitted on, each predicted by the "
+        _loo_error_line(val, "per-GPU TFLOP/s, leave-one-out")
+        + f"; the {len(refit)} cells the per-call terms were fitted on, each predicted by the "
         f"terms refitted without it: median |error| {100 * within[1]:.1f}% (in-sample "
         f"{100 * within[0]:.1f}%); the other {len(val) - len(fitted)} were not fitted on"
     )
 
 
+def _loo_error_line(val, what: str) -> str:
+    """_error_line of the leave-one-out errors, and the cells that have none (why)."""
+    has = val.dropna(subset=["loo_relative_error"])
+    text = _error_line(has, "loo_relative_error", what) if len(has) else f"{what}: no cell"
+    missing = val[val["loo_relative_error"].isna()]
+    if len(missing):
+        reasons = "; ".join(sorted(set(missing["loo_reason"])))
+        text += f"; {len(missing)} without a value ({reasons})"
+    return text
+
+
 def _per_kernel_lines(val, kernel: str, others: dict) -> list[str]:
-    """Validation per local kernel, where the grid ran more than the modelled one (`auto`)."""
+    """Validation per local kernel, where the grid ran more than the modelled one (`auto`):
+    in-sample and leave-one-out."""
     if not others:
         return []
     lines = [
@@ -225,7 +238,9 @@ def _per_kernel_lines(val, kernel: str, others: dict) -> list[str]:
         else:
             how = fit if isinstance(fit, str) else f"per-call overheads {fit.text()}"
         err = (
-            _error_line(cells, "relative_error", f"`{name}`")
+            _error_line(cells, "relative_error", f"`{name}`, in-sample")
+            + "; "
+            + _loo_error_line(cells, "leave-one-out")
             if len(cells)
             else f"`{name}`: no cell"
         )

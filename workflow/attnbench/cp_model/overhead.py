@@ -15,7 +15,8 @@ sample of a CPU cell often is) pulls this fit no more than any other sample. The
 is added to the fixed one only where it lowers that sum by more than 2% (fit_simplest). The model is linear
 in each term, so its slope is measured by predicting once more with the term switched on (Fit).
 leave_one_out refits the terms once per measured cell on every other cell's samples: the validation
-of a cell by a model that did not see it, beside the in-sample one.
+of a cell by a model that did not see it, beside the in-sample one. A cell that is the only one
+paying a term (the only cell of its direction) gets no refit, and says why.
 """
 
 from __future__ import annotations
@@ -234,7 +235,8 @@ def calibrate(samples: list[dict], s, kt, net, max_ring_ranks: int, grid: str):
 
 def leave_one_out(cal: Calibration, kt, net) -> dict:
     """record -> (KernelTime, Network) with the per-call terms refitted without that record's
-    samples: the model of a cell that did not see it (one entry per cell fitted on)."""
+    samples: the model of a cell that did not see it (one entry per cell fitted on). Where no
+    other cell is left to fit a term the cell pays, the entry is why (a str), not a term of 0."""
     fit = getattr(cal, "fit", None)
     if fit is None:
         return {}
@@ -243,6 +245,18 @@ def leave_one_out(cal: Calibration, kt, net) -> dict:
     for rec in dict.fromkeys(cells):
         if not rec:
             continue
-        kernel, comm_s, _, _ = fit.fitted(cells != rec)
+        kernel, comm_s, used, _ = fit.fitted(cells != rec)
+        unfitted = [
+            f"{d} local-kernel call"
+            for d in sorted(set(fit.direction[cells == rec]))
+            if d not in used
+        ]
+        unfitted += [] if "comm" in used else ["transfer call"]
+        if unfitted:
+            out[rec] = (
+                f"no other {kt.kernel} cell of {cal.grid} to fit the overhead per "
+                f"{' and per '.join(unfitted)} on"
+            )
+            continue
         out[rec] = (kt.with_overhead(kernel), dataclasses.replace(net, call_overhead_s=comm_s))
     return out

@@ -88,7 +88,12 @@ def histograms_for(cfg: dict, seqlen: int) -> dict:
 
 def prediction_rows(cfg, mc, s: Setting, directions, kt, progress=print) -> pd.DataFrame:
     grid, net = mc["grid"], mc["network"]
-    methods = [m for m in grid["methods"] if m in MODELLED_METHODS]
+    # the grid's `also` entries run more methods (paper_cp's Ulysses, at the GPU counts its heads
+    # split over): the model predicts them at every count, as the main ones
+    listed = grid["methods"] + [
+        m for extra in grid.get("also", []) for m in extra.get("methods", [])
+    ]
+    methods = [m for m in dict.fromkeys(listed) if m in MODELLED_METHODS]
     rows = []
     for tpg in grid["tokens_per_gpu"]:
         for mask_name in grid["masks"]:
@@ -160,7 +165,8 @@ def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc, loo=None) -
     """Every measured ok cell of a modelled method: the model on the cell's own realised masks,
     in-sample (the per-call terms fitted on every cell) and leave-one-out (`loo`: record ->
     (KernelTime, Network) refitted without that cell, overhead.leave_one_out; a cell the terms
-    were not fitted on, e.g. one GPU, is its own leave-one-out: `in_fit` False)."""
+    were not fitted on, e.g. one GPU, is its own leave-one-out: `in_fit` False; a cell whose
+    refit lacks a term has no leave-one-out value and `loo_reason` says why)."""
     loo = loo or {}
     rows = []
     for _, r in measured.iterrows():
@@ -187,11 +193,14 @@ def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc, loo=None) -
         preds = model(kt, net)
         pred = float(np.mean([p.tflops_per_gpu for p in preds]))
         in_fit = str(r["record"]) in loo
-        left_out = (
-            float(np.mean([p.tflops_per_gpu for p in model(*loo[str(r["record"])])]))
-            if in_fit
-            else pred
-        )
+        refit = loo.get(str(r["record"]))
+        reason = refit if isinstance(refit, str) else ""
+        if reason:
+            left_out = np.nan
+        elif in_fit:
+            left_out = float(np.mean([p.tflops_per_gpu for p in model(*refit)]))
+        else:
+            left_out = pred
         rows.append(
             {
                 "method": r["method"],
@@ -206,6 +215,7 @@ def validation_rows(measured: pd.DataFrame, s: Setting, kt, net, mc, loo=None) -
                 "in_fit": in_fit,
                 "loo_predicted_tflops_per_gpu": left_out,
                 "loo_relative_error": left_out / r["tflops_per_gpu"] - 1,
+                "loo_reason": reason,
                 "measured_time_ms": r["time_ms_median"],
                 "predicted_time_ms": float(np.mean([p.time_s for p in preds])) * 1e3,
                 "bottleneck": preds[0].bottleneck,
