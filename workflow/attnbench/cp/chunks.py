@@ -22,14 +22,22 @@ from ..masks.ranges import Slice
 from .catalog import CAUSAL_MASKS
 from .layout import ShardLayout
 
+MAX_RANGES = 4  # more ranges than this: one index gather instead of a copy per range
+
+
+class Ranges(tuple):
+    """Rows that are a few contiguous ranges, in order: a tuple of slices (start < stop), which
+    the kernels read and write as narrow() views, with no index tensor."""
+
 
 @dataclass(frozen=True)
 class Varlen:
     """cu_seqlens form of a chunk. q_rows / k_rows say which local rows its rectangles use, in
-    order: None (all of them, no copy), a slice (one rectangle: a view, no copy) or an index
-    tensor (rows to gather, and to scatter results back to). `single`: one rectangle, so a
-    library's dense (batch 1) form can run it. `lengths`: (query rows, key rows) of each rectangle
-    in packed order, as Python ints (what a mask built on the host needs, with no device sync)."""
+    order: None (all of them, no copy), a slice (one rectangle: a view, no copy), Ranges (a few
+    contiguous ranges: copied range by range) or an index tensor (rows to gather, and to scatter
+    results back to). `single`: one rectangle, so a library's dense (batch 1) form can run it.
+    `lengths`: (query rows, key rows) of each rectangle in packed order, as Python ints (what a
+    mask built on the host needs, with no device sync)."""
 
     q_rows: object
     k_rows: object
@@ -116,12 +124,16 @@ class Chunk:
             if len(ranges) == 1:
                 a, b = ranges[0]
                 return None if (a, b) == (0, total) else slice(a, b)
-            pos, tiles = 0, True
+            runs = []  # neighbouring rectangles' rows joined (documents with no padding between)
             for a, b in ranges:
-                tiles &= a == pos
-                pos = b
-            if tiles and pos == total:
+                if runs and runs[-1][1] == a:
+                    runs[-1] = (runs[-1][0], b)
+                else:
+                    runs.append((a, b))
+            if runs == [(0, total)]:
                 return None
+            if len(runs) <= MAX_RANGES:  # even one run: copied, as cp_model's geometry counts it
+                return Ranges(slice(a, b) for a, b in runs)
             return torch.as_tensor(
                 np.concatenate([np.arange(a, b) for a, b in ranges]), device=device
             )

@@ -53,7 +53,7 @@ class ChunkStats:
 
     @property
     def gathers_q(self) -> bool:
-        """Those rows are copied (several rectangles with gaps: an index, not a slice)."""
+        """Those rows are copied (several rectangles, not one view: ranges or an index)."""
         return self.subset_q and self.nseg > 1
 
     @property

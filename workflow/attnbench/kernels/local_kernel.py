@@ -31,6 +31,7 @@ import math
 
 import torch
 
+from ..cp.chunks import Ranges
 from ..masks.ranges import Slice
 from .catalog import LocalKernelInfo
 from .lse import accumulator_dtype, lse_rows, merge_into
@@ -92,12 +93,23 @@ class LocalKernel:
 
 
 def take(x, rows, dim=0):
-    """The rows of x a call uses (Varlen.q_rows / k_rows): all, a slice (a view) or gathered."""
+    """The rows of x a call uses (Varlen.q_rows / k_rows): all, a slice (a view), Ranges (their
+    views concatenated) or gathered by an index."""
     if rows is None:
         return x
     if isinstance(rows, slice):
         return x.narrow(dim, rows.start, rows.stop - rows.start)
+    if isinstance(rows, Ranges):
+        return torch.cat([x.narrow(dim, r.start, r.stop - r.start) for r in rows], dim)
     return x.index_select(dim, rows)
+
+
+def range_spans(rows: Ranges):
+    """(start in the full rows, start in the packed rows, length) of each range."""
+    at = 0
+    for r in rows:
+        yield r.start, at, r.stop - r.start
+        at += r.stop - r.start
 
 
 def place(part, rows, total: int, fill, dim=0):
@@ -109,19 +121,49 @@ def place(part, rows, total: int, fill, dim=0):
     out = torch.full(shape, fill, dtype=part.dtype, device=part.device)
     if isinstance(rows, slice):
         out.narrow(dim, rows.start, rows.stop - rows.start).copy_(part)
+    elif isinstance(rows, Ranges):
+        for a, at, n in range_spans(rows):
+            out.narrow(dim, a, n).copy_(part.narrow(dim, at, n))
     else:
         out.index_copy_(dim, rows, part)
     return out
 
 
 def add_rows(dst, part, rows):
-    """dst[rows] += part, rows as take() has them (all, a slice, an index), in dst's dtype."""
+    """dst[rows] += part, rows as take() has them, in dst's dtype."""
     if rows is None:
         dst += part
     elif isinstance(rows, slice):
         dst[rows] += part
+    elif isinstance(rows, Ranges):
+        if torch.promote_types(part.dtype, dst.dtype) != dst.dtype:
+            part = part.to(dst.dtype)  # a wider part is rounded first, as the index path does
+        # otherwise add_ widens part exactly, as .to() would, with no copy of it
+        for a, at, n in range_spans(rows):
+            dst.narrow(0, a, n).add_(part.narrow(0, at, n))
     else:
         dst.index_add_(0, rows, part.to(dst.dtype))
+
+
+def merge_rows(out, lse, out_t, lse_t, rows, first: bool):
+    """merge_or_copy of the packed (out_t, lse_t) into the accumulators' `rows` only (as take()
+    has them): on views for a slice or Ranges (merging is row by row, so range by range gives
+    the same numbers), gathered and put back for an index."""
+    if rows is None or isinstance(rows, slice):
+        rows = rows or slice(0, out.shape[0])
+        merge_or_copy(out[rows], lse[:, rows], out_t, lse_t, first)
+    elif isinstance(rows, Ranges):
+        for a, at, n in range_spans(rows):
+            o, lo = out_t.narrow(0, at, n), lse_t.narrow(1, at, n)
+            merge_or_copy(out.narrow(0, a, n), lse.narrow(1, a, n), o, lo, first)
+    elif first:
+        out.index_copy_(0, rows, out_t.to(out.dtype))
+        lse.index_copy_(1, rows, lse_t)
+    else:
+        acc_out, acc_lse = out.index_select(0, rows), lse.index_select(1, rows)
+        merge_into(acc_out, acc_lse, out_t, lse_t)
+        out.index_copy_(0, rows, acc_out)
+        lse.index_copy_(1, rows, acc_lse)
 
 
 class GradShare:
@@ -150,9 +192,10 @@ def merge_or_copy(out, lse, out_t, lse_t, first: bool):
 
 class PackedKernel(LocalKernel):
     """One library call over the rows of the chunk's rectangles (a view when they are one
-    rectangle or tile the rows, gathered otherwise), with cu_seqlens; the results go back to
-    their rows (key ranges are disjoint, so the scatter is exact). Subclasses implement
-    packed_forward / packed_backward on packed rows (vl.single: a dense call can do it)."""
+    rectangle or tile the rows, copied range by range when they are a few ranges, gathered
+    otherwise), with cu_seqlens; the results go back to their rows (key ranges are disjoint, so
+    the scatter is exact). Subclasses implement packed_forward / packed_backward on packed rows
+    (vl.single: a dense call can do it)."""
 
     def _packed(self, q, k, v, vl, causal):
         """(out, lse in the accumulator dtype) of the packed rows."""
@@ -171,24 +214,11 @@ class PackedKernel(LocalKernel):
 
     def forward_into(self, out, lse, q, k, v, chunk, first: bool) -> bool:
         """Only the chunk's rows of the accumulators are touched (a document chunk of a few rows
-        costs a few rows, not the whole shard): views for a slice, gathered and put back for an
-        index."""
+        costs a few rows, not the whole shard): merge_rows."""
         if chunk.empty:
             return False
         vl = chunk.varlen(q.device)
-        out_t, lse_t = self._packed(q, k, v, vl, chunk.causal)
-        rows = vl.q_rows
-        if rows is None or isinstance(rows, slice):
-            rows = rows or slice(0, q.shape[0])
-            merge_or_copy(out[rows], lse[:, rows], out_t, lse_t, first)
-        elif first:
-            out.index_copy_(0, rows, out_t.to(out.dtype))
-            lse.index_copy_(1, rows, lse_t)
-        else:
-            acc_out, acc_lse = out.index_select(0, rows), lse.index_select(1, rows)
-            merge_into(acc_out, acc_lse, out_t, lse_t)
-            out.index_copy_(0, rows, acc_out)
-            lse.index_copy_(1, rows, acc_lse)
+        merge_rows(out, lse, *self._packed(q, k, v, vl, chunk.causal), vl.q_rows, first)
         return True
 
     def _packed_grads(self, dout, q, k, v, out, lse, vl, causal):
