@@ -7,8 +7,9 @@
 go in as they are; their pairs are disjoint, so each visible pair is computed once. The record's
 notes carry the number of slices (`ffa_slices`).
 
-FFA compiles each kernel variant at first use (sm90a); that is MagiAttention's own cache, kept
-between cells. Block-sparse masks differ per head, which one slice list does not say: unsupported.
+FFA loads a kernel variant from its package's lib/ folder when the wheel holds it (envs/
+build_magi_attention.sh compiles the bf16 head-dim-128 ones there), else compiles it at first use
+(sm90a) into MagiAttention's own cache, kept between cells. Block-sparse masks differ per head, which one slice list does not say: unsupported.
 """
 
 from __future__ import annotations
