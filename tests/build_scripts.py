@@ -3,6 +3,7 @@ running a script, a source tarball with one edit (a source of another layout), a
 expand them, with a throwing stand-in for torch's TORCH_CHECK)."""
 
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -97,3 +98,14 @@ def rewritten_tarball(source: Path, folder: Path, edit_file: str, old: str, new:
     with tarfile.open(source) as src:
         files = {m.name: src.extractfile(m).read() for m in src if m.isfile()}
     return edited_tarball(files, folder / "edited.tar.gz", edit_file, old, new)
+
+
+def patch_only(script, source: Path, work: Path, *extra: str) -> tuple[Path, str]:
+    """A build script's --patch-only run: the patched source tree it names, and its output."""
+    result = run_build_script(
+        script, "--patch-only", "--source", str(source), "--work-dir", str(work), *extra
+    )
+    assert result.returncode == 0, result.stderr
+    tree = re.search(r"Patched source tree: (\S+)", result.stdout)
+    assert tree, result.stdout
+    return Path(tree.group(1)), result.stdout

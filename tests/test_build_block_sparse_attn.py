@@ -49,11 +49,7 @@ def source() -> Path:
 
 
 def patch(source: Path, folder: Path, *extra: str) -> tuple[Path, str]:
-    result = run_script("--patch-only", "--source", str(source), "--work-dir", str(folder), *extra)
-    assert result.returncode == 0, result.stderr
-    tree = re.search(r"Patched source tree: (\S+)", result.stdout)
-    assert tree, result.stdout
-    return Path(tree.group(1)), result.stdout
+    return build.patch_only(SCRIPT, source, folder, *extra)
 
 
 @pytest.fixture(scope="module")

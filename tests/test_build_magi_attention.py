@@ -126,11 +126,7 @@ def source(request) -> Path:
 
 
 def patch(source: Path, work: Path, *extra: str) -> tuple[Path, str]:
-    result = run_script("--patch-only", "--source", str(source), "--work-dir", str(work), *extra)
-    assert result.returncode == 0, result.stderr
-    tree = re.search(r"Patched source tree: (\S+)", result.stdout)
-    assert tree, result.stdout
-    return Path(tree.group(1)), result.stdout
+    return build.patch_only(SCRIPT, source, work, *extra)
 
 
 @pytest.fixture(scope="module")
