@@ -470,3 +470,18 @@ def test_methods_of_a_grids_also_entries_are_predicted(kernel_time):
     assert uly.loc[8, "predicted_tflops_per_gpu"] > 0
     assert uly.loc[128, "bottleneck"].startswith("unsupported")  # 64 query heads
     assert set(rows["method"]) >= {"ulysses", "ring_p2p", "usp"}
+
+
+def test_the_model_beside_the_committed_emulated_runs():
+    """benchmarks/cp_model_vs_emulated.py on the committed world-2 causal_document runs (H200):
+    one row per method and direction, and at world 2, where its terms were fitted, the model's
+    compute term within 10% of the emulation."""
+    runs = H200 / "cp_emulate" / "before_after" / "before_causal_document_w2.json"
+    script = ROOT / "benchmarks" / "cp_model_vs_emulated.py"
+    p = run_bounded([sys.executable, str(script), str(runs)], 300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [
+        line.split(" | ") for line in p.stdout.splitlines() if "| causal_document | 2 |" in line
+    ]
+    assert len(rows) == 6
+    assert all(abs(float(r[-1].strip(" |")) - 1) < 0.10 for r in rows)
