@@ -109,3 +109,12 @@ def patch_only(script, source: Path, work: Path, *extra: str) -> tuple[Path, str
     tree = re.search(r"Patched source tree: (\S+)", result.stdout)
     assert tree, result.stdout
     return Path(tree.group(1)), result.stdout
+
+
+def tarball_without(source: Path, dest: Path, part: str) -> Path:
+    """A copy of a source tarball without the members whose path contains `part`."""
+    with tarfile.open(source) as src, tarfile.open(dest, "w:gz") as dst:
+        for member in src:
+            if part not in member.name:
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    return dest

@@ -83,13 +83,7 @@ def source_of(lib: Library) -> Path:
 
 
 def patch(lib: Library, source: Path, work: Path, *extra: str) -> tuple[Path, str]:
-    result = run_script(
-        lib, "--patch-only", "--source", str(source), "--work-dir", str(work), *extra
-    )
-    assert result.returncode == 0, result.stderr
-    tree = re.search(r"Patched source tree: (\S+)", result.stdout)
-    assert tree, result.stdout
-    return Path(tree.group(1)), result.stdout
+    return build.patch_only(REPO / "envs" / lib.script, source, work, *extra)
 
 
 def listed_units(stdout: str) -> list[str]:
