@@ -7,12 +7,11 @@ import pytest
 import torch
 from attnbench.cp.chunks import (
     MAX_RANGES,
-    Ranges,
     allgather_chunks,
     ring_step_chunk,
 )
 from attnbench.cp.layout import ShardLayout
-from attnbench.kernels.local_kernel import add_rows, merge_rows, place, take
+from attnbench.kernels.local_kernel import Ranges, add_rows, merge_rows, place, take
 from attnbench.kernels.lse import merge_into
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -5,14 +5,13 @@ import pytest
 import torch
 from attnbench.cp.chunks import (
     Chunk,
-    Ranges,
     allgather_chunks,
     document_lengths,
     ring_step_chunk,
 )
 from attnbench.cp.layout import ShardLayout
 from attnbench.harness.reference import reference_attention
-from attnbench.kernels.local_kernel import take
+from attnbench.kernels.local_kernel import Ranges, take
 from attnbench.kernels.lse import merge_into, new_accumulator
 from attnbench.masks import CP_MASKS, Mask
 from attnbench.masks.ranges import Slice

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from attnbench.cp import catalog, schedule
-from attnbench.cp.chunks import Ranges, allgather_chunks, ring_step_chunk
+from attnbench.cp.chunks import allgather_chunks, ring_step_chunk
 from attnbench.cp.layout import ShardLayout
 from attnbench.cp_model.checks import intra_text
 from attnbench.cp_model.geometry import Geometry, real_slices, slices_of
@@ -23,6 +23,7 @@ from attnbench.cp_model.overhead import calibrate, fit_terms, leave_one_out
 from attnbench.cp_model.predict import Setting, predict
 from attnbench.cp_model.run import read_records, run_predict, validation_rows
 from attnbench.families import load_config
+from attnbench.kernels.local_kernel import Ranges
 from attnbench.masks import Mask
 from bounded import run_bounded
 from commands import cp_verify, launched

@@ -18,16 +18,12 @@ from functools import cached_property
 
 import numpy as np
 
+from ..kernels.local_kernel import Ranges
 from ..masks.ranges import Slice
 from .catalog import CAUSAL_MASKS
 from .layout import ShardLayout
 
 MAX_RANGES = 4  # more ranges than this: one index gather instead of a copy per range
-
-
-class Ranges(tuple):
-    """Rows that are a few contiguous ranges, in order: a tuple of slices (start < stop), which
-    the kernels read and write as narrow() views, with no index tensor."""
 
 
 @dataclass(frozen=True)

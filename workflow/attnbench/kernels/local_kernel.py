@@ -31,7 +31,6 @@ import math
 
 import torch
 
-from ..cp.chunks import Ranges
 from ..masks.ranges import Slice
 from .catalog import LocalKernelInfo
 from .lse import accumulator_dtype, lse_rows, merge_into
@@ -90,6 +89,11 @@ class LocalKernel:
 
 
 # ---------------------------------------------------------------- how a chunk reaches a library
+
+
+class Ranges(tuple):
+    """Rows that are a few contiguous ranges, in order: a tuple of slices (start < stop), which
+    the kernels read and write as narrow() views, with no index tensor."""
 
 
 def take(x, rows, dim=0):
