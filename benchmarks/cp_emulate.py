@@ -262,14 +262,12 @@ def compare(before_files, after_files) -> str:
 
     def runs(files):
         got = {}
-        for f in files:
-            data = json.loads(Path(f).read_text())
-            for r in data if isinstance(data, list) else [data]:
-                for d in DIRECTIONS:
-                    emu = (r.get(d) or {}).get("emulated")
-                    if emu:
-                        key = (r["method"], r["mask"], r["world"], d)
-                        got[key] = (emu, (r[d].get("local") or {}).get("tflops"))
+        for r in read_runs(files):
+            for d in DIRECTIONS:
+                emu = (r.get(d) or {}).get("emulated")
+                if emu:
+                    key = (r["method"], r["mask"], r["world"], d)
+                    got[key] = (emu, (r[d].get("local") or {}).get("tflops"))
         return got
 
     before, after = runs(before_files), runs(after_files)
@@ -288,6 +286,13 @@ def compare(before_files, after_files) -> str:
             f" | {a['rank_spread']:.3f} |"
         )
     return "\n".join(lines)
+
+
+def read_runs(files):
+    """Every run of these --json files (each one run, or a list of them)."""
+    for f in files:
+        data = json.loads(Path(f).read_text())
+        yield from data if isinstance(data, list) else [data]
 
 
 def write_json(path, out):

@@ -10,7 +10,6 @@ the committed h200_cp cells of the same local kernel) against the emulated slowe
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -29,15 +28,9 @@ from attnbench.cp_model.run import (  # noqa: E402
 )
 from attnbench.families import load_config  # noqa: E402
 from attnbench.harness.flops import attention_flops  # noqa: E402
-from cp_emulate import draw_mask  # noqa: E402
+from cp_emulate import draw_mask, read_runs  # noqa: E402
 
 CAL_GRID = "h200_cp"
-
-
-def runs(files):
-    for f in files:
-        data = json.loads(Path(f).read_text())
-        yield from data if isinstance(data, list) else [data]
 
 
 def main(argv=None):
@@ -57,7 +50,7 @@ def main(argv=None):
     print("| method | mask | world | dir | emulated ms | model compute ms | model / emulated |")
     print("|---|---|---|---|---|---|---|")
     ratios = []
-    for r in runs(a.files):
+    for r in read_runs(a.files):
         k = r["local_kernel"]
         if k not in fits:
             net = calibration_network(cfg, CAL_GRID, CAL_GRID, s, k)
