@@ -98,3 +98,49 @@ def test_block_sparse_lists_partition_the_tiles(name, histograms):
             full = _from_lists(fields["full_block_cnt"], fields["full_block_idx"], nb, nb)
             assert torch.equal(full, want == tile * tile)
             assert torch.equal(part, (want > 0) & (want < tile * tile))
+
+
+def test_fa4_takes_every_static_mask_in_exactly_one_form(histograms):
+    """The adapter's choice: the native form where the mask has one, else its mask_mod."""
+    from attnbench.kernels.catalog import get
+
+    assert set(get("fa4").masks) == set(M.STATIC_MASKS)
+    for name in M.STATIC_MASKS:
+        for m in sampled_masks(name, histograms, seeds=range(2)):
+            assert (m.native_form() is not None) != (name in F.MASK_MODS), name
+
+
+def test_mask_mod_keywords_carry_both_directions_tile_lists(histograms, monkeypatch):
+    import sys
+    import types
+    from collections import namedtuple
+
+    # the CuTe DSL (GPU only) makes the scalars run-time Int32 values; here they stay ints
+    monkeypatch.setitem(sys.modules, "cutlass", types.SimpleNamespace(Int32=int))
+
+    from attnbench.kernels.flash_attn import mask_mod_kwargs
+
+    # FA4's BlockSparseTensorsTorch takes these fields by name (flash-attn-4 4.0.0b36)
+    fields = ("mask_block_cnt", "mask_block_idx", "full_block_cnt", "full_block_idx", "block_size")
+    tensors = namedtuple("BlockSparseTensorsTorch", fields)
+    for name in F.MASK_MODS:
+        m = max(sampled_masks(name, histograms, seeds=[0]), key=lambda m: m.seqlen)
+        kw = mask_mod_kwargs(m, "cpu", tensors)
+        assert kw["causal"] is False and "window_size" not in kw
+        assert kw["mask_mod"] is F.MASK_MODS[name]
+        assert kw["aux_scalars"] == (tuple(F.mask_mod_for(m).aux_scalars) or None)
+        tiles = -(-m.seqlen // F.TILE)
+        for key in ("block_sparse_tensors", "block_sparse_tensors_bwd"):
+            t = kw[key]
+            assert t.block_size == (F.TILE, F.TILE)
+            assert t.mask_block_cnt.shape == (1, 1, tiles) and t.mask_block_idx.shape == (
+                1,
+                1,
+                tiles,
+                tiles,
+            )
+        fwd, bwd = kw["block_sparse_tensors"], kw["block_sparse_tensors_bwd"]
+        # every visible tile is listed once, in the forward by query tile, in the backward by key tile
+        assert int(fwd.mask_block_cnt.sum() + fwd.full_block_cnt.sum()) == int(
+            bwd.mask_block_cnt.sum() + bwd.full_block_cnt.sum()
+        )

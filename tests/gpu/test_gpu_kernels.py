@@ -9,6 +9,7 @@ from attnbench.families.kernel import cell as C
 from attnbench.harness import inputs as I
 from attnbench.kernels import catalog
 from attnbench.kernels.base import load
+from attnbench.kernels.fa4_mask_mod import MASK_MODS
 
 pytestmark = [
     pytest.mark.gpu,
@@ -72,6 +73,25 @@ def test_gpu_kernel_matches_float64(impl, histograms):
                 )
                 ran += 1
     assert ran > 0
+
+
+# A length that is no multiple of a tile (FA4's 128, FFA's 128 x 128 forward tiles): the last tile
+# is cut by the sequence end. FA4's mask_mod masks, and every mask FFA claims.
+OFF_TILE = {"fa4": tuple(MASK_MODS), "ffa": M.STATIC_MASKS}
+
+
+@pytest.mark.parametrize("impl", [k for k in OFF_TILE if k in available()])
+def test_gpu_mask_kernel_at_a_length_off_the_tiles(impl, histograms):
+    info, s = catalog.get(impl), 1000
+    kernel = load(info, device="cuda", dtype=torch.bfloat16, heads_q=HQ, heads_kv=HKV, head_dim=D)
+    q, k, v, dout = I.make_inputs(11, s, HQ, HKV, D, torch.bfloat16, "cuda")
+    for mask_name in OFF_TILE[impl]:
+        cfg = {**CFG, "block": 40}  # block_causal_document's blocks divide the length
+        mask = M.sample_mask(mask_name, s, cfg, np.random.default_rng(1), histograms, HQ, HKV)
+        fn = kernel.prepare(mask)
+        for direction in ("fwd", "bwd"):
+            chk = C.check_correctness(kernel, fn, mask, q, k, v, dout, direction, 5)
+            assert chk["passed"], (impl, mask_name, direction, chk["errors"], chk["tolerance"])
 
 
 def test_oom_is_a_record_and_the_next_cell_runs(histograms):

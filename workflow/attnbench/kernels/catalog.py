@@ -202,9 +202,9 @@ KERNELS = {
         ),
         _dense(
             "fa4",
-            "FlashAttention-4 (flash_attn.cute)",
+            "FlashAttention-4 (flash_attn.cute; mask_mod with tile lists where no causal/window/varlen form)",
             "flash_attn:FA4",
-            REGULAR_MASKS,
+            STATIC_MASKS,
             modules=("flash_attn.cute",),
             dists=("flash-attn-4", "nvidia-cutlass-dsl"),
             min_capability=(9, 0),

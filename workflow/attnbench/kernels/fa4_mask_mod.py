@@ -1,6 +1,7 @@
 """FlashAttention-4 `mask_mod` forms of the six static masks that FA4's causal/window/varlen form
 cannot express: share_question, causal_blockwise, prefix_lm_causal, prefix_lm_document,
-global_sliding_window and block_causal_document. Not wired into the fa4 adapter yet.
+global_sliding_window and block_causal_document. The fa4 adapter (flash_attn.py) calls them for
+those masks and keeps the native form for the other six.
 
 What flash-attn-4 4.0.0b36 takes (read from its sources, flash_attn/cute/):
 - `flash_attn_func(q, k, v, ..., mask_mod=, aux_tensors=, aux_scalars=, block_sparse_tensors=,
@@ -185,7 +186,11 @@ def _lists(select):
     return count[None, None].contiguous(), order[None, None].contiguous()
 
 
-def block_sparse_tensors(mask, device, tile=128) -> tuple[dict, dict]:
+# The sparse block, in tokens, of the tile lists: FA4's SM90 tiles at head dim <= 128 (below)
+TILE = 128
+
+
+def block_sparse_tensors(mask, device, tile=TILE) -> tuple[dict, dict]:
     """(forward, backward) fields of FA4's BlockSparseTensorsTorch for `tile` x `tile` tiles. The
     forward has each query tile's key tiles; the backward has each key tile's query tiles.
 

@@ -1,7 +1,8 @@
 """FlashAttention 2, 3 and 4: dense calls for one sequence, varlen calls for packed documents.
 
 All three take the FlashAttention form of a mask: documents (cu_seqlens), causal, and a window
-(left, right) where -1 (None for FA4) is unbounded. Masks without that form are `unsupported`.
+(left, right) where -1 (None for FA4) is unbounded. Masks without that form are `unsupported`
+for FA2 and FA3; FA4 runs them as mask_mods (fa4_mask_mod.py).
 
 Also FA2's and FA3's CP local kernels (local_kernel.py's protocol). Their LSE, converted to the
 protocol's [Hq, rows] natural-log float32 (tests/cp/test_cp_kernels.py checks it against float64):
@@ -26,6 +27,7 @@ import torch
 
 from .base import Kernel
 from .catalog import findable
+from .fa4_mask_mod import MASK_MODS, TILE, block_sparse_tensors, mask_mod_for
 from .local_kernel import PackedKernel
 from .varlen import cu_seqlens
 
@@ -89,6 +91,10 @@ class FA3(FlashFamily):
 
 
 class FA4(FlashFamily):
+    """The native causal/window/varlen form where a mask has one (the faster path); else the
+    mask's mask_mod with its 128 x 128 tile lists (fa4_mask_mod.py), on one batch-1 sequence.
+    The record's notes say which ran (`fa4_form`)."""
+
     unbounded = None
     # FA4 compiles each kernel variant at its first call (CuTe DSL JIT, seconds each); its own disk
     # cache, off by default, lets the next cell's process load it instead (read at its import)
@@ -97,6 +103,32 @@ class FA4(FlashFamily):
     def functions(self):
         lib = self.import_library("flash_attn.cute")
         return lib.flash_attn_func, lib.flash_attn_varlen_func
+
+    def prepare(self, mask):
+        if mask.native_form() is not None or mask.name not in MASK_MODS:
+            fn = super().prepare(mask)
+            self.load_notes["fa4_form"] = "native"
+            return fn
+        if self.dtype not in (torch.float16, torch.bfloat16):
+            self.unsupported(f"needs float16 or bfloat16, got {self.dtype}")
+        dense, _ = self.functions()
+        tensors = self.import_library("flash_attn.cute.block_sparsity").BlockSparseTensorsTorch
+        kwargs = mask_mod_kwargs(mask, self.device, tensors)
+        self.load_notes["fa4_form"] = "mask_mod"
+        return lambda q, k, v: _first(dense(q[None], k[None], v[None], **kwargs))[0]
+
+
+def mask_mod_kwargs(mask, device, tensors) -> dict:
+    """FA4's keywords for `mask` as a mask_mod: no causal/window (with a mask_mod FA4's backward
+    would still apply them), aux tensors and run-time scalars, and the forward's and backward's
+    tile lists as `tensors` (FA4's BlockSparseTensorsTorch) of TILE x TILE blocks."""
+    fwd, bwd = block_sparse_tensors(mask, device, TILE)
+    return {
+        "causal": False,
+        **mask_mod_for(mask, device).fa4_kwargs(),
+        "block_sparse_tensors": tensors(**fwd, block_size=(TILE, TILE)),
+        "block_sparse_tensors_bwd": tensors(**bwd, block_size=(TILE, TILE)),
+    }
 
 
 # ---------------------------------------------------------------- the CP local kernels
