@@ -26,11 +26,9 @@ TensorSSA defines these operators and broadcasts a Python int or Int32 scalar op
 (cutlass/cute/tensor.py, TensorSSA._apply_op). `_at` reads an aux entry the way FA4's own tests
 do: `scalar_to_ssa(aux[idx[0]], Int32)`.
 
-Known on the GPU: nothing yet. These mask_mods have not been compiled or run on the H200. The
-reading above is from the sources of flash-attn-4 4.0.0b36 and nvidia-cutlass-dsl 4.8.1: the SM90
-forward and backward kernels take mask_mod, aux tensors and block sparsity. Not known until run:
-that the CuTe DSL traces these undecorated functions (FA4's tests wrap theirs in @cute.jit); that
-cutlass.Int32 aux_scalars work in the backward as in the forward; and their speed.
+On the H200 (2026-12-03, flash-attn-4 4.0.0b36, DSL 4.8.1): the DSL traces these plain functions
+and the Int32 aux_scalars work in the forward and the backward; every mask here passes the float64
+GPU test (GQA 8:2 and MHA at 1K, GQA at 1,000 tokens: the last tile cut by the sequence end).
 """
 
 from __future__ import annotations
