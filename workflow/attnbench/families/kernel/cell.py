@@ -22,6 +22,7 @@ from ...harness.samples import (
     spec_mask,
 )
 from ...kernels import catalog
+from ...kernels.import_memo import known_to_load, remember_loads
 from ...record.record import base_record, environment, now, summarise
 
 
@@ -61,8 +62,11 @@ def installed_reason(info, spec) -> str | None:
 
 def ends_without_gpu(spec) -> bool:
     """A cell that will only write why it cannot run (library missing, mask unsupported): it
-    needs no GPU, so it does not wait for one (claim_gpu_after_start)."""
+    needs no GPU, so it does not wait for one (claim_gpu_after_start). Libraries an earlier job
+    saw load here are not imported again (kernels/import_memo.py)."""
     info = kernel_info(spec)
+    if spec["device"] in info.devices and known_to_load(info):
+        return bool(unsupported(info, spec))
     return bool(installed_reason(info, spec) or unsupported(info, spec) or import_failure(info))
 
 
@@ -83,6 +87,7 @@ def import_failure(info) -> str | None:
         kernel_class(info).import_modules(info)
     except LOAD_ERRORS as e:
         return f"{info.name}: importing {', '.join(info.modules)} failed: {load_error(e)}"
+    remember_loads(info)
     return None
 
 
