@@ -109,6 +109,28 @@ def test_a_point_without_an_ok_cell_says_so():
     assert a.verdict() == "none ok" and a.fastest is None and a.margin is None
 
 
+def test_a_kernel_the_grid_measures_elsewhere_is_listed_without_a_record_where_it_has_none():
+    """A sweep not yet finished: fa4 measured at 4K, not at 8K, is listed there, not left out."""
+    rows = [
+        cell(k, t, direction=d) for k, t in (("fa2", 10.0), ("fa4", 8.0)) for d in ("fwd", "bwd")
+    ]
+    rows += [cell("fa2", 30.0, direction=d, seqlen=8192) for d in ("fwd", "bwd")]
+    rows += [cell("fa4", 25.0, direction="fwd", seqlen=8192)]
+    found = kernel_answers(rows)
+    for direction, why in (("bwd", "no record"), ("train", "bwd no record")):
+        a = only(found, seqlen=8192, direction=direction)
+        assert [(c.name, c.why_not()) for c in a.not_ok] == [("fa4", why)]
+        assert a.verdict() == "fa2 (the only one ok)"
+    assert only(found, seqlen=8192).verdict() == "fa4"  # fwd: both measured
+    assert not only(found, seqlen=4096, direction="train").not_ok
+    rows = [cell("fa2", 30.0, seqlen=8192), cell("fa3", 20.0, heads_kv=64)]  # MHA: its own kernels
+    rows += [cell("fa2", 9.0, mask="full"), cell("sdpa_math", 90.0, mask="full")]  # only on full
+    found = kernel_answers(rows)
+    assert (
+        not only(found, seqlen=8192).not_ok and not only(found, mask="causal", seqlen=4096).not_ok
+    )
+
+
 def test_heads_settings_are_advised_apart():
     rows = [cell("fa2", 10.0), cell("fa3", 12.0)]
     rows += [cell("fa2", 30.0, heads_kv=64), cell("fa3", 20.0, heads_kv=64)]

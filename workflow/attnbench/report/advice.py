@@ -16,6 +16,8 @@ approximation). A contender competes in `train` only where both its records are 
 
 Only `ok` cells compete: a cell that ran out of memory, cannot express the mask, is not installed,
 disagrees with the float64 reference or timed out does not; each point lists them with their status.
+A kernel the grid measures for the same mask and heads setting at another length but not at this
+one (a sweep not yet finished) is listed too, as `no record`.
 
 Per family:
 - kernel: per mask x length x heads (x head dim x dtype) x direction, the fastest kernel;
@@ -186,6 +188,8 @@ class Answer:
 # ---------------------------------------------------------------- contenders per family
 
 HEADS_ETC = ["heads_q", "heads_kv", "head_dim", "dtype"]
+# Where a kernel family grid measures the same kernels at every length (`no record` where one lacks)
+SAME_KERNELS = ["mask", *HEADS_ETC]
 # What identifies a point in each family (besides the direction), in the order of a row.
 POINTS = {
     "kernel": ["mask", "seqlen", *HEADS_ETC, "gpus"],
@@ -347,6 +351,25 @@ def _train(rows: pd.DataFrame) -> list[Contender]:
     return out
 
 
+def _expected_names(rows: pd.DataFrame, family: str) -> dict:
+    """Kernel family (and any other advised as it): the kernels a grid measures for a mask and heads
+    setting at some length, which a length without their record lists as `no record` (a sweep not
+    yet finished). Sparse and CP points differ in who competes: none expected there."""
+    if family in ("sparse", "cp") or rows.empty:
+        return {}
+    return {
+        tuple(values): tuple(dict.fromkeys(g["_name"]))
+        for values, g in rows.groupby(SAME_KERNELS, dropna=False, sort=False)
+    }
+
+
+def _absent(names, rows: pd.DataFrame, *directions: str) -> list[Contender]:
+    """A contender with `no record` in each direction for every expected name without a row here."""
+    have = set(rows["_name"])
+    missing = tuple(Record(d, NO_RECORD, None, None, None, "", "") for d in directions)
+    return [Contender(n, missing) for n in names if n not in have]
+
+
 def _point_order(family: str, point: dict, direction: str):
     mask = point["mask"]
     rank = ALL_MASKS.index(mask) if mask in ALL_MASKS else len(ALL_MASKS)
@@ -368,22 +391,21 @@ def grid_answers(df: pd.DataFrame, grid: str, family: str) -> tuple[list[Answer]
     left out (competing)."""
     rows, left = competing(df, family)
     keys = POINTS.get(family, POINTS["kernel"])
+    expected = _expected_names(rows, family)
     out = []
     for values, at in rows.groupby(keys, dropna=False, sort=False):
         point = dict(zip(keys, values))
+        names = expected.get(tuple(point[k] for k in SAME_KERNELS), ())
         for direction, d in at.groupby("direction", sort=False):
             _unique_names(d, f"grid {grid}, {point}, {direction}")
+            here = [Contender(r["_name"], (_record(r),)) for _, r in d.iterrows()]
             out.append(
-                _answer(
-                    grid,
-                    family,
-                    point,
-                    direction,
-                    [Contender(r["_name"], (_record(r),)) for _, r in d.iterrows()],
-                )
+                _answer(grid, family, point, direction, here + _absent(names, d, direction))
             )
         if {"fwd", "bwd"} <= set(at["direction"]):
-            out.append(_answer(grid, family, point, TRAIN, _train(at)))
+            out.append(
+                _answer(grid, family, point, TRAIN, _train(at) + _absent(names, at, "fwd", "bwd"))
+            )
     out.sort(key=lambda a: _point_order(family, a.point, a.direction))
     return out, left
 
