@@ -42,8 +42,10 @@ def _package_state(top: str) -> str:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         spec = None
-    if spec is None or not spec.origin or not os.path.exists(spec.origin):
-        return "absent" if spec is None else f"{spec.origin}"
+    if spec is None:
+        return "absent"
+    if not spec.origin or not os.path.exists(spec.origin):  # a namespace package: its place only
+        return str(spec.origin)
     st = os.stat(spec.origin)
     return f"{spec.origin} {st.st_size} {st.st_mtime_ns}"
 
