@@ -13,6 +13,8 @@
 #            (and USP, LoongTrain where they have a ring) with dK/dV sent in bf16) runs those
 #   cp       the h200_cp grid (T_CP) in stages of cell lengths (CP_STAGES, "|" between stages;
 #            default 64K tokens per GPU and the 1-GPU references first, then 128K, then 16K)
+#   cpemu    the h200_cp_emulated grid (T_CPEMU, one GPU enough) in stages of total lengths (CPEMU_STAGES;
+#            default worlds 2, 4, 8 at 64K tokens per rank: 131072|262144|524288)
 #   comm     the NCCL communication benchmark of the CP model (rule comm_bench) on all the GPUs
 #   sparse   the h200_sparse grid (T_SPARSE) in stages of lengths: 32K (and the 16K paper cells), 64K,
 #            128K, 96K, each with its dense references (SPARSE_STAGES; SPARSE_OPTS="--kernels K.."),
@@ -278,6 +280,8 @@ fi
 if has cp && [ "$gpus" -ge 2 ]; then  # the cells one session most needs first; what is left runs next time
   staged h200_cp "${T_CP:-300}" "${CP_STAGES:-65536 131072|262144|16384 32768}" ""
 fi
+# every rank of 2-, 4- and 8-rank worlds emulated on one GPU, smallest worlds first
+has cpemu && staged h200_cp_emulated "${T_CPEMU:-300}" "${CPEMU_STAGES:-131072|262144|524288}" ""
 # 4 and 8 GPUs (grid h200_cp_x8), on 8 GPUs: two 4-GPU cells run side by side
 has cpx8 && [ "$gpus" -ge 8 ] && grid h200_cp_x8 "${T_CPX8:-540}" --resources gpu="$gpus"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU
