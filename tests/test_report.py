@@ -258,6 +258,16 @@ def test_captions_name_a_driver_once_whatever_its_gpu_count(df):
     assert "driver 570.1, 580.159.04; host" in captions.machine(gpus)
 
 
+def test_captions_count_an_emulated_world_as_the_one_gpu_it_ran_on(df):
+    """cp.emulate runs every rank of a world on one device: the caption must not claim N GPUs."""
+    cells = df.head(4).copy()
+    cells["device"], cells["device_name"] = "cuda", "NVIDIA H200"
+    cells["gpus"], cells["emulated"] = 2, True
+    assert captions.machine(cells).startswith("GPU: NVIDIA H200;")
+    cells.loc[cells.index[0], "emulated"] = False  # one distributed cell beside them
+    assert captions.machine(cells).startswith("GPU: NVIDIA H200 (1, 2 GPUs);")
+
+
 def test_support_table_is_derived_from_statuses(df):
     t = kernel_tables.support_table(df)
     assert list(t.index) == ["naive", "sdpa_flash", "flex", "fa2"]
