@@ -45,7 +45,11 @@ def machine(df: pd.DataFrame) -> str:
     devs = _values(df, "device_name") or _values(df, "device")
     kind = "CPU" if set(_values(df, "device")) == {"cpu"} else "GPU"
     # an emulated CP cell (cp.emulate) ran its `gpus` ranks on one device
-    emulated = df["emulated"].fillna(False).astype(bool) if "emulated" in df else pd.Series(False, index=df.index)
+    emulated = (
+        df["emulated"].fillna(False).astype(bool)
+        if "emulated" in df
+        else pd.Series(False, index=df.index)
+    )
     gpus = df["gpus"].where(~emulated, 1) if "gpus" in df else pd.Series(dtype=float)
     gpus = sorted({int(g) for g in gpus.dropna()})
     text = f"{kind}: {_join(devs)}"
