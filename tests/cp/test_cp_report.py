@@ -187,3 +187,21 @@ def test_variants_of_a_method_are_rows_of_their_own_and_meet_the_bare_kernel_tha
     assert t.loc["ring_p2p [dkv input]", "local kernel"] == "sdpa_cudnn (auto)"
     assert t.loc["ulysses", "share of 1 GPU"] == "90%"  # against sdpa_flash's 300
     assert t.loc["ulysses", "1 GPU, bare kernel: local kernel"] == "sdpa_flash"
+
+
+def test_an_emulated_world_is_shared_against_the_bare_kernel_over_the_same_documents():
+    """cp.emulate: the baseline is the `local` cell of the world's whole length (same seqlen,
+    so the same documents), not the one of its tokens per GPU; without it, the latter."""
+    emu = {**row("ring_p2p", 2, 150.0), "seqlen": 8192, "_emulated": True}
+    per_gpu = {**row("local", 1, 200.0), "seqlen": 4096}
+    whole = {**row("local", 1, 300.0, tpg=8192), "seqlen": 8192}
+
+    def share(rows):
+        t = vs_single_gpu_table(pd.DataFrame(rows)).reset_index().set_index("method")
+        return t.loc["ring_p2p", "share of 1 GPU"], t.loc["ring_p2p", "1 GPU, bare kernel: tokens"]
+
+    assert share([emu, per_gpu, whole]) == ("50%", "8K")
+    assert share([emu, per_gpu]) == ("75%", "4K")
+    # a distributed cell keeps the baseline of its tokens per GPU
+    measured = {**emu, "_emulated": False}
+    assert share([measured, per_gpu, whole]) == ("75%", "4K")

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ...cp.catalog import BARE_KERNEL, method_label
 from ...report import plotting
-from ...report.labels import GIB, STATUS_LABEL, order
+from ...report.labels import GIB, STATUS_LABEL, order, seqlen_label
 from ...report.style import colour
 from ...report.tables import (
     MEDIAN_SPREAD,
@@ -201,10 +201,23 @@ def _baselines(df: pd.DataFrame) -> dict:
     return out
 
 
+def _same_documents(r) -> bool:
+    """An emulated world's baseline is the bare kernel over the same documents: the `local` cell
+    of the world's whole length (its tokens per GPU = the cell's seqlen: same length, same data
+    seed, so the same documents), where the grid has one."""
+    return bool(r.get("_emulated")) and pd.notna(r.get("seqlen"))
+
+
 def _baseline(refs: dict, r):
     """The CP cell's baseline: the bare cell of its key that ran the same local kernel, else the
-    one of the same local-kernel setting, else the key's first; None without one."""
-    cands = refs.get(tuple(r.get(k) for k in BASELINE_KEY), [])
+    one of the same local-kernel setting, else the key's first; None without one. An emulated
+    cell's key takes its whole length first (_same_documents), then its tokens per GPU."""
+    key = tuple(r.get(k) for k in BASELINE_KEY)
+    cands = []
+    if _same_documents(r):
+        at = BASELINE_KEY.index("tokens_per_gpu")
+        cands = refs.get(key[:at] + (int(r["seqlen"]),) + key[at + 1 :], [])
+    cands = cands or refs.get(key, [])
     for key in ("local_kernel", "local_kernel_setting"):
         same = [b for b in cands if pd.notna(r.get(key)) and b.get(key) == r.get(key)]
         if same:
@@ -234,6 +247,20 @@ def _share(r, ref) -> str:
     return ratio_text(r, ref, lambda x: f"{x:.0%}")
 
 
+def _same_documents_note(df: pd.DataFrame) -> str:
+    if "_emulated" not in df or not df["_emulated"].any():
+        return ""
+    return (
+        "; an emulated world's baseline is the bare kernel over the same documents, at the world's "
+        "whole length (the `local` cell of that many tokens, column 'tokens'), where the grid has "
+        "one, else at its tokens per GPU"
+    )
+
+
+def _length(ref) -> str:
+    return seqlen_label(int(ref["tokens_per_gpu"]))
+
+
 def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per-GPU TFLOP/s of every CP cell against the bare local kernel on one GPU (`local`) at the
     same mask, direction, tokens per GPU, heads, head dim and dtype: what context parallelism costs.
@@ -252,6 +279,7 @@ def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
                 f"{method_label(BARE_KERNEL)}: local kernel": ""
                 if ref is None
                 else _kernel_text(ref),
+                f"{method_label(BARE_KERNEL)}: tokens": "" if ref is None else _length(ref),
                 "share of 1 GPU": _share(r, ref),
             }
         )
@@ -346,7 +374,7 @@ def tables(df: pd.DataFrame, out: Path) -> list[Path]:
         f"the ratio of the medians, {WITHIN_NOTE}; 'none (no local cell)': the grid lacks that baseline "
         f"(add `methods: [{BARE_KERNEL}]` with `gpus: [1]`; a CP method at 1 GPU is never used instead); "
         "'none (wrong)': either cell disagrees with the float64 reference, no share is computed"
-        f"{_emulated_note(df)}; {describe_setup(df)}",
+        f"{_emulated_note(df)}{_same_documents_note(df)}; {describe_setup(df)}",
     )
     paths += write_table(
         breakdown_table(df),
