@@ -30,14 +30,18 @@ def named_rows(rows, total):
 
 def test_zigzag_chunks_of_a_few_documents_come_as_ranges():
     """Two documents of 5 tokens at R = 2 (each padded to 8, chunks of 2): each rank holds two
-    runs of rows with padding after each, so ring step s < r (every real query row, the first
-    key chunk of each document) names two query ranges and two key ranges, not an index; so do
-    Ring AllGather's query chunks and the padded global keys they see."""
+    runs of rows with padding after each. The diagonal step (causal) names two query ranges and
+    two key ranges, not an index; so do Ring AllGather's causal query chunks and the padded
+    global keys they see. Ring step s < r (full rectangles: every real query row, the first key
+    chunk of each document) takes in each document's padding row: the whole shard, no copy."""
     lay = ShardLayout([5, 5], ring=2)
+    diag = ring_step_chunk(lay, 1, 1, causal=True).varlen("cpu")
+    assert diag.q_rows == diag.k_rows == Ranges((slice(0, 3), slice(4, 7))) and not diag.single
+    assert diag.cu_q.tolist() == diag.cu_k.tolist() == [0, 3, 6]
     vl = ring_step_chunk(lay, 1, 0, causal=True).varlen("cpu")
-    assert vl.q_rows == Ranges((slice(0, 3), slice(4, 7))) and not vl.single
-    assert vl.k_rows == Ranges((slice(0, 2), slice(4, 6)))
-    assert vl.cu_q.tolist() == [0, 3, 6] and vl.cu_k.tolist() == [0, 2, 4]
+    assert vl.q_rows is None and vl.k_rows == Ranges((slice(0, 2), slice(4, 6)))
+    assert vl.cu_q.tolist() == [0, 4, 8] and vl.cu_k.tolist() == [0, 2, 4]
+    assert vl.lengths == ((4, 2), (4, 2))
     second = allgather_chunks(lay, 1, causal=True)[1].varlen("cpu")
     assert second.q_rows == Ranges((slice(2, 3), slice(6, 7)))
     assert second.k_rows == Ranges((slice(0, 5), slice(8, 13)))
@@ -47,29 +51,68 @@ def test_zigzag_chunks_of_a_few_documents_come_as_ranges():
 def test_every_chunks_rows_are_its_rectangles_rows_in_the_lightest_form(ring):
     """Over random documents: the rows named are the rectangles' rows in packed order; a few
     ranges are Ranges (neighbouring rectangles joined), only more than MAX_RANGES an index."""
-    rng = np.random.default_rng(ring)
     forms = set()
+    for c in random_chunks(np.random.default_rng(ring), lambda: ring):
+        vl = c.varlen("cpu")
+        segs = sorted(c.segments, key=lambda s: s.q0)
+        for rows, total, spans in (
+            (vl.q_rows, c.ql, query_spans(c, segs)),
+            (vl.k_rows, c.kl, [(s.k0, s.k1) for s in segs]),
+        ):
+            assert named_rows(rows, total) == [i for a, b in spans for i in range(a, b)]
+            forms.add(type(rows))
+            if isinstance(rows, Ranges):
+                assert 1 <= len(rows) <= MAX_RANGES and len(segs) > 1
+                assert all(a.stop < b.start or b.stop < a.start for a, b in pairs(rows))
+            elif isinstance(rows, torch.Tensor):
+                assert len(joined(spans)) > MAX_RANGES
+    assert forms == {Ranges, slice, type(None), torch.Tensor}
+
+
+def random_chunks(rng, ring_of):
+    """Every non-empty chunk of Ring P2P's steps and Ring AllGather's query chunks, causal and
+    not, over 30 random document sets, each at the ring degree ring_of() draws."""
     for _ in range(30):
         docs = [int(x) for x in rng.integers(1, 40, size=rng.integers(1, 9))]
+        ring = ring_of()
         lay = ShardLayout(docs, ring)
         for causal in (True, False):
             chunks = [ring_step_chunk(lay, r, s, causal) for r in range(ring) for s in range(ring)]
             chunks += [c for r in range(ring) for c in allgather_chunks(lay, r, causal)]
-            for c in (c for c in chunks if not c.empty):
-                vl = c.varlen("cpu")
-                segs = sorted(c.segments, key=lambda s: s.q0)
-                for rows, total, spans in (
-                    (vl.q_rows, c.ql, [(s.q0, s.q1) for s in segs]),
-                    (vl.k_rows, c.kl, [(s.k0, s.k1) for s in segs]),
-                ):
-                    assert named_rows(rows, total) == [i for a, b in spans for i in range(a, b)]
-                    forms.add(type(rows))
-                    if isinstance(rows, Ranges):
-                        assert 1 <= len(rows) <= MAX_RANGES and len(segs) > 1
-                        assert all(a.stop < b.start or b.stop < a.start for a, b in pairs(rows))
-                    elif isinstance(rows, torch.Tensor):
-                        assert len(joined(spans)) > MAX_RANGES
-    assert forms == {Ranges, slice, type(None), torch.Tensor}
+            yield from (c for c in chunks if not c.empty)
+
+
+def query_spans(chunk, segs):
+    """The query rows a chunk's varlen form must name: its rectangles' rows, a full rectangle's
+    with the padding rows right after it (up to the next rectangle) taken in."""
+    pad = chunk.q_pos < 0
+    spans = []
+    for i, s in enumerate(segs):
+        end = segs[i + 1].q0 if i + 1 < len(segs) else chunk.ql
+        b = s.q1
+        if not chunk.causal:
+            while b < end and pad[b]:
+                b += 1
+        assert chunk.causal or b == end or not pad[b]
+        spans.append((s.q0, b))
+    return spans
+
+
+def test_padding_taken_in_is_padding_only_and_only_for_full_rectangles():
+    """The rows a full chunk's varlen form adds to its rectangles' are all padding; a causal
+    chunk adds none; the cu_seqlens lengths are the named rows'."""
+    rng = np.random.default_rng(7)
+    added = 0
+    for c in random_chunks(rng, lambda: int(rng.integers(2, 5))):
+        vl = c.varlen("cpu")
+        named = set(named_rows(vl.q_rows, c.ql))
+        own = {i for s in c.segments for i in range(s.q0, s.q1)}
+        extra = sorted(named - own)
+        assert own <= named and all(c.q_pos[i] < 0 for i in extra)
+        assert not (c.causal and extra)
+        assert sum(q for q, _ in vl.lengths) == len(named) == int(vl.cu_q[-1])
+        added += len(extra)
+    assert added > 0
 
 
 def pairs(rows):

@@ -141,10 +141,14 @@ def test_h200_validation_median_within_ten_percent(tmp_path):
     assert "leave-one-out" in res["summary"] and "in-sample" in res["summary"]
     # peak memory per GPU, no fitted parameter: exact where the code that measured the cells
     # allocated as the current one does; Ring AllGather's backward and Ring P2P's causal one ran
-    # before the packed local kernel (a one-rectangle chunk was copied then, is a view now)
+    # before the packed local kernel (a one-rectangle chunk was copied then, is a view now), and
+    # Ring P2P's full_document backward before full rectangles took in their padding rows (its
+    # query-side rows were gathered copies then, are views now: 16% less predicted)
     err = val["mem_relative_error"]
     same = (val["method"] == "ulysses") | ((val["method"] == "ring_p2p") & (val["mask"] == "full"))
-    assert err.notna().all() and err[same].abs().max() < 0.001 and err.abs().max() < 0.12
+    padded = (val["method"] == "ring_p2p") & (val["mask"] == "full_document")
+    assert err.notna().all() and err[same].abs().max() < 0.001
+    assert err[~padded].abs().max() < 0.12 and err[padded].abs().max() < 0.2
     table = pd.read_csv(tmp_path / "tables" / "cp_model.csv")
     assert list(table.columns[:12]) == [
         "method",

@@ -4,7 +4,8 @@ A Chunk is a set of rectangles (masks.ranges.Slice, in LOCAL row coordinates) th
 `full` or all `causal` (bottom-right aligned, the FlashAttention varlen convention), with
 pairwise disjoint query ranges and pairwise disjoint key ranges: exactly what a varlen kernel
 takes as cu_seqlens (after gathering the rows when the ranges leave gaps). Rows in no
-rectangle see nothing (output 0, LSE -inf).
+rectangle see nothing (output 0, LSE -inf), except that the varlen form lets a full rectangle
+take in the padding rows after it (Chunk._over_padding: fewer gathers, same real results).
 
 The rectangles come from the zigzag structure (Ring P2P's rules in docs/context-parallelism.md),
 trimmed to real tokens so padding never counts; tests check every chunk against the mask's
@@ -134,7 +135,10 @@ class Chunk:
                 np.concatenate([np.arange(a, b) for a, b in ranges]), device=device
             )
 
-        lq = [s.ql for s in segs]
+        q_ranges = [(s.q0, s.q1) for s in segs]
+        if not self.causal and self.q_pos is not None:
+            q_ranges = self._over_padding(q_ranges)
+        lq = [b - a for a, b in q_ranges]
         lk = [s.kl for s in segs]
 
         def cu(lengths):
@@ -143,7 +147,7 @@ class Chunk:
             )
 
         return Varlen(
-            rows([(s.q0, s.q1) for s in segs], self.ql),
+            rows(q_ranges, self.ql),
             rows([(s.k0, s.k1) for s in segs], self.kl),
             cu(lq),
             cu(lk),
@@ -152,6 +156,24 @@ class Chunk:
             len(segs) == 1,
             tuple(zip(lq, lk)),
         )
+
+    def _over_padding(self, q_ranges):
+        """The query ranges of full rectangles, each taking in the padding rows right after it
+        (up to the next range): zigzag pads every document, so the real rows of a shard are
+        many short runs, and a kernel call over them needs an index gather and scatter of
+        [rows, Hq, D] tensors; with the padding taken in, they are a few ranges or the whole
+        shard (views). Exact: a padding row's q and dout are zero (layout.py), so it adds
+        nothing to any gradient, and its output (finite: it sees real keys) is dropped. Only for
+        full rectangles: a bottom-right causal one would shift its diagonal. Keys are never
+        widened (a real query must not see a padding key)."""
+        pad = np.asarray(self.q_pos) < 0
+        out = []
+        for i, (a, b) in enumerate(q_ranges):
+            end = q_ranges[i + 1][0] if i + 1 < len(q_ranges) else self.ql
+            while b < end and pad[b]:
+                b += 1
+            out.append((a, b))
+        return out
 
 
 def is_causal(mask_name: str) -> bool:

@@ -10,7 +10,10 @@ document stays whole and unpadded (its two "chunks" are its halves).
 Ulysses: the ring shard (the whole sequence when R = 1) is padded at its tail to a multiple
 of U and split into U contiguous pieces; piece u goes to Ulysses rank u.
 
-Padding rows are zero on input, see no key, are seen by no query, and are dropped on output.
+Padding rows are zero on input (q, k, v and the output's gradient), are seen by no query, and
+are dropped on output. A packed kernel may compute a padding query row inside a full rectangle
+(cp/chunks.py, Chunk._over_padding): its output is dropped and, its q and gradient being zero, it
+adds nothing to any gradient.
 """
 
 from __future__ import annotations

@@ -68,12 +68,15 @@ class ChunkStats:
 class Pieces:
     """Rectangles given as pieces: piece i is a rectangle of q[i] rows x k[i] keys (causal[i]:
     bottom-right causal, else full) in every chunk from start[i] to end[i] - 1, one per
-    document (only live pieces, q and k > 0). `ChunkRow` sums them per chunk."""
+    document (only live pieces, q and k > 0); pad[i]: the padding rows after its query rows
+    that a packed kernel takes in (cp/chunks.py, Chunk._over_padding; 0 for causal ones).
+    `ChunkRow` sums them per chunk."""
 
-    def __init__(self, start, end, q, k, causal, doc):
+    def __init__(self, start, end, q, k, causal, doc, pad):
         live = (q > 0) & (k > 0) & (start < end)
         self.start, self.end, self.q, self.k = start[live], end[live], q[live], k[live]
         self.causal, self.doc = causal[live], doc[live]
+        self.pad = np.where(self.causal, 0, pad[live])
 
     def per_chunk(self, values, n: int, dtype=np.int64):
         """Sum of `values` (one per piece) over the pieces of each of the n chunks."""
@@ -98,7 +101,7 @@ class ChunkRow:
             np.broadcast_to(np.asarray(causal, bool), (n,)).tolist(),
             p.per_chunk(area, n).tolist(),
             p.per_chunk(np.ones_like(p.q), n).tolist(),
-            p.per_chunk(p.q, n).tolist(),
+            p.per_chunk(p.q + p.pad, n).tolist(),
             p.per_chunk(p.k, n).tolist(),
         )
         self.chunks = [
@@ -166,6 +169,15 @@ class Geometry:
         """Real tokens of each document on ring rank(s) s: [D, m] like piece_real."""
         return self.piece_real(s) + self.piece_real(2 * self.ring - 1 - s)
 
+    def padding_after(self, r: int):
+        """Per document, the padding rows after its real rows on ring rank r, up to the next
+        real row of the shard (or its end): what a full rectangle ending there takes in."""
+        nq = self.real_rows(np.full((len(self.n), 1), r))[:, 0]
+        offsets = np.concatenate([[0], np.cumsum(self.pair_rows)[:-1]])
+        starts = np.where(nq > 0, offsets, self.shard_len)
+        after = np.minimum.accumulate(starts[::-1])[::-1]  # the first real row at or after d
+        return np.concatenate([after[1:], [self.shard_len]]) - (offsets + nq)
+
     def _chunks(self, key, pieces, n: int, kl: int, causal) -> list[ChunkStats]:
         """A rank's chunks (ChunkRow), made once per layout."""
         if key not in self._rank_chunks:
@@ -202,7 +214,8 @@ class Geometry:
             q = np.where(above, np.maximum(first, nq) - first, nq)  # s > r: the second chunk
             k = np.where(below, np.minimum(first, nk), np.where(above, nk, nq))
         doc = np.broadcast_to(np.arange(D)[:, None], start.shape)
-        return Pieces(*(np.ravel(x) for x in (start, end, q, k, diag, doc)))
+        pad = np.broadcast_to(self.padding_after(r)[:, None], start.shape)
+        return Pieces(*(np.ravel(x) for x in (start, end, q, k, diag, doc, pad)))
 
     def allgather_chunks(self, r: int, causal: bool) -> list[ChunkStats]:
         """allgather_chunks(layout, r, causal): the first and the second query chunk of ring
@@ -223,7 +236,9 @@ class Geometry:
         which = np.broadcast_to(np.arange(2), q.shape)
         doc = np.broadcast_to(np.arange(D)[:, None], q.shape)
         kind = np.full(q.shape, causal)
-        return Pieces(*(np.ravel(x) for x in (which, which + 1, q, k, kind, doc)))
+        # the first query chunk's rows end at the document's real rows only when the second has none
+        pad = self.padding_after(r)[:, None] * np.stack([q[:, 1] == 0, np.ones(D, bool)], axis=1)
+        return Pieces(*(np.ravel(x) for x in (which, which + 1, q, k, kind, doc, pad)))
 
 
 @lru_cache(maxsize=8)
