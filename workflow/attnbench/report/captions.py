@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..status import UNAVAILABLE, UNSUPPORTED
+from .collect import emulated
 from .labels import STATUS_MEANING, heads_label, order, seqlen_label
 from .outputs import CAPTION_SUFFIX
 
@@ -45,12 +46,7 @@ def machine(df: pd.DataFrame) -> str:
     devs = _values(df, "device_name") or _values(df, "device")
     kind = "CPU" if set(_values(df, "device")) == {"cpu"} else "GPU"
     # an emulated CP cell (cp.emulate) ran its `gpus` ranks on one device
-    emulated = (
-        df["emulated"].fillna(False).astype(bool)
-        if "emulated" in df
-        else pd.Series(False, index=df.index)
-    )
-    gpus = df["gpus"].where(~emulated, 1) if "gpus" in df else pd.Series(dtype=float)
+    gpus = df["gpus"].where(~emulated(df), 1) if "gpus" in df else pd.Series(dtype=float)
     gpus = sorted({int(g) for g in gpus.dropna()})
     text = f"{kind}: {_join(devs)}"
     if kind == "GPU" and gpus and gpus != [1]:

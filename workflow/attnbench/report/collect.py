@@ -214,6 +214,13 @@ def grid_rows(
 POINT = ["impl", "mask", "seqlen", "heads_q", "heads_kv", "direction"]
 
 
+def emulated(df: pd.DataFrame) -> pd.Series:
+    """Whether each row is an emulated cell (the tidy table's optional `emulated` column)."""
+    if "emulated" not in df:
+        return pd.Series(False, index=df.index)
+    return df["emulated"].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
+
+
 def one_row_per_point(df: pd.DataFrame, what: str) -> pd.DataFrame:
     """The kernel figures and tables draw one number per (kernel, mask, length, heads, direction);
     a grid that varies another axis (dtype, head dim, mask parameters) must be split, not averaged."""

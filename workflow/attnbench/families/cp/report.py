@@ -22,6 +22,7 @@ import pandas as pd
 
 from ...cp.catalog import BARE_KERNEL, method_label
 from ...report import plotting
+from ...report.collect import emulated
 from ...report.labels import GIB, STATUS_LABEL, order, seqlen_label
 from ...report.style import colour
 from ...report.tables import (
@@ -52,13 +53,6 @@ EMULATED_NOTE = (
     f"[{EMULATED_TAG}]: the compute of every rank emulated on one device with its transfers off "
     "(cp.emulate), not a distributed measurement: no transfer, overlap or contention is in it"
 )
-
-
-def emulated(df: pd.DataFrame) -> pd.Series:
-    """Whether each row is an emulated cell (the tidy table's optional `emulated` column)."""
-    if "emulated" not in df:
-        return pd.Series(False, index=df.index)
-    return df["emulated"].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
 
 
 def with_variants(df: pd.DataFrame) -> pd.DataFrame:
