@@ -15,6 +15,11 @@
 #            default 64K tokens per GPU and the 1-GPU references first, then 128K, then 16K)
 #   cpemu    the h200_cp_emulated grid (T_CPEMU, one GPU enough) in stages of total lengths (CPEMU_STAGES;
 #            default worlds 2, 4, 8 at 64K tokens per rank: 131072|262144|524288)
+#   emuseries  benchmarks/cp_emulate_series.sh (issue 33's target; EMUSERIES_BEFORE: a tree of the code
+#            before a change) started detached from a copy of this tree in /tmp/emuseries, so that it
+#            outlives the call: this call and every next one with this step (made at once, while the
+#            machine stays up) wait for it up to T_EMUSERIES s and copy what it wrote so far into
+#            OUTPUT_DIR/cp_emulate/series/
 #   comm     the NCCL communication benchmark of the CP model (rule comm_bench) on all the GPUs
 #   sparse   the h200_sparse grid (T_SPARSE) in stages of lengths: 32K (and the 16K paper cells), 64K,
 #            128K, 96K, each with its dense references (SPARSE_STAGES; SPARSE_OPTS="--kernels K.."),
@@ -282,6 +287,19 @@ if has cp && [ "$gpus" -ge 2 ]; then  # the cells one session most needs first; 
 fi
 # every rank of 2-, 4- and 8-rank worlds emulated on one GPU, smallest worlds first
 has cpemu && staged h200_cp_emulated "${T_CPEMU:-300}" "${CPEMU_STAGES:-131072|262144|524288}" ""
+if has emuseries; then
+  if [ ! -f /tmp/emuseries/started ]; then
+    mkdir -p /tmp/emuseries/tree && cp -r benchmarks workflow config.yaml /tmp/emuseries/tree/
+    before=""; [ -n "${EMUSERIES_BEFORE:-}" ] && cp -r "$EMUSERIES_BEFORE" /tmp/emuseries/before && before=/tmp/emuseries/before
+    setsid nohup bash /tmp/emuseries/tree/benchmarks/cp_emulate_series.sh /tmp/emuseries/out $before \
+      > /tmp/emuseries/driver.log 2>&1 < /dev/null &
+    touch /tmp/emuseries/started && log "emulated series started (before: ${before:-none})"
+  fi
+  t0=$(date +%s)
+  while [ ! -f /tmp/emuseries/out/done ] && [ $(($(date +%s) - t0)) -lt "${T_EMUSERIES:-480}" ]; do sleep 5; done
+  mkdir -p "$outdir/cp_emulate/series" && cp /tmp/emuseries/out/* "$outdir/cp_emulate/series/" 2> /dev/null
+  log "emulated series: $(tail -1 /tmp/emuseries/out/series.log)$([ -f /tmp/emuseries/out/done ] && echo ', all done')"
+fi
 # 4 and 8 GPUs (grid h200_cp_x8), on 8 GPUs: two 4-GPU cells run side by side
 has cpx8 && [ "$gpus" -ge 8 ] && grid h200_cp_x8 "${T_CPX8:-540}" --resources gpu="$gpus"
 # kernel cells: three per GPU at once, each imports and starts while another holds the GPU

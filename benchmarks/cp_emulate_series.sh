@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issue 33's target and the before/after of a change, emulated on one GPU (benchmarks/cp_emulate.py):
+# worlds 2, 4 and 8 at 64K tokens per rank, in order of what matters most, so that what a device
+# budget cuts off is the last runs. Each run writes OUT/NAME.txt and OUT/NAME.json; OUT/series.log
+# says when each began and ended; OUT/done once all have run.
+#   benchmarks/cp_emulate_series.sh OUT [BEFORE]
+# BEFORE: a tree of the code before the change (git archive REV workflow config.yaml benchmarks |
+# tar x -C BEFORE); its own benchmark runs the ring methods' document cells, which the change touches.
+# EMU_OPTS: options added to every run (a CPU dry run: "--device cpu --tokens-per-rank 512").
+# Worlds 4 and 8 over full and causal, and world 8 over documents, take 1 warm-up and 2 timed
+# repetitions (the defaults, 2 and 5, would cost 20 and 35 minutes of one GPU at 8 ranks).
+set -u
+out=$1 before=${2:-}
+mkdir -p "$out"
+read -ra extra <<< "${EMU_OPTS:-}"
+now=$(dirname "$0")/cp_emulate.py
+run() {  # run NAME SCRIPT OPTIONS...
+  local name=$1 script=$2 rc; shift 2
+  echo "[$(date +%T)] $name: $*" >> "$out/series.log"
+  python "$script" "$@" "${extra[@]}" --json "$out/$name.json" > "$out/$name.txt" 2>&1
+  rc=$?
+  echo "[$(date +%T)] $name exit $rc" >> "$out/series.log"
+}
+# USP and LoongTrain as the grid has them (h200_cp_emulated): Ulysses degree 2, LoongTrain 2 windows
+three="--method ring_p2p ring_allgather ulysses" usp="--method usp --ulysses-degree 2"
+loong="--method loongtrain --ulysses-degree 2 --windows 2" docs="--mask full_document causal_document"
+dense="--mask full causal" few="--warmup 1 --reps 2" old=$before/benchmarks/cp_emulate.py
+run after_w2 "$now" $three $docs full causal --world 2 --profile --profile-reps 2
+[ -n "$before" ] && run before_w2 "$old" --method ring_p2p ring_allgather $docs --world 2 --no-local
+run after_w4_docs "$now" $three $docs --world 4 --profile --profile-reps 2
+run after_w4_docs_usp "$now" $usp $docs --world 4 --no-local
+[ -n "$before" ] && run before_w4_docs "$old" --method ring_p2p ring_allgather $docs --world 4 --no-local
+run after_w8_docs "$now" $three $docs --world 8 $few --profile --profile-reps 1
+run after_w8_docs_usp "$now" $usp $docs --world 8 $few --no-local
+run after_w8_docs_loongtrain "$now" $loong $docs --world 8 $few --no-local
+run after_w4_dense "$now" $three $dense --world 4 $few
+run after_w4_dense_usp "$now" $usp $dense --world 4 $few --no-local
+run after_w8_dense "$now" $three $dense --world 8 $few
+run after_w8_dense_usp "$now" $usp $dense --world 8 $few --no-local
+run after_w8_dense_loongtrain "$now" $loong $dense --world 8 $few --no-local
+touch "$out/done"
