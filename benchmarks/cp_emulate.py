@@ -102,6 +102,19 @@ def time_world(method, deg, kernel, mask, seed, a, direction, device, profile_ra
     return out
 
 
+def time_world_or_oom(method, deg, kernel, mask, seed, a, direction, device, profile_ranks=()):
+    """time_world, an out-of-memory reported as such (the next run goes on), the world's memory
+    given back either way."""
+    try:
+        res = time_world(method, deg, kernel, mask, seed, a, direction, device, profile_ranks)
+    except Exception as e:  # noqa: BLE001 - only an oom; anything else is raised again
+        if not is_oom(e):
+            raise
+        res = {"status": "oom", "reason": str(e).splitlines()[0]}
+    emulate.release(device)
+    return res
+
+
 def report_world(name, res, mask, a, world_size, direction):
     if res["status"] != "ok":
         print(f"  {name} {direction}: {res['status']}: {res['reason']}")
@@ -134,12 +147,7 @@ def local_baseline(kernel, mask, per_rank_tokens, seed, a, direction, device):
     deg = catalog.degrees(catalog.BARE_KERNEL, 1)
     for which, m in (("same total length", mask), ("per-rank share", None)):
         m = m or share_of(mask, per_rank_tokens)
-        try:
-            res = time_world(catalog.BARE_KERNEL, deg, kernel, m, seed, a, direction, device)
-        except Exception as e:  # noqa: BLE001 - an oom of the whole length: the share instead
-            if not is_oom(e):
-                raise
-            res = {"status": "oom", "reason": str(e).splitlines()[0]}
+        res = time_world_or_oom(catalog.BARE_KERNEL, deg, kernel, m, seed, a, direction, device)
         if res["status"] == "ok":
             flops = attention_flops(sum(m.area_per_head), a.head_dim, direction)
             tf = flops / (res["slowest_rank_ms"] * 1e-3) / 1e12
@@ -148,8 +156,6 @@ def local_baseline(kernel, mask, per_rank_tokens, seed, a, direction, device):
                 f"  local_tflops {tf:.4g}"
             )
             return {"over": which, "tokens": m.seqlen, "ms": res["slowest_rank_ms"], "tflops": tf}
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
         print(f"  local {direction} ({which}): {res['status']}: {res['reason']}")
     return None
 
@@ -319,12 +325,12 @@ def bench(a, device, method, deg, mask_name, world, baselines) -> dict:
     }
     for direction in a.directions:
         prof = "slowest" if a.profile else ()
-        res = time_world(method, deg, a.local_kernel, mask, seed, a, direction, device, prof)
+        res = time_world_or_oom(
+            method, deg, a.local_kernel, mask, seed, a, direction, device, prof
+        )
         got = report_world(method, res, mask, a, world, direction)
         for r, p in (got or {}).get("profiles", {}).items():
             print_profile(r, p)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
         key = (mask_name, world, direction)
         if not a.no_local and key not in baselines:
             baselines[key] = local_baseline(
@@ -402,8 +408,7 @@ def validate(a, device) -> list[dict]:
             f"{row.get('emulated_ms', float('nan')):9.3f}  ratio {ratio}",
             flush=True,
         )
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        emulate.release(device)
     ok = [x["ratio"] for x in rows if "ratio" in x]
     if ok:
         within = sum(abs(x - 1) <= 0.10 for x in ok)

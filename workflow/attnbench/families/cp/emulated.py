@@ -119,8 +119,7 @@ def measure_sample(spec, index, mask, device) -> dict:
     sample["work_pairs_total"] = int(sum(work))
     sample["load_balance"] = max(work) / (sum(work) / len(work)) if sum(work) else None
     del world, inputs
-    if torch.device(device).type == "cuda":
-        torch.cuda.empty_cache()
+    emulate.release(device)
     return sample
 
 
