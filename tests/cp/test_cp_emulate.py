@@ -232,3 +232,33 @@ def test_the_benchmark_runs_every_combination_asked_for_and_skips_impossible_one
     rows = [line for line in p.stdout.splitlines() if line.startswith("| ring_p2p")]
     rows += [line for line in p.stdout.splitlines() if line.startswith("| loongtrain")]
     assert len(rows) == 3 and all("| 1.00x |" in line for line in rows)
+
+
+def test_the_target_table_shares_a_bare_kernel_run_among_runs_of_its_mask_world_and_direction(
+    tmp_path,
+):
+    """--table: a run made with --no-local takes the bare kernel's TFLOP/s of another run of the
+    same mask, world and direction; the share is met or not against the mask's target."""
+
+    def run(method, mask, tflops, local=None):
+        emu = {"tflops_per_gpu": tflops, "rank_spread": 1.0}
+        return {
+            "method": method,
+            "mask": mask,
+            "world": 4,
+            "fwd": {"emulated": emu, "local": local},
+        }
+
+    files = [tmp_path / "a.json", tmp_path / "b.json"]
+    files[0].write_text(json.dumps([run("ring_p2p", "full", 570.0, {"tflops": 600.0})]))
+    files[1].write_text(json.dumps(run("usp", "full", 540.0)))
+    script = str(REPO / "benchmarks" / "cp_emulate.py")
+    p = run_bounded(
+        [sys.executable, script, "--table", ",".join(map(str, files))], 120, package_env()
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = {
+        line.split(" | ")[3]: line for line in p.stdout.splitlines() if line.startswith("| 4 ")
+    }
+    assert "| 600.0 | 95.0% | met |" in rows["ring_p2p"]
+    assert "| 600.0 | 90.0% | not met |" in rows["usp"]
