@@ -209,3 +209,25 @@ def test_merging_into_ranges_is_the_index_paths(spans, device):
     rest[index] = False
     assert torch.equal(acc[0][index], ref[0]) and torch.equal(acc[1][:, index], ref[1])
     assert torch.equal(acc[0][rest], out[rest]) and torch.equal(acc[1][:, rest], lse[:, rest])
+
+
+def test_the_merge_of_a_bf16_partial_into_the_float32_accumulator_is_the_float64_one():
+    """merge_into against the LSE-weighted sum in float64: rows either side saw nothing keep the
+    other side's numbers, rows neither saw are 0 with LSE -inf."""
+    g = torch.Generator().manual_seed(3)
+    rows = 40
+    out = torch.randn(rows, H, D, generator=g)
+    lse = torch.randn(H, rows, generator=g) * 3
+    out_t = torch.randn(rows, H, D, generator=g).to(torch.bfloat16)
+    lse_t = torch.randn(H, rows, generator=g) * 3
+    lse[:, :10], out[:10] = float("-inf"), 0.0  # the accumulator saw nothing on these rows
+    lse_t[:, 5:15] = float("-inf")  # the partial saw nothing on these (5-9: neither did)
+    new = torch.logaddexp(lse.double(), lse_t.double())
+    safe = torch.where(torch.isfinite(new), new, torch.zeros_like(new))
+    want = out.double() * torch.exp(lse.double() - safe).T[..., None]
+    want += out_t.double() * torch.exp(lse_t.double() - safe).T[..., None]
+    merge_into(out, lse, out_t, lse_t)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(lse.double(), new)
+    assert torch.equal(out[5:10], torch.zeros_like(out[5:10]))
