@@ -35,10 +35,8 @@ def merge_into(out, lse, out_t, lse_t):
     safe_new = torch.where(seen, new, torch.zeros_like(new))
     w_old = torch.exp(lse - safe_new)  # exp(-inf) = 0 where a side saw nothing
     w_new = torch.exp(lse_t - safe_new)
-    # two passes over the [rows, H, D] accumulator, out_t read in its own dtype (addcmul_ casts
-    # as it loads), where a float32 copy of out_t, its product and the add took three
-    out.mul_(w_old.transpose(0, 1).unsqueeze(-1)).addcmul_(
-        out_t, w_new.transpose(0, 1).unsqueeze(-1)
+    out.mul_(w_old.transpose(0, 1).unsqueeze(-1)).add_(
+        out_t.to(out.dtype) * w_new.transpose(0, 1).unsqueeze(-1)
     )
     lse.copy_(new)
 
