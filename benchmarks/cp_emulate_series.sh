@@ -7,6 +7,7 @@
 # BEFORE: a tree of the code before the change (git archive REV workflow config.yaml benchmarks |
 # tar x -C BEFORE); its own benchmark runs the ring methods' document cells, which the change touches.
 # EMU_OPTS: options added to every run (a CPU dry run: "--device cpu --tokens-per-rank 512").
+# EMU_ONLY: the names of the runs to make, the others skipped (e.g. "after_w8_docs after_w8_dense").
 # Worlds 4 and 8 over full and causal, and world 8 over documents, take 1 warm-up and 2 timed
 # repetitions (the defaults, 2 and 5, would cost 20 and 35 minutes of one GPU at 8 ranks).
 set -u
@@ -16,12 +17,14 @@ read -ra extra <<< "${EMU_OPTS:-}"
 now=$(dirname "$0")/cp_emulate.py
 run() {  # run NAME SCRIPT OPTIONS...
   local name=$1 script=$2 rc; shift 2
+  if [ -n "${EMU_ONLY:-}" ] && [[ " $EMU_ONLY " != *" $name "* ]]; then return 0; fi
   echo "[$(date +%T)] $name: $*" >> "$out/series.log"
   python "$script" "$@" "${extra[@]}" --json "$out/$name.json" > "$out/$name.txt" 2>&1
   rc=$?
   echo "[$(date +%T)] $name exit $rc" >> "$out/series.log"
 }
 # USP and LoongTrain as the grid has them (h200_cp_emulated): Ulysses degree 2, LoongTrain 2 windows
+# (at 4 ranks: Ulysses 2 x a double ring of 2 windows of 1)
 three="--method ring_p2p ring_allgather ulysses" usp="--method usp --ulysses-degree 2"
 loong="--method loongtrain --ulysses-degree 2 --windows 2" docs="--mask full_document causal_document"
 dense="--mask full causal" few="--warmup 1 --reps 2" old=$before/benchmarks/cp_emulate.py
@@ -29,12 +32,14 @@ run after_w2 "$now" $three $docs full causal --world 2 --profile --profile-reps 
 [ -n "$before" ] && run before_w2 "$old" --method ring_p2p ring_allgather $docs --world 2 --no-local
 run after_w4_docs "$now" $three $docs --world 4 --profile --profile-reps 2
 run after_w4_docs_usp "$now" $usp $docs --world 4 --no-local
+run after_w4_docs_loongtrain "$now" $loong $docs --world 4 --no-local
 [ -n "$before" ] && run before_w4_docs "$old" --method ring_p2p ring_allgather $docs --world 4 --no-local
 run after_w8_docs "$now" $three $docs --world 8 $few --profile --profile-reps 1
 run after_w8_docs_usp "$now" $usp $docs --world 8 $few --no-local
 run after_w8_docs_loongtrain "$now" $loong $docs --world 8 $few --no-local
 run after_w4_dense "$now" $three $dense --world 4 $few
 run after_w4_dense_usp "$now" $usp $dense --world 4 $few --no-local
+run after_w4_dense_loongtrain "$now" $loong $dense --world 4 $few --no-local
 run after_w8_dense "$now" $three $dense --world 8 $few
 run after_w8_dense_usp "$now" $usp $dense --world 8 $few --no-local
 run after_w8_dense_loongtrain "$now" $loong $dense --world 8 $few --no-local
