@@ -49,7 +49,7 @@ from attnbench.cp import catalog, emulate  # noqa: E402
 from attnbench.grid.expand import histograms_for  # noqa: E402
 from attnbench.harness.flops import attention_flops  # noqa: E402
 from attnbench.harness.inputs import data_seed, input_seed, mask_rng, torch_dtype  # noqa: E402
-from attnbench.harness.measure import quantiles, synchronize  # noqa: E402
+from attnbench.harness.measure import quantiles, release_memory, synchronize  # noqa: E402
 from attnbench.harness.samples import spec_mask  # noqa: E402
 from attnbench.masks import Mask  # noqa: E402
 from attnbench.status import is_oom  # noqa: E402
@@ -111,7 +111,7 @@ def time_world_or_oom(method, deg, kernel, mask, seed, a, direction, device, pro
         if not is_oom(e):
             raise
         res = {"status": "oom", "reason": str(e).splitlines()[0]}
-    emulate.release(device)
+    release_memory()
     return res
 
 
@@ -438,7 +438,7 @@ def validate(a, device) -> list[dict]:
             f"{row.get('emulated_ms', float('nan')):9.3f}  ratio {ratio}",
             flush=True,
         )
-        emulate.release(device)
+        release_memory()
     ok = [x["ratio"] for x in rows if "ratio" in x]
     if ok:
         within = sum(abs(x - 1) <= 0.10 for x in ok)

@@ -2,6 +2,7 @@
 world's, every rank's rows pass the float64 check, its bytes are the schedule's, and each rank is
 timed alone with its transfers off."""
 
+import gc
 import json
 import sys
 
@@ -10,6 +11,7 @@ import torch
 from attnbench.cp import catalog, emulate
 from attnbench.families import expand_cells, validate, write_figures, write_tables
 from attnbench.grid.expand import cell_path
+from attnbench.harness.measure import release_memory
 from attnbench.masks import Mask
 from attnbench.report.collect import collect, write_cells
 from bounded import run_bounded
@@ -92,11 +94,10 @@ def test_every_rank_is_timed_alone_with_its_transfers_off(contents):
     assert all(m >= times[s["slowest_rank"]][i] for i, m in enumerate(s["max_over_ranks_ms"]))
 
 
-def test_a_dropped_world_gives_its_tensors_back_at_release():
+def test_a_dropped_world_gives_its_tensors_back_at_release_memory():
     """Its ranks' objects refer to one another, so its tensors outlive the last reference until
-    the cycle collector runs; release runs it (a benchmark emulating world after world in one
+    the cycle collector runs; release_memory runs it (a benchmark emulating world after world in one
     process ran a GPU out of memory at world 8 without it)."""
-    import gc
 
     def live():  # tensors the collector tracks (`type is`: no isinstance hooks on odd objects)
         return sum(type(o) is torch.Tensor for o in gc.get_objects())
@@ -109,7 +110,7 @@ def test_a_dropped_world_gives_its_tensors_back_at_release():
         emulate.prime(w, inputs, "fwdbwd")
         del w, inputs
         assert live() > before  # in a cycle: still there
-        emulate.release("cpu")
+        release_memory()
         assert live() <= before
     finally:
         gc.enable()

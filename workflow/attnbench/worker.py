@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import gc
 import hashlib
 import io
 import json
@@ -179,6 +178,7 @@ def _measure(request: dict, served: int, started: str) -> dict:
     import torch
 
     from .families.kernel.cell import run_cell
+    from .harness.measure import release_memory
     from .record.record import write_record
 
     os.chdir(request["cwd"])  # the job's relative paths (record, peak), not the first job's
@@ -199,9 +199,7 @@ def _measure(request: dict, served: int, started: str) -> dict:
     )
     write_record(record, request["out"])
     del record["samples"]
-    gc.collect()
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
+    release_memory()
     return {
         "status": record["status"],
         "status_reason": record.get("status_reason"),

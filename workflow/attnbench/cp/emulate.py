@@ -44,7 +44,6 @@ contention between ranks; records and tables mark it (`emulated: true`).
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
 from collections import defaultdict, deque
@@ -491,13 +490,3 @@ def summary(times: dict[int, list[float]]) -> dict:
         "rank_spread": float(values.max() / values.mean()) if values.mean() > 0 else None,
         "max_over_ranks_ms": [max(times[r][i] for r in times) for i in range(reps)],
     }
-
-
-def release(device) -> None:
-    """Give a dropped world's memory back now. Its ranks' objects refer to one another (a method,
-    its rank context, the closures of its schedule), so their tensors wait for Python's cycle
-    collector, which runs by object counts, not by device memory: without this, worlds emulated
-    one after another in one process pile up until the device runs out (world 8 did at 137 GB)."""
-    gc.collect()
-    if torch.device(device).type == "cuda":
-        torch.cuda.empty_cache()

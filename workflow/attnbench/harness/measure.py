@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import time
 from contextlib import contextmanager
@@ -36,6 +37,15 @@ def sample_timings(index: int, mask, head_dim: int, direction: str, times, ranks
         **{f"time_ms_{k}": v for k, v in tq.items()},
         "tflops_median": flops / (tq["median"] * 1e-3) / 1e12 / ranks,
     }
+
+
+def release_memory() -> None:
+    """Give dropped tensors' memory back now: objects that refer to one another (an emulated world's
+    method, its rank context, the closures of its schedule) keep their tensors until Python's cycle
+    collector runs, which it does by object counts, not by device memory; then the allocator's cache."""
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def synchronize(device):

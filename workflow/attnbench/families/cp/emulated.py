@@ -25,7 +25,7 @@ from ... import status as S
 from ...cp import catalog, emulate
 from ...harness.faults import crash_if_asked
 from ...harness.inputs import input_seed, mask_rng, torch_dtype
-from ...harness.measure import quantiles, sample_timings
+from ...harness.measure import quantiles, release_memory, sample_timings
 from ...harness.samples import (
     checked_outcome,
     checked_samples,
@@ -119,7 +119,7 @@ def measure_sample(spec, index, mask, device) -> dict:
     sample["work_pairs_total"] = int(sum(work))
     sample["load_balance"] = max(work) / (sum(work) / len(work)) if sum(work) else None
     del world, inputs
-    emulate.release(device)
+    release_memory()  # the world's objects form cycles: collected now, not at some later count
     return sample
 
 
