@@ -93,7 +93,7 @@ def time_world(method, deg, kernel, mask, seed, a, direction, device, profile_ra
     failed = world.agree("timing")
     if failed[0] is not None:
         return {"status": failed[0], "reason": failed[1]}
-    out = {"status": "ok", **emulate.summary(times), "times": times}
+    out = {"status": "ok", "contents": world.contents, **emulate.summary(times), "times": times}
     out["work_pairs"] = [m.work() for m in world.methods]
     profiles = {}
     for r in profile_ranks if profile_ranks != "slowest" else [out["slowest_rank"]]:
@@ -130,6 +130,7 @@ def report_world(name, res, mask, a, world_size, direction):
         f"  {name} {direction}: rank_ms [{ranks}]  slowest rank {r} {res['slowest_rank_ms']:.3f} ms"
         f"  spread {res['rank_spread']:.3f}  tflops_per_gpu {per_gpu:.4g}"
         f"  slowest_rank_tflops {slowest_tf:.4g}"
+        + ("  (each rank alone: synthetic contents)" if res["contents"] == "synthetic" else "")
     )
     return {
         "rank_ms_median": res["rank_ms_median"],
@@ -139,6 +140,7 @@ def report_world(name, res, mask, a, world_size, direction):
         "tflops_per_gpu": per_gpu,
         "slowest_rank_tflops": slowest_tf,
         "profiles": res["profiles"],
+        "contents": res["contents"],
     }
 
 
@@ -358,6 +360,12 @@ def bench(a, device, method, deg, mask_name, world, baselines) -> dict:
         res = time_world_or_oom(
             method, deg, a.local_kernel, mask, seed, a, direction, device, prof
         )
+        if res["status"] == "oom" and a.contents == "auto":
+            print(f"  {method} {direction}: the lockstep world ran out of memory; each rank alone")
+            alone = argparse.Namespace(**{**vars(a), "contents": "synthetic"})
+            res = time_world_or_oom(
+                method, deg, a.local_kernel, mask, seed, alone, direction, device, prof
+            )
         got = report_world(method, res, mask, a, world, direction)
         for r, p in (got or {}).get("profiles", {}).items():
             print_profile(r, p)
@@ -453,7 +461,8 @@ def primed_world(method, deg, kernel, mask, seed, a, direction, device, dkv="acc
     """The world set up and run once in lockstep (every buffer as the real run leaves it):
     (world, inputs, (status, reason)), status None when every rank got there."""
     dtype = torch_dtype(a.dtype)
-    world = emulate.World(deg, kernel, dtype, a.head_dim, device, dkv, contents=a.contents)
+    contents = "peers" if a.contents == "auto" else a.contents
+    world = emulate.World(deg, kernel, dtype, a.head_dim, device, dkv, contents=contents)
     world.load(method, mask, a.hq, a.hkv, a.head_dim, dtype, direction != "fwd")
     inputs = world.inputs(seed, a.hq, a.hkv, a.head_dim, dtype)
     failed = world.agree("setup")
@@ -504,9 +513,10 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=5)
     p.add_argument(
         "--contents",
-        default="peers",
-        choices=emulate.CONTENTS,
-        help="peers: lockstep world (N ranks' memory); synthetic: each rank alone",
+        default="auto",
+        choices=(*emulate.CONTENTS, "auto"),
+        help="peers: lockstep world (N ranks' memory); synthetic: each rank alone; "
+        "auto: peers, each rank alone where that runs out of memory (the output says so)",
     )
     p.add_argument("--no-local", action="store_true", help="skip the bare-kernel baseline")
     p.add_argument("--profile", action="store_true", help="torch.profiler over the slowest rank")

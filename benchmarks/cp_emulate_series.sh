@@ -8,8 +8,9 @@
 # tar x -C BEFORE); its own benchmark runs the ring methods' document cells, which the change touches.
 # EMU_OPTS: options added to every run (a CPU dry run: "--device cpu --tokens-per-rank 512").
 # EMU_ONLY: the names of the runs to make, the others skipped (e.g. "after_w8_docs after_w8_dense").
-# Worlds 4 and 8 over full and causal, and world 8 over documents, take 1 warm-up and 2 timed
-# repetitions (the defaults, 2 and 5, would cost 20 and 35 minutes of one GPU at 8 ranks).
+# World 4 over full and causal, and world 8 over documents, take 1 warm-up and 2 timed
+# repetitions, world 8 over full and causal 1 and 1 (the defaults, 2 and 5, would cost 20 and 35
+# minutes of one GPU at 8 ranks, where one rank's forward over full takes 1.75 s).
 set -u
 out=$1 before=${2:-}
 mkdir -p "$out"
@@ -27,7 +28,7 @@ run() {  # run NAME SCRIPT OPTIONS...
 # (at 4 ranks: Ulysses 2 x a double ring of 2 windows of 1)
 three="--method ring_p2p ring_allgather ulysses" usp="--method usp --ulysses-degree 2"
 loong="--method loongtrain --ulysses-degree 2 --windows 2" docs="--mask full_document causal_document"
-dense="--mask full causal" few="--warmup 1 --reps 2" old=$before/benchmarks/cp_emulate.py
+dense="--mask full causal" few="--warmup 1 --reps 2" once="--warmup 1 --reps 1" old=$before/benchmarks/cp_emulate.py
 run after_w2 "$now" $three $docs full causal --world 2 --profile --profile-reps 2
 [ -n "$before" ] && run before_w2 "$old" --method ring_p2p ring_allgather $docs --world 2 --no-local
 run after_w4_docs "$now" $three $docs --world 4 --profile --profile-reps 2
@@ -40,7 +41,7 @@ run after_w8_docs_loongtrain "$now" $loong $docs --world 8 $few --no-local
 run after_w4_dense "$now" $three $dense --world 4 $few
 run after_w4_dense_usp "$now" $usp $dense --world 4 $few --no-local
 run after_w4_dense_loongtrain "$now" $loong $dense --world 4 $few --no-local
-run after_w8_dense "$now" $three $dense --world 8 $few
-run after_w8_dense_usp "$now" $usp $dense --world 8 $few --no-local
-run after_w8_dense_loongtrain "$now" $loong $dense --world 8 $few --no-local
+run after_w8_dense "$now" $three $dense --world 8 $once
+run after_w8_dense_usp "$now" $usp $dense --world 8 $once --no-local
+run after_w8_dense_loongtrain "$now" $loong $dense --world 8 $once --no-local
 touch "$out/done"

@@ -3,6 +3,7 @@ world's, every rank's rows pass the float64 check, its bytes are the schedule's,
 timed alone with its transfers off."""
 
 import gc
+import importlib.util
 import json
 import sys
 
@@ -263,3 +264,38 @@ def test_the_target_table_shares_a_bare_kernel_run_among_runs_of_its_mask_world_
     }
     assert "| 600.0 | 95.0% | met |" in rows["ring_p2p"]
     assert "| 600.0 | 90.0% | not met |" in rows["usp"]
+
+
+def test_the_benchmark_times_each_rank_alone_where_the_lockstep_world_runs_out_of_memory(
+    tmp_path, monkeypatch, capsys
+):
+    """--contents auto (the default): a lockstep world that runs out of memory (world 8's Ring
+    AllGather backward on one H200: the hub's copies of every rank's dK/dV) is timed again with
+    synthetic contents, and the output and JSON say which contents the timed buffers held."""
+    spec = importlib.util.spec_from_file_location(
+        "cp_emulate_bench", REPO / "benchmarks" / "cp_emulate.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    real_prime = emulate.prime
+
+    def prime(world, inputs, direction):
+        if world.contents == "peers":
+            raise torch.OutOfMemoryError("CUDA out of memory (test)")
+        real_prime(world, inputs, direction)
+
+    monkeypatch.setattr(bench.emulate, "prime", prime)
+    out = tmp_path / "run.json"
+    args = ["--method", "ring_allgather", "--world", "4", "--mask", "causal_document"]
+    args += ["--tokens-per-rank", "64", "--heads", "4:2", "--head-dim", "16", "--reps", "1"]
+    args += ["--warmup", "0", "--directions", "fwd", "--no-local", "--device", "cpu"]
+    assert bench.main([*args, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "ran out of memory; each rank alone" in printed
+    assert "(each rank alone: synthetic contents)" in printed
+    got = json.loads(out.read_text())["fwd"]["emulated"]
+    assert got["contents"] == "synthetic" and len(got["rank_ms_median"]) == 4
+    # asked for peers only: the oom is the result
+    assert bench.main([*args, "--contents", "peers", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["fwd"]["emulated"] is None
+    assert "fwd: oom" in capsys.readouterr().out
