@@ -242,7 +242,10 @@ def print_profile(rank, prof):
 def bench_all(a, device):
     """Every (mask, world, method) asked for, in one process; the bare kernel once per mask,
     world and direction. One result, or a list of them."""
-    baselines, outs = {}, []
+    outs = previous_runs(a) if a.resume else []
+    baselines = {  # a kept run's bare kernel stands for its mask, world and direction
+        (o["mask"], o["world"], d): o[d]["local"] for o in outs for d in a.directions if o[d]["local"]
+    }
     for mask_name in a.mask:
         for world in a.world:
             for method in a.method:
@@ -258,10 +261,27 @@ def bench_all(a, device):
                 except ValueError as e:  # e.g. USP at 2 ranks: no split of both degrees
                     print(f"{method} {mask_name} world {world}: skipped: {e}")
                     continue
+                if any(same_run(o, method, deg, mask_name, world, a) for o in outs):
+                    print(f"{method} {mask_name} world {world}: kept from {a.json}")
+                    continue
                 outs.append(bench(a, device, method, deg, mask_name, world, baselines))
                 if a.json:  # after each one: what a call's time limit cuts off is lost alone
                     write_json(a.json, outs[0] if len(outs) == 1 else outs)
     return outs[0] if len(outs) == 1 else outs
+
+
+def previous_runs(a) -> list:
+    """--resume: the whole runs already in --json (a run cut off by a time limit never got there)."""
+    if not a.json or not Path(a.json).exists():
+        return []
+    data = json.loads(Path(a.json).read_text())
+    runs = data if isinstance(data, list) else [data]
+    return [o for o in runs if all(d in o for d in a.directions)]
+
+
+def same_run(o, method, deg, mask_name, world, a) -> bool:
+    here = (method, deg.to_json(), mask_name, world, a.tokens_per_rank, a.local_kernel)
+    return (o["method"], o["degrees"], o["mask"], o["world"], o["tokens_per_rank"], o["local_kernel"]) == here
 
 
 def emulated_runs(files) -> dict:
@@ -538,6 +558,11 @@ def main(argv=None):
     )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--json", help="write the numbers here too")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs already in --json and run only the others (after a cut-off call)",
+    )
     a = p.parse_args(argv)
     if a.compare:
         print(compare(*(x.split(",") for x in a.compare)))

@@ -8,6 +8,8 @@
 # tar x -C BEFORE); its own benchmark runs the ring methods' document cells, which the change touches.
 # EMU_OPTS: options added to every run (a CPU dry run: "--device cpu --tokens-per-rank 512").
 # EMU_ONLY: the names of the runs to make, the others skipped (e.g. "after_w8_docs after_w8_dense").
+# EMU_RESUME=1: this code's runs keep what OUT/NAME.json already holds and run only the rest
+# (cp_emulate.py --resume: a later call goes on where a cut-off one stopped), printing after OUT/NAME.txt.
 # World 4 over full and causal, and world 8 over documents, take 1 warm-up and 2 timed
 # repetitions, world 8 over full and causal 1 and 1 (the defaults, 2 and 5, would cost 20 and 35
 # minutes of one GPU at 8 ranks, where one rank's forward over full takes 1.75 s).
@@ -20,7 +22,11 @@ run() {  # run NAME SCRIPT OPTIONS...
   local name=$1 script=$2 rc; shift 2
   if [ -n "${EMU_ONLY:-}" ] && [[ " $EMU_ONLY " != *" $name "* ]]; then return 0; fi
   echo "[$(date +%T)] $name: $*" >> "$out/series.log"
-  python "$script" "$@" "${extra[@]}" --json "$out/$name.json" > "$out/$name.txt" 2>&1
+  local resume=()  # resumed: its printout goes after the earlier call's
+  [ -n "${EMU_RESUME:-}" ] && [ "$script" = "$now" ] && resume=(--resume) \
+    && echo "---- resumed $(date +%T)" >> "$out/$name.txt"
+  [ ${#resume[@]} -eq 0 ] && : > "$out/$name.txt"
+  python "$script" "$@" "${extra[@]}" "${resume[@]}" --json "$out/$name.json" >> "$out/$name.txt" 2>&1
   rc=$?
   echo "[$(date +%T)] $name exit $rc" >> "$out/series.log"
 }

@@ -266,17 +266,23 @@ def test_the_target_table_shares_a_bare_kernel_run_among_runs_of_its_mask_world_
     assert "| 600.0 | 90.0% | not met |" in rows["usp"]
 
 
+@pytest.fixture
+def bench():
+    """benchmarks/cp_emulate.py as a module, run in this process."""
+    spec = importlib.util.spec_from_file_location(
+        "cp_emulate_bench", REPO / "benchmarks" / "cp_emulate.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_benchmark_times_each_rank_alone_where_the_lockstep_world_runs_out_of_memory(
-    tmp_path, monkeypatch, capsys
+    bench, tmp_path, monkeypatch, capsys
 ):
     """--contents auto (the default): a lockstep world that runs out of memory (world 8's Ring
     AllGather backward on one H200: the hub's copies of every rank's dK/dV) is timed again with
     synthetic contents, and the output and JSON say which contents the timed buffers held."""
-    spec = importlib.util.spec_from_file_location(
-        "cp_emulate_bench", REPO / "benchmarks" / "cp_emulate.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     real_prime = emulate.prime
 
     def prime(world, inputs, direction):
@@ -299,3 +305,26 @@ def test_the_benchmark_times_each_rank_alone_where_the_lockstep_world_runs_out_o
     assert bench.main([*args, "--contents", "peers", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["fwd"]["emulated"] is None
     assert "fwd: oom" in capsys.readouterr().out
+
+
+def test_resume_keeps_the_finished_runs_and_runs_only_the_missing_ones(bench, tmp_path, capsys):
+    """--resume after a call cut off mid-way: the runs already in --json stay as they are (not
+    run again), the missing one runs, and the file holds all of them in the order asked for."""
+    out = tmp_path / "runs.json"
+    args = ["--method", "ring_p2p", "ulysses", "--world", "2", "--mask", "causal_document"]
+    args += ["--tokens-per-rank", "64", "--heads", "4:2", "--head-dim", "16", "--reps", "1"]
+    args += ["--warmup", "0", "--directions", "fwd", "--device", "cpu", "--json", str(out)]
+    assert bench.main(args) == 0
+    first = json.loads(out.read_text())
+    out.write_text(json.dumps(first[:1]))  # as if the call ended during Ulysses' run
+    capsys.readouterr()
+    assert bench.main([*args, "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "ring_p2p causal_document world 2: kept from" in printed
+    assert "ulysses fwd: rank_ms" in printed and "ring_p2p fwd: rank_ms" not in printed
+    assert "local fwd" not in printed  # the kept run's bare kernel stands for Ulysses' too
+    again = json.loads(out.read_text())
+    assert again[0] == first[0]
+    assert [r["method"] for r in again] == ["ring_p2p", "ulysses"]
+    assert again[1]["fwd"]["local"] == first[0]["fwd"]["local"] is not None
+    assert again[1]["fwd"]["emulated"]["share_of_local"] > 0

@@ -19,7 +19,8 @@
 #            before a change) started detached from a copy of this tree in /tmp/emuseries, so that it
 #            outlives the call: this call and every next one with this step (made at once, while the
 #            machine stays up) wait for it up to T_EMUSERIES s and copy what it wrote so far into
-#            OUTPUT_DIR/cp_emulate/series/
+#            OUTPUT_DIR/cp_emulate/series/ (EMU_RESUME=1: it starts from what that folder holds, each
+#            run keeping its finished (method, mask, world) runs)
 #   comm     the NCCL communication benchmark of the CP model (rule comm_bench) on all the GPUs
 #   sparse   the h200_sparse grid (T_SPARSE) in stages of lengths: 32K (and the 16K paper cells), 64K,
 #            128K, 96K, each with its dense references (SPARSE_STAGES; SPARSE_OPTS="--kernels K.."),
@@ -290,6 +291,8 @@ has cpemu && staged h200_cp_emulated "${T_CPEMU:-300}" "${CPEMU_STAGES:-131072|2
 if has emuseries; then
   if [ ! -f /tmp/emuseries/started ]; then
     mkdir -p /tmp/emuseries/tree && cp -r benchmarks workflow config.yaml /tmp/emuseries/tree/
+    # EMU_RESUME=1: the series goes on from what the tree's earlier calls brought back
+    [ -n "${EMU_RESUME:-}" ] && mkdir -p /tmp/emuseries/out && cp "$outdir/cp_emulate/series/"*.{json,txt,log} /tmp/emuseries/out/ 2> /dev/null
     before=""; [ -n "${EMUSERIES_BEFORE:-}" ] && cp -r "$EMUSERIES_BEFORE" /tmp/emuseries/before && before=/tmp/emuseries/before
     setsid nohup bash /tmp/emuseries/tree/benchmarks/cp_emulate_series.sh /tmp/emuseries/out $before \
       > /tmp/emuseries/driver.log 2>&1 < /dev/null &
