@@ -244,7 +244,10 @@ def bench_all(a, device):
     world and direction. One result, or a list of them."""
     outs = previous_runs(a) if a.resume else []
     baselines = {  # a kept run's bare kernel stands for its mask, world and direction
-        (o["mask"], o["world"], d): o[d]["local"] for o in outs for d in a.directions if o[d]["local"]
+        (o["mask"], o["world"], d): o[d]["local"]
+        for o in outs
+        for d in a.directions
+        if o[d]["local"]
     }
     for mask_name in a.mask:
         for world in a.world:
@@ -271,17 +274,19 @@ def bench_all(a, device):
 
 
 def previous_runs(a) -> list:
-    """--resume: the whole runs already in --json (a run cut off by a time limit never got there)."""
+    """--resume: the runs already in --json with numbers in every direction (one cut off by a time
+    limit never got there; one that ended out of memory runs again)."""
     if not a.json or not Path(a.json).exists():
         return []
     data = json.loads(Path(a.json).read_text())
     runs = data if isinstance(data, list) else [data]
-    return [o for o in runs if all(d in o for d in a.directions)]
+    return [o for o in runs if all((o.get(d) or {}).get("emulated") for d in a.directions)]
 
 
 def same_run(o, method, deg, mask_name, world, a) -> bool:
     here = (method, deg.to_json(), mask_name, world, a.tokens_per_rank, a.local_kernel)
-    return (o["method"], o["degrees"], o["mask"], o["world"], o["tokens_per_rank"], o["local_kernel"]) == here
+    keys = ("method", "degrees", "mask", "world", "tokens_per_rank", "local_kernel")
+    return tuple(o[k] for k in keys) == here
 
 
 def emulated_runs(files) -> dict:
@@ -561,7 +566,7 @@ def main(argv=None):
     p.add_argument(
         "--resume",
         action="store_true",
-        help="keep the runs already in --json and run only the others (after a cut-off call)",
+        help="keep the runs already in --json that have numbers in every direction, run the others",
     )
     a = p.parse_args(argv)
     if a.compare:

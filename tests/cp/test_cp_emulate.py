@@ -309,7 +309,8 @@ def test_the_benchmark_times_each_rank_alone_where_the_lockstep_world_runs_out_o
 
 def test_resume_keeps_the_finished_runs_and_runs_only_the_missing_ones(bench, tmp_path, capsys):
     """--resume after a call cut off mid-way: the runs already in --json stay as they are (not
-    run again), the missing one runs, and the file holds all of them in the order asked for."""
+    run again), the missing one runs, and the file holds all of them in the order asked for; a
+    run that ended out of memory is not kept."""
     out = tmp_path / "runs.json"
     args = ["--method", "ring_p2p", "ulysses", "--world", "2", "--mask", "causal_document"]
     args += ["--tokens-per-rank", "64", "--heads", "4:2", "--head-dim", "16", "--reps", "1"]
@@ -328,3 +329,11 @@ def test_resume_keeps_the_finished_runs_and_runs_only_the_missing_ones(bench, tm
     assert [r["method"] for r in again] == ["ring_p2p", "ulysses"]
     assert again[1]["fwd"]["local"] == first[0]["fwd"]["local"] is not None
     assert again[1]["fwd"]["emulated"]["share_of_local"] > 0
+    # Ulysses out of memory last time: run again
+    again[1]["fwd"]["emulated"] = None
+    out.write_text(json.dumps(again))
+    capsys.readouterr()
+    assert bench.main([*args, "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "ulysses fwd: rank_ms" in printed and "ring_p2p fwd: rank_ms" not in printed
+    assert json.loads(out.read_text())[1]["fwd"]["emulated"]["rank_ms_median"]
