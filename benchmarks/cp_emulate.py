@@ -278,8 +278,7 @@ def previous_runs(a) -> list:
     limit never got there; one that ended out of memory runs again)."""
     if not a.json or not Path(a.json).exists():
         return []
-    data = json.loads(Path(a.json).read_text())
-    runs = data if isinstance(data, list) else [data]
+    runs = read_runs([a.json])
     return [o for o in runs if all((o.get(d) or {}).get("emulated") for d in a.directions)]
 
 

@@ -37,7 +37,7 @@ loong="--method loongtrain --ulysses-degree 2 --windows 2" docs="--mask full_doc
 dense="--mask full causal" few="--warmup 1 --reps 2" once="--warmup 1 --reps 1" old=$before/benchmarks/cp_emulate.py
 # alone: each rank built and timed alone (synthetic contents), where world 8's lockstep state does not
 # fit in one H200's 139 GB: there FA3's backward ran out of memory inside its C++ call, which ended
-# the process (exit 139) before --contents auto could fall back (2026-12-04, session 24)
+# the process (exit 139) before --contents auto could fall back (2026-12-04 11:46-11:58 UTC, five runs)
 alone="--contents synthetic"
 run after_w2 "$now" $three $docs full causal --world 2 --profile --profile-reps 2
 [ -n "$before" ] && run before_w2 "$old" --method ring_p2p ring_allgather $docs --world 2 --no-local
