@@ -32,6 +32,7 @@ Numbers printed per direction:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import sys
@@ -250,26 +251,29 @@ def bench_all(a, device):
         if o[d]["local"]
     }
     for mask_name in a.mask:
-        for world in a.world:
-            for method in a.method:
-                try:
-                    deg = catalog.degrees(
-                        method,
-                        world,
-                        a.ulysses_degree,
-                        a.windows,
-                        a.placement,
-                        gpus_per_node=max(world, 8),
-                    )
-                except ValueError as e:  # e.g. USP at 2 ranks: no split of both degrees
-                    print(f"{method} {mask_name} world {world}: skipped: {e}")
-                    continue
-                if any(same_run(o, method, deg, mask_name, world, a) for o in outs):
-                    print(f"{method} {mask_name} world {world}: kept from {a.json}")
-                    continue
-                outs.append(bench(a, device, method, deg, mask_name, world, baselines))
-                if a.json:  # after each one: what a call's time limit cuts off is lost alone
-                    write_json(a.json, outs[0] if len(outs) == 1 else outs)
+        for world, method, split in itertools.product(a.world, a.method, a.split_documents):
+            try:
+                deg = catalog.degrees(
+                    method,
+                    world,
+                    a.ulysses_degree,
+                    a.windows,
+                    a.placement,
+                    gpus_per_node=max(world, 8),
+                    split_documents=split,
+                )
+            except ValueError as e:  # e.g. USP at 2 ranks: no split of both degrees
+                print(f"{method} {mask_name} world {world}: skipped: {e}")
+                continue
+            if split != "all" and deg.ring == 1:
+                print(f"{method} {mask_name} world {world} split {split}: skipped: ring degree 1")
+                continue
+            if any(same_run(o, method, deg, mask_name, world, a) for o in outs):
+                print(f"{method} {mask_name} world {world}: kept from {a.json}")
+                continue
+            outs.append(bench(a, device, method, deg, mask_name, world, baselines))
+            if a.json:  # after each one: what a call's time limit cuts off is lost alone
+                write_json(a.json, outs[0] if len(outs) == 1 else outs)
     return outs[0] if len(outs) == 1 else outs
 
 
@@ -288,10 +292,17 @@ def same_run(o, method, deg, mask_name, world, a) -> bool:
     return tuple(o[k] for k in keys) == here
 
 
+def run_label(r) -> str:
+    """A run's method as the tables name it: with `[split as_needed]` where it kept documents
+    whole (--split-documents)."""
+    split = r.get("degrees", {}).get("split_documents", "all")
+    return r["method"] + ("" if split == "all" else f" [split {split}]")
+
+
 def emulated_runs(files) -> dict:
-    """(method, mask, world, direction) -> (the emulated numbers, the bare kernel's TFLOP/s over
-    the same documents: the run's own, else another run's of the same mask, world and direction,
-    as where a run was made with --no-local)."""
+    """(method label, mask, world, direction) -> (the emulated numbers, the bare kernel's TFLOP/s
+    over the same documents: the run's own, else another run's of the same mask, world and
+    direction, as where a run was made with --no-local)."""
     got, bare = {}, {}
     for r in read_runs(files):
         for d in DIRECTIONS:
@@ -299,7 +310,7 @@ def emulated_runs(files) -> dict:
             if local:
                 bare[(r["mask"], r["world"], d)] = local["tflops"]
             if emu:
-                got[(r["method"], r["mask"], r["world"], d)] = emu
+                got[(run_label(r), r["mask"], r["world"], d)] = emu
     return {k: (emu, bare.get(k[1:])) for k, emu in got.items()}
 
 
@@ -527,6 +538,13 @@ def main(argv=None):
     p.add_argument("--ulysses-degree", default="auto")
     p.add_argument("--windows", default="auto")
     p.add_argument("--placement", default="contiguous")
+    p.add_argument(
+        "--split-documents",
+        nargs="+",
+        default=[catalog.SPLIT_DOCUMENTS[0]],
+        choices=catalog.SPLIT_DOCUMENTS,
+        help="which documents the ring cuts (cp.split_documents); several: each in turn",
+    )
     p.add_argument("--heads", default="64:8")
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--dtype", default=None, help="default bfloat16 on cuda, float32 on cpu")

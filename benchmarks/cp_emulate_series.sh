@@ -39,6 +39,16 @@ dense="--mask full causal" few="--warmup 1 --reps 2" once="--warmup 1 --reps 1" 
 # fit in one H200's 139 GB: there FA3's backward ran out of memory inside its C++ call, which ended
 # the process (exit 139) before --contents auto could fall back (2026-12-04 11:46-11:58 UTC, five runs)
 alone="--contents synthetic"
+# whole_*: documents kept whole where the balance allows (--split-documents as_needed, cp/layout.py);
+# the bare kernel from the after_* run of the same mask and world (the target table shares it)
+rings="--method ring_p2p ring_allgather" whole="--split-documents as_needed --no-local"
+run whole_w2 "$now" $rings $docs --world 2 $whole --profile --profile-reps 2
+run whole_w4 "$now" $rings $docs --world 4 $whole --profile --profile-reps 2
+run whole_w4_usp "$now" $usp $docs --world 4 $whole
+run whole_w4_loongtrain "$now" $loong $docs --world 4 $whole
+run whole_w8 "$now" $rings $docs --world 8 $few $whole $alone --profile --profile-reps 1
+run whole_w8_usp "$now" $usp $docs --world 8 $few $whole $alone
+run whole_w8_loongtrain "$now" $loong $docs --world 8 $few $whole $alone
 run after_w2 "$now" $three $docs full causal --world 2 --profile --profile-reps 2
 [ -n "$before" ] && run before_w2 "$old" --method ring_p2p ring_allgather $docs --world 2 --no-local
 run after_w4_docs "$now" $three $docs --world 4 --profile --profile-reps 2

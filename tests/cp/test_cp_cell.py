@@ -94,6 +94,7 @@ def test_ok_record_has_what_the_spec_lists(base, tmp_path):
         "ring": 2,
         "windows": 1,
         "placement": "contiguous",
+        "split_documents": "all",
     }
     extra = r["table_extra"]
     assert (
@@ -171,7 +172,10 @@ def test_bare_kernel_cell_runs_one_rank_and_passes_the_float64_check(base, tmp_p
         and r["kernel"]["name"] == "local"
         and r["kernel"]["local_kernel"] == kernel
     )
-    assert r["cp"]["degrees"] == {"ulysses": 1, "ring": 1, "windows": 1, "placement": "contiguous"}
+    assert r["cp"]["degrees"] == {
+        **{"ulysses": 1, "ring": 1, "windows": 1, "placement": "contiguous"},
+        "split_documents": "all",
+    }
     for s in r["samples"]:
         (rank,) = s["ranks"]
         assert rank["bytes"]["sent"] == rank["bytes_analytic"]["sent"] == 0

@@ -71,6 +71,17 @@ def test_every_rank_passes_the_float64_check(world):
         assert v["work_pairs_total"] == v["mask_area_all_heads"] * HQ, name
 
 
+@pytest.mark.parametrize("method", ["ring_p2p", "ring_allgather", "usp"])
+def test_documents_kept_whole_pass_the_float64_check_emulated(method):
+    """split_documents as_needed at 4 ranks, documents cut and all whole (the ring local)."""
+    deg = catalog.degrees(method, 4, 2 if method == "usp" else "auto", split_documents="as_needed")
+    for docs in ([4] * 24 + [1, 1, 1], [40, 7, 3, 30, 12, 5]):
+        mask = Mask("causal_document", sum(docs), {"doc_lengths": docs})
+        v = emulate.check_method(method, KERNEL, deg, mask, SEED, HQ, HKV, D, DTYPE, True, 5.0)
+        assert v["status"] == "ok" and v["passed"] and v["bytes_match_analytic"], (docs, v)
+        assert v["work_pairs_total"] == v["mask_area_all_heads"] * HQ
+
+
 def small_world(method="ring_p2p", world=4, contents="peers", mask_name="causal_document"):
     deg = catalog.degrees(method, world)
     mask = Mask(mask_name, 16 * world + 3, {"doc_lengths": [20, 7, 16 * world - 24]})

@@ -5,6 +5,7 @@ import copy
 import pytest
 from attnbench.cp import catalog
 from attnbench.families import expand_cells, load_config, validate
+from attnbench.families.cp.cell import degrees_of
 from attnbench.grid.config import ConfigError
 from attnbench.grid.expand import cell_path
 
@@ -129,6 +130,28 @@ def test_an_also_entry_names_its_own_local_kernel_and_dkv_dtype(base):
     assert "grids.t.also[0].cp.local_kernel: unknown local kernel 'flashy'" in msg
     msg = problems(base, also=[{"methods": ["usp"], "cp": {"placement": "strided"}}])
     assert "placement" in msg
+
+
+def test_documents_split_as_needed_is_its_own_cell_and_a_bad_value_is_named(base):
+    """cp.split_documents: as_needed is in the id and the spec (the degrees the cell runs with);
+    all, the default, in neither (the cells and records made before it keep theirs)."""
+    cfg = with_grid(
+        base,
+        methods=["ring_p2p"],
+        gpus=[2],
+        masks=["causal_document"],
+        also=[{"methods": ["ring_p2p"], "cp": {"split_documents": "as_needed"}}],
+    )
+    cells = {cell_path(c).split("-g2")[1]: c for c in expand_cells(validate(cfg))}
+    assert set(cells) == {"-kauto.json", "-kauto-splitas_needed.json"}
+    assert cells["-kauto-splitas_needed.json"]["cp"]["split_documents"] == "as_needed"
+    assert "split_documents" not in cells["-kauto.json"]["cp"]
+    assert degrees_of(cells["-kauto-splitas_needed.json"]).split_documents == "as_needed"
+    assert degrees_of(cells["-kauto.json"]).split_documents == "all"
+    msg = problems(base, cp={"split_documents": "some"})
+    assert "split_documents" in msg and "as_needed" in msg
+    with pytest.raises(ValueError, match="unknown split_documents 'x'; valid: all, as_needed"):
+        catalog.degrees("ring_p2p", 2, split_documents="x")
 
 
 def test_an_also_entry_names_a_factorisation_of_the_same_gpus(base):

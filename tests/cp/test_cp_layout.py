@@ -9,7 +9,7 @@ from attnbench.cp.chunks import (
     document_lengths,
     ring_step_chunk,
 )
-from attnbench.cp.layout import ShardLayout
+from attnbench.cp.layout import BALANCE_TOLERANCE, ShardLayout, documents_to_split
 from attnbench.harness.reference import reference_attention
 from attnbench.kernels.local_kernel import Ranges, take
 from attnbench.kernels.lse import merge_into, new_accumulator
@@ -30,18 +30,22 @@ def masks(seqlen, docs):
     return [Mask(m, seqlen, {"doc_lengths": docs} if "document" in m else {}) for m in CP_MASKS]
 
 
+SPLITS = ("all", "as_needed")
+
+
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("ring,ulysses", [(1, 1), (1, 3), (2, 1), (3, 2), (4, 1), (4, 3)])
-def test_every_token_lives_on_exactly_one_rank(ring, ulysses, rng):
+def test_every_token_lives_on_exactly_one_rank(ring, ulysses, split, rng):
     for _ in range(20):
         docs = random_docs(rng, int(rng.integers(1, 120)))
-        lay = ShardLayout(docs, ring, ulysses)
+        lay = ShardLayout(docs, ring, ulysses, split)
         pos = np.concatenate(
             [lay.piece_positions(r, u) for r in range(ring) for u in range(ulysses)]
         )
         assert sorted(pos[pos >= 0]) == list(range(sum(docs)))
         assert lay.shard_len % ulysses == 0 and len(pos) == ring * lay.shard_len
-        if ring > 1:  # each document padded to a multiple of 2R, split in 2R equal chunks
-            for d, ch in enumerate(lay.chunks):
+        if ring > 1:  # each cut document padded to a multiple of 2R, split in 2R equal chunks
+            for d, ch in ((d, lay.chunks[d]) for d in lay.cut):
                 assert len(ch) == 2 * ring and len({p.length for p in ch}) == 1
                 assert (
                     sum(p.length for p in ch) % (2 * ring) == 0
@@ -50,9 +54,13 @@ def test_every_token_lives_on_exactly_one_rank(ring, ulysses, rng):
         # real tokens of a document come first in its run on every rank (padding last)
         for r in range(ring):
             p = lay.positions(r)
-            for d in range(len(docs)):
+            for d in lay.cut:
                 o, n = lay.doc_offsets[d], lay.real_rows(d, r)
                 assert (p[o : o + n] >= 0).all() and (p[o + n : o + lay.pair_rows(d)] < 0).all()
+            for d in lay.whole(r):  # a whole document: its tokens in order, on its holder only
+                o, n = lay.doc_offsets[d], docs[d]
+                assert list(p[o : o + n]) == list(range(lay.doc_starts[d], lay.doc_starts[d] + n))
+                assert all(lay.real_rows(d, x) == 0 for x in range(ring) if x != r)
 
 
 def test_zigzag_owns_chunks_r_and_2r_minus_1_minus_r():
@@ -63,13 +71,14 @@ def test_zigzag_owns_chunks_r_and_2r_minus_1_minus_r():
     assert [list(lay.positions(r)) for r in (0, 1)] == [[0, 1, -1, -1], [2, 3, 4, -1]]
 
 
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("ring,ulysses", [(1, 1), (1, 2), (2, 1), (2, 3), (3, 1), (4, 2)])
-def test_ring_step_chunks_are_the_mask_predicate(ring, ulysses, rng):
+def test_ring_step_chunks_are_the_mask_predicate(ring, ulysses, split, rng):
     for trial in range(8):
         s = int(rng.integers(1, 90)) if trial else 1
-        docs = random_docs(rng, s)
+        docs = random_docs(rng, s, longest=30 if trial % 2 else 5)  # short ones: kept whole
         for mask in masks(s, docs):
-            lay = ShardLayout(document_lengths(mask), ring, ulysses)  # full / causal: one document
+            lay = ShardLayout(document_lengths(mask), ring, ulysses, split)  # full / causal: one
             total = 0
             causal = "causal" in mask.name
             for r in range(ring):
@@ -85,13 +94,14 @@ def test_ring_step_chunks_are_the_mask_predicate(ring, ulysses, rng):
             assert total == mask.area  # padding never counts, nothing twice
 
 
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("ring", [1, 2, 3, 4])
-def test_allgather_chunks_are_the_mask_predicate(ring, rng):
-    for _ in range(8):
+def test_allgather_chunks_are_the_mask_predicate(ring, split, rng):
+    for trial in range(8):
         s = int(rng.integers(1, 90))
-        docs = random_docs(rng, s)
+        docs = random_docs(rng, s, longest=30 if trial % 2 else 5)
         for mask in masks(s, docs):
-            lay = ShardLayout(document_lengths(mask), ring)
+            lay = ShardLayout(document_lengths(mask), ring, 1, split)
             # the gathered shards, reordered, are the padded global order
             gathered = np.concatenate([lay.positions(r) for r in range(ring)])
             assert (gathered[lay.gathered_index] == lay.padded_positions).all()
@@ -105,6 +115,41 @@ def test_allgather_chunks_are_the_mask_predicate(ring, rng):
                 assert torch.equal(union, first.predicate_visible(mask)), (mask.name, docs, r)
                 total += first.area + second.area
             assert total == mask.area
+
+
+@pytest.mark.parametrize("ring", [2, 4, 8])
+def test_as_needed_cuts_the_fewest_longest_documents_that_balance_the_ring(ring, rng):
+    for _ in range(10):
+        docs = [int(x) for x in rng.integers(1, 400, size=int(rng.integers(1, 200)))]
+        if rng.random() < 0.5:
+            docs[int(rng.integers(len(docs)))] = 20000  # one long document: it must be cut
+        cut, holder = documents_to_split(docs, ring)
+        work = [0.0] * ring
+        for d, h in enumerate(holder):
+            for r in [h] if h is not None else range(ring):
+                work[r] += docs[d] ** 2 / (1 if h is not None else ring)
+        assert max(work) <= (1 + BALANCE_TOLERANCE) * sum(work) / ring
+        if cut.count(True):  # the cut ones are the longest
+            assert min(n for n, c in zip(docs, cut) if c) >= max(
+                (n for n, c in zip(docs, cut) if not c), default=0
+            )
+        if 20000 in docs and len(docs) > 1:
+            assert cut[docs.index(20000)]
+
+
+def test_short_documents_stay_whole_and_the_ring_is_local():
+    lay = ShardLayout([4] * 40 + [1, 1, 1], ring=4, split_documents="as_needed")
+    assert lay.ring_local and not lay.cut
+    for r in range(4):  # each rank's documents: one rectangle each in the diagonal step only
+        assert all(ring_step_chunk(lay, r, s, True).empty for s in range(4) if s != r)
+        assert len(ring_step_chunk(lay, r, r, True).segments) == len(lay.whole(r))
+    assert lay.shard_len <= 41  # rows balanced too: 163 tokens over 4 ranks, no zigzag padding
+    assert not ShardLayout([4] * 40 + [1, 1, 1], ring=4).ring_local  # all: every one cut
+
+
+def test_unknown_split_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="valid: all, as_needed"):
+        ShardLayout([8], 2, 1, "some")
 
 
 def test_zigzag_balances_causal_work():

@@ -72,7 +72,8 @@ def test_counted_bytes_equal_the_analytic_volume(matrix):
     world, rows = matrix
     for r in (r for r in rows if r["status"] == "ok"):
         assert r["bytes_match_analytic"], (r["method"], r["degrees"], r["bytes"])
-        if world == 1:
+        ring_local = r["split_documents"] == "as_needed" and set(r["doc_lengths"]) <= {1, 4}
+        if world == 1 or (ring_local and r["degrees"]["ulysses"] == 1):
             assert all(b["sent"] == 0 for b in r["bytes"])
         elif r["method"] in ("ring_p2p", "ring_allgather") or r["degrees"]["ulysses"] > 1:
             assert all(b["sent"] > 0 for b in r["bytes"])
@@ -96,6 +97,7 @@ def test_ring_bytes_are_the_papers_volume(matrix):
             r["status"] != "ok"
             or r["method"] not in ("ring_p2p", "ring_allgather")
             or r["degrees"]["ulysses"] != 1
+            or r["split_documents"] != "all"  # the zigzag's volume: test below for as_needed
         ):
             continue
         ring = r["degrees"]["ring"]
@@ -109,6 +111,28 @@ def test_ring_bytes_are_the_papers_volume(matrix):
         )
         checked.add(r["method"])
     assert checked == {"ring_p2p", "ring_allgather"}
+
+
+def test_documents_split_as_needed_are_checked_cut_and_whole(matrix):
+    """split_documents as_needed: the ring methods over both document masks, with some
+    documents cut (odd lengths) and with none (short documents: the ring is local and moves
+    nothing; USP and LoongTrain still move their Ulysses all-to-alls)."""
+    world, rows = matrix
+    mine = [r for r in rows if r["split_documents"] == "as_needed" and r["status"] == "ok"]
+    if world == 1:
+        assert not mine
+        return
+    methods = {"ring_p2p", "ring_allgather"} | ({"usp", "loongtrain"} if world == 4 else set())
+    for m in methods:
+        for mask in ("full_document", "causal_document"):
+            cases = [r for r in mine if r["method"] == m and r["mask"] == mask]
+            local = [r for r in cases if set(r["doc_lengths"]) <= {1, 4}]
+            assert local and len(local) < len(cases), (m, mask)
+            for r in local:
+                sent = [b["by_kind"] for b in r["bytes"]]
+                assert all(set(k) <= {"ulysses"} for k in sent), (m, mask, sent)
+                if m.startswith("ring"):
+                    assert all(b["sent"] == 0 for b in r["bytes"])
 
 
 def test_ranks_compute_exactly_the_mask(matrix):
@@ -126,7 +150,7 @@ def test_mha_and_the_flex_local_kernel(tmp_path):
     methods = ["--methods", "ulysses", "ring_p2p", "ring_allgather", "usp"]
     masks = ["--masks", "full_document", "causal_document_long"]
     # a second --heads replaces cp_verify's
-    mha = ["--heads", "4:4", *kernels, *methods, *masks]
+    mha = ["--heads", "4:4", *kernels, *methods, *masks, "--split-documents", "all"]
     rows = cp_verify(2, tmp_path / "verify.jsonl", *mha, timeout=420)
     assert len(rows) == 5 * 2 * 2 and all(r["status"] == "ok" for r in rows), [
         r for r in rows if r["status"] != "ok"
@@ -141,6 +165,7 @@ def test_dkv_sent_in_bf16_halves_the_ring_dkv_bytes_and_stays_within_the_gate(tm
     bytes (KV travels forward and backward, dK/dV once), every case passes the float64 gate, and
     the methods without a ring say so."""
     bf16 = ["--dtype", "bfloat16", "--dkv-comm-dtype", "input", "--kernels", "cpu_flash"]
+    bf16 += ["--split-documents", "all"]
     cases = ["--methods", "ring_p2p", "usp", "loongtrain", "--masks", "full", "causal_document"]
     rows = cp_verify(4, tmp_path / "verify.jsonl", *bf16, *cases, timeout=420)
     ringed = [r for r in rows if r["degrees"]["ring"] > 1]

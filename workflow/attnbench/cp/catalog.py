@@ -148,6 +148,10 @@ TORCH_CP_PINNED_DEFAULT = "sdpa_flash"
 # inputs; input: the inputs' dtype, bfloat16 on GPUs); every rank still sums in the accumulator.
 # (Which of these settings a cell id carries: grid.expand.cp_suffix.)
 DKV_COMM_DTYPES = ("accumulator", "input")
+# cp.split_documents: which documents the ring family cuts over its ranks (cp/layout.py). all: every
+# document, zigzag (the paper's layout, and every record before this setting); as_needed: only as
+# many of the longest as the load balance needs, the others kept whole on one ring rank.
+SPLIT_DOCUMENTS = ("all", "as_needed")
 
 
 def method(name: str) -> MethodInfo:
@@ -183,12 +187,14 @@ def uses_local_kernel(method_name: str) -> bool:
 
 @dataclass(frozen=True)
 class Degrees:
-    """N = U x R ranks: Ulysses degree U, ring degree R split into W windows; rank placement."""
+    """N = U x R ranks: Ulysses degree U, ring degree R split into W windows; rank placement;
+    which documents the ring cuts (SPLIT_DOCUMENTS)."""
 
     ulysses: int
     ring: int
     windows: int = 1
     placement: str = "contiguous"
+    split_documents: str = "all"
 
     @property
     def world(self) -> int:
@@ -210,7 +216,12 @@ class Degrees:
         return r * self.ulysses + u if self.placement == "contiguous" else u * self.ring + r
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        """Its fields; split_documents only when not `all` (the cells and records made before
+        it existed keep their spec)."""
+        out = dataclasses.asdict(self)
+        if out["split_documents"] == SPLIT_DOCUMENTS[0]:
+            del out["split_documents"]
+        return out
 
 
 def default_windows(ring: int) -> int:
@@ -225,6 +236,7 @@ def degrees(
     windows="auto",
     placement="contiguous",
     gpus_per_node: int = 8,
+    split_documents: str = "all",
 ) -> Degrees:
     """The degrees a method runs with on `gpus` ranks; ValueError names an impossible setting."""
     info = method(name)
@@ -235,10 +247,14 @@ def degrees(
         )
     if placement not in PLACEMENTS:
         raise ValueError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
+    if split_documents not in SPLIT_DOCUMENTS:
+        raise ValueError(
+            f"unknown split_documents {split_documents!r}; valid: {', '.join(SPLIT_DOCUMENTS)}"
+        )
     if name == "ulysses":
-        return Degrees(gpus, 1, 1, placement)
+        return Degrees(gpus, 1, 1, placement, split_documents)
     if name in ("ring_p2p", "ring_allgather", BARE_KERNEL, *TORCH_CP_METHODS):
-        return Degrees(1, gpus, 1, placement)
+        return Degrees(1, gpus, 1, placement, split_documents)
     u = min(gpus, gpus_per_node) if ulysses_degree == "auto" else int(ulysses_degree)
     if u < 1 or gpus % u:
         raise ValueError(
@@ -247,14 +263,14 @@ def degrees(
         )
     ring = gpus // u
     if name == "usp":
-        return Degrees(u, ring, 1, placement)
+        return Degrees(u, ring, 1, placement, split_documents)
     w = default_windows(ring) if windows == "auto" else int(windows)
     if w < 1 or ring % w:
         raise ValueError(
             f"{name}: windows {w} does not divide the ring degree {ring} "
             f"(valid: {', '.join(str(d) for d in range(1, ring + 1) if ring % d == 0)})"
         )
-    return Degrees(u, ring, w, placement)
+    return Degrees(u, ring, w, placement, split_documents)
 
 
 def head_split_reason(ulysses: int, heads_q: int, heads_kv: int) -> str | None:

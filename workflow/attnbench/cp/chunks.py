@@ -189,9 +189,10 @@ def ring_step_chunk(layout: ShardLayout, r: int, s: int, causal: bool) -> Chunk:
     """Queries of ring shard r against the keys that started on ring shard s (zigzag rules):
     s == r: the diagonal, causal inside each document's run; s < r: every query row against
     the FIRST key chunk, no mask; s > r: the SECOND query chunk against every key row, no mask.
-    Non-causal masks: every real query row against every real key row of the same document."""
+    Non-causal masks: every real query row against every real key row of the same document.
+    A document kept whole (layout.holder) is one rectangle of the diagonal on its holder."""
     segs = []
-    for d in range(len(layout.doc_lengths)):
+    for d in layout.cut:
         o = layout.doc_offsets[d]
         nq, nk = layout.real_rows(d, r), layout.real_rows(d, s)
         first = layout.pair(d, s)[0].length
@@ -203,18 +204,33 @@ def ring_step_chunk(layout: ShardLayout, r: int, s: int, causal: bool) -> Chunk:
             segs.append(Slice(o, o + nq, o, o + min(first, nk), "full"))
         else:
             segs.append(Slice(o + first, o + max(first, nq), o, o + nk, "full"))
+    if s == r:
+        segs += whole_squares(layout, r, causal)
     m = layout.shard_len
     return Chunk(m, m, segs, causal and s == r, layout.positions(r), layout.positions(s))
+
+
+def whole_squares(layout: ShardLayout, r: int, causal: bool, key_at=None) -> list[Slice]:
+    """Each document ring rank r holds whole, against its own rows (`key_at(d)`: where its keys
+    start, the rank's own rows by default)."""
+    kind = "causal" if causal else "full"
+    out = []
+    for d in layout.whole(r):
+        o, n = layout.doc_offsets[d], layout.doc_lengths[d]
+        k = o if key_at is None else key_at(d)
+        out.append(Slice(o, o + n, k, k + n, kind))
+    return out
 
 
 def allgather_chunks(layout: ShardLayout, r: int, causal: bool) -> tuple[Chunk, Chunk]:
     """Ring AllGather: the first and the second query chunk of ring shard r (each document's
     chunk r and chunk 2R-1-r) against the keys of the padded global order that they can see:
-    the document's prefix up to the chunk's end (causal), or the whole document."""
+    the document's prefix up to the chunk's end (causal), or the whole document. A document
+    kept whole is in the first, against its own keys in the global order."""
     out = []
     for which in (0, 1):
         segs = []
-        for d in range(len(layout.doc_lengths)):
+        for d in layout.cut:
             a, b = layout.pair(d, r)
             p = (a, b)[which]
             q0 = layout.doc_offsets[d] + (0 if which == 0 else a.length)
@@ -223,6 +239,8 @@ def allgather_chunks(layout: ShardLayout, r: int, causal: bool) -> tuple[Chunk, 
                 segs.append(Slice(q0, q0 + p.real, k0, k0 + p.offset_in_doc + p.real, "causal"))
             else:
                 segs.append(Slice(q0, q0 + p.real, k0, k0 + layout.doc_lengths[d], "full"))
+        if which == 0:
+            segs += whole_squares(layout, r, causal, lambda d: layout.padded_doc_starts[d])
         out.append(
             Chunk(
                 layout.shard_len,

@@ -43,12 +43,12 @@ class Hybrid(ScheduledMethod):
             if why:
                 raise Unsupported(f"{info.name}: {why}")
         self.r, self.u = deg.coords(rc.rank)
-        self.layout = ShardLayout(document_lengths(mask), self.R, self.U)
+        self.layout = ShardLayout(document_lengths(mask), self.R, self.U, deg.split_documents)
         self.rep = kv_replication(self.U, heads_kv)
         self.hq_l, self.hkv_l = heads_q // self.U, heads_kv * self.rep // self.U
         causal = is_causal(mask.name)
         self.chunks = {s: ring_step_chunk(self.layout, self.r, s, causal) for s in range(self.R)}
-        self.ring = DoubleRing(self, self.r, self.R, self.W, self.chunks)
+        self.ring = DoubleRing(self, self.r, self.R, self.W, self.chunks, self.layout.ring_local)
         self.positions = self.layout.piece_positions(self.r, self.u)
         self.saved = None
 
@@ -119,21 +119,22 @@ class Hybrid(ScheduledMethod):
         g, comm, U, m = self.guard, self.comm, self.U, self.layout.piece_len
         q, out, lse = self.saved
         if U == 1:
-            dq, dkv = self.ring.backward(dout, q, self.kv0, out, lse)
+            grads = self.ring.backward(dout, q, self.kv0, out, lse)
             if g.go:
                 with g:
-                    return dq.to(self.dtype), dkv[0].to(self.dtype), dkv[1].to(self.dtype)
+                    return tuple(x.to(self.dtype) for x in grads)
             return None
         ulysses = self.rc.groups.ulysses
         if g.go:
             with g:
                 self.dout_send.copy_(heads_by_group(dout, U, 1).transpose(0, 1))
         comm.all_to_all(self.dout_h, self.dout_send, ulysses, "ulysses")
-        dq, dkv = self.ring.backward(self.dout_h, q, self.kv0, out, lse)
+        dq, dk, dv = self.ring.backward(self.dout_h, q, self.kv0, out, lse)
         if g.go:
             with g:
                 self.dq_send.copy_(dq)
-                self.dkv_send.copy_(dkv.view(2, U, m, self.hkv_l, self.d).transpose(0, 1))
+                self.dkv_send[:, 0].copy_(dk.reshape(U, m, self.hkv_l, self.d))
+                self.dkv_send[:, 1].copy_(dv.reshape(U, m, self.hkv_l, self.d))
         comm.all_to_all(self.dq_recv, self.dq_send, ulysses, "ulysses")
         comm.all_to_all(self.dkv_recv, self.dkv_send, ulysses, "ulysses")
         if g.go:
@@ -160,6 +161,7 @@ class Hybrid(ScheduledMethod):
             schedule.Attn(self.hq, self.hkv, self.d, self.elem, self.acc_elem),
             direction,
             torch.empty((), dtype=self.dkv_dtype).element_size(),
+            self.layout.ring_local,
         )
 
     @property

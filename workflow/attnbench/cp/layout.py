@@ -7,6 +7,14 @@ on one rank is thus a run of rows whose real tokens come first and padding last 
 holds padding, chunk 2R-1-r is all padding). With R = 1 there is nothing to balance: a
 document stays whole and unpadded (its two "chunks" are its halves).
 
+Documents kept whole (`split_documents: as_needed`, cp.catalog.SPLIT_DOCUMENTS): only as many
+documents are cut as the load balance needs (`documents_to_split`); every other document lives
+whole on one ring rank, so no chunk of it meets another rank's keys and its attention is one
+rectangle in the diagonal step, the bare kernel's. The cut documents come first on every rank,
+at the same offsets, as above; then the rank's whole documents in document order; then padding
+up to the longest rank's rows (a ring sends equal shards). With every document whole
+(`ring_local`) a rank needs nothing from its peers.
+
 Ulysses: the ring shard (the whole sequence when R = 1) is padded at its tail to a multiple
 of U and split into U contiguous pieces; piece u goes to Ulysses rank u.
 
@@ -36,8 +44,40 @@ class Piece:
     offset_in_doc: int  # rows of the padded document before it
 
 
+# `as_needed` keeps documents whole while the busiest ring rank's attention stays within this
+# fraction over the mean (what the zigzag's own rounding costs on short documents)
+BALANCE_TOLERANCE = 0.01
+
+
+def documents_to_split(lengths, ring: int, tolerance: float = BALANCE_TOLERANCE):
+    """(which documents to cut, the ring rank holding each document kept whole: None if cut).
+    The longest documents are cut first (the zigzag spreads each evenly), the rest placed whole,
+    longest first, each on the rank with the least work so far among those it leaves within
+    `tolerance` of the mean rows (padding to the longest shard costs memory and passes over
+    it), else on the rank with the fewest rows; the first count of cut documents whose busiest
+    rank is within `tolerance` of the mean work wins. Work: n^2 per document (causal is half of
+    it for every document alike)."""
+    n = len(lengths)
+    order = sorted(range(n), key=lambda d: -lengths[d])
+    work = [float(x) ** 2 for x in lengths]
+    mean = sum(work) / ring
+    for cut in range(n + 1):
+        load, rows, holder = [0.0] * ring, [0] * ring, [None] * n
+        row_cap = (1 + tolerance) * sum(lengths[d] for d in order[cut:]) / ring
+        for d in order[cut:]:
+            fits = [r for r in range(ring) if rows[r] + lengths[d] <= row_cap]
+            r = min(fits, key=load.__getitem__) if fits else min(range(ring), key=rows.__getitem__)
+            load[r] += work[d]
+            rows[r] += lengths[d]
+            holder[d] = r
+        shared = sum(work[d] for d in order[:cut]) / ring
+        if max(load) + shared <= (1 + tolerance) * mean:
+            return [holder[d] is None for d in range(n)], holder
+    raise AssertionError("cutting every document balances the ring")  # cut = n: load all 0
+
+
 class ShardLayout:
-    def __init__(self, doc_lengths, ring: int, ulysses: int = 1):
+    def __init__(self, doc_lengths, ring: int, ulysses: int = 1, split_documents: str = "all"):
         if ring < 1 or ulysses < 1:
             raise ValueError(f"ring and Ulysses degrees must be >= 1, got R={ring}, U={ulysses}")
         lengths = [int(x) for x in doc_lengths]
@@ -47,12 +87,33 @@ class ShardLayout:
         self.doc_lengths = lengths
         self.doc_starts = [int(x) for x in np.concatenate([[0], np.cumsum(lengths)[:-1]])]
         self.seqlen = int(sum(lengths))
-        self.chunks = [self._doc_chunks(s, n) for s, n in zip(self.doc_starts, lengths)]
-        pair = [self.pair_rows(d) for d in range(len(lengths))]
-        self.doc_offsets = [
-            int(x) for x in np.concatenate([[0], np.cumsum(pair)[:-1]])
-        ]  # same on every ring rank
-        body = int(sum(pair))
+        if split_documents == "all" or ring == 1:
+            self.holder = [None] * len(lengths)  # ring rank of a document kept whole
+        elif split_documents == "as_needed":
+            self.holder = documents_to_split(lengths, ring)[1]
+        else:
+            raise ValueError(f"unknown split_documents {split_documents!r}; valid: all, as_needed")
+        self.split_documents = split_documents
+        self.cut = [d for d, h in enumerate(self.holder) if h is None]
+        self.chunks = [
+            self._doc_chunks(s, n) if h is None else [Piece(0, s, n, n, 0)]
+            for s, n, h in zip(self.doc_starts, lengths, self.holder)
+        ]
+        # rows before each document on the ranks holding it: the cut ones first (the same on
+        # every ring rank), then each rank's whole ones
+        self.doc_offsets = [0] * len(lengths)
+        at = 0
+        for d in self.cut:
+            self.doc_offsets[d] = at
+            at += self.pair_rows(d)
+        cut_rows, ends = at, []
+        for r in range(ring):
+            at = cut_rows
+            for d in self.whole(r):
+                self.doc_offsets[d] = at
+                at += lengths[d]
+            ends.append(at)
+        body = max(ends)
         self.shard_len = (
             body + (-body) % ulysses
         )  # rows of one ring shard, tail-padded for Ulysses
@@ -71,17 +132,30 @@ class ShardLayout:
 
     # ------------------------------------------------------------ one ring rank's shard
 
+    @property
+    def ring_local(self) -> bool:
+        """Every document whole on one ring rank (and more than one ring rank): no rank's
+        queries see another rank's keys, so the ring moves nothing."""
+        return self.ring > 1 and not self.cut
+
+    def whole(self, r: int) -> list[int]:
+        """The documents ring rank r holds whole, in document order."""
+        return [d for d, h in enumerate(self.holder) if h == r]
+
     def pair(self, d: int, r: int) -> tuple[Piece, Piece]:
-        """The two chunks of document d that ring rank r holds, in local order."""
+        """The two chunks of a cut document d that ring rank r holds, in local order."""
         ch = self.chunks[d]
         return ch[r], ch[2 * self.ring - 1 - r]
 
     def pair_rows(self, d: int) -> int:
+        """Rows of a cut document on every ring rank."""
         a, b = self.pair(d, 0)
         return a.length + b.length
 
     def real_rows(self, d: int, r: int) -> int:
         """Real tokens of document d on ring rank r: they are the first rows of its run."""
+        if self.holder[d] is not None:
+            return self.doc_lengths[d] if self.holder[d] == r else 0
         a, b = self.pair(d, r)
         return a.real + b.real
 
@@ -94,11 +168,14 @@ class ShardLayout:
 
     def _positions(self, r: int):
         out = np.full(self.shard_len, -1, dtype=np.int64)
-        for d in range(len(self.doc_lengths)):
+        for d in self.cut:
             row = self.doc_offsets[d]
             for p in self.pair(d, r):
                 out[row : row + p.real] = np.arange(p.start, p.start + p.real)
                 row += p.length
+        for d in self.whole(r):
+            o, s = self.doc_offsets[d], self.doc_starts[d]
+            out[o : o + self.doc_lengths[d]] = np.arange(s, s + self.doc_lengths[d])
         return out
 
     def piece_positions(self, r: int, u: int):
@@ -126,6 +203,11 @@ class ShardLayout:
         out = np.empty(self.padded_len, dtype=np.int64)
         r2 = 2 * self.ring
         for d, ch in enumerate(self.chunks):
+            if self.holder[d] is not None:  # whole on its holder
+                dst, n = self.padded_doc_starts[d], self.doc_lengths[d]
+                row = self.holder[d] * self.shard_len + self.doc_offsets[d]
+                out[dst : dst + n] = row + np.arange(n)
+                continue
             for p in ch:
                 holder = p.index if p.index < self.ring else r2 - 1 - p.index
                 a, _ = self.pair(d, holder)
@@ -150,6 +232,8 @@ class ShardLayout:
         return {
             "ring": self.ring,
             "ulysses": self.ulysses,
+            "split_documents": self.split_documents,
+            "documents_cut": len(self.cut) if self.ring > 1 else 0,
             "shard_len": self.shard_len,
             "piece_len": self.piece_len,
             "padding_rows": self.ring * self.shard_len - self.seqlen,

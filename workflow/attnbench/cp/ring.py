@@ -12,6 +12,10 @@ inside a window the accumulator of a shard starts at its second visitor and ends
 (w-1 hops); the window's total then travels the outer ring the same way (W-1 hops). Volume per
 rank: (R-1) KV shards forward; (R-1) KV + (R-1) dKV backward, whatever the mask.
 Double buffering everywhere: a buffer is refilled only after the transfer that read it ended.
+
+A ring-local layout (every document whole on one ring rank, layout.ring_local) needs nothing
+from the peers: one kernel call over the rank's own documents each way, its output and
+gradients straight from the kernel (nothing to merge), and no transfer.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from .schedule import ring_neighbours, ring_origins
 
 
 class DoubleRing:
-    def __init__(self, method, r: int, ring: int, windows: int, chunks: dict):
+    def __init__(self, method, r: int, ring: int, windows: int, chunks: dict, local=False):
         self.m = method
+        self.local = local
         self.R, self.W = ring, windows
         self.w = ring // windows
         self.i, self.j = divmod(r, self.w)
@@ -46,6 +51,9 @@ class DoubleRing:
         return self.order
 
     def setup(self, kv_shape, backward: bool):
+        if self.local:
+            self.inner = self.outer = self.dkv_inner = self.dkv_outer = []
+            return
         e = self.m.empty
         self.inner = [e(*kv_shape) for _ in range(2)] if self.w > 1 else []
         self.outer = [e(*kv_shape) for _ in range(2)] if self.W > 1 else []
@@ -89,8 +97,14 @@ class DoubleRing:
         return self.m.comm.p2p([(send, nxt)], [(recv, prv)], group, "ring_dkv")
 
     def forward(self, q, kv0):
-        """Merged (out, lse) of q [rows, Hq_local, D] against every KV shard of the ring."""
+        """Merged (out, lse) of q [rows, Hq_local, D] against every KV shard of the ring (out in
+        the accumulation dtype, or q's when ring-local)."""
         m, g = self.m, self.m.guard
+        if self.local:
+            if g.go:
+                with g:
+                    return m.rc.kernel.forward(q, kv0[0], kv0[1], self.chunks[self.origin(0, 0)])
+            return None
         acc = None
         if g.go:
             with g:
@@ -115,8 +129,16 @@ class DoubleRing:
         return acc
 
     def backward(self, dout, q, kv0, out, lse):
-        """(dq [rows, Hq_local, D], dkv [2, rows, Hkv_local, D]) in the accumulation dtype."""
+        """(dq [rows, Hq_local, D], dk, dv [rows, Hkv_local, D]) in the accumulation dtype (the
+        local kernel's when ring-local)."""
         m, g = self.m, self.m.guard
+        if self.local:
+            if g.go:
+                with g:
+                    args = (dout, q, kv0[0], kv0[1], out, finite_lse(lse))
+                    grads = m.rc.kernel.backward(*args, self.chunks[self.origin(0, 0)])
+                    return grads or (torch.zeros_like(q), *torch.zeros_like(kv0))
+            return None, None, None
         dq = dkv_home = None
         if g.go:
             with g:
@@ -162,7 +184,7 @@ class DoubleRing:
             head = next_head
         if self.W > 1:
             _add_last_hop(outer_dkv, g, dkv_home, self.dkv_outer[1])
-        return dq, dkv_home
+        return dq, *(dkv_home if dkv_home is not None else (None, None))
 
 
 def _pass_on(send, recv, first: bool, add):

@@ -7,6 +7,8 @@ partial results are merged with their LSEs, and the real LSE is returned (the re
 an uninitialised one). Backward: all-gather K and V again, compute dq and this rank's
 contributions to every dK, dV, and reduce-scatter those (float32) back to their shards.
 Volume: (R-1) KV shards forward; (R-1) KV + (R-1) dKV shards backward.
+A ring-local layout (every document whole on one rank, layout.ring_local) gathers nothing: one
+kernel call over the rank's own documents each way, as DoubleRing does.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from ..kernels.lse import finite_lse, new_accumulator
 from . import schedule
 from .base import ScheduledMethod
-from .chunks import allgather_chunks, document_lengths, is_causal
+from .chunks import allgather_chunks, document_lengths, is_causal, ring_step_chunk
 from .layout import ShardLayout
 
 
@@ -25,8 +27,14 @@ class RingAllGather(ScheduledMethod):
         super().__init__(info, rc, mask, heads_q, heads_kv, head_dim, dtype)
         self.R = rc.deg.ring
         self.r, _ = rc.deg.coords(rc.rank)
-        self.layout = ShardLayout(document_lengths(mask), self.R, 1)
-        self.chunks = allgather_chunks(self.layout, self.r, is_causal(mask.name))
+        self.layout = ShardLayout(document_lengths(mask), self.R, 1, rc.deg.split_documents)
+        causal = is_causal(mask.name)
+        self.local = self.layout.ring_local
+        self.chunks = (
+            (ring_step_chunk(self.layout, self.r, self.r, causal),)
+            if self.local
+            else allgather_chunks(self.layout, self.r, causal)
+        )
         M = self.layout.shard_len
         g = torch.as_tensor(self.layout.gathered_index, device=self.device)
         # rows of K (and V) in the gathered [R, 2, M, ...] buffer, in the padded global order
@@ -36,6 +44,8 @@ class RingAllGather(ScheduledMethod):
         self.saved = None
 
     def setup(self, backward: bool):
+        if self.local:
+            return
         M, R, h, D = self.layout.shard_len, self.R, self.hkv, self.d
         self.kv0 = self.empty(2, M, h, D)
         self.gathered = self.empty(R, 2, M, h, D)
@@ -49,6 +59,13 @@ class RingAllGather(ScheduledMethod):
 
     def forward(self, q, k, v):
         g = self.guard
+        if self.local:
+            out = lse = None
+            if g.go:
+                with g:
+                    out, lse = self.rc.kernel.forward(q, k, v, self.chunks[0])
+            self.saved = (q, k, v, out, lse)
+            return out, lse
         if g.go:
             with g:
                 self.kv0[0].copy_(k)
@@ -68,6 +85,8 @@ class RingAllGather(ScheduledMethod):
         return out, lse
 
     def backward(self, dout):
+        if self.local:
+            return self._local_backward(dout)
         g, (q, out, lse) = self.guard, self.saved
         self.comm.all_gather(self.gathered, self.kv0, self.rc.groups.ring, "all_gather")
         dq = None
@@ -99,6 +118,17 @@ class RingAllGather(ScheduledMethod):
                 )
         return None
 
+    def _local_backward(self, dout):
+        g, (q, k, v, out, lse) = self.guard, self.saved
+        if g.go:
+            with g:
+                grads = self.rc.kernel.backward(
+                    dout, q, k, v, out, finite_lse(lse), self.chunks[0]
+                )
+                grads = grads or tuple(torch.zeros_like(x) for x in (q, k, v))
+                return tuple(x.to(self.dtype) for x in grads)
+        return None
+
     def schedule(self, direction: str) -> dict:
         """This rank's steps (cp/schedule.py): chunks computed and bytes moved, per phase."""
         return schedule.allgather_schedule(
@@ -114,6 +144,7 @@ class RingAllGather(ScheduledMethod):
                 torch.empty((), dtype=self.acc).element_size(),
             ),
             direction,
+            self.local,
         )
 
     def describe(self) -> dict:

@@ -98,11 +98,14 @@ def hybrid_schedule(
     attn: Attn,
     direction: str,
     dkv_elem: int | None = None,
+    ring_local: bool = False,
 ) -> dict:
     """Ulysses all-to-all inside groups of U around a double ring over R (cp/hybrid.py):
     {"fwd": [Step], "bwd": [Step]} (the phases `direction` includes) for global rank `rank`.
     `chunks`: origin ring rank -> the Chunk of this rank's queries against that shard's keys.
-    dK/dV travel the ring with `dkv_elem` bytes per element (default: the accumulator's)."""
+    dK/dV travel the ring with `dkv_elem` bytes per element (default: the accumulator's).
+    `ring_local` (every document whole on one ring rank): the ring is one step on the rank's
+    own shard, with no transfer."""
     heads_q, heads_kv, head_dim, elem, acc_elem = attn.fields()
     dkv_elem = acc_elem if dkv_elem is None else dkv_elem
     U, R, W = deg.ulysses, deg.ring, deg.windows
@@ -140,7 +143,9 @@ def hybrid_schedule(
             )
         else:
             steps.append(Step("ulysses in", transfers=a2a(U * m * hq_l * D * elem)))
-        for o, t, origin in ring_origins(r, R, W):
+        if ring_local:
+            steps.append(Step("ring local", ((chunks[r], hq_l),)))
+        for o, t, origin in [] if ring_local else ring_origins(r, R, W):
             moves, window_moves = [], []
             if t == 0 and o < W - 1:  # prefetch of the next window's KV: runs through this window
                 window_moves.append(kv_hop("outer", ("ring_kv", "p2p", kv * elem)))
@@ -171,7 +176,9 @@ def hybrid_schedule(
                         transfers=(kv_hop("inner", ("ring_dkv", "p2p", kv * dkv_elem)),),
                     )
                 )
-        if phase == "bwd" and W > 1:  # the last outer dKV hop, nothing left to hide it behind
+        if (
+            phase == "bwd" and W > 1 and not ring_local
+        ):  # the last outer dKV hop, nothing left to hide it behind
             steps.append(
                 Step(
                     "dkv outer home",
@@ -199,14 +206,18 @@ def allgather_schedule(
     shard_len: int,
     attn: Attn,
     direction: str,
+    ring_local: bool = False,
 ) -> dict:
     """Ring AllGather (cp/ring_allgather.py): gather K, V; compute both query chunks; backward
-    gathers again and reduce-scatters dK, dV (float32). Nothing overlaps."""
+    gathers again and reduce-scatters dK, dV (float32). Nothing overlaps. `ring_local` (every
+    document whole on one rank): the attention step alone, with no transfer."""
     heads_q, heads_kv, head_dim, elem, acc_elem = attn.fields()
     group = tuple(range(ring))
     kv = 2 * shard_len * heads_kv * head_dim
     gather = Transfer("all_gather", "all_gather", (ring - 1) * kv * elem, group)
     work = tuple((c, heads_q) for c in chunks)
+    if ring_local:
+        return {p: [Step("attention", work)] for p in ("fwd", "bwd") if p in direction}
     phases = {}
     if "fwd" in direction:
         phases["fwd"] = [Step("all_gather kv", transfers=(gather,)), Step("attention", work)]

@@ -55,12 +55,39 @@ def masks_for(world: int, seqlen: int, seed: int):
     return out
 
 
-def method_configs(world: int, device: str):
+def short_documents(total: int) -> list[int]:
+    """Documents of 4 tokens (and 1-token ones for the rest): `as_needed` keeps every one whole,
+    so the ring is local (cp/layout.py)."""
+    return [4] * (total // 4) + [1] * (total % 4)
+
+
+def masks_of(deg, world: int, seqlen: int, seed: int) -> list:
+    """The masks a configuration is checked on: every CP mask; with documents split as needed,
+    the document masks, over the odd documents and over short ones."""
+    out = masks_for(world, seqlen, seed)
+    if deg.split_documents == "all":
+        return out
+    docs = [m for m in out if "document" in m.name]
+    short = {"doc_lengths": short_documents(seqlen)}
+    return docs + [Mask(m.name, seqlen, short) for m in docs]
+
+
+def method_configs(world: int, device: str, splits=catalog.SPLIT_DOCUMENTS):
     """(method, Degrees) pairs to run: every method's own degrees, every 2-D factorisation of
-    USP and LoongTrain in both placements, and LoongTrain with more than one window."""
+    USP and LoongTrain in both placements, LoongTrain with more than one window, and the ring
+    methods with documents split as needed (document masks only: main; USP and LoongTrain with
+    a ring of 2 or more)."""
     yield "ulysses", catalog.degrees("ulysses", world)
     yield "ring_p2p", catalog.degrees("ring_p2p", world)
     yield "ring_allgather", catalog.degrees("ring_allgather", world)
+    if "as_needed" not in splits:
+        return
+    if world > 1:
+        for name in ("ring_p2p", "ring_allgather"):
+            yield name, catalog.degrees(name, world, split_documents="as_needed")
+    if world >= 4 and world % 2 == 0:
+        for name in ("usp", "loongtrain"):
+            yield name, catalog.degrees(name, world, 2, split_documents="as_needed")
     if device == "cuda":
         for name in catalog.TORCH_CP_METHODS:
             yield name, catalog.degrees(name, world)
@@ -100,6 +127,13 @@ def main(argv=None):
         choices=catalog.DKV_COMM_DTYPES,
         help="the dtype dK/dV travel the ring in (accumulator: float32)",
     )
+    p.add_argument(
+        "--split-documents",
+        nargs="+",
+        default=list(catalog.SPLIT_DOCUMENTS),
+        choices=catalog.SPLIT_DOCUMENTS,
+        help="as_needed: also the ring methods with documents kept whole where balance allows",
+    )
     p.add_argument("--tokens-per-rank", type=int, default=40)
     p.add_argument("--dtype", default=None, help="default float32 on CPU, bfloat16 on GPU")
     p.add_argument("--factor", type=float, default=5.0)
@@ -115,7 +149,7 @@ def main(argv=None):
     seqlen = a.tokens_per_rank * world + 3  # never a multiple of 2R: the sequence itself is padded
     kernels = a.kernels or DEFAULT_KERNELS[a.device]
     rows, t0 = [], time.perf_counter()
-    for method, deg in method_configs(world, a.device):
+    for method, deg in method_configs(world, a.device, a.split_documents):
         if a.methods and method not in a.methods:
             continue
         torch_cp = not catalog.uses_local_kernel(method)
@@ -123,7 +157,7 @@ def main(argv=None):
         length = seqlen - seqlen % (2 * world) if torch_cp else seqlen
         for kname in local_kernels_of(method, kernels):
             for mask in (
-                m for m in masks_for(world, length, a.seed) if not a.masks or m.name in a.masks
+                m for m in masks_of(deg, world, length, a.seed) if not a.masks or m.name in a.masks
             ):
                 # forward only where the kernel has no backward here (or its library is missing)
                 backward = torch_cp or (
@@ -142,6 +176,7 @@ def main(argv=None):
                     "dtype": str(dtype).split(".")[-1],
                     "backward": backward,
                     "dkv_comm_dtype": a.dkv_comm_dtype,
+                    "split_documents": deg.split_documents,
                     "doc_lengths": mask.params.get("doc_lengths"),
                 }
                 unsupported = catalog.unsupported_reason(

@@ -244,12 +244,15 @@ def memory_columns(r, preds) -> dict:
 
 def measured_cells(df: pd.DataFrame, grid: str, kernel: str | None) -> pd.DataFrame:
     """The grid's ok cells of modelled methods that ran local kernel `kernel` (None: any; dK/dV
-    sent in another dtype than the accumulator's is not modelled)."""
+    sent in another dtype than the accumulator's, and documents split otherwise than all, are
+    not modelled)."""
     if df.empty or "method" not in df:
         return df.iloc[0:0]
     same = True if kernel is None or "local_kernel" not in df else df["local_kernel"] == kernel
     if "dkv_comm_dtype" in df:
         same = same & df["dkv_comm_dtype"].fillna("accumulator").eq("accumulator")
+    if "split_documents" in df:
+        same = same & df["split_documents"].fillna("all").eq("all")
     return df[
         (df["grid"] == grid)
         & (df["family"] == "cp")

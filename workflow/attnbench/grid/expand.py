@@ -85,8 +85,8 @@ def histograms_for(cfg, mask, seqlen):
 
 # A cp cell whose local kernel is its device's entry here carries none in its id: the ids cells had
 # before a grid could name the local kernel per cell, so that their records stay valid. Any other
-# local kernel (`auto` included) and dK/dV sent in another dtype than the accumulator's are part of
-# the id (cp.catalog holds the names).
+# local kernel (`auto` included), dK/dV sent in another dtype than the accumulator's and documents
+# split otherwise than all are part of the id (cp.catalog holds the names).
 UNSUFFIXED_LOCAL_KERNEL = {"cpu": "cpu_flash", "cuda": "sdpa_flash"}
 UNSUFFIXED_DKV = "accumulator"
 
@@ -101,6 +101,8 @@ def cp_suffix(cell: dict) -> str:
         out += f"-k{c['local_kernel']}"
     if c.get("dkv_comm_dtype", UNSUFFIXED_DKV) != UNSUFFIXED_DKV:
         out += f"-dkv{c['dkv_comm_dtype']}"
+    if c.get("split_documents", "all") != "all":
+        out += f"-split{c['split_documents']}"
     if c.get("degrees_named"):  # an also: entry named the factorisation (USP 2x4 beside 4x2)
         out += f"-u{c['ulysses']}r{c['ring']}w{c['windows']}"
     if c.get("emulate"):  # every rank's compute emulated in one process (never a measurement)

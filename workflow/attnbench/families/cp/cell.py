@@ -82,7 +82,13 @@ def implementation(spec, choice: dict | None = None) -> dict:
 
 def degrees_of(spec) -> catalog.Degrees:
     c = spec["cp"]
-    return catalog.Degrees(c["ulysses"], c["ring"], c["windows"], c["placement"])
+    return catalog.Degrees(
+        c["ulysses"],
+        c["ring"],
+        c["windows"],
+        c["placement"],
+        c.get("split_documents", catalog.SPLIT_DOCUMENTS[0]),
+    )
 
 
 def dkv_comm_dtype(spec) -> str:
@@ -401,6 +407,7 @@ def cp_summary(record, spec):
             "ring": c["ring"],
             "windows": c["windows"],
             "placement": c["placement"],
+            "split_documents": c.get("split_documents", catalog.SPLIT_DOCUMENTS[0]),
         },
         "local_kernel": ran,
         "local_kernel_setting": c["local_kernel"],
@@ -433,6 +440,7 @@ def cp_summary(record, spec):
         "ring_degree": c["ring"],
         "windows": c["windows"],
         "placement": c["placement"],
+        "split_documents": c.get("split_documents", catalog.SPLIT_DOCUMENTS[0]),
         "nodes": c["nodes"],
         "tokens_per_gpu": spec["tokens_per_gpu"],
         "tflops_per_gpu": record.get("tflops"),

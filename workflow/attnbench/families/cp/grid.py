@@ -3,8 +3,8 @@
 A CP grid crosses methods x masks x tokens_per_gpu x gpus x heads x head_dim x dtype x direction;
 the grid's `cp:` object fixes the local kernel, the Ulysses degree of USP/LoongTrain (`auto`:
 min(N, gpus_per_node), the paper's), LoongTrain's windows, the rank placement and gpus_per_node.
-An `also:` entry may name its own `cp: {local_kernel, dkv_comm_dtype, ulysses_degree, windows,
-emulate}`
+An `also:` entry may name its own `cp: {local_kernel, dkv_comm_dtype, split_documents,
+ulysses_degree, windows, emulate}`
 (each is then part of the cell id, grid.expand.cp_suffix). A cell carries the local kernel as named (`auto` stays `auto`: the cell
 chooses when it runs, from the records then on disk, cp/choose.py), its resolved degrees, nodes and
 processes per node. `cp.emulate: true` makes the cells emulations (families/cp/emulated.py): `gpus`
@@ -170,6 +170,7 @@ def _degrees(method, gpus, c) -> catalog.Degrees:
         c.get("windows", "auto"),
         c.get("placement", "contiguous"),
         c.get("gpus_per_node", 8),
+        c.get("split_documents", catalog.SPLIT_DOCUMENTS[0]),
     )
 
 

@@ -56,7 +56,8 @@ EMULATED_NOTE = (
 
 
 def with_variants(df: pd.DataFrame) -> pd.DataFrame:
-    """Methods that a grid runs in several variants (local-kernel settings, dK/dV dtypes) get one
+    """Methods that a grid runs in several variants (local-kernel settings, dK/dV dtypes, documents
+    split) get one
     name per variant in tables and figures, e.g. `ring_p2p [dkv input]`; the bare kernel keeps
     its name (it is the baseline, matched by its local kernel: _baseline). An emulated cell's
     method is always `METHOD [emulated]` (EMULATED_NOTE)."""
@@ -66,6 +67,7 @@ def with_variants(df: pd.DataFrame) -> pd.DataFrame:
     setting = _column(df, "local_kernel_setting", None)
     setting = setting.where(setting.notna(), _column(df, "local_kernel", ""))
     dkv = _column(df, "dkv_comm_dtype", "accumulator")
+    split = _column(df, "split_documents", "all")
     names = []
     for i, impl in df["impl"].items():
         mine = df["impl"] == impl
@@ -74,6 +76,8 @@ def with_variants(df: pd.DataFrame) -> pd.DataFrame:
             parts.append(str(setting[i]))
         if dkv[mine].nunique() > 1:
             parts.append(f"dkv {dkv[i]}")
+        if split[mine].nunique() > 1:
+            parts.append(f"split {split[i]}")
         if emu[i]:
             parts.append(EMULATED_TAG)
         names.append(impl + "".join(f" [{p}]" for p in parts))
