@@ -43,7 +43,13 @@ def test_every_token_lives_on_exactly_one_rank(ring, ulysses, split, rng):
             [lay.piece_positions(r, u) for r in range(ring) for u in range(ulysses)]
         )
         assert sorted(pos[pos >= 0]) == list(range(sum(docs)))
-        assert lay.shard_len % ulysses == 0 and len(pos) == ring * lay.shard_len
+        assert lay.shard_len % ulysses == 0
+        assert len(pos) == sum(lay.rows(r) for r in range(ring))  # shard_len each, unless local
+        assert all(
+            lay.rows(r) % ulysses == 0 and lay.rows(r) <= lay.shard_len for r in range(ring)
+        )
+        if not lay.ring_local:
+            assert len(pos) == ring * lay.shard_len
         if ring > 1:  # each cut document padded to a multiple of 2R, split in 2R equal chunks
             for d, ch in ((d, lay.chunks[d]) for d in lay.cut):
                 assert len(ch) == 2 * ring and len({p.length for p in ch}) == 1
@@ -102,6 +108,12 @@ def test_allgather_chunks_are_the_mask_predicate(ring, split, rng):
         docs = random_docs(rng, s, longest=30 if trial % 2 else 5)
         for mask in masks(s, docs):
             lay = ShardLayout(document_lengths(mask), ring, 1, split)
+            if lay.ring_local:  # nothing gathered: each rank's diagonal (RingAllGather.local)
+                total = sum(
+                    ring_step_chunk(lay, r, r, "causal" in mask.name).area for r in range(ring)
+                )
+                assert total == mask.area
+                continue
             # the gathered shards, reordered, are the padded global order
             gathered = np.concatenate([lay.positions(r) for r in range(ring)])
             assert (gathered[lay.gathered_index] == lay.padded_positions).all()
@@ -143,7 +155,8 @@ def test_short_documents_stay_whole_and_the_ring_is_local():
     for r in range(4):  # each rank's documents: one rectangle each in the diagonal step only
         assert all(ring_step_chunk(lay, r, s, True).empty for s in range(4) if s != r)
         assert len(ring_step_chunk(lay, r, r, True).segments) == len(lay.whole(r))
-    assert lay.shard_len <= 41  # rows balanced too: 163 tokens over 4 ranks, no zigzag padding
+    # rows balanced too: 163 tokens over 4 ranks, no zigzag padding, none to the longest shard
+    assert lay.shard_len <= 43 and sum(lay.rows(r) for r in range(4)) == 163
     assert not ShardLayout([4] * 40 + [1, 1, 1], ring=4).ring_local  # all: every one cut
 
 

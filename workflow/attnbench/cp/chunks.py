@@ -206,8 +206,8 @@ def ring_step_chunk(layout: ShardLayout, r: int, s: int, causal: bool) -> Chunk:
             segs.append(Slice(o + first, o + max(first, nq), o, o + nk, "full"))
     if s == r:
         segs += whole_squares(layout, r, causal)
-    m = layout.shard_len
-    return Chunk(m, m, segs, causal and s == r, layout.positions(r), layout.positions(s))
+    ql, kl = layout.rows(r), layout.rows(s)
+    return Chunk(ql, kl, segs, causal and s == r, layout.positions(r), layout.positions(s))
 
 
 def whole_squares(layout: ShardLayout, r: int, causal: bool, key_at=None) -> list[Slice]:

@@ -50,12 +50,14 @@ class Hybrid(ScheduledMethod):
         self.chunks = {s: ring_step_chunk(self.layout, self.r, s, causal) for s in range(self.R)}
         self.ring = DoubleRing(self, self.r, self.R, self.W, self.chunks, self.layout.ring_local)
         self.positions = self.layout.piece_positions(self.r, self.u)
+        self.M = self.layout.rows(self.r)  # this ring shard's rows
+        self.m = self.M // self.U  # this rank's input rows (a piece of the shard)
         self.saved = None
 
     # ------------------------------------------------------------ buffers
 
     def setup(self, backward: bool):
-        M, m, D, U = self.layout.shard_len, self.layout.piece_len, self.d, self.U
+        M, m, D, U = self.M, self.m, self.d, self.U
         kv_shape = (2, M, self.hkv_l, D)
         self.kv0 = self.empty(*kv_shape)
         self.ring.setup(kv_shape, backward)
@@ -74,7 +76,7 @@ class Hybrid(ScheduledMethod):
     # ------------------------------------------------------------ forward / backward
 
     def forward(self, q, k, v):
-        g, comm, U, m = self.guard, self.comm, self.U, self.layout.piece_len
+        g, comm, U, m = self.guard, self.comm, self.U, self.m
         if U == 1:
             if g.go:
                 with g:
@@ -116,7 +118,7 @@ class Hybrid(ScheduledMethod):
         return out, lse
 
     def backward(self, dout):
-        g, comm, U, m = self.guard, self.comm, self.U, self.layout.piece_len
+        g, comm, U, m = self.guard, self.comm, self.U, self.m
         q, out, lse = self.saved
         if U == 1:
             grads = self.ring.backward(dout, q, self.kv0, out, lse)
@@ -156,8 +158,8 @@ class Hybrid(ScheduledMethod):
             self.rc.deg,
             self.rc.rank,
             self.chunks,
-            self.layout.shard_len,
-            self.layout.piece_len,
+            self.M,
+            self.m,
             schedule.Attn(self.hq, self.hkv, self.d, self.elem, self.acc_elem),
             direction,
             torch.empty((), dtype=self.dkv_dtype).element_size(),
@@ -175,7 +177,7 @@ class Hybrid(ScheduledMethod):
         per = (
             (self.U - 1)
             * 2
-            * self.layout.piece_len
+            * self.m
             * self.hkv
             * (self.rep - 1)
             * self.d

@@ -44,9 +44,15 @@ class Piece:
     offset_in_doc: int  # rows of the padded document before it
 
 
-# `as_needed` keeps documents whole while the busiest ring rank's attention stays within this
-# fraction over the mean (what the zigzag's own rounding costs on short documents)
-BALANCE_TOLERANCE = 0.01
+# `as_needed` keeps documents whole while the busiest ring rank's cost stays within this fraction
+# over the mean. Not tighter: each document cut brings back the ring's merges and its passes over
+# the whole shard (10-30% of a shard of short documents' time on the H200, issue 33), which costs
+# more than the imbalance it would remove.
+BALANCE_TOLERANCE = 0.05
+# A document's cost, in tokens squared: n^2 + this. Each document is a fixed cost to a varlen kernel
+# beside its n^2 (FA3 on the H200, world 4 over 431 documents kept whole: about 21 us forward and
+# 94 us backward per document, as much as the attention of a 1,000-token square).
+DOCUMENT_COST = 1000**2
 
 
 def documents_to_split(lengths, ring: int, tolerance: float = BALANCE_TOLERANCE):
@@ -55,11 +61,12 @@ def documents_to_split(lengths, ring: int, tolerance: float = BALANCE_TOLERANCE)
     longest first, each on the rank with the least work so far among those it leaves within
     `tolerance` of the mean rows (padding to the longest shard costs memory and passes over
     it), else on the rank with the fewest rows; the first count of cut documents whose busiest
-    rank is within `tolerance` of the mean work wins. Work: n^2 per document (causal is half of
-    it for every document alike)."""
+    rank is within `tolerance` of the mean cost wins. Cost: n^2 + DOCUMENT_COST per document
+    (causal is half of n^2 for every document alike); a cut one costs each rank 1/R of n^2 and
+    the whole DOCUMENT_COST (each rank calls the kernel on its pieces)."""
     n = len(lengths)
     order = sorted(range(n), key=lambda d: -lengths[d])
-    work = [float(x) ** 2 for x in lengths]
+    work = [float(x) ** 2 + DOCUMENT_COST for x in lengths]
     mean = sum(work) / ring
     for cut in range(n + 1):
         load, rows, holder = [0.0] * ring, [0] * ring, [None] * n
@@ -70,8 +77,8 @@ def documents_to_split(lengths, ring: int, tolerance: float = BALANCE_TOLERANCE)
             load[r] += work[d]
             rows[r] += lengths[d]
             holder[d] = r
-        shared = sum(work[d] for d in order[:cut]) / ring
-        if max(load) + shared <= (1 + tolerance) * mean:
+        shared = sum(work[d] - DOCUMENT_COST for d in order[:cut]) / ring + cut * DOCUMENT_COST
+        if max(load) + shared <= (1 + tolerance) * (mean + cut * DOCUMENT_COST * (ring - 1) / ring):
             return [holder[d] is None for d in range(n)], holder
     raise AssertionError("cutting every document balances the ring")  # cut = n: load all 0
 
@@ -118,6 +125,8 @@ class ShardLayout:
             body + (-body) % ulysses
         )  # rows of one ring shard, tail-padded for Ulysses
         self.piece_len = self.shard_len // ulysses
+        # a ring-local shard sends nothing to its ring peers: its own rows, tail-padded for Ulysses
+        self._rows = [e + (-e) % ulysses for e in ends] if self.ring_local else None
         padded = [sum(p.length for p in ch) for ch in self.chunks]
         self.padded_doc_starts = [int(x) for x in np.concatenate([[0], np.cumsum(padded)[:-1]])]
         self.padded_len = int(sum(padded))
@@ -137,6 +146,11 @@ class ShardLayout:
         """Every document whole on one ring rank (and more than one ring rank): no rank's
         queries see another rank's keys, so the ring moves nothing."""
         return self.ring > 1 and not self.cut
+
+    def rows(self, r: int) -> int:
+        """Rows of ring shard r: shard_len, or its own when the ring is local (no padding to the
+        longest: nothing has to travel in equal shapes)."""
+        return self._rows[r] if self._rows else self.shard_len
 
     def whole(self, r: int) -> list[int]:
         """The documents ring rank r holds whole, in document order."""
@@ -160,14 +174,14 @@ class ShardLayout:
         return a.real + b.real
 
     def positions(self, r: int):
-        """Global position of every row of ring shard r (-1: padding), numpy int64 [shard_len]."""
+        """Global position of every row of ring shard r (-1: padding), numpy int64 [rows(r)]."""
         cache = self.__dict__.setdefault("_positions_cache", {})
         if r not in cache:
             cache[r] = self._positions(r)
         return cache[r]
 
     def _positions(self, r: int):
-        out = np.full(self.shard_len, -1, dtype=np.int64)
+        out = np.full(self.rows(r), -1, dtype=np.int64)
         for d in self.cut:
             row = self.doc_offsets[d]
             for p in self.pair(d, r):
@@ -180,7 +194,8 @@ class ShardLayout:
 
     def piece_positions(self, r: int, u: int):
         """Rows of Ulysses piece u of ring shard r: what global rank (r, u) holds on input."""
-        return self.positions(r)[u * self.piece_len : (u + 1) * self.piece_len]
+        m = self.rows(r) // self.ulysses
+        return self.positions(r)[u * m : (u + 1) * m]
 
     # ------------------------------------------------------------ the gathered (all-gather) order
 
