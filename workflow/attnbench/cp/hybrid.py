@@ -174,16 +174,7 @@ class Hybrid(ScheduledMethod):
         """Extra bytes this rank sends because KV heads are replicated (U > Hkv)."""
         if self.rep == 1:
             return 0
-        per = (
-            (self.U - 1)
-            * 2
-            * self.m
-            * self.hkv
-            * (self.rep - 1)
-            * self.d
-            * self.elem
-            // self.U
-        )
+        per = (self.U - 1) * 2 * self.m * self.hkv * (self.rep - 1) * self.d * self.elem // self.U
         return per * (("fwd" in direction) + ("bwd" in direction))
 
     def describe(self) -> dict:

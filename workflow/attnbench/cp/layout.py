@@ -78,7 +78,9 @@ def documents_to_split(lengths, ring: int, tolerance: float = BALANCE_TOLERANCE)
             rows[r] += lengths[d]
             holder[d] = r
         shared = sum(work[d] - DOCUMENT_COST for d in order[:cut]) / ring + cut * DOCUMENT_COST
-        if max(load) + shared <= (1 + tolerance) * (mean + cut * DOCUMENT_COST * (ring - 1) / ring):
+        if max(load) + shared <= (1 + tolerance) * (
+            mean + cut * DOCUMENT_COST * (ring - 1) / ring
+        ):
             return [holder[d] is None for d in range(n)], holder
     raise AssertionError("cutting every document balances the ring")  # cut = n: load all 0
 
