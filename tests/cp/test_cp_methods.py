@@ -6,6 +6,7 @@ One torchrun per world size runs the whole matrix (attnbench.cp.verify) in one p
 
 import pytest
 from attnbench.cp import catalog
+from attnbench.cp.layout import ShardLayout
 from attnbench.masks import CP_MASKS
 from commands import VERIFY_HEADS, cp_verify
 
@@ -72,11 +73,18 @@ def test_counted_bytes_equal_the_analytic_volume(matrix):
     world, rows = matrix
     for r in (r for r in rows if r["status"] == "ok"):
         assert r["bytes_match_analytic"], (r["method"], r["degrees"], r["bytes"])
-        ring_local = r["split_documents"] == "as_needed" and set(r["doc_lengths"]) <= {1, 4}
-        if world == 1 or (ring_local and r["degrees"]["ulysses"] == 1):
+        if world == 1 or (ring_local(r) and r["degrees"]["ulysses"] == 1):
             assert all(b["sent"] == 0 for b in r["bytes"])
         elif r["method"] in ("ring_p2p", "ring_allgather") or r["degrees"]["ulysses"] > 1:
             assert all(b["sent"] > 0 for b in r["bytes"])
+
+
+def ring_local(row) -> bool:
+    """Every document of the case whole on one ring rank (split_documents as_needed)."""
+    if row["split_documents"] == "all" or not row["doc_lengths"]:
+        return False
+    deg = row["degrees"]
+    return ShardLayout(row["doc_lengths"], deg["ring"], deg["ulysses"], "as_needed").ring_local
 
 
 def padded_tokens(doc_lengths, seqlen, ring):
@@ -124,15 +132,15 @@ def test_documents_split_as_needed_are_checked_cut_and_whole(matrix):
         return
     methods = {"ring_p2p", "ring_allgather"} | ({"usp", "loongtrain"} if world == 4 else set())
     for m in methods:
-        for mask in ("full_document", "causal_document"):
-            cases = [r for r in mine if r["method"] == m and r["mask"] == mask]
-            local = [r for r in cases if set(r["doc_lengths"]) <= {1, 4}]
-            assert local and len(local) < len(cases), (m, mask)
-            for r in local:
-                sent = [b["by_kind"] for b in r["bytes"]]
-                assert all(set(k) <= {"ulysses"} for k in sent), (m, mask, sent)
-                if m.startswith("ring"):
-                    assert all(b["sent"] == 0 for b in r["bytes"])
+        cases = [r for r in mine if r["method"] == m]
+        assert {"full_document", "causal_document"} <= {r["mask"] for r in cases}, m
+        local = [r for r in cases if ring_local(r)]
+        assert local and len(local) < len(cases), m  # both kinds of layout
+        for r in local:
+            sent = [b["by_kind"] for b in r["bytes"]]
+            assert all(set(k) <= {"ulysses"} for k in sent), (m, r["mask"], sent)
+            if m.startswith("ring"):
+                assert all(b["sent"] == 0 for b in r["bytes"])
 
 
 def test_ranks_compute_exactly_the_mask(matrix):

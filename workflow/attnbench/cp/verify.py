@@ -73,29 +73,28 @@ def masks_of(deg, world: int, seqlen: int, seed: int) -> list:
 
 
 def method_configs(world: int, device: str, splits=catalog.SPLIT_DOCUMENTS):
-    """(method, Degrees) pairs to run: every method's own degrees, every 2-D factorisation of
-    USP and LoongTrain in both placements, LoongTrain with more than one window, and the ring
-    methods with documents split as needed (document masks only: main; USP and LoongTrain with
-    a ring of 2 or more)."""
-    yield "ulysses", catalog.degrees("ulysses", world)
-    yield "ring_p2p", catalog.degrees("ring_p2p", world)
-    yield "ring_allgather", catalog.degrees("ring_allgather", world)
-    if "as_needed" not in splits:
-        return
-    if world > 1:
+    """(method, Degrees) pairs to run. Documents split as `all`: every method's own degrees, every
+    2-D factorisation of USP and LoongTrain in both placements, LoongTrain with more than one
+    window. `as_needed`: the ring methods (document masks only: main; USP and LoongTrain with a
+    ring of 2 or more)."""
+    if "all" in splits:
+        yield "ulysses", catalog.degrees("ulysses", world)
+        yield "ring_p2p", catalog.degrees("ring_p2p", world)
+        yield "ring_allgather", catalog.degrees("ring_allgather", world)
+        if device == "cuda":
+            for name in catalog.TORCH_CP_METHODS:
+                yield name, catalog.degrees(name, world)
+        for u in (d for d in range(1, world + 1) if world % d == 0):
+            two_d = 1 < u < world
+            for placement in catalog.PLACEMENTS if two_d else ("contiguous",):
+                for name in ("usp", "loongtrain"):
+                    yield name, catalog.degrees(name, world, ulysses_degree=u, placement=placement)
+    if "as_needed" in splits and world > 1:
         for name in ("ring_p2p", "ring_allgather"):
             yield name, catalog.degrees(name, world, split_documents="as_needed")
-    if world >= 4 and world % 2 == 0:
-        for name in ("usp", "loongtrain"):
-            yield name, catalog.degrees(name, world, 2, split_documents="as_needed")
-    if device == "cuda":
-        for name in catalog.TORCH_CP_METHODS:
-            yield name, catalog.degrees(name, world)
-    for u in (d for d in range(1, world + 1) if world % d == 0):
-        two_d = 1 < u < world
-        for placement in catalog.PLACEMENTS if two_d else ("contiguous",):
+        if world >= 4 and world % 2 == 0:
             for name in ("usp", "loongtrain"):
-                yield name, catalog.degrees(name, world, ulysses_degree=u, placement=placement)
+                yield name, catalog.degrees(name, world, 2, split_documents="as_needed")
 
 
 def local_kernels_of(method: str, kernels) -> list[str]:
