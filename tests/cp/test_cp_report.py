@@ -189,6 +189,30 @@ def test_variants_of_a_method_are_rows_of_their_own_and_meet_the_bare_kernel_tha
     assert t.loc["ulysses", "1 GPU, bare kernel: local kernel"] == "sdpa_flash"
 
 
+def test_documents_split_as_needed_is_a_variant_of_its_own_in_tables_and_advice():
+    """cp.split_documents: a method run both ways gets one name per way, in the tables
+    (with_variants) and in the advice (cp_names); records that predate the setting are `all`."""
+    from attnbench.families.cp.report import with_variants
+    from attnbench.report.advice import cp_names
+
+    df = pd.DataFrame(
+        [
+            row("local", 1, 500.0),
+            row("ring_p2p", 2, 450.0),
+            {**row("ring_p2p", 2, 480.0), "split_documents": "as_needed"},
+            row("ulysses", 2, 270.0),
+        ]
+    )
+    assert list(with_variants(df)["impl"]) == [
+        "local",
+        "ring_p2p [split all]",
+        "ring_p2p [split as_needed]",
+        "ulysses",
+    ]
+    _, name, _ = cp_names(df.assign(ulysses_degree=1, ring_degree=2))
+    assert list(name)[1:3] == ["ring_p2p [split all]", "ring_p2p [split as_needed]"]
+
+
 def test_an_emulated_world_is_shared_against_the_bare_kernel_over_the_same_documents():
     """cp.emulate: the baseline is the `local` cell of the world's whole length (same seqlen,
     so the same documents), not the one of its tokens per GPU; without it, the latter."""

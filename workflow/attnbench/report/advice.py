@@ -228,8 +228,9 @@ def _degrees(r) -> str:
 
 
 def cp_names(df: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
-    """(base, name, ran) of each CP row. base: the method with the local-kernel setting and the
-    degrees where the method runs several (and `emulated` where it also has measured cells); name: base with the dK/dV dtype where the method's
+    """(base, name, ran) of each CP row. base: the method with the local-kernel setting, the
+    degrees and the documents split where the method runs several (and `emulated` where it also
+    has measured cells); name: base with the dK/dV dtype where the method's
     backward runs several (it changes only the backward, so a fwd row is named by its base); ran:
     the local kernel that ran."""
     setting = _text(df, "local_kernel_setting", "")
@@ -237,6 +238,7 @@ def cp_names(df: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
     setting = setting.where(setting != "", ran)
     dkv = _text(df, "dkv_comm_dtype", "accumulator")
     degrees = pd.Series([_degrees(r) for _, r in df.iterrows()], index=df.index, dtype=object)
+    split = _text(df, "split_documents", "all")
     emulated = _flag(df, "emulated")
     base = []
     for i, impl in df["impl"].items():
@@ -247,6 +249,8 @@ def cp_names(df: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
             tags.append(setting[i])
         if degrees[same_gpus].nunique() > 1:
             tags.append(degrees[i])
+        if split[mine].nunique() > 1:
+            tags.append(f"split {split[i]}")
         if emulated[mine].nunique() > 1 and emulated[i]:  # beside the same method measured
             tags.append("emulated")
         base.append(impl + "".join(f" [{t}]" for t in tags))
