@@ -13,7 +13,7 @@ whole on one ring rank, so no chunk of it meets another rank's keys and its atte
 rectangle in the diagonal step, the bare kernel's. The cut documents come first on every rank,
 at the same offsets, as above; then the rank's whole documents in document order; then padding
 up to the longest rank's rows (a ring sends equal shards). With every document whole
-(`ring_local`) a rank needs nothing from its peers.
+(`ring_local`) a rank needs nothing from its peers, and its shard is its own rows (`rows(r)`).
 
 Ulysses: the ring shard (the whole sequence when R = 1) is padded at its tail to a multiple
 of U and split into U contiguous pieces; piece u goes to Ulysses rank u.
@@ -58,7 +58,7 @@ DOCUMENT_COST = 1000**2
 def documents_to_split(lengths, ring: int, tolerance: float = BALANCE_TOLERANCE):
     """(which documents to cut, the ring rank holding each document kept whole: None if cut).
     The longest documents are cut first (the zigzag spreads each evenly), the rest placed whole,
-    longest first, each on the rank with the least work so far among those it leaves within
+    longest first, each on the rank with the least cost so far among those it leaves within
     `tolerance` of the mean rows (padding to the longest shard costs memory and passes over
     it), else on the rank with the fewest rows; the first count of cut documents whose busiest
     rank is within `tolerance` of the mean cost wins. Cost: n^2 + DOCUMENT_COST per document

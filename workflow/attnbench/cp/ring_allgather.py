@@ -35,11 +35,12 @@ class RingAllGather(ScheduledMethod):
             if self.local
             else allgather_chunks(self.layout, self.r, causal)
         )
-        M = self.layout.shard_len
-        g = torch.as_tensor(self.layout.gathered_index, device=self.device)
-        # rows of K (and V) in the gathered [R, 2, M, ...] buffer, in the padded global order
-        self.k_rows = (g // M) * 2 * M + g % M
-        self.v_rows = self.k_rows + M
+        if not self.local:
+            M = self.layout.shard_len
+            g = torch.as_tensor(self.layout.gathered_index, device=self.device)
+            # rows of K (and V) in the gathered [R, 2, M, ...] buffer, in the padded global order
+            self.k_rows = (g // M) * 2 * M + g % M
+            self.v_rows = self.k_rows + M
         self.positions = self.layout.piece_positions(self.r, 0)
         self.saved = None
 

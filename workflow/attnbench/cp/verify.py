@@ -9,7 +9,9 @@ counted against the schedule's formula. Rank 0 writes one JSON line per case and
 A local kernel that is not installed gives `unavailable` lines; one whose backward's library is
 missing (fa3's needs the full FA3 build, not fa3-fwd) is checked forward only (`backward: false`).
 --dkv-comm-dtype input sends dK/dV around the ring in the inputs' dtype (give --dtype bfloat16 on
-the CPU to see it round); the methods without a ring say `unsupported`.
+the CPU to see it round); the methods without a ring say `unsupported`. --split-documents (both
+by default) adds the ring methods with documents kept whole where balance allows (cp/layout.py),
+over the document masks of odd lengths and of short ones (every one whole: the ring local).
 """
 
 from __future__ import annotations
