@@ -59,7 +59,8 @@ class Hybrid(ScheduledMethod):
     def setup(self, backward: bool):
         M, m, D, U = self.M, self.m, self.d, self.U
         kv_shape = (2, M, self.hkv_l, D)
-        self.kv0 = self.empty(*kv_shape)
+        # the ring's send buffer (and where Ulysses' all-to-all lands): none for U = 1 ring-local
+        self.kv0 = self.empty(*kv_shape) if U > 1 or not self.ring.local else None
         self.ring.setup(kv_shape, backward)
         if U > 1:
             e = self.empty
@@ -78,16 +79,17 @@ class Hybrid(ScheduledMethod):
     def forward(self, q, k, v):
         g, comm, U, m = self.guard, self.comm, self.U, self.m
         if U == 1:
-            if g.go:
+            kv = (k, v) if self.ring.local else self.kv0  # a local ring sends nothing: no copy
+            if g.go and not self.ring.local:
                 with g:
                     self.kv0[0].copy_(k)
                     self.kv0[1].copy_(v)
-            acc = self.ring.forward(q, self.kv0)
+            acc = self.ring.forward(q, kv)
             out = lse = None
             if g.go:
                 with g:
                     out, lse = acc[0].to(self.dtype), acc[1]
-            self.saved = (q, out, lse)
+            self.saved = (q, out, lse, kv)
             return out, lse
         ulysses = self.rc.groups.ulysses
         if g.go:
@@ -114,14 +116,14 @@ class Hybrid(ScheduledMethod):
             with g:
                 out = self.out_recv.transpose(0, 1).reshape(m, self.hq, self.d)
                 lse = self.lse_recv.reshape(self.hq, m).clone()
-        self.saved = (self.q_h, self.out_h, lse_h)
+        self.saved = (self.q_h, self.out_h, lse_h, self.kv0)
         return out, lse
 
     def backward(self, dout):
         g, comm, U, m = self.guard, self.comm, self.U, self.m
-        q, out, lse = self.saved
+        q, out, lse, kv = self.saved
         if U == 1:
-            grads = self.ring.backward(dout, q, self.kv0, out, lse)
+            grads = self.ring.backward(dout, q, kv, out, lse)
             if g.go:
                 with g:
                     return tuple(x.to(self.dtype) for x in grads)
@@ -131,7 +133,7 @@ class Hybrid(ScheduledMethod):
             with g:
                 self.dout_send.copy_(heads_by_group(dout, U, 1).transpose(0, 1))
         comm.all_to_all(self.dout_h, self.dout_send, ulysses, "ulysses")
-        dq, dk, dv = self.ring.backward(self.dout_h, q, self.kv0, out, lse)
+        dq, dk, dv = self.ring.backward(self.dout_h, q, kv, out, lse)
         if g.go:
             with g:
                 self.dq_send.copy_(dq)

@@ -98,7 +98,8 @@ class DoubleRing:
 
     def forward(self, q, kv0):
         """Merged (out, lse) of q [rows, Hq_local, D] against every KV shard of the ring (out in
-        the accumulation dtype, or q's when ring-local)."""
+        the accumulation dtype, or q's when ring-local); kv0: this shard's K and V ([2, rows,
+        Hkv_local, D], the ring's send buffer; ring-local: any pair)."""
         m, g = self.m, self.m.guard
         if self.local:
             if g.go:
@@ -137,7 +138,7 @@ class DoubleRing:
                 with g:
                     args = (dout, q, kv0[0], kv0[1], out, finite_lse(lse))
                     grads = m.rc.kernel.backward(*args, self.chunks[self.origin(0, 0)])
-                    return grads or (torch.zeros_like(q), *torch.zeros_like(kv0))
+                    return grads or tuple(torch.zeros_like(x) for x in (q, kv0[0], kv0[1]))
             return None, None, None
         dq = dkv_home = None
         if g.go:
