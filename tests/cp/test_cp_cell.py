@@ -105,6 +105,21 @@ def test_ok_record_has_what_the_spec_lists(base, tmp_path):
     assert extra["tokens_per_gpu"] == 48 and extra["method"] == "ring_p2p"
 
 
+def test_a_cell_with_documents_split_as_needed_runs_checks_and_records_it(base, tmp_path):
+    """cp.split_documents: as_needed through the real cell (2 gloo ranks): the float64 check
+    passes, counted bytes are the schedule's, and the record and the tidy table say the split."""
+    cell = spec(base, cp={**GRID["cp"], "split_documents": "as_needed"})
+    assert cell_path(cell).endswith("-splitas_needed.json")
+    out = tmp_path / "r.json"
+    p, _ = launch(cell, out)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["status"] == "ok" and r["check_passed"], r.get("status_reason")
+    assert r["cp"]["degrees"]["split_documents"] == "as_needed"
+    assert r["table_extra"]["split_documents"] == "as_needed"
+    assert all(s["bytes_match_analytic"] for s in r["samples"])
+
+
 def test_statuses_known_before_any_rank_starts(base, tmp_path):
     # heads that 3 ranks cannot split: check-config refuses such a grid, and a cell built without
     # it (by hand, or from an older config) still ends `unsupported` before any rank starts
