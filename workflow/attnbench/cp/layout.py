@@ -31,6 +31,8 @@ from functools import cached_property
 
 import numpy as np
 
+from .catalog import SPLIT_DOCUMENTS
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -46,8 +48,8 @@ class Piece:
 
 # `as_needed` keeps documents whole while the busiest ring rank's cost stays within this fraction
 # over the mean. Not tighter: each document cut brings back the ring's merges and its passes over
-# the whole shard (10-30% of a shard of short documents' time on the H200, issue 33), which costs
-# more than the imbalance it would remove.
+# the whole shard (10-30% of a shard of short documents' time on the H200, measured in
+# results/h200/cp_emulate/target.md), which costs more than the imbalance it would remove.
 BALANCE_TOLERANCE = 0.05
 # A document's cost, in tokens squared: n^2 + this. Each document is a fixed cost to a varlen kernel
 # beside its n^2 (FA3 on the H200, world 4 over 431 documents kept whole: about 21 us forward and
@@ -96,12 +98,14 @@ class ShardLayout:
         self.doc_lengths = lengths
         self.doc_starts = [int(x) for x in np.concatenate([[0], np.cumsum(lengths)[:-1]])]
         self.seqlen = int(sum(lengths))
+        if split_documents not in SPLIT_DOCUMENTS:
+            raise ValueError(
+                f"unknown split_documents {split_documents!r}; valid: {', '.join(SPLIT_DOCUMENTS)}"
+            )
         if split_documents == "all" or ring == 1:
             self.holder = [None] * len(lengths)  # ring rank of a document kept whole
-        elif split_documents == "as_needed":
-            self.holder = documents_to_split(lengths, ring)[1]
         else:
-            raise ValueError(f"unknown split_documents {split_documents!r}; valid: all, as_needed")
+            self.holder = documents_to_split(lengths, ring)[1]
         self.split_documents = split_documents
         self.cut = [d for d, h in enumerate(self.holder) if h is None]
         self.chunks = [

@@ -136,9 +136,8 @@ class DoubleRing:
         if self.local:
             if g.go:
                 with g:
-                    args = (dout, q, kv0[0], kv0[1], out, finite_lse(lse))
-                    grads = m.rc.kernel.backward(*args, self.chunks[self.origin(0, 0)])
-                    return grads or tuple(torch.zeros_like(x) for x in (q, kv0[0], kv0[1]))
+                    args = (dout, q, kv0[0], kv0[1], out, lse)
+                    return m.rc.kernel.backward_whole(*args, self.chunks[self.origin(0, 0)])
             return None, None, None
         dq = dkv_home = None
         if g.go:

@@ -123,10 +123,7 @@ class RingAllGather(ScheduledMethod):
         g, (q, k, v, out, lse) = self.guard, self.saved
         if g.go:
             with g:
-                grads = self.rc.kernel.backward(
-                    dout, q, k, v, out, finite_lse(lse), self.chunks[0]
-                )
-                grads = grads or tuple(torch.zeros_like(x) for x in (q, k, v))
+                grads = self.rc.kernel.backward_whole(dout, q, k, v, out, lse, self.chunks[0])
                 return tuple(x.to(self.dtype) for x in grads)
         return None
 

@@ -33,7 +33,7 @@ import torch
 
 from ..masks.ranges import Slice
 from .catalog import LocalKernelInfo
-from .lse import accumulator_dtype, lse_rows, merge_into
+from .lse import accumulator_dtype, finite_lse, lse_rows, merge_into
 
 
 def load(info: LocalKernelInfo, device, dtype, head_dim) -> "LocalKernel":
@@ -75,6 +75,13 @@ class LocalKernel:
         if chunk.empty:
             return None
         return self._backward(dout, q, k, v, out, lse, chunk)
+
+    def backward_whole(self, dout, q, k, v, out, lse, chunk):
+        """(dq, dk, dv) of a chunk that is the whole story of its rows (no other chunk adds to
+        them: a ring-local rank's own documents), from the rows' final (out, lse): the library's
+        gradients as they are, zeros where the chunk has no visible pair."""
+        grads = self.backward(dout, q, k, v, out, finite_lse(lse), chunk)
+        return grads or tuple(torch.zeros_like(x) for x in (q, k, v))
 
     def backward_share(self, dout, q, k, v, out, lse, chunk) -> "GradShare | None":
         """This chunk's gradient share as the methods add it up (GradShare), or None."""
