@@ -39,6 +39,9 @@ def rng():
 
 
 def pytest_configure(config):
-    # Many masks compile FlexAttention in one test process; raise Dynamo's recompile limit
-    # (the benchmark itself compiles one mask per process and fails rather than fall back).
+    # Two intra-op threads in this process and in every process a test starts (CI has 2 cores).
     os.environ.setdefault("OMP_NUM_THREADS", "2")
+    # Before any test computes: the first parallel exp of a process can be inexact otherwise.
+    from attnbench.harness.cpu_math import settle_vml
+
+    settle_vml()

@@ -96,6 +96,7 @@ def cell_in_worker(spec: dict, a) -> None:
 
 def cmd_cell(a):
     from .families.kernel.cell import ends_without_gpu, run_cell
+    from .harness.cpu_math import settle_vml
     from .record.record import write_record
 
     if a.timed_out_after is not None:
@@ -109,6 +110,7 @@ def cmd_cell(a):
 
         torch.set_num_threads(a.threads)
     if measures:
+        settle_vml()
         claim_gpu_after_start(spec["device"], spec.get("kernel_class", spec["impl"]))
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cell(spec, peak, measure=measures)
@@ -122,7 +124,9 @@ def cmd_cp_cell(a):
         return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
     from .families.cp.cell import run_cp_cell
     from .families.cp.emulated import is_emulated, run_emulated_cell
+    from .harness.cpu_math import settle_vml
 
+    settle_vml()  # run_cp_cell's process group init does it too; the emulation has none
     spec = json.loads(a.spec)
     claim_gpu_after_start(spec["device"])
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None

@@ -213,10 +213,12 @@ def serve(path: Path, idle_s: float, threads: int) -> bool:
     (True)."""
     import torch
 
+    from .harness.cpu_math import settle_vml
     from .record.record import now
 
     if threads:
         torch.set_num_threads(threads)
+    settle_vml()
     started = now()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))

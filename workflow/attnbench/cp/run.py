@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from .. import status as S
+from ..harness.cpu_math import settle_vml
 from ..harness.gate import judge, lse_bound
 from ..harness.inputs import local_inputs
 from ..harness.reference import reference_attention
@@ -34,6 +35,7 @@ CHECK_OOM = (
 def init(device: str, timeout_s: float):
     """Join the job's process group (torchrun's environment): gloo on CPU, NCCL on GPU."""
     global TIMEOUT
+    settle_vml()
     timeout = TIMEOUT = datetime.timedelta(seconds=timeout_s)
     if device == "cuda":
         local = int(os.environ.get("LOCAL_RANK", 0))
