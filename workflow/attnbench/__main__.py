@@ -124,9 +124,7 @@ def cmd_cp_cell(a):
         return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
     from .families.cp.cell import run_cp_cell
     from .families.cp.emulated import is_emulated, run_emulated_cell
-    from .harness.cpu_math import settle_vml
 
-    settle_vml()  # run_cp_cell's process group init does it too; the emulation has none
     spec = json.loads(a.spec)
     claim_gpu_after_start(spec["device"])
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None

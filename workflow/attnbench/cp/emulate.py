@@ -53,6 +53,7 @@ import numpy as np
 import torch
 
 from .. import status as S
+from ..harness.cpu_math import settle_vml
 from ..harness.inputs import local_inputs
 from ..harness.measure import quantiles, synchronize, time_ms
 from . import catalog, run
@@ -242,6 +243,7 @@ class World:
     ):
         if contents not in CONTENTS:
             raise ValueError(f"contents {contents!r}: one of {CONTENTS}")
+        settle_vml()  # as run.init does for real ranks
         self.deg, self.device, self.contents = deg, torch.device(device), contents
         self.hub = Hub(deg.world, timeout_s)
         self.rcs = []
