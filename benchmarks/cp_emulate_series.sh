@@ -64,4 +64,8 @@ run after_w4_dense_loongtrain "$now" $loong $dense --world 4 $few --no-local
 run after_w8_dense "$now" $three $dense --world 8 $once $alone
 run after_w8_dense_usp "$now" $usp $dense --world 8 $once --no-local $alone
 run after_w8_dense_loongtrain "$now" $loong $dense --world 8 $once --no-local $alone
+# whole2_*: whole_w2 and whole_w4 again after two later changes to the ring-local path (K and V go
+# to the kernel uncopied at Ulysses degree 1; Ring AllGather builds its gather index only to gather)
+run whole2_w2 "$now" $rings $docs --world 2 $whole --profile --profile-reps 2
+run whole2_w4 "$now" $rings $docs --world 4 $whole --profile --profile-reps 2
 touch "$out/done"
