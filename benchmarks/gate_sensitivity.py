@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 
 import attnbench.masks as M  # noqa: E402
 from attnbench.families.kernel.cell import check_correctness  # noqa: E402
+from attnbench.harness.cpu_math import settle_vml  # noqa: E402
 from attnbench.harness.inputs import make_inputs  # noqa: E402
 from attnbench.harness.perturb import SCALED, perturbations, scaled_head  # noqa: E402
 from attnbench.kernels import catalog  # noqa: E402
@@ -94,6 +95,7 @@ def main(argv=None):
     p.add_argument("--factor", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    settle_vml()  # its checks run on the CPU
     histograms = packaged_histograms()
     cfg = {"window": a.window, "block": a.block, "long_doc_range": [a.seqlen // 4, a.seqlen // 2]}
     heads = tuple(int(x) for x in a.heads.split(":"))
