@@ -68,8 +68,8 @@ def documents_to_split(lengths, ring: int, tolerance: float = BALANCE_TOLERANCE)
     the whole DOCUMENT_COST (each rank calls the kernel on its pieces)."""
     n = len(lengths)
     order = sorted(range(n), key=lambda d: -lengths[d])
-    work = [float(x) ** 2 + DOCUMENT_COST for x in lengths]
-    mean = sum(work) / ring
+    area = [float(x) ** 2 for x in lengths]
+    work = [a + DOCUMENT_COST for a in area]
     for cut in range(n + 1):
         load, rows, holder = [0.0] * ring, [0] * ring, [None] * n
         row_cap = (1 + tolerance) * sum(lengths[d] for d in order[cut:]) / ring
@@ -79,10 +79,10 @@ def documents_to_split(lengths, ring: int, tolerance: float = BALANCE_TOLERANCE)
             load[r] += work[d]
             rows[r] += lengths[d]
             holder[d] = r
-        shared = sum(work[d] - DOCUMENT_COST for d in order[:cut]) / ring + cut * DOCUMENT_COST
-        if max(load) + shared <= (1 + tolerance) * (
-            mean + cut * DOCUMENT_COST * (ring - 1) / ring
-        ):
+        # every rank: 1/R of each cut document's area and its whole call cost
+        shared = sum(area[d] for d in order[:cut]) / ring + cut * DOCUMENT_COST
+        mean = (sum(work) + cut * DOCUMENT_COST * (ring - 1)) / ring
+        if max(load) + shared <= (1 + tolerance) * mean:
             return [holder[d] is None for d in range(n)], holder
     raise AssertionError("cutting every document balances the ring")  # cut = n: load all 0
 
