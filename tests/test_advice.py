@@ -1,5 +1,6 @@
 """The advice (report.advice, `python -m attnbench advise`, tables/<grid>/advice.md) on small
-SYNTHETIC tidy tables: a winner only where its p20-p80 is apart from every other contender's, the
+SYNTHETIC tidy tables: a winner only where every other contender is slower on every draw (each
+cell here is one draw: a record without per-sample data; tests/test_paired.py has several), the
 training step as fwd + bwd, only ok cells competing, CP and block-sparse points, and command-line
 errors that name the valid choices."""
 
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 from attnbench import families
 from attnbench.__main__ import main
-from attnbench.report import advice
+from attnbench.report import advice, advice_text
 from commands import package_env
 from synthetic_cells import tidy
 
@@ -58,7 +59,12 @@ def only(found, **point) -> advice.Answer:
 
 
 def kernel_answers(rows):
-    return advice.grid_answers(table(rows), "g", "kernel")[0]
+    return advice.grid_answers(table(rows), "g", families.advice_of("kernel"))[0]
+
+
+def margin(a) -> float:
+    """The runner-up's time over the fastest's (one draw: the ratio of their medians)."""
+    return a.standing[a.runner_up.name].ratio_hi
 
 
 # ---------------------------------------------------------------- winner or no clear winner
@@ -66,14 +72,15 @@ def kernel_answers(rows):
 
 def test_a_winner_is_named_where_its_spread_is_apart_from_the_runner_up():
     a = only(kernel_answers([cell("fa2", 10.0, 0.5), cell("fa3", 12.0, 0.2)]))
-    assert a.verdict() == "fa2" and a.winner.name == "fa2"
-    assert a.runner_up.name == "fa3" and a.margin == pytest.approx(1.2)
+    assert a.verdict() == "fa2 (one draw)" and a.winner.name == "fa2"
+    assert a.runner_up.name == "fa3" and margin(a) == pytest.approx(1.2)
+    assert not a.per_sample  # records without per-sample data: each read as one draw
 
 
 def test_overlapping_spreads_give_no_clear_winner_naming_both():
     a = only(kernel_answers([cell("fa2", 10.0, 0.5), cell("fa3", 10.8, 0.4)]))
     assert a.winner is None
-    assert a.verdict() == "no clear winner: fa2 ~ fa3"
+    assert a.verdict() == "fa2 ~ fa3 (one draw)"
     assert a.fastest.name == "fa2" and a.runner_up.name == "fa3"
 
 
@@ -81,8 +88,8 @@ def test_a_slower_contender_whose_spread_reaches_the_fastest_also_blocks_a_winne
     # fa3 is apart from fa2, but flex's wide interval overlaps fa2's: nothing is resolved
     rows = [cell("fa2", 10.0, 0.5), cell("fa3", 11.5, 0.3), cell("flex", 14.0, 4.0)]
     a = only(kernel_answers(rows))
-    assert a.verdict() == "no clear winner: fa2 ~ flex"
-    assert a.runner_up.name == "fa3"
+    assert a.verdict() == "fa2 ~ flex (one draw)"
+    assert a.runner_up.name == "fa3" and a.standing["fa3"].slower
 
 
 def test_only_ok_cells_compete_and_the_others_are_listed_with_their_status():
@@ -93,20 +100,20 @@ def test_only_ok_cells_compete_and_the_others_are_listed_with_their_status():
         cell("sdpa_flash", status="unsupported"),
     ]
     a = only(kernel_answers(rows))
-    assert [c.name for c in a.ranked] == ["fa2"]
+    assert [c.name for c in a.ok] == ["fa2"]
     assert a.verdict() == "fa2 (the only one ok)"
     assert {c.name: c.why_not() for c in a.not_ok} == {
         "fa3": "wrong",
         "naive": "OOM",
         "sdpa_flash": "unsup.",
     }
-    text = advice.caption(table(rows), "kernel", "")
+    text = advice_text.caption(table(rows), [a], families.advice_of("kernel"), "")
     assert "3 of 4 cells are not ok" in text
 
 
 def test_a_point_without_an_ok_cell_says_so():
     a = only(kernel_answers([cell("naive", status="oom"), cell("fa2", status="unavailable")]))
-    assert a.verdict() == "none ok" and a.fastest is None and a.margin is None
+    assert a.verdict() == "none ok" and a.fastest is None and a.runner_up is None
 
 
 def test_a_kernel_the_grid_measures_elsewhere_is_listed_without_a_record_where_it_has_none():
@@ -121,7 +128,7 @@ def test_a_kernel_the_grid_measures_elsewhere_is_listed_without_a_record_where_i
         a = only(found, seqlen=8192, direction=direction)
         assert [(c.name, c.why_not()) for c in a.not_ok] == [("fa4", why)]
         assert a.verdict() == "fa2 (the only one ok)"
-    assert only(found, seqlen=8192).verdict() == "fa4"  # fwd: both measured
+    assert only(found, seqlen=8192).verdict() == "fa4 (one draw)"  # fwd: both measured
     assert not only(found, seqlen=4096, direction="train").not_ok
     rows = [cell("fa2", 30.0, seqlen=8192), cell("fa3", 20.0, heads_kv=64)]  # MHA: its own kernels
     rows += [cell("fa2", 9.0, mask="full"), cell("sdpa_math", 90.0, mask="full")]  # only on full
@@ -135,9 +142,9 @@ def test_heads_settings_are_advised_apart():
     rows = [cell("fa2", 10.0), cell("fa3", 12.0)]
     rows += [cell("fa2", 30.0, heads_kv=64), cell("fa3", 20.0, heads_kv=64)]
     found = kernel_answers(rows)
-    assert only(found, heads_kv=8).verdict() == "fa2"
-    assert only(found, heads_kv=64).verdict() == "fa3"
-    assert [t for t, _ in advice.sections(found)] == ["GQA 64:8", "MHA 64:64"]
+    assert only(found, heads_kv=8).verdict() == "fa2 (one draw)"
+    assert only(found, heads_kv=64).verdict() == "fa3 (one draw)"
+    assert [t for t, _ in advice_text.sections(found)] == ["GQA 64:8", "MHA 64:64"]
 
 
 # ---------------------------------------------------------------- the training step
@@ -152,18 +159,18 @@ def test_train_sums_the_fwd_and_bwd_medians_and_their_spreads():
         cell("fa3", 8.0, 0.3, direction="bwd"),
     ]
     found = kernel_answers(rows)
-    assert only(found).verdict() == "fa3"
+    assert only(found).verdict() == "fa3 (one draw)"
     train = only(found, direction="train")
-    assert train.verdict() == "fa2"
+    assert train.verdict() == "fa2 (one draw)"
     fa2 = train.fastest
-    assert fa2.median == pytest.approx(8.0)
-    assert fa2.interval == pytest.approx((7.7, 8.3))
+    (draw,) = fa2.timed().draws
+    assert (draw.median, draw.p20, draw.p80) == pytest.approx((8.0, 7.7, 8.3))
     assert [r.direction for r in fa2.records] == ["fwd", "bwd"]
     assert [r.path for r in fa2.records] == [
         "results/cells/fa2-fwd.json",
         "results/cells/fa2-bwd.json",
     ]
-    assert train.margin == pytest.approx(10.0 / 8.0)
+    assert margin(train) == pytest.approx(10.0 / 8.0)
 
 
 def test_train_overlap_comes_from_the_combined_spreads():
@@ -175,10 +182,11 @@ def test_train_overlap_comes_from_the_combined_spreads():
         cell("fa3", 20.6, 0.2, direction="bwd"),
     ]
     found = kernel_answers(rows)
-    assert only(found).verdict() == "fa2" and only(found, direction="bwd").verdict() == "fa2"
-    assert only(found, direction="train").verdict() == "fa2"
+    assert only(found).verdict() == "fa2 (one draw)"
+    assert only(found, direction="bwd").verdict() == "fa2 (one draw)"
+    assert only(found, direction="train").verdict() == "fa2 (one draw)"
     rows = [dict(r, time_ms_p80=r["time_ms_p80"] + 0.4) for r in rows]  # wider p80s
-    assert only(kernel_answers(rows), direction="train").verdict() == "no clear winner: fa2 ~ fa3"
+    assert only(kernel_answers(rows), direction="train").verdict() == "fa2 ~ fa3 (one draw)"
 
 
 def test_a_kernel_competes_in_train_only_with_both_records_ok():
@@ -190,7 +198,7 @@ def test_a_kernel_competes_in_train_only_with_both_records_ok():
         cell("flex", 4.0),  # no backward record at all
     ]
     train = only(kernel_answers(rows), direction="train")
-    assert [c.name for c in train.ranked] == ["fa2"]
+    assert [c.name for c in train.ok] == ["fa2"]
     assert {c.name: c.why_not() for c in train.not_ok} == {
         "fa3": "bwd unsup.",
         "flex": "bwd no record",
@@ -239,8 +247,10 @@ def cp_rows():
     ]
 
 
-def cp_answers(rows):
-    return advice.grid_answers(table(rows, "cp", extra=CP_COLUMNS), "g", "cp")
+def cp_answers(rows, *extra):
+    return advice.grid_answers(
+        table(rows, "cp", extra=CP_COLUMNS + extra), "g", families.advice_of("cp")
+    )
 
 
 def test_cp_advice_is_per_mask_tokens_per_gpu_and_gpus_among_the_methods():
@@ -249,10 +259,10 @@ def test_cp_advice_is_per_mask_tokens_per_gpu_and_gpus_among_the_methods():
     assert "2 one-GPU cells" in left
     fwd = only(found, tokens_per_gpu=65536, gpus=2)
     # each local-kernel setting a method runs in is its own contender, named with what ran
-    assert [c.name for c in fwd.ranked] == ["ulysses", "ring_p2p [auto]", "ring_p2p [sdpa_flash]"]
-    assert fwd.verdict() == "ulysses" and fwd.fastest.label() == "ulysses (fa3)"
+    assert [c.name for c in fwd.ok] == ["ulysses", "ring_p2p [auto]", "ring_p2p [sdpa_flash]"]
+    assert fwd.verdict() == "ulysses (one draw)" and fwd.fastest.label() == "ulysses (fa3)"
     bwd = only(found, tokens_per_gpu=65536, direction="bwd")
-    assert bwd.verdict() == "ring_p2p [auto] [dkv input]"
+    assert bwd.verdict() == "ring_p2p [auto] [dkv input] (one draw)"
     assert [c.name for c in bwd.not_ok] == ["torch_cp_auto"]
 
 
@@ -261,7 +271,7 @@ def test_cp_train_pairs_a_backward_only_setting_with_the_methods_forward():
     train = only(found, tokens_per_gpu=65536, direction="train")
     best = train.fastest
     assert best.name == "ring_p2p [auto] [dkv input]"
-    assert best.median == pytest.approx(110.0 + 240.0)
+    assert train.standing[best.name].mean_ms == pytest.approx(110.0 + 240.0)
     assert [r.ran for r in best.records] == ["fa3", "sdpa_cudnn"]
     assert best.label() == "ring_p2p [auto] [dkv input] (fa3 + sdpa_cudnn)"
     assert {c.name for c in train.not_ok} == {"ring_p2p [sdpa_flash]", "torch_cp_auto"}
@@ -269,20 +279,16 @@ def test_cp_train_pairs_a_backward_only_setting_with_the_methods_forward():
 
 def test_cp_cells_are_measured_unless_their_emulated_column_says_otherwise():
     rows = cp_rows()
-    row = advice.sections(cp_answers(rows)[0])[0][1].iloc[0]
-    assert row["cells"] == "measured"
+    found, _ = cp_answers(rows)
+    assert not any(a.emulated for a in found)
+    assert "[emulated]" not in advice_text.sections(found)[0][1].iloc[0]["advice"]
     for r in rows:
         r["emulated"] = r["impl"] == "ulysses"
-    found, _ = cp_answers_with(rows, "emulated")
+    found, _ = cp_answers(rows, "emulated")
     fwd = only(found, tokens_per_gpu=65536)
-    assert fwd.fastest.emulated and fwd.fastest.label() == "ulysses (fa3) (emulated)"
-    assert not fwd.runner_up.emulated
-    first = advice.sections(found)[0][1].iloc[0]
-    assert first["cells"] == "emulated: ulysses"
-
-
-def cp_answers_with(rows, *extra):
-    return advice.grid_answers(table(rows, "cp", extra=CP_COLUMNS + extra), "g", "cp")
+    assert fwd.emulated and fwd.fastest.emulated and not fwd.runner_up.emulated
+    first = advice_text.sections(found)[0][1].iloc[0]
+    assert first["advice"].endswith("[emulated]")
 
 
 # ---------------------------------------------------------------- block-sparse
@@ -310,17 +316,18 @@ def test_sparse_advice_is_per_block_size_and_density_among_sparse_kernels():
         sparse_cell("fa2_sparse", None, 128, 0.5, status="unsupported"),
         cell("fa3", 1.0, mask="full", seqlen=14592),  # a dense reference: not a contender
     ]
-    found, left = advice.grid_answers(table(rows, "sparse"), "g", "sparse")
+    found, left = advice.grid_answers(table(rows, "sparse"), "g", families.advice_of("sparse"))
     assert [(a.point["blocks"], a.point["density"]) for a in found] == [
         ("B=64", 0.2),
         ("B=128", 0.2),
         ("B=128", 0.5),
     ]
-    assert found[0].verdict() == "triton_block_sparse" and found[1].verdict() == "flex"
+    assert found[0].verdict() == "triton_block_sparse (one draw)"
+    assert found[1].verdict() == "flex (one draw)"
     assert found[2].verdict() == "flex (the only one ok)"
     assert [c.name for c in found[2].not_ok] == ["fa2_sparse"]
     assert "1 dense reference cells (mask full)" in left
-    assert all(c.name != "fa3" for a in found for c in (*a.ranked, *a.not_ok))
+    assert all(c.name != "fa3" for a in found for c in (*a.ok, *a.not_ok))
 
 
 # ---------------------------------------------------------------- advice.md beside the other tables
@@ -339,7 +346,10 @@ def test_write_tables_writes_the_advice_beside_the_other_tables(tmp_path):
     assert sorted(names) == sorted(families.table_names(grid) + families.table_caption_names(grid))
     md = (out / "advice.md").read_text()
     assert md.startswith("advice: the fastest kernel")
-    assert "1 of 4 cells are not ok" in md.split("\n", 1)[0]
+    first = md.split("\n", 1)[0]
+    assert (
+        "1 of 4 cells are not ok" in first and "on every draw, B's p20 is above A's p80" in first
+    )
     assert "### GQA 64:8" in md
     rows = {
         cells[2]: cells
@@ -349,9 +359,10 @@ def test_write_tables_writes_the_advice_beside_the_other_tables(tmp_path):
             if line.startswith("| causal")
         )
     }
-    assert rows["fwd"][:4] == ["causal", "4K", "fwd", "fa2"]
-    assert rows["train"][3:5] == ["fa2 (the only one ok)", "fa2 30 [29.8-30.2]"]
-    assert rows["train"][-1] == "1: fa3 bwd unsup."
+    assert rows["fwd"][:5] == ["causal", "4K", "fwd", "1 (no per-sample data)", "fa2 (one draw)"]
+    assert rows["fwd"][6] == "fa3 1.20x, 0/1 won"
+    assert rows["train"][4:6] == ["fa2 (the only one ok)", "fa2 30"]
+    assert rows["train"][-1] == "fa3 bwd unsup."
     assert "advice" in (out / "advice.caption.rst").read_text()
 
 
@@ -378,22 +389,92 @@ def advise(cells_csv, *args):
     main(["advise", "--cells", str(cells_csv), *args])
 
 
-def test_advise_prints_the_answer_and_the_records_it_rests_on(cells_csv, capsys):
+def test_advise_prints_the_verdict_then_a_ranked_table(cells_csv, capsys):
     advise(cells_csv, "--mask", "causal", "--seqlen", "4K", "--direction", "train")
     out = capsys.readouterr().out
-    assert "g (kernel), causal, S=4K (4096)" in out and "train (fwd + bwd)" in out
-    assert "advice: fa2" in out
-    assert "fwd ok 3 [2.9-3.1] ms, cell id-fa2-fwd-4096: results/cells/fa2-fwd.json" in out
-    assert "bwd ok 8 [7.9-8.1] ms, cell id-fa3-bwd-4096: results/cells/fa3-bwd.json" in out
+    lines = out.splitlines()
+    assert lines[0].startswith("g (kernel), causal, S=4K (4096)") and "train (fwd + bwd)" in out
+    assert "fa2: faster than every other kernel on the one draw (p20-p80 apart)" in out
+    assert any(x.split()[:4] == ["1", "fa2", "8", "1"] for x in lines)
+    assert any(x.split()[:3] == ["2", "fa3", "10"] and "1.25x" in x for x in lines)
+    assert "results/cells" not in out  # the record paths only with --verbose
+    assert max(len(x) for x in lines) <= 100
     assert "gcp" not in out  # the CP grid has no cells at 4K
+    advise(cells_csv, "--mask", "causal", "--seqlen", "4K", "--direction", "train", "--verbose")
+    out = capsys.readouterr().out
+    assert "fwd ok: results/cells/fa2-fwd.json (cell id-fa2-fwd-4096)" in out
+    assert "bwd ok: results/cells/fa3-bwd.json (cell id-fa3-bwd-4096)" in out
 
 
 def test_advise_with_gpus_answers_for_context_parallelism(cells_csv, capsys):
     advise(cells_csv, "--gpus", "2", "--direction", "bwd")
     out = capsys.readouterr().out
     assert "gcp (cp), causal, S=128K (131072), 65536 tokens/GPU x 2 GPUs" in out
-    assert "advice: ring_p2p [auto] [dkv input]" in out
-    assert "torch_cp_auto: unsup." in out
+    assert "ring_p2p [auto] [dkv input]: faster than every other context-parallel method" in out
+    assert "not ok: torch_cp_auto unsup." in out
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "csv"])
+def test_advise_writes_markdown_json_and_csv(cells_csv, capsys, fmt):
+    import io
+    import json
+
+    advise(cells_csv, "--mask", "causal", "--seqlen", "4K", "--direction", "fwd", "--format", fmt)
+    out = capsys.readouterr().out
+    if fmt == "json":
+        (a,) = json.loads(out)
+        assert a["winner"] == "fa3" and a["draws"] == 1 and not a["per_sample"]
+        assert [c["name"] for c in a["contenders"]] == ["fa3", "fa2"]
+        assert a["contenders"][1]["ratio_lo"] == pytest.approx(1.5)
+        assert a["contenders"][0]["records"][0]["path"] == "results/cells/fa3-fwd.json"
+    elif fmt == "csv":
+        t = pd.read_csv(io.StringIO(out))
+        assert list(t["kernel"]) == ["fa3", "fa2"] and set(t["grid"]) == {"g"}
+    else:
+        assert "| fa3" in out and "fa3: faster than every other kernel" in out
+
+
+def test_one_question_is_answered_from_one_grid_and_all_shows_the_others(tmp_path, capsys):
+    old = [cell("sdpa_cudnn", 2.0), cell("fa2", 3.0)]  # an older grid without the new kernels
+    new = [cell("fa4", 1.0), cell("fa3", 1.5), cell("fa2", 3.1)]
+    path = tmp_path / "cells.csv"
+    pd.concat([table(old, grid="old"), table(new, grid="new")]).to_csv(path, index=False)
+    advise(path, "--mask", "causal", "--seqlen", "4K", "--direction", "fwd")
+    out = capsys.readouterr().out
+    assert out.startswith("new (kernel)") and "\nold (kernel)" not in out
+    assert "also answered by: old (2 ok, 1 draw)" in out
+    advise(path, "--mask", "causal", "--seqlen", "4K", "--direction", "fwd", "--all")
+    out = capsys.readouterr().out
+    assert out.startswith("new (kernel)") and "\nold (kernel)" in out
+    advise(path, "--mask", "causal", "--seqlen", "4K", "--direction", "fwd", "--grid", "old")
+    assert capsys.readouterr().out.startswith("old (kernel)")
+
+
+def test_emulated_answers_come_in_a_labelled_block_of_their_own(tmp_path, capsys):
+    measured = cp_rows()
+    emulated = [dict(r, emulated=True) for r in cp_rows() if r["impl"] != "torch_cp_auto"]
+    path = tmp_path / "cells.csv"
+    pd.concat(
+        [
+            table(measured, "cp", grid="real", extra=CP_COLUMNS + ("emulated",)),
+            table(emulated, "cp", grid="emu", extra=CP_COLUMNS + ("emulated",)),
+        ]
+    ).to_csv(path, index=False)
+    advise(path, "--gpus", "2", "--direction", "fwd")
+    out = capsys.readouterr().out
+    real, emu = out.split("[emulated: one GPU ran every rank's compute")
+    assert real.startswith("real (cp)") and "emu (cp)" not in real
+    assert "emu (cp)" in emu and "[emulated]" in emu and "also answered by" not in out
+
+
+def test_a_question_over_many_points_prints_one_verdict_line_each(cells_csv, capsys, monkeypatch):
+    from attnbench.report import question
+
+    monkeypatch.setattr(question, "MANY", 2)
+    advise(cells_csv, "--grid", "gcp", "--gpus", "2")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("gcp: causal 64K/GPU x 2 GPUs GQA 64:8 fwd: ulysses (one draw)")
+    assert len(lines) == 4 and "narrow the question" in lines[3]  # fwd, bwd, train
 
 
 def test_advise_without_filters_prints_the_whole_advice(cells_csv, capsys):
@@ -401,6 +482,13 @@ def test_advise_without_filters_prints_the_whole_advice(cells_csv, capsys):
     out = capsys.readouterr().out
     assert "## g (kernel)" in out and "## gcp (cp)" in out
     assert out.count("advice: the fastest") == 2
+
+
+def test_the_overview_has_one_row_per_mask_and_two_columns_per_length(cells_csv, capsys):
+    advise(cells_csv, "--grid", "g", "--overview")
+    out = [[c.strip() for c in x.split("|")[1:-1]] for x in capsys.readouterr().out.splitlines()]
+    assert out[0] == ["mask", "4K train", "4K runner-up"]  # 8K: fa2 has no backward there
+    assert out[2] == ["causal", "fa2 (one draw)", "fa3 1.25x"]
 
 
 @pytest.mark.parametrize(
@@ -415,12 +503,12 @@ def test_advise_without_filters_prints_the_whole_advice(cells_csv, capsys):
             ["--direction", "up"],
             "--direction up: not in the tidy table; valid --direction: bwd, fwd, train",
         ),
-        (
-            ["--gpus", "8"],
-            "--gpus 8: no context-parallel cells at 8 GPUs; valid --gpus: 1, 2",
-        ),
         (["--grid", "nope"], "--grid nope: no such grid; valid --grid: g, gcp"),
         (["--seqlen", "4096", "--gpus", "2"], "valid --gpus: 1"),
+        (
+            ["--block-size", "64"],
+            "--block-size 64: not in the tidy table; valid --block-size: none",
+        ),
     ],
 )
 def test_bad_arguments_name_the_bad_value_and_the_valid_choices(cells_csv, capsys, args, named):
@@ -429,6 +517,25 @@ def test_bad_arguments_name_the_bad_value_and_the_valid_choices(cells_csv, capsy
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert named in err, err
+
+
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        (b"", "is not a readable tidy table"),
+        (b"grid,family,impl,status\n", "has no cells (a header only)"),
+        (bytes(range(256)) * 8, "is not a readable tidy table"),
+        (b"a,b\n1,2\n", "is not a tidy table of this benchmark"),
+    ],
+)
+def test_an_empty_or_unreadable_table_is_one_line_and_exit_2(tmp_path, capsys, content, said):
+    path = tmp_path / "cells.csv"
+    path.write_bytes(content)
+    with pytest.raises(SystemExit) as e:
+        advise(path, "--mask", "causal")
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_the_command_exits_2_without_a_traceback(cells_csv, repo):
@@ -445,6 +552,6 @@ def test_the_command_exits_2_without_a_traceback(cells_csv, repo):
 
 def test_times_are_written_without_exponents():
     a = only(kernel_answers([cell("fa2", 12215.4, 10.0), cell("fa3", 0.08006, 0.001)]))
-    t = advice.sections([a])[0][1].iloc[0]
-    assert t["fastest, ms [p20-p80]"] == "fa3 0.08006 [0.07906-0.08106]"
-    assert t["runner-up, ms [p20-p80]"] == "fa2 12215 [12205-12225]"
+    t = advice_text.sections([a])[0][1].iloc[0]
+    assert t["fastest, ms"] == "fa3 0.08006"
+    assert t["runner-up (x fastest, draws won)"] == "fa2 152578x, 0/1 won"

@@ -254,7 +254,13 @@ def cmd_regenerate(a):
     from .families import expand_cells, load_config
     from .grid.config import ConfigError
     from .grid.expand import cell_path
-    from .report.collect import RecordError, ReportError, collect, write_cells
+    from .report.collect import (
+        RecordError,
+        ReportError,
+        read_cells,
+        read_records,
+        write_tidy_tables,
+    )
 
     t0 = time.perf_counter()
     try:
@@ -275,24 +281,20 @@ def cmd_regenerate(a):
             f"{len(expected) - len(records)} of {len(expected)} cells have no record yet; they are left out"
         )
     try:
-        df = collect(records)
+        read = read_records(records)
     except RecordError as e:
         sys.exit(f"regenerate: {e}")
     (out / "tables").mkdir(parents=True, exist_ok=True)
     table = out / "tables" / "cells.csv"
-    if table.exists():  # the tidy table keeps the rows of the grids not regenerated now
-        import pandas as pd
-
-        from .report.collect import read_cells
-
-        kept = read_cells(table)
-        kept = kept[~kept["grid"].isin(grids)]
-        if len(kept):
-            df = pd.concat([kept, df], ignore_index=True)
-            print(f"{len(kept)} rows of other grids kept from {table}")
-    write_cells(df, table)
+    _, n_samples, kept = write_tidy_tables(read, table, replace_grids=grids)
+    if kept:
+        print(f"{kept} rows of other grids kept from {table}")
+    df = read_cells(table)
     t1 = time.perf_counter()
-    print(f"{len(records)} records -> {out}/tables/cells.csv in {t1 - t0:.1f} s")
+    print(
+        f"{len(records)} records -> {out}/tables/cells.csv and samples.csv ({n_samples} samples) "
+        f"in {t1 - t0:.1f} s"
+    )
     grids = [g for g in grids if g in set(df["grid"])]
     tasks = regeneration_tasks(cfg, grids, out, complete=len(records) == len(expected))
     try:
@@ -415,46 +417,48 @@ def cmd_predict(a):
 
 
 def cmd_advise(a):
-    """The fastest kernel or CP method at a point, and the records it rests on; the whole advice
-    without a filter. A filter that matches nothing names the valid values (exit 2)."""
-    from .report import advice
-    from .report.collect import read_cells
+    """The answer to a question from the tidy tables (report.question); without filters, the
+    whole advice. A question it cannot answer names the valid values (exit 2)."""
+    from .families import advice_of
+    from .report.advice import AdviceError
+    from .report.question import Question, read_tables, respond
 
     cells = Path(a.cells) if a.cells else None
-    if cells is None:
-        from .families import load_config
-        from .grid.config import ConfigError
-
-        try:
-            cells = Path(load_config(a.config)["output_dir"]) / "tables" / "cells.csv"
-        except ConfigError as e:
-            print(f"advise: {e}", file=sys.stderr)
-            sys.exit(2)
-    if not cells.is_file():
-        print(
-            f"advise: no tidy table at {cells}; pass --cells (e.g. results/h200/tables/cells.csv) "
-            "or make it (python -m attnbench regenerate)",
-            file=sys.stderr,
-        )
-        sys.exit(2)
-    df = read_cells(cells)
-    filters = {k: getattr(a, k) for k in ADVISE_FILTERS}
     try:
-        if a.grid is not None and a.grid not in set(df["grid"]):
-            raise advice.AdviceError(
-                f"--grid {a.grid}: no such grid; valid --grid: {', '.join(dict.fromkeys(df['grid']))}"
-            )
-        if all(v is None for k, v in filters.items() if k != "grid"):
-            print(advice.advice_text(df if a.grid is None else df[df["grid"] == a.grid]))
-            return
-        found = advice.select(advice.answers(df), **filters)
-    except advice.AdviceError as e:
+        if cells is None:
+            cells = Path(config_or_exit(a.config, None)["output_dir"]) / "tables" / "cells.csv"
+        df, samples = read_tables(cells)
+        wanted = {k: getattr(a, k) for k in ADVISE_FILTERS}
+        q = Question(wanted, a.format, a.verbose, a.all, a.overview)
+        print(respond(df, samples, advice_of, q))
+    except AdviceError as e:
         print(f"advise: {e} (in {cells})", file=sys.stderr)
         sys.exit(2)
-    print("\n\n".join(advice.explain(x) for x in found))
 
 
-ADVISE_FILTERS = ("grid", "mask", "seqlen", "tokens_per_gpu", "gpus", "heads", "direction")
+ADVISE_FILTERS = (
+    "grid",
+    "mask",
+    "seqlen",
+    "tokens_per_gpu",
+    "gpus",
+    "heads",
+    "block_size",
+    "density",
+    "direction",
+)
+
+
+def config_or_exit(path, overrides):
+    """The validated config, or its error on stderr and exit 2."""
+    from .families import load_config
+    from .grid.config import ConfigError
+
+    try:
+        return load_config(path, overrides, WORKFLOW_CONFIG)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        sys.exit(2)
 
 
 def parse_length(text: str) -> int:
@@ -591,18 +595,37 @@ def main(argv=None):
     c.set_defaults(fn=cmd_predict)
     c = sub.add_parser(
         "advise",
-        help="the fastest kernel or CP method for a mask, length, direction (and GPUs), from the "
-        "tidy table, with the records it rests on; without filters, the whole advice",
+        help="which kernel or CP method, for a mask, length, direction (and GPUs): from the tidy "
+        "tables, compared draw by draw, with the records it rests on; without filters, the "
+        "whole advice",
+        description="A question that several grids answer is answered from one: --grid, else "
+        "the grid with the most ok contenders there, then the most draws, then the newest "
+        "records (--all shows the others). Emulated answers come in a block of their own. "
+        "Every filter takes one or more values.",
     )
-    c.add_argument("--mask")
-    c.add_argument("--seqlen", type=parse_length, help="the whole sequence, e.g. 32768 or 32K")
+    c.add_argument("--mask", nargs="+", help="mask patterns, e.g. causal_document")
+    c.add_argument("--seqlen", nargs="+", type=parse_length, help="whole sequences, e.g. 32K")
     c.add_argument(
-        "--direction", help="fwd, bwd, or train (fwd + bwd of the same kernel or method)"
+        "--direction", nargs="+", help="fwd, bwd, or train (fwd + bwd of the same draw)"
     )
-    c.add_argument("--gpus", type=int, help="1: the one-GPU grids; 2 or more: context parallelism")
-    c.add_argument("--tokens-per-gpu", type=parse_length, help="context parallelism only")
-    c.add_argument("--heads", help="query:KV heads, e.g. 64:8")
-    c.add_argument("--grid", help="only this grid's cells")
+    c.add_argument("--gpus", nargs="+", type=int, help="1: the one-GPU grids; 2 or more: CP")
+    c.add_argument(
+        "--tokens-per-gpu", nargs="+", type=parse_length, help="context parallelism only"
+    )
+    c.add_argument("--heads", nargs="+", help="query:KV heads, e.g. 64:8")
+    c.add_argument("--block-size", nargs="+", type=int, help="block-sparse: block (or average)")
+    c.add_argument("--density", nargs="+", type=float, help="block-sparse: kept block density")
+    c.add_argument("--grid", nargs="+", help="answer from these grids only")
+    c.add_argument("--all", action="store_true", help="also every other grid's answer, labelled")
+    c.add_argument("--verbose", action="store_true", help="with the record paths")
+    c.add_argument(
+        "--format", default="text", choices=["text", "md", "json", "csv"], help="default: text"
+    )
+    c.add_argument(
+        "--overview",
+        action="store_true",
+        help="one row per mask, the verdict and runner-up per length (direction: train)",
+    )
     c.add_argument("--cells", help="the tidy table (default: <output_dir>/tables/cells.csv)")
     c.add_argument("--config", default="config.yaml", help="gives output_dir without --cells")
     c.set_defaults(fn=cmd_advise)

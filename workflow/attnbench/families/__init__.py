@@ -10,6 +10,8 @@
     TABLES, FIGURES          its modules (in the folder) holding
                              tables(df, out) -> paths, table_captions(df) -> ({stem: text}, {stem: rst}),
                              figures(df, out, style, only) -> paths, figure_captions(df, style) -> {stem: text}
+    advice.ADVICE            what its answers are about (report.advice.AdviceFamily: point keys,
+                             contenders, words), in its module advice.py
 
 A new family is a new folder here and one line in FAMILIES. Families sit above the stages they
 use (grid, harness, record, report) and import nothing from one another but the kernel family's
@@ -37,6 +39,11 @@ def family(name: str):
     if name not in FAMILIES:
         raise ValueError(f"unknown family {name!r}; valid families: {', '.join(FAMILIES)}")
     return import_module(f"{__name__}.{FAMILIES[name]}")
+
+
+def advice_of(name: str):
+    """The family's AdviceFamily (its advice.py): what its answers are about (report.advice)."""
+    return import_module(f"{family(name).__name__}.advice").ADVICE
 
 
 def running_with(command: str) -> list[str]:
@@ -157,14 +164,18 @@ def register_own_kernels(grid_cfg: dict | None) -> None:
 def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -> list[Path]:
     """The grid's tables, written by its family, and a report caption per table
     (report.tables.write_tables; `where`: grid, family)."""
-    from ..report.advice import write_advice
+    from ..report.advice_text import write_advice
+    from ..report.collect import read_samples
     from ..report.tables import write_tables as write_with
+
+    def advice(df, out, grid, name):  # every grid's: the paired answers, from both tidy tables
+        return write_advice(df, out, grid, advice_of(name), read_samples(cells_csv))
 
     register_own_kernels(grid_cfg)
     tables_of = partial(part, which="TABLES")
     with naming_the_input("tables", cells_csv, where):
         return write_with(
-            cells_csv, out_dir, tables_of, grid_cfg=grid_cfg, every_grid=write_advice, **where
+            cells_csv, out_dir, tables_of, grid_cfg=grid_cfg, every_grid=advice, **where
         )
 
 

@@ -1,63 +1,67 @@
-"""The answer a reader comes for, from the tidy table alone: at every point of a grid, the fastest
-kernel (or CP method), the runner-up, the margin, and whether the difference is resolved.
+"""The answer a reader comes for, from the tidy tables alone: at every point of a grid and in every
+direction, the contenders (kernels, block-sparse kernels or CP methods) compared draw by draw
+(report.paired: the rule), the winner or the tie, and the records each answer rests on.
 
-Decided on time per call (ms; the median over all timed repetitions), not TFLOP/s: time is what a
-user waits for, and at one point every contender computes the same mask, so the faster in time is
-also the higher in TFLOP/s. A winner is named only where its p20-p80 interval of time overlaps no
-other contender's; otherwise the point has "no clear winner", naming the fastest and every
-contender whose interval overlaps it. The margin is the runner-up's median over the fastest's. A
-cell without a p20 or p80 counts its median as its interval.
+Decided on time per call (ms): time is what a user waits for, and at one point every contender
+computes the same masks. Directions: each one measured (fwd, bwd; fwdbwd where a grid measures it)
+and `train`, one training step: the fwd and the bwd record of the same contender, added draw by
+draw. A contender competes in `train` only where both its records are ok.
 
-Directions: each one measured (fwd, bwd; fwdbwd where a grid measures it) and `train`, one
-training step: the fwd and the bwd record of the same contender at the same point, medians summed;
-the p20 and p80 of the sum approximated by the sum of the two p20s and the sum of the two p80s
-(exact when the two times rise and fall together, as over the same sampled masks; otherwise an
-approximation). A contender competes in `train` only where both its records are ok.
-
-Only `ok` cells compete: a cell that ran out of memory, cannot express the mask, is not installed,
-disagrees with the float64 reference or timed out does not; each point lists them with their status.
-A kernel the grid measures for the same mask and heads setting at another length but not at this
-one (a sweep not yet finished) is listed too, as `no record`.
-
-Per family:
-- kernel: per mask x length x heads (x head dim x dtype) x direction, the fastest kernel;
-- sparse: per block setting x density x length x heads x direction, the fastest block-sparse kernel
-  (the grid's dense references, dense kernels on the full mask at equal visible area, answer another
-  question and are compared in sparse_vs_dense, not here);
-- cp: per mask x tokens per GPU x GPUs (two or more) x direction, the fastest CP method; each
-  local-kernel setting, dK/dV dtype or degree factorisation a method runs in is its own contender;
-  one-GPU cells (the bare kernel, the baseline of cp_vs_single_gpu, and a method on one rank) are
-  not advice. Every point rests on measured cells (the CP throughput model's predictions are not in
-  the tidy table); a cell marked emulated (optional column `emulated`) is marked in the advice.
-Any other family is advised as the kernel family is (one contender per `impl` at a point).
+Only `ok` cells compete: a cell that ran out of memory, cannot express the mask, is not
+installed, disagrees with the float64 reference, timed out or is implausible does not; each point
+lists them with their status. Each family says what its points, contenders and words are
+(AdviceFamily, supplied by attnbench.families.<family>.advice); this module names no family.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..cp.catalog import BARE_KERNEL
-from ..masks import ALL_MASKS, SPARSE_MASKS
 from ..status import OK
-from .labels import STATUS_LABEL, heads_label, order, seqlen_label
-from .outputs import ADVICE_STEM as STEM
-from .tables import MEDIAN_SPREAD, describe_setup, fmt_compared, write_sections
+from .collect import emulated
+from .labels import STATUS_LABEL, order
+from .paired import NO_FINGERPRINT, Comparison, Draw, Timed, compare, step
 
 TRAIN = "train"
 DIRECTIONS = ("fwd", "bwd", TRAIN, "fwdbwd")  # the order of rows at one point
-NO_RECORD = "no record"  # a train contender lacking its fwd or bwd record
+NO_RECORD = "no record"  # a contender the grid measures elsewhere, without a record here
+HEADS_ETC = ("heads_q", "heads_kv", "head_dim", "dtype")
 
 
 class AdviceError(ValueError):
-    """A filter of `select` that matches nothing; the message names the valid values."""
+    """A question the tidy table cannot answer; the message names the valid values."""
+
+
+@dataclass(frozen=True)
+class AdviceFamily:
+    """What a family's answers are about, supplied by the family (families/<name>/advice.py)."""
+
+    name: str
+    what: str  # a contender, in words: "kernel", "context-parallel method"
+    per: str  # what one row decides, in words: "mask, length, heads"
+    point_keys: tuple[str, ...]  # the columns that identify a point (besides the direction)
+    # the rows that compete, with `_name` (the contender), `_base` (its name without settings of
+    # one direction), `_ran` (what ran where the name does not say it); and a sentence on the rows
+    # left out ('' where none is)
+    contenders: Callable[[pd.DataFrame], tuple[pd.DataFrame, str]]
+    leading: Callable[[dict], dict]  # the first columns of the point's row in advice.md
+    where: Callable[[dict], list[str]]  # the point in words (mask, lengths, GPUs ...)
+    short: Callable[[dict], str]  # the point in a few words, for one line per answer
+    # the columns within which every length expects the same contenders (a contender measured at
+    # another length but not this one is listed as `no record`); () where contenders differ by point
+    same_contenders: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------- records and contenders
 
 
 @dataclass(frozen=True)
 class Record:
-    """One cell an answer rests on."""
+    """One cell an answer rests on, with its draws (one, read from the cell, where the per-sample
+    table lacks it)."""
 
     direction: str
     status: str
@@ -68,10 +72,16 @@ class Record:
     path: str
     ran: str = ""  # what ran where the name does not say it (a CP method's local kernel)
     emulated: bool = False
+    finished_at: str = ""
+    draws: tuple[Draw, ...] = ()
 
     @property
     def timed(self) -> bool:
-        return self.status == OK and self.median is not None
+        return self.status == OK and bool(self.draws)
+
+
+def no_record(direction: str) -> Record:
+    return Record(direction, NO_RECORD, None, None, None, "", "")
 
 
 @dataclass(frozen=True)
@@ -80,38 +90,33 @@ class Contender:
 
     name: str
     records: tuple[Record, ...]
+    apart: str = ""  # why an ok contender is not compared (it shares no draw with the others)
 
     @property
     def ok(self) -> bool:
-        return all(r.timed for r in self.records)
-
-    @property
-    def median(self) -> float:
-        return sum(r.median for r in self.records)
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        """(p20, p80): summed over the records (train), each record's median where it lacks one."""
-        lo = sum(r.median if r.p20 is None else r.p20 for r in self.records)
-        hi = sum(r.median if r.p80 is None else r.p80 for r in self.records)
-        return lo, hi
+        return all(r.timed for r in self.records) and not self.apart
 
     @property
     def emulated(self) -> bool:
         return any(r.emulated for r in self.records)
 
+    def timed(self) -> Timed:
+        """Its draws (train: fwd + bwd on each draw both have)."""
+        parts = [Timed(self.name, r.draws) for r in self.records]
+        return parts[0] if len(parts) == 1 else step(*parts, name=self.name)
+
     def label(self) -> str:
-        """The name, what ran (CP: fwd + bwd local kernels) and an emulated mark."""
+        """The name with what ran (CP: fwd + bwd local kernels)."""
         ran = " + ".join(dict.fromkeys(r.ran for r in self.records if r.ran))
-        return self.name + (f" ({ran})" if ran else "") + (" (emulated)" * self.emulated)
+        return self.name + (f" ({ran})" if ran else "")
 
     def why_not(self) -> str:
         """Why it does not compete: the status of each record that is not ok."""
+        if self.apart:
+            return self.apart
         bad = [r for r in self.records if not r.timed]
         words = [status_word(r) for r in bad]
-        if len(self.records) > 1 and len(set(words)) == 1 and len(bad) == len(self.records):
-            return words[0]  # the same in both directions
-        if len(self.records) == 1:
+        if len(self.records) == 1 or (len(set(words)) == 1 and len(bad) == len(self.records)):
             return words[0]
         return ", ".join(f"{r.direction} {w}" for r, w in zip(bad, words))
 
@@ -124,53 +129,52 @@ def status_word(r: Record) -> str:
     return STATUS_LABEL.get(r.status, r.status)
 
 
-def overlap(a: Contender, b: Contender) -> bool:
-    (alo, ahi), (blo, bhi) = a.interval, b.interval
-    return alo <= bhi and blo <= ahi
-
-
 @dataclass(frozen=True)
 class Answer:
     """The advice at one point of a grid in one direction."""
 
     grid: str
-    family: str
-    point: dict  # the point's values (POINTS of its family)
+    family: AdviceFamily
+    point: dict
     direction: str
-    ranked: tuple[Contender, ...]  # the ok contenders, fastest first
+    ok: tuple[Contender, ...]  # fastest first (the comparison's order)
     not_ok: tuple[Contender, ...]
+    comparison: Comparison = field(default_factory=lambda: Comparison((), 0, True))
+
+    @property
+    def standing(self) -> dict:
+        return {s.name: s for s in self.comparison.standings}
 
     @property
     def fastest(self) -> Contender | None:
-        return self.ranked[0] if self.ranked else None
+        return self.ok[0] if self.ok else None
 
     @property
     def runner_up(self) -> Contender | None:
-        return self.ranked[1] if len(self.ranked) > 1 else None
-
-    @property
-    def ties(self) -> list[Contender]:
-        """The contenders whose p20-p80 overlaps the fastest's."""
-        return [c for c in self.ranked[1:] if overlap(self.ranked[0], c)]
+        return self.ok[1] if len(self.ok) > 1 else None
 
     @property
     def winner(self) -> Contender | None:
-        """The fastest where it is resolved from every other contender (or is the only one)."""
-        return self.fastest if self.ranked and not self.ties else None
+        w = self.comparison.winner
+        return self.ok[0] if w is not None else None
 
     @property
-    def margin(self) -> float | None:
-        """The runner-up's median time over the fastest's."""
-        return self.runner_up.median / self.fastest.median if self.runner_up else None
+    def tied(self) -> list[Contender]:
+        """The fastest and every contender not slower than it, where that is more than one."""
+        names = {s.name for s in self.comparison.not_slower}
+        return [c for c in self.ok if c.name in names] if len(names) > 1 else []
 
-    def verdict(self) -> str:
-        if not self.ranked:
-            return "none ok"
-        if len(self.ranked) == 1:
-            return f"{self.fastest.name} (the only one ok)"
-        if self.winner:
-            return self.winner.name
-        return "no clear winner: " + " ~ ".join(c.name for c in [self.fastest, *self.ties])
+    @property
+    def draws(self) -> int:
+        return self.comparison.draws
+
+    @property
+    def per_sample(self) -> bool:
+        return self.comparison.per_sample
+
+    @property
+    def emulated(self) -> bool:
+        return any(c.emulated for c in (*self.ok, *self.not_ok))
 
     @property
     def seqlen(self) -> int:
@@ -184,143 +188,85 @@ class Answer:
     def heads(self) -> str:
         return f"{int(self.point['heads_q'])}:{int(self.point['heads_kv'])}"
 
+    @property
+    def finished_at(self) -> str:
+        return max((r.finished_at for c in self.ok for r in c.records), default="")
 
-# ---------------------------------------------------------------- contenders per family
-
-HEADS_ETC = ["heads_q", "heads_kv", "head_dim", "dtype"]
-# Where a kernel family grid measures the same kernels at every length (`no record` where one lacks)
-SAME_KERNELS = ["mask", *HEADS_ETC]
-# What identifies a point in each family (besides the direction), in the order of a row.
-POINTS = {
-    "kernel": ["mask", "seqlen", *HEADS_ETC, "gpus"],
-    "sparse": ["mask", "blocks", "density", "seqlen", *HEADS_ETC],
-    "cp": ["mask", "tokens_per_gpu", "gpus", "seqlen", *HEADS_ETC],
-}
-
-
-def _flag(df: pd.DataFrame, col: str) -> pd.Series:
-    """A boolean column that may be absent (False) or read back from CSV as text."""
-    if col not in df:
-        return pd.Series(False, index=df.index)
-    return df[col].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
+    def verdict(self) -> str:
+        """The winner, the tie, the only one ok, or none ok; how many draws where it is one."""
+        if not self.ok:
+            return "none ok"
+        if len(self.ok) == 1:
+            return f"{self.fastest.name} (the only one ok)"
+        text = self.winner.name if self.winner else " ~ ".join(c.name for c in self.tied)
+        return text + (" (one draw)" if self.draws == 1 else "")
 
 
-def _text(df: pd.DataFrame, col: str, default: str) -> pd.Series:
-    if col not in df:
-        return pd.Series(default, index=df.index, dtype=object)
-    return df[col].astype(object).where(df[col].notna(), default).astype(str)
-
-
-def _block_setting(r) -> str:
-    if r["mask"] == "variable_block_sparse" and pd.notna(r.get("avg_block")):
-        return f"var A={int(r['avg_block'])}"
-    if pd.notna(r.get("block_size")):
-        return f"B={int(r['block_size'])}"
-    return r["mask"]
-
-
-def _degrees(r) -> str:
-    if pd.isna(r.get("ulysses_degree")) or pd.isna(r.get("ring_degree")):
-        return ""
-    w = r.get("windows")
-    windows = f"/W{int(w)}" if pd.notna(w) and int(w) > 1 else ""
-    return f"U{int(r['ulysses_degree'])}xR{int(r['ring_degree'])}{windows}"
-
-
-def cp_names(df: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
-    """(base, name, ran) of each CP row. base: the method with the local-kernel setting, the
-    degrees and the documents split where the method runs several (and `emulated` where it also
-    has measured cells); name: base with the dK/dV dtype where the method's
-    backward runs several (it changes only the backward, so a fwd row is named by its base); ran:
-    the local kernel that ran."""
-    setting = _text(df, "local_kernel_setting", "")
-    ran = _text(df, "local_kernel", "")
-    setting = setting.where(setting != "", ran)
-    dkv = _text(df, "dkv_comm_dtype", "accumulator")
-    degrees = pd.Series([_degrees(r) for _, r in df.iterrows()], index=df.index, dtype=object)
-    split = _text(df, "split_documents", "all")
-    emulated = _flag(df, "emulated")
-    base = []
-    for i, impl in df["impl"].items():
-        mine = df["impl"] == impl
-        same_gpus = mine & (df["gpus"] == df.at[i, "gpus"])
-        tags = []
-        if setting[mine].nunique() > 1:
-            tags.append(setting[i])
-        if degrees[same_gpus].nunique() > 1:
-            tags.append(degrees[i])
-        if split[mine].nunique() > 1:
-            tags.append(f"split {split[i]}")
-        if emulated[mine].nunique() > 1 and emulated[i]:  # beside the same method measured
-            tags.append("emulated")
-        base.append(impl + "".join(f" [{t}]" for t in tags))
-    base = pd.Series(base, index=df.index)
-    name = [
-        b + (f" [dkv {dkv[i]}]" if dkv[(base == b) & (df["direction"] == d)].nunique() > 1 else "")
-        for (i, b), d in zip(base.items(), df["direction"])
-    ]
-    return base, pd.Series(name, index=df.index), ran.where(ran != setting, "")
-
-
-def competing(df: pd.DataFrame, family: str) -> tuple[pd.DataFrame, str]:
-    """The rows advised in this family, with `_base`, `_name`, `_ran`, `_emulated` (and `blocks`),
-    and a sentence on the rows left out (empty where none is)."""
-    df = df.copy()
-    left = ""
-    if family == "sparse":
-        dense = ~df["mask"].isin(SPARSE_MASKS)
-        if dense.any():
-            left = (
-                f"{int(dense.sum())} dense reference cells (mask "
-                f"{', '.join(dict.fromkeys(df.loc[dense, 'mask']))}) are compared in sparse_vs_dense, "
-                "not here"
-            )
-        df = df[~dense].copy()
-        df["blocks"] = [_block_setting(r) for _, r in df.iterrows()]
-    if family == "cp":
-        one = (df["gpus"] == 1) | (df["impl"] == BARE_KERNEL)
-        if one.any():
-            left = (
-                f"{int(one.sum())} one-GPU cells (the bare kernel {BARE_KERNEL}, methods on one "
-                "rank) are baselines, not advice"
-            )
-        df = df[~one].copy()
-        per_gpu = df["seqlen"] // df["gpus"]  # the CP cell's own split, where a row lacks it
-        tokens = df["tokens_per_gpu"] if "tokens_per_gpu" in df else per_gpu
-        df["tokens_per_gpu"] = tokens.fillna(per_gpu).astype(int)
-    if family == "cp" and len(df):
-        df["_base"], df["_name"], df["_ran"] = cp_names(df)
-    else:
-        df["_base"] = df["_name"] = df["impl"].astype(str)
-        df["_ran"] = ""
-    df["_emulated"] = _flag(df, "emulated")
-    return df, left
+# ---------------------------------------------------------------- from the tidy tables
 
 
 def _num(v) -> float | None:
     return None if pd.isna(v) else float(v)
 
 
-def _record(r) -> Record:
+def _text(v) -> str:
+    return "" if v is None or pd.isna(v) else str(v)
+
+
+def draws_by_cell(samples: pd.DataFrame | None) -> dict[str, tuple[Draw, ...]]:
+    """{cell_id: its draws in sample order} from the per-sample table."""
+    if samples is None or samples.empty:
+        return {}
+    out: dict[str, list[Draw]] = {}
+    for r in samples.sort_values(["cell_id", "sample"]).itertuples(index=False):
+        fingerprint = NO_FINGERPRINT if pd.isna(r.draw) else str(r.draw)
+        out.setdefault(str(r.cell_id), []).append(
+            Draw(
+                int(r.sample),
+                fingerprint,
+                float(r.time_ms_median),
+                float(r.time_ms_p20),
+                float(r.time_ms_p80),
+            )
+        )
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _record(r, draws: dict) -> Record:
+    med, p20, p80 = (_num(r.get(k)) for k in ("time_ms_median", "time_ms_p20", "time_ms_p80"))
+    cell_id = _text(r.get("cell_id"))
+    mine = draws.get(cell_id, ())
+    if not mine and med is not None:  # no per-sample data: the cell read as one draw
+        lo, hi = med if p20 is None else p20, med if p80 is None else p80
+        mine = (Draw(0, NO_FINGERPRINT, med, lo, hi),)
     return Record(
         direction=r["direction"],
         status=r["status"],
-        median=_num(r["time_ms_median"]),
-        p20=_num(r["time_ms_p20"]),
-        p80=_num(r["time_ms_p80"]),
-        cell_id="" if pd.isna(r.get("cell_id")) else str(r["cell_id"]),
-        path="" if pd.isna(r.get("record")) else str(r["record"]),
+        median=med,
+        p20=p20,
+        p80=p80,
+        cell_id=cell_id,
+        path=_text(r.get("record")),
         ran=r["_ran"],
         emulated=bool(r["_emulated"]),
+        finished_at=_text(r.get("finished_at")),
+        draws=mine,
     )
 
 
-def _answer(grid, family, point, direction, contenders) -> Answer:
-    ok = sorted((c for c in contenders if c.ok), key=lambda c: c.median)
+def _answer(grid, fam, point, direction, contenders) -> Answer:
+    ok = [c for c in contenders if c.ok]
     bad = [c for c in contenders if not c.ok]
     names = order(c.name for c in bad)
     bad.sort(key=lambda c: names.index(c.name))
-    return Answer(grid, family, point, direction, tuple(ok), tuple(bad))
+    comparison = compare([c.timed() for c in ok]) if ok else Comparison((), 0, True)
+    unpaired = set(comparison.unpaired)
+    rank = {s.name: i for i, s in enumerate(comparison.standings)}
+    ranked = sorted((c for c in ok if c.name in rank), key=lambda c: rank[c.name])
+    # a contender sharing no draw with the others cannot be compared: listed, not ranked
+    apart = "other draws (shares none with the others)"
+    bad += [Contender(c.name, c.records, apart) for c in ok if c.name in unpaired]
+    return Answer(grid, fam, point, direction, tuple(ranked), tuple(bad), comparison)
 
 
 def _unique_names(rows: pd.DataFrame, where: str) -> None:
@@ -333,7 +279,7 @@ def _unique_names(rows: pd.DataFrame, where: str) -> None:
         )
 
 
-def _train(rows: pd.DataFrame) -> list[Contender]:
+def _train(rows: pd.DataFrame, draws: dict) -> list[Contender]:
     """fwd + bwd of each contender at a point: a bwd row pairs with the fwd row of its name, else
     with the one fwd row of its base (a setting of the backward alone, the dK/dV dtype, does not
     change the forward)."""
@@ -346,40 +292,28 @@ def _train(rows: pd.DataFrame) -> list[Contender]:
             f = fwd[same[0]] if len(same) == 1 else None
         if f is not None:
             paired.add(f["_name"])
-        missing = Record("fwd", NO_RECORD, None, None, None, "", "")
-        out.append(Contender(b["_name"], (missing if f is None else _record(f), _record(b))))
+        first = no_record("fwd") if f is None else _record(f, draws)
+        out.append(Contender(b["_name"], (first, _record(b, draws))))
     for name, f in fwd.items():
         if name not in paired:
-            missing = Record("bwd", NO_RECORD, None, None, None, "", "")
-            out.append(Contender(name, (_record(f), missing)))
+            out.append(Contender(name, (_record(f, draws), no_record("bwd"))))
     return out
 
 
-def _expected_names(rows: pd.DataFrame, family: str) -> dict:
-    """Kernel family (and any other advised as it): the kernels a grid measures for a mask and heads
-    setting at some length, which a length without their record lists as `no record` (a sweep not
-    yet finished). Sparse and CP points differ in who competes: none expected there."""
-    if family in ("sparse", "cp") or rows.empty:
+def _expected_names(rows: pd.DataFrame, fam: AdviceFamily) -> dict:
+    """The contenders a grid measures within each `same_contenders` group, at some length."""
+    if not fam.same_contenders or rows.empty:
         return {}
+    keys = list(fam.same_contenders)
     return {
         tuple(values): tuple(dict.fromkeys(g["_name"]))
-        for values, g in rows.groupby(SAME_KERNELS, dropna=False, sort=False)
+        for values, g in rows.groupby(keys, dropna=False, sort=False)
     }
 
 
 def _absent(names, rows: pd.DataFrame, *directions: str) -> list[Contender]:
-    """A contender with `no record` in each direction for every expected name without a row here."""
     have = set(rows["_name"])
-    missing = tuple(Record(d, NO_RECORD, None, None, None, "", "") for d in directions)
-    return [Contender(n, missing) for n in names if n not in have]
-
-
-def _point_order(family: str, point: dict, direction: str):
-    mask = point["mask"]
-    rank = ALL_MASKS.index(mask) if mask in ALL_MASKS else len(ALL_MASKS)
-    rest = [point[k] for k in POINTS.get(family, POINTS["kernel"])[1:]]
-    d = DIRECTIONS.index(direction) if direction in DIRECTIONS else len(DIRECTIONS)
-    return (rank, mask, *(_value_order(v) for v in rest), d)
+    return [Contender(n, tuple(map(no_record, directions))) for n in names if n not in have]
 
 
 def _value_order(v):
@@ -390,164 +324,54 @@ def _value_order(v):
     return (kind, float(n)) if n.isdigit() else (v, 0.0)
 
 
-def grid_answers(df: pd.DataFrame, grid: str, family: str) -> tuple[list[Answer], str]:
+def _point_order(a: Answer):
+    from ..masks import ALL_MASKS
+
+    mask = a.point["mask"]
+    rank = ALL_MASKS.index(mask) if mask in ALL_MASKS else len(ALL_MASKS)
+    rest = [a.point[k] for k in a.family.point_keys if k != "mask"]
+    d = DIRECTIONS.index(a.direction) if a.direction in DIRECTIONS else len(DIRECTIONS)
+    return (rank, mask, *(_value_order(v) for v in rest), d)
+
+
+def grid_answers(
+    df: pd.DataFrame, grid: str, fam: AdviceFamily, samples: pd.DataFrame | None = None
+) -> tuple[list[Answer], str]:
     """Every answer of one grid's rows, in the order of its table, and the sentence on the rows
-    left out (competing)."""
-    rows, left = competing(df, family)
-    keys = POINTS.get(family, POINTS["kernel"])
-    expected = _expected_names(rows, family)
+    left out. `samples`: the per-sample table (without it every record is read as one draw)."""
+    rows, left = fam.contenders(df)
+    rows = rows.assign(_emulated=emulated(rows).values)
+    draws = draws_by_cell(samples)
+    keys = list(fam.point_keys)
+    expected = _expected_names(rows, fam)
     out = []
     for values, at in rows.groupby(keys, dropna=False, sort=False):
         point = dict(zip(keys, values))
-        names = expected.get(tuple(point[k] for k in SAME_KERNELS), ())
+        names = expected.get(tuple(point[k] for k in fam.same_contenders), ())
         for direction, d in at.groupby("direction", sort=False):
             _unique_names(d, f"grid {grid}, {point}, {direction}")
-            here = [Contender(r["_name"], (_record(r),)) for _, r in d.iterrows()]
-            out.append(
-                _answer(grid, family, point, direction, here + _absent(names, d, direction))
-            )
+            here = [Contender(r["_name"], (_record(r, draws),)) for _, r in d.iterrows()]
+            contenders = here + _absent(names, d, direction)
+            out.append(_answer(grid, fam, point, direction, contenders))
         if {"fwd", "bwd"} <= set(at["direction"]):
-            out.append(
-                _answer(grid, family, point, TRAIN, _train(at) + _absent(names, at, "fwd", "bwd"))
-            )
-    out.sort(key=lambda a: _point_order(family, a.point, a.direction))
+            contenders = _train(at, draws) + _absent(names, at, "fwd", "bwd")
+            out.append(_answer(grid, fam, point, TRAIN, contenders))
+    out.sort(key=_point_order)
     return out, left
 
 
-def answers(df: pd.DataFrame) -> list[Answer]:
-    """Every answer of every grid in a tidy table (each grid advised by its rows' family)."""
+def answers(
+    df: pd.DataFrame, families: Callable[[str], AdviceFamily], samples=None
+) -> list[Answer]:
+    """Every answer of every grid in a tidy table (each grid advised by its rows' family;
+    `families(name)` gives a family's AdviceFamily)."""
     out = []
     for grid, g in df.groupby("grid", sort=False):
-        out += grid_answers(g, str(grid), str(g["family"].iloc[0]))[0]
+        out += grid_answers(g, str(grid), families(str(g["family"].iloc[0])), samples)[0]
     return out
 
 
-# ---------------------------------------------------------------- the advice table
-
-
-def ms(v: float) -> str:
-    """Four significant digits (differences of a few tenths of a percent are compared), whole
-    milliseconds from 1 s on (no exponents)."""
-    return f"{v:.0f}" if abs(v) >= 1000 else fmt_compared(v)
-
-
-def _timed_text(c: Contender | None) -> str:
-    if c is None:
-        return ""
-    lo, hi = c.interval
-    return f"{c.label()} {ms(c.median)} [{ms(lo)}-{ms(hi)}]"
-
-
-def _not_ok_text(a: Answer) -> str:
-    if not a.not_ok:
-        return ""
-    return f"{len(a.not_ok)}: " + ", ".join(f"{c.name} {c.why_not()}" for c in a.not_ok)
-
-
-def _leading(a: Answer) -> dict:
-    p = a.point
-    s = seqlen_label(p["seqlen"])
-    if a.family == "sparse":
-        return {"blocks": p["blocks"], "density": f"{p['density']:g}", "S": s}
-    if a.family == "cp":
-        return {"mask": p["mask"], "tokens/GPU": int(p["tokens_per_gpu"]), "GPUs": a.gpus, "S": s}
-    return {"mask": p["mask"], "S": s}
-
-
-def _row(a: Answer) -> dict:
-    row = {
-        **_leading(a),
-        "direction": a.direction,
-        "advice": a.verdict(),
-        "fastest, ms [p20-p80]": _timed_text(a.fastest),
-        "runner-up, ms [p20-p80]": _timed_text(a.runner_up),
-        "margin": "" if a.margin is None else f"{a.margin:.2f}x",
-    }
-    if a.family == "cp":
-        emulated = [c.name for c in (*a.ranked, *a.not_ok) if c.emulated]
-        row["cells"] = f"emulated: {', '.join(emulated)}" if emulated else "measured"
-    row["not ok (do not compete)"] = _not_ok_text(a)
-    return row
-
-
-def _section_title(a: Answer, varying: list[str]) -> str:
-    p = a.point
-    title = heads_label(p["heads_q"], p["heads_kv"])
-    if "head_dim" in varying:
-        title += f", head dim {int(p['head_dim'])}"
-    if "dtype" in varying:
-        title += f", {p['dtype']}"
-    return title
-
-
-def sections(found: list[Answer]) -> list[tuple[str, pd.DataFrame]]:
-    """(title, table) per heads setting (and head dim and dtype where they vary), rows in order."""
-    varying = [k for k in ("head_dim", "dtype") if len({str(a.point[k]) for a in found}) > 1]
-    groups: dict[str, list[dict]] = {}
-    for a in found:
-        groups.setdefault(_section_title(a, varying), []).append(_row(a))
-    out = []
-    for title, rows in groups.items():
-        t = pd.DataFrame(rows)
-        out.append((title, t.set_index(t.columns[0])))
-    return out
-
-
-WHAT = {
-    "kernel": ("kernel", "mask, length, heads"),
-    "sparse": ("block-sparse kernel", "block size, density, length, heads"),
-    "cp": ("context-parallel method", "mask, tokens per GPU, GPUs, heads"),
-}
-
-
-def caption(df: pd.DataFrame, family: str, left: str) -> str:
-    """The first line of advice.md: what each row decides and how, and the cells that do not compete."""
-    what, per = WHAT.get(family, WHAT["kernel"])
-    rows, _ = competing(df, family)
-    bad = rows[rows["status"] != OK]["status"].value_counts()
-    counts = ", ".join(f"{n} {STATUS_LABEL.get(s, s)}" for s, n in bad.items())
-    parts = [
-        f"advice: the fastest {what} per {per} and direction (fwd, bwd; train = fwd + bwd)",
-        f"decided on time per call, ms, {MEDIAN_SPREAD} (the time a user waits; every contender "
-        "at a point computes the same mask)",
-        "a winner is named only where its p20-p80 overlaps no other contender's, else 'no clear "
-        "winner' naming the fastest and each contender whose p20-p80 overlaps it",
-        "margin = the runner-up's median over the fastest's",
-        "train: the two records' medians summed, its p20 and p80 the sums of their p20s and of "
-        "their p80s",
-        f"only ok cells compete: {int(bad.sum())} of {len(rows)} cells are not ok"
-        + (f" ({counts})" if counts else ""),
-    ]
-    if family == "cp":
-        parts.append(
-            "every point is a measured cell ('cells': measured, or emulated where its cells say so)"
-        )
-    if left:
-        parts.append(left)
-    if len(df):
-        parts.append(describe_setup(df))
-    return "; ".join(parts)
-
-
-def write_advice(df: pd.DataFrame, out: Path, grid: str | None, family: str) -> list[Path]:
-    """advice.md and advice.tex of one grid's rows."""
-    found, left = grid_answers(df, grid or "(all grids)", family)
-    return write_sections(sections(found), Path(out) / STEM, caption(df, family, left))
-
-
-def advice_text(df: pd.DataFrame) -> str:
-    """The whole advice of a tidy table, as Markdown: every grid's caption and tables."""
-    parts = []
-    for grid, g in df.groupby("grid", sort=False):
-        family = str(g["family"].iloc[0])
-        found, left = grid_answers(g, str(grid), family)
-        parts += [f"## {grid} ({family})", "", caption(g, family, left), ""]
-        for title, t in sections(found):
-            parts += [f"### {title}", "", t.to_markdown(), ""]
-    return "\n".join(parts)
-
-
-# ---------------------------------------------------------------- one answer, from the command line
+# ---------------------------------------------------------------- one question, one answer
 
 
 def parse_length(text: str) -> int:
@@ -556,109 +380,115 @@ def parse_length(text: str) -> int:
     return int(t[:-1]) * 1024 if t.endswith("K") else int(t)
 
 
+def _blocks(n) -> set[str]:
+    return {f"B={n}", f"var A={n}"}
+
+
+@dataclass(frozen=True)
+class Filter:
+    """One command-line filter of a question: its flag and the value it reads off an answer."""
+
+    flag: str
+    value_of: Callable[[Answer], object]
+    matches: Callable[[object, object], bool] = lambda wanted, have: wanted == have
+    words: Callable[[object], str] = lambda wanted: "not in the tidy table"
+
+
+def _gpus_words(n) -> str:
+    return f"no measured cells at {n} GPUs" if n != 1 else "no one-GPU cells"
+
+
+FILTERS = {
+    "grid": Filter("--grid", lambda a: a.grid, words=lambda g: "no such grid"),
+    "mask": Filter("--mask", lambda a: a.point["mask"]),
+    "seqlen": Filter("--seqlen", lambda a: a.seqlen),
+    "tokens_per_gpu": Filter(
+        "--tokens-per-gpu",
+        lambda a: int(a.point["tokens_per_gpu"]) if "tokens_per_gpu" in a.point else None,
+    ),
+    "gpus": Filter("--gpus", lambda a: a.gpus, words=_gpus_words),
+    "heads": Filter("--heads", lambda a: a.heads),
+    "block_size": Filter(
+        "--block-size",
+        lambda a: a.point.get("blocks"),
+        matches=lambda wanted, have: have in _blocks(wanted),
+    ),
+    "density": Filter(
+        "--density",
+        lambda a: None if a.point.get("density") is None else float(a.point["density"]),
+        matches=lambda wanted, have: have is not None and abs(float(wanted) - have) < 1e-9,
+    ),
+    "direction": Filter("--direction", lambda a: a.direction),
+}
+
+
 def _choices(values) -> str:
     return ", ".join(str(v) for v in values) or "none"
-
-
-def _narrow(found: list[Answer], flag: str, wanted, value_of, context: list[str], words=None):
-    """The answers whose value_of equals wanted; AdviceError naming the valid values where none is."""
-    if wanted is None:
-        return found
-    kept = [a for a in found if value_of(a) == wanted]
-    if kept:
-        context.append(f"{flag} {wanted}")
-        return kept
-    valid = sorted({value_of(a) for a in found if value_of(a) is not None}, key=_sort_key)
-    where = f" with {', '.join(context)}" if context else ""
-    what = words(wanted) if words else "not in the tidy table"
-    raise AdviceError(f"{flag} {wanted}: {what}{where}; valid {flag}: {_choices(valid)}")
 
 
 def _sort_key(v):
     return (0, v, "") if isinstance(v, int | float) else (1, 0, str(v))
 
 
-def _gpus_words(n) -> str:
-    return f"no context-parallel cells at {n} GPUs" if n != 1 else "no one-GPU cells"
-
-
-def select(
-    found: list[Answer],
-    grid: str | None = None,
-    mask: str | None = None,
-    seqlen: int | None = None,
-    tokens_per_gpu: int | None = None,
-    gpus: int | None = None,
-    heads: str | None = None,
-    direction: str | None = None,
-) -> list[Answer]:
-    """The answers matching every filter given; AdviceError naming the bad value and the valid ones
-    (those left by the filters before it) where one matches nothing. seqlen is the whole sequence
-    (a CP cell's tokens per GPU x GPUs); gpus 1 selects the one-GPU grids."""
+def select(found: list[Answer], **wanted) -> list[Answer]:
+    """The answers matching every filter given (each a value or a list of values, any of which
+    matches); AdviceError naming the bad value and the valid ones (those left by the filters
+    before it) where one matches nothing."""
     if not found:
         raise AdviceError("the tidy table has no cells to advise on")
     context: list[str] = []
-    found = _narrow(found, "--grid", grid, lambda a: a.grid, context)
-    found = _narrow(found, "--mask", mask, lambda a: a.point["mask"], context)
-    found = _narrow(found, "--seqlen", seqlen, lambda a: a.seqlen, context)
-    found = _narrow(
-        found,
-        "--tokens-per-gpu",
-        tokens_per_gpu,
-        lambda a: int(a.point["tokens_per_gpu"]) if a.family == "cp" else None,
-        context,
+    for key, f in FILTERS.items():
+        values = wanted.get(key)
+        if values is None:
+            continue
+        values = values if isinstance(values, list | tuple) else [values]
+        kept = []
+        for v in values:
+            hits = [a for a in found if f.matches(v, f.value_of(a))]
+            if not hits:
+                valid = sorted({f.value_of(a) for a in found} - {None}, key=_sort_key)
+                where = f" with {', '.join(context)}" if context else ""
+                raise AdviceError(
+                    f"{f.flag} {v}: {f.words(v)}{where}; valid {f.flag}: {_choices(valid)}"
+                )
+            kept += [a for a in hits if a not in kept]
+        context.append(f"{f.flag} {' '.join(map(str, values))}")
+        found = kept
+    return found
+
+
+def question(a: Answer) -> tuple:
+    """What an answer answers, whichever grid it comes from: its family, point and direction,
+    measured or emulated (an emulated answer never stands in for a measured one)."""
+    return (
+        a.family.name,
+        *(str(a.point[k]) for k in a.family.point_keys),
+        a.direction,
+        a.emulated,
     )
-    found = _narrow(found, "--gpus", gpus, lambda a: a.gpus, context, _gpus_words)
-    found = _narrow(found, "--heads", heads, lambda a: a.heads, context)
-    return _narrow(found, "--direction", direction, lambda a: a.direction, context)
 
 
-def _where(a: Answer) -> str:
-    p = a.point
-    parts = [f"{a.grid} ({a.family})", p["mask"], f"S={seqlen_label(a.seqlen)} ({a.seqlen})"]
-    if a.family == "cp":
-        parts.append(f"{int(p['tokens_per_gpu'])} tokens/GPU x {a.gpus} GPUs")
-    if a.family == "sparse":
-        parts.append(f"{p['blocks']}, density {p['density']:g}")
-    parts += [
-        heads_label(p["heads_q"], p["heads_kv"]),
-        f"head dim {int(p['head_dim'])}",
-        p["dtype"],
-    ]
-    direction = "train (fwd + bwd)" if a.direction == TRAIN else a.direction
-    return ", ".join(parts + [direction])
+def precedence(a: Answer) -> tuple:
+    """Which grid answers a question measured by several (the highest first): the one with the
+    most ok contenders, then the most draws, then the newest records."""
+    return (len(a.ok), a.draws, a.finished_at)
 
 
-def _record_line(r: Record) -> str:
-    if r.status == NO_RECORD:
-        return f"{r.direction}: no record"
-    numbers = ""
-    if r.median is not None:
-        lo = r.median if r.p20 is None else r.p20
-        hi = r.median if r.p80 is None else r.p80
-        numbers = f" {ms(r.median)} [{ms(lo)}-{ms(hi)}] ms"
-    ran = f" local kernel {r.ran}," if r.ran else ""
-    emulated = " (emulated)" if r.emulated else ""
-    return f"{r.direction} {r.status}{numbers},{ran} cell {r.cell_id}{emulated}: {r.path}"
+@dataclass(frozen=True)
+class Choice:
+    """One answer per question, and the other grids' answers to it."""
+
+    answer: Answer
+    others: tuple[Answer, ...]
 
 
-def explain(a: Answer) -> str:
-    """One answer and every record it rests on: the ranked contenders, then those not ok."""
-    lines = [f"{_where(a)}:", f"  advice: {a.verdict()}"]
-    if a.fastest:
-        lines.append(f"  fastest: {_timed_text(a.fastest)} ms")
-    if a.runner_up:
-        lines.append(
-            f"  runner-up: {_timed_text(a.runner_up)} ms; margin {a.margin:.2f}x"
-            + (" (p20-p80 overlap)" if a.ties else " (p20-p80 apart)")
-        )
-    lines.append("  contenders (time per call, ms, median [p20-p80]), fastest first:")
-    for i, c in enumerate(a.ranked, 1):
-        lines.append(f"    {i}. {_timed_text(c)}")
-        lines += [f"       {_record_line(r)}" for r in c.records]
-    if a.not_ok:
-        lines.append("  not ok (do not compete):")
-        for c in a.not_ok:
-            lines.append(f"    {c.name}: {c.why_not()}")
-            lines += [f"       {_record_line(r)}" for r in c.records]
-    return "\n".join(lines)
+def one_per_question(found: list[Answer]) -> list[Choice]:
+    """Each question's answer from one grid (precedence), the others kept beside it, in order."""
+    by: dict[tuple, list[Answer]] = {}
+    for a in found:
+        by.setdefault(question(a), []).append(a)
+    out = []
+    for same in by.values():
+        ranked = sorted(same, key=precedence, reverse=True)
+        out.append(Choice(ranked[0], tuple(ranked[1:])))
+    return out

@@ -1,10 +1,12 @@
-"""Cell records -> one tidy table, one row per cell (results/tables/cells.csv)."""
+"""Cell records -> the tidy tables: one row per cell (results/tables/cells.csv) and one row per cell
+and sample (results/tables/samples.csv, beside it: what a comparison draw by draw reads)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..grid.expand import cell_path, output_root, stable_hash
@@ -131,6 +133,89 @@ def row(record: dict, path: str) -> dict:
     return r
 
 
+# The per-sample table: the cell's identity, then one sampled mask (a draw) and its timings.
+SAMPLE_COLUMNS = [
+    *CELL_KEYS,
+    "cell_id",
+    "status",
+    "sample",
+    "draw",
+    "per_sample",
+    "mask_area",
+    "flops",
+    "reps",
+    "time_ms_median",
+    "time_ms_p20",
+    "time_ms_p80",
+    "tflops",
+]
+SAMPLES_CSV = "samples.csv"
+
+
+def draw_fingerprint(mask_params: dict) -> str:
+    """The id of one draw: a hash of the sample's realised mask parameters. Every kernel and method
+    at a grid point draws the same masks in the same order (one data seed), so equal fingerprints
+    are the same mask, and a comparison can be made draw by draw."""
+    return stable_hash(mask_params, 12)
+
+
+def _sample_stats(s: dict) -> tuple[float, float, float, int]:
+    """(median, p20, p80, repetitions) of one sample's timed repetitions."""
+    times = [float(t) for t in s.get("time_ms") or []]
+    med, p20, p80 = (s.get(k) for k in ("time_ms_median", "time_ms_p20", "time_ms_p80"))
+    if times and (p20 is None or p80 is None or med is None):
+        med, p20, p80 = np.median(times), *np.percentile(times, [20, 80])
+    return float(med), float(p20), float(p80), len(times)
+
+
+def sample_rows(record: dict, path: str) -> list[dict]:
+    """One row per sample with timings. A timed record without per-sample data is read as one
+    sample (per_sample False, no fingerprint): its cell-level median and p20-p80."""
+    cell = record["cell"]
+    head = {k: cell.get(k) for k in CELL_KEYS}
+    head.update(cell_id=record.get("cell_id"), status=record["status"])
+    gpus = int(cell.get("gpus") or 1)
+    rows = []
+    for s in record.get("samples", []):
+        if s.get("time_ms_median") is None and not s.get("time_ms"):
+            continue  # a sample that ended before its timings (out of memory, say)
+        med, p20, p80, reps = _sample_stats(s)
+        flops = s.get("flops")
+        rows.append(
+            {
+                **head,
+                "sample": int(s.get("index", len(rows))),
+                "draw": draw_fingerprint(s.get("mask_params", {})),
+                "per_sample": True,
+                "mask_area": s.get("mask_area"),
+                "flops": flops,
+                "reps": reps,
+                "time_ms_median": med,
+                "time_ms_p20": p20,
+                "time_ms_p80": p80,
+                "tflops": flops / (med * 1e-3) / 1e12 / gpus if flops and med > 0 else None,
+            }
+        )
+    if not rows and _num(record.get("time_ms_median")) is not None:
+        rows.append(
+            {
+                **head,
+                "sample": 0,
+                "draw": "",
+                "per_sample": False,
+                "mask_area": None,
+                "flops": record.get("flops"),
+                "reps": None,
+                **{
+                    k: _num(record.get(k))
+                    for k in ("time_ms_median", "time_ms_p20", "time_ms_p80")
+                },
+                "tflops": _num(record.get("tflops")),
+            }
+        )
+    return rows
+
+
 def identity_problems(records: dict) -> list[str]:
     """Records that are not where their cell's record belongs: a cell_id that is not its cell's
     (an edited record), a path that names another cell (…/cells/{grid}/{family}/{impl}/{mask}/
@@ -155,21 +240,48 @@ def identity_problems(records: dict) -> list[str]:
     return problems
 
 
-def collect(paths=(), root=None) -> pd.DataFrame:
-    """The tidy table of the given records (or of every *.json under root); stops, having
-    written nothing, at a file that is not a record or not its cell's (RecordError naming it)."""
+def read_records(paths=(), root=None) -> dict:
+    """{path: record} of the given records (or of every *.json under root); RecordError naming
+    the first file that is not a record, or every record that is not its cell's."""
     paths = list(paths) or sorted(str(p) for p in Path(root).rglob("*.json"))
     records = {str(p): read_record(p) for p in paths}
     problems = identity_problems(records)
     if problems:
         raise RecordError("; ".join(problems) + "; no table was written")
-    rows = [row(r, p) for p, r in records.items()]
-    df = pd.DataFrame(rows)
+    return records
+
+
+def _sorted(df: pd.DataFrame, keys) -> pd.DataFrame:
+    return df.sort_values(list(keys), kind="stable", na_position="last").reset_index(drop=True)
+
+
+def collect(paths=(), root=None, records: dict | None = None) -> pd.DataFrame:
+    """The tidy table of the given records (or of every *.json under root); stops, having
+    written nothing, at a file that is not a record or not its cell's (RecordError naming it)."""
+    records = read_records(paths, root) if records is None else records
+    df = pd.DataFrame([row(r, p) for p, r in records.items()])
     cols = COLUMNS + [c for c in df.columns if c not in COLUMNS]
-    df = df.reindex(columns=cols)
-    return df.sort_values(list(CELL_KEYS), kind="stable", na_position="last").reset_index(
-        drop=True
-    )
+    return _sorted(df.reindex(columns=cols), CELL_KEYS)
+
+
+def collect_samples(records: dict) -> pd.DataFrame:
+    """The per-sample table of the records: one row per cell and timed sample."""
+    rows = [s for p, r in records.items() for s in sample_rows(r, p)]
+    return _sorted(pd.DataFrame(rows, columns=SAMPLE_COLUMNS), (*CELL_KEYS, "sample"))
+
+
+def samples_path(cells_csv) -> Path:
+    """The per-sample table beside a tidy table."""
+    return Path(cells_csv).with_name(SAMPLES_CSV)
+
+
+def read_samples(cells_csv) -> pd.DataFrame:
+    """The per-sample table beside `cells_csv`; an empty one where there is none (every record is
+    then read as one sample, and the answers say so)."""
+    path = samples_path(cells_csv)
+    if not path.exists():
+        return pd.DataFrame(columns=SAMPLE_COLUMNS)
+    return pd.read_csv(path, dtype={"draw": str, "cell_id": str}, keep_default_na=True)
 
 
 # Versions and names stay text ("12.10" is not 12.1, "570.00" not 570.0).
@@ -177,8 +289,8 @@ TEXT_COLUMNS = ("device_name", "library_version", "torch", "git_commit", *MACHIN
 
 
 def write_cells(df: pd.DataFrame, path) -> None:
-    """Write the tidy table whole or not at all: to a file beside it, then renamed over it, so
-    that a failure leaves the table that was there."""
+    """Write a tidy table (cells or samples) whole or not at all: to a file beside it, then
+    renamed over it, so that a failure leaves the table that was there."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -187,6 +299,27 @@ def write_cells(df: pd.DataFrame, path) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_tidy_tables(records: dict, cells_csv, replace_grids=None) -> tuple[int, int, int]:
+    """cells.csv and samples.csv of the records. replace_grids: the grids the records stand for;
+    the rows of every other grid already in the tables are kept (regenerating some grids of an
+    output folder loses none of the others). Returns (cells, samples, rows kept)."""
+    cells, samples = collect(records=records), collect_samples(records)
+    kept = 0
+    if replace_grids is not None and Path(cells_csv).exists():
+        old = read_cells(cells_csv)
+        old = old[~old["grid"].isin(replace_grids)]
+        kept = len(old)
+        old_samples = read_samples(cells_csv)
+        old_samples = old_samples[old_samples["cell_id"].isin(set(old["cell_id"]))]
+        if kept:
+            cells = pd.concat([old, cells], ignore_index=True)
+        if len(old_samples):
+            samples = pd.concat([old_samples, samples], ignore_index=True)
+    write_cells(cells, cells_csv)
+    write_cells(samples, samples_path(cells_csv))
+    return len(cells), len(samples), kept
 
 
 class ReportError(RuntimeError):

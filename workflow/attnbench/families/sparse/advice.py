@@ -1,0 +1,62 @@
+"""What the block-sparse family's answers are about: per block setting, density, length, heads and
+direction, the fastest block-sparse kernel (report.advice). The grid's dense references (dense
+kernels on the full mask at equal visible area) answer another question: sparse_vs_dense."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ...masks import SPARSE_MASKS
+from ...report.advice import HEADS_ETC, AdviceFamily
+from ...report.labels import seqlen_label
+from ..kernel.advice import named_by_impl
+
+
+def block_setting(r) -> str:
+    if r["mask"] == "variable_block_sparse" and pd.notna(r.get("avg_block")):
+        return f"var A={int(r['avg_block'])}"
+    if pd.notna(r.get("block_size")):
+        return f"B={int(r['block_size'])}"
+    return r["mask"]
+
+
+def sparse_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The block-sparse cells, with their block setting; the dense references left out."""
+    dense = ~df["mask"].isin(SPARSE_MASKS)
+    left = ""
+    if dense.any():
+        masks = ", ".join(dict.fromkeys(df.loc[dense, "mask"]))
+        left = (
+            f"{int(dense.sum())} dense reference cells (mask {masks}) are compared in "
+            "sparse_vs_dense, not here"
+        )
+    rows, _ = named_by_impl(df[~dense])
+    return rows.assign(blocks=[block_setting(r) for _, r in rows.iterrows()]), left
+
+
+def leading(p: dict) -> dict:
+    return {"blocks": p["blocks"], "density": f"{p['density']:g}", "S": seqlen_label(p["seqlen"])}
+
+
+def where(p: dict) -> list[str]:
+    return [
+        p["mask"],
+        f"{p['blocks']}, density {p['density']:g}",
+        f"S={seqlen_label(p['seqlen'])} ({int(p['seqlen'])})",
+    ]
+
+
+def short(p: dict) -> str:
+    return f"{p['blocks']} density {p['density']:g} {seqlen_label(p['seqlen'])}"
+
+
+ADVICE = AdviceFamily(
+    name="sparse",
+    what="block-sparse kernel",
+    per="block size, density, length, heads",
+    point_keys=("mask", "blocks", "density", "seqlen", *HEADS_ETC),
+    contenders=sparse_rows,
+    leading=leading,
+    where=where,
+    short=short,
+)

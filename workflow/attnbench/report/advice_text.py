@@ -1,0 +1,371 @@
+"""The advice in words and tables: a grid's advice.md/.tex, one question's answer in a terminal
+(text), Markdown, JSON or CSV, and the one-row-per-mask overview the README shows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .advice import TRAIN, Answer, Choice, grid_answers
+from .labels import STATUS_LABEL, heads_label, seqlen_label
+from .outputs import ADVICE_STEM
+from .paired import Standing
+from .tables import describe_setup, fmt_compared, write_sections
+
+WIDTH = 100  # a terminal answer's widest line
+
+
+def ms(v: float) -> str:
+    """Four significant digits (differences of a few tenths of a percent are compared), whole
+    milliseconds from 1 s on (no exponents)."""
+    return f"{v:.0f}" if abs(v) >= 1000 else fmt_compared(v)
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def ratio_text(s: Standing) -> str:
+    """Its time over the fastest's, per draw: '1.05x', or '1.04-1.06x' over several draws."""
+    lo, hi = _ratio(s.ratio_lo), _ratio(s.ratio_hi)
+    return f"{lo}x" if lo == hi else f"{lo}-{hi}x"
+
+
+def time_text(s: Standing) -> str:
+    """Its mean time per call over the draws, with its fastest and slowest draw where they differ."""
+    lo, hi = ms(s.min_ms), ms(s.max_ms)
+    return ms(s.mean_ms) + ("" if lo == hi else f" [{lo}-{hi}]")
+
+
+def draws_text(a: Answer) -> str:
+    if not a.per_sample:
+        return f"{a.draws} (no per-sample data)"
+    return str(a.draws)
+
+
+def verdict_line(a: Answer) -> str:
+    """The answer in one sentence."""
+    what, n = a.family.what, a.draws
+    on = "the one draw" if n == 1 else f"all {n} draws"
+    if not a.ok:
+        return "none ok: no contender has an ok record here"
+    if len(a.ok) == 1:
+        return f"{a.fastest.name}: the only {what} ok here"
+    if a.winner:
+        return f"{a.winner.name}: faster than every other {what} on {on} (p20-p80 apart)"
+    tied = a.tied
+    slower = len(a.ok) - len(tied)
+    rest = f"; {slower} other{'s are' if slower > 1 else ' is'} slower on {on}" if slower else ""
+    return (
+        f"no clear winner: {' ~ '.join(c.name for c in tied)}: none is slower than "
+        f"{a.fastest.name} on {on}{rest}"
+    )
+
+
+def _not_ok_text(a: Answer) -> str:
+    return ", ".join(f"{c.name} {c.why_not()}" for c in a.not_ok)
+
+
+# ---------------------------------------------------------------- a grid's advice.md
+
+
+def _standing_text(a: Answer, i: int) -> str:
+    c = a.ok[i]
+    s = a.standing[c.name]
+    return f"{c.label()} {ratio_text(s)}, {s.wins}/{a.draws} won"
+
+
+def _row(a: Answer) -> dict:
+    fastest = a.standing[a.fastest.name] if a.ok else None
+    row = {
+        **a.family.leading(a.point),
+        "direction": a.direction,
+        "draws": draws_text(a) if a.ok else "",
+        "advice": a.verdict(),
+        "fastest, ms": f"{a.fastest.label()} {time_text(fastest)}" if fastest else "",
+        "runner-up (x fastest, draws won)": _standing_text(a, 1) if len(a.ok) > 1 else "",
+        "others (x fastest)": ", ".join(
+            f"{c.name} {ratio_text(a.standing[c.name])}" for c in a.ok[2:]
+        ),
+        "not ok (do not compete)": _not_ok_text(a),
+    }
+    if a.emulated:
+        row["advice"] += " [emulated]"
+    return row
+
+
+def _section_title(a: Answer, varying: list[str]) -> str:
+    p = a.point
+    title = heads_label(p["heads_q"], p["heads_kv"])
+    if "head_dim" in varying:
+        title += f", head dim {int(p['head_dim'])}"
+    if "dtype" in varying:
+        title += f", {p['dtype']}"
+    return title
+
+
+def sections(found: list[Answer]) -> list[tuple[str, pd.DataFrame]]:
+    """(title, table) per heads setting (and head dim and dtype where they vary), rows in order."""
+    varying = [k for k in ("head_dim", "dtype") if len({str(a.point[k]) for a in found}) > 1]
+    groups: dict[str, list[dict]] = {}
+    for a in found:
+        groups.setdefault(_section_title(a, varying), []).append(_row(a))
+    out = []
+    for title, rows in groups.items():
+        t = pd.DataFrame(rows)
+        out.append((title, t.set_index(t.columns[0])))
+    return out
+
+
+RULE = (
+    "contenders compared draw by draw (every contender at a point times the same sampled masks): "
+    "B is slower than A where, on every draw, B's p20 is above A's p80 (p20-p80 of the draw's "
+    "timed repetitions); the fastest (lowest mean time over the draws) is named the winner where "
+    "every other contender is slower than it, else 'A ~ B' lists the fastest and each contender "
+    "that is not slower"
+)
+
+
+def caption(df: pd.DataFrame, answers: list[Answer], fam, left: str) -> str:
+    """The first line of advice.md: what each row decides and how, and the cells that do not
+    compete."""
+    rows, _ = fam.contenders(df)
+    bad = rows[rows["status"] != "ok"]["status"].value_counts()
+    counts = ", ".join(f"{n} {STATUS_LABEL.get(s, s)}" for s, n in bad.items())
+    draws = sorted({a.draws for a in answers if a.ok})
+    parts = [
+        f"advice: the fastest {fam.what} per {fam.per} and direction (fwd, bwd; train = fwd + bwd "
+        "of the same draw)",
+        "decided on time per call, ms (the time a user waits)",
+        RULE,
+        "draws: how many sampled masks the answer rests on"
+        + (f" ({', '.join(map(str, draws))} here)" if draws else "")
+        + "; '(one draw)': a single draw, so the answer is that draw's alone",
+        "fastest, ms: its mean time over the draws [its fastest-slowest draw]",
+        "x fastest: per-draw time over the fastest's on the same draw [min-max over the draws]; "
+        "draws won: draws on which it was the fastest of all",
+        f"only ok cells compete: {int(bad.sum())} of {len(rows)} cells are not ok"
+        + (f" ({counts})" if counts else ""),
+    ]
+    if any(a.emulated for a in answers):
+        parts.append(
+            "[emulated]: one GPU ran every rank's compute, never a distributed measurement"
+        )
+    if left:
+        parts.append(left)
+    if len(df):
+        parts.append(describe_setup(df))
+    return "; ".join(parts)
+
+
+def write_advice(df: pd.DataFrame, out: Path, grid: str | None, fam, samples=None) -> list[Path]:
+    """advice.md and advice.tex of one grid's rows."""
+    found, left = grid_answers(df, grid or "(all grids)", fam, samples)
+    return write_sections(sections(found), Path(out) / ADVICE_STEM, caption(df, found, fam, left))
+
+
+def advice_markdown(df: pd.DataFrame, families, samples=None) -> str:
+    """The whole advice of a tidy table, as Markdown: every grid's caption and tables."""
+    parts = []
+    for grid, g in df.groupby("grid", sort=False):
+        fam = families(str(g["family"].iloc[0]))
+        found, left = grid_answers(g, str(grid), fam, samples)
+        parts += [f"## {grid} ({fam.name})", "", caption(g, found, fam, left), ""]
+        for title, t in sections(found):
+            parts += [f"### {title}", "", t.to_markdown(), ""]
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- one question
+
+
+def heading(a: Answer) -> str:
+    """Where the answer is, in words: grid, point, direction, draws."""
+    p = a.point
+    parts = [f"{a.grid} ({a.family.name})", *a.family.where(p)]
+    parts += [heads_label(p["heads_q"], p["heads_kv"]), f"head dim {int(p['head_dim'])}"]
+    parts.append(str(p["dtype"]))
+    parts.append("train (fwd + bwd)" if a.direction == TRAIN else a.direction)
+    n = f"{a.draws} draw{'s' * (a.draws != 1)}" + ("" if a.per_sample else ", no per-sample data")
+    return ", ".join(parts) + (f"; {n}" if a.ok else "")
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+
+def _wrap(text: str, indent: str) -> list[str]:
+    """Words wrapped at WIDTH."""
+    lines, line = [], indent
+    for word in text.split(" "):
+        if len(line) + len(word) + 1 > WIDTH and line.strip():
+            lines.append(line.rstrip())
+            line = indent + "  "
+        line += word + " "
+    return lines + [line.rstrip()]
+
+
+def _record_line(r) -> str:
+    if not r.cell_id:
+        return f"{r.direction}: no record"
+    ran = f", local kernel {r.ran}" if r.ran else ""
+    return f"{r.direction} {r.status}{ran}: {r.path} (cell {r.cell_id})"
+
+
+def ranked_rows(a: Answer) -> list[dict]:
+    """The ranked table of an answer: contender, ms, ratio to the fastest, draws won."""
+    rows = []
+    for i, c in enumerate(a.ok, 1):
+        s = a.standing[c.name]
+        rows.append(
+            {
+                "#": i,
+                a.family.what: c.name,
+                "ms, mean [min-max]": time_text(s),
+                "x fastest": "1" if i == 1 else ratio_text(s),
+                "draws won": f"{s.wins}/{a.draws}",
+                "": "slower" if s.slower else ("~" if i > 1 else ""),
+            }
+        )
+    return rows
+
+
+def explain(choice: Choice, verbose: bool = False) -> str:
+    """One answer for a terminal: where, the verdict, the ranked table, what is not ok, the
+    other grids that answer the same question."""
+    a = choice.answer
+    lines = _wrap(heading(a) + (" [emulated]" if a.emulated else ""), "")
+    lines += _wrap(verdict_line(a), "  ")
+    rows = ranked_rows(a)
+    if rows:
+        name = a.family.what
+        w = min(max(len(name), *(len(r[name]) for r in rows)), 44)
+        lines.append(
+            f"  {'#':>2} {name:<{w}} {'ms, mean [min-max]':<26} {'x fastest':<13} {'draws won':<9}"
+        )
+        for r, c in zip(rows, a.ok):
+            lines.append(
+                f"  {r['#']:>2} {_fit(r[name], w):<{w}} {r['ms, mean [min-max]']:<26} "
+                f"{r['x fastest']:<13} {r['draws won']:<9} {r['']}".rstrip()
+            )
+            if verbose:
+                lines += [_fit(f"       {_record_line(x)}", 10**6) for x in c.records]
+    if a.not_ok:
+        lines += _wrap("not ok: " + "; ".join(f"{c.name} {c.why_not()}" for c in a.not_ok), "  ")
+        if verbose:
+            lines += [f"       {c.name}: {_record_line(x)}" for c in a.not_ok for x in c.records]
+    if choice.others:
+        also = ", ".join(
+            f"{o.grid} ({len(o.ok)} ok, {o.draws} draw{'s' * (o.draws != 1)})"
+            for o in choice.others
+        )
+        lines += _wrap(f"also answered by: {also} (--all shows them)", "  ")
+    return "\n".join(lines)
+
+
+def _answer_dict(choice: Choice) -> dict:
+    a = choice.answer
+    return {
+        "grid": a.grid,
+        "family": a.family.name,
+        "point": {k: _plain(v) for k, v in a.point.items()},
+        "direction": a.direction,
+        "draws": a.draws,
+        "per_sample": a.per_sample,
+        "emulated": a.emulated,
+        "verdict": a.verdict(),
+        "winner": a.winner.name if a.winner else None,
+        "tied": [c.name for c in a.tied],
+        "contenders": [
+            {
+                "name": c.name,
+                **{k: _plain(v) for k, v in vars(a.standing[c.name]).items() if k != "name"},
+                "records": [
+                    {
+                        "direction": r.direction,
+                        "status": r.status,
+                        "cell_id": r.cell_id,
+                        "path": r.path,
+                    }
+                    for r in c.records
+                ],
+            }
+            for c in a.ok
+        ],
+        "not_ok": [{"name": c.name, "why": c.why_not()} for c in a.not_ok],
+        "also_answered_by": [o.grid for o in choice.others],
+    }
+
+
+def _plain(v):
+    """JSON-able: numpy numbers as Python numbers."""
+    return v.item() if hasattr(v, "item") else v
+
+
+def render(choices: list[Choice], fmt: str, verbose: bool = False) -> str:
+    """The answers in a format: text (a terminal), md, json or csv."""
+    if fmt == "json":
+        return json.dumps([_answer_dict(c) for c in choices], indent=1)
+    if fmt == "csv":
+        rows = []
+        for ch in choices:
+            a = ch.answer
+            head = {"grid": a.grid, **a.point, "direction": a.direction, "draws": a.draws}
+            head["verdict"] = a.verdict()
+            rows += [{**head, **r} for r in ranked_rows(a)]
+        return pd.DataFrame(rows).to_csv(index=False).rstrip("\n")
+    if fmt == "md":
+        parts = []
+        for ch in choices:
+            a = ch.answer
+            parts += [f"**{heading(a)}**", "", verdict_line(a), ""]
+            rows = ranked_rows(a)
+            if rows:
+                parts += [pd.DataFrame(rows).set_index("#").to_markdown(), ""]
+            if a.not_ok:
+                parts += ["not ok: " + _not_ok_text(a), ""]
+        return "\n".join(parts).rstrip()
+    return "\n\n".join(explain(c, verbose) for c in choices)
+
+
+def verdict_lines(choices: list[Choice]) -> str:
+    """One line per answer: where and the verdict (a question that spans many points)."""
+    out = []
+    for ch in choices:
+        a = ch.answer
+        p = a.point
+        line = f"{a.grid}: {a.family.short(p)} {heads_label(p['heads_q'], p['heads_kv'])} {a.direction}: "
+        line += a.verdict() + (" [emulated]" if a.emulated else "")
+        if len(a.ok) > 1:
+            line += f"; runner-up {_standing_text(a, 1)}"
+        out.append(_fit(line, WIDTH))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- the overview (README)
+
+
+def overview(found: list[Answer], direction: str = TRAIN) -> pd.DataFrame:
+    """One row per mask, two columns per length: the verdict in `direction` and the runner-up
+    with its ratio to the fastest (its per-draw range) and the draws it won."""
+    rows: dict[str, dict] = {}
+    several = len({a.heads for a in found}) > 1
+    for a in found:
+        if a.direction != direction:
+            continue
+        s = seqlen_label(a.seqlen)
+        p = a.point
+        mask = p["mask"] + (f" ({heads_label(p['heads_q'], p['heads_kv'])})" if several else "")
+        row = rows.setdefault(mask, {"mask": mask})
+        verdict = a.verdict()
+        if a.winner and len(a.ok) > 1 and a.draws > 1:
+            verdict += f" ({a.standing[a.winner.name].wins}/{a.draws})"
+        row[f"{s} {direction}"] = verdict
+        if len(a.ok) > 1:
+            r = a.standing[a.ok[1].name]
+            row[f"{s} runner-up"] = f"{a.ok[1].name} {ratio_text(r)}"
+        else:
+            row[f"{s} runner-up"] = ""
+    return pd.DataFrame(list(rows.values())).set_index("mask") if rows else pd.DataFrame()
