@@ -8,7 +8,7 @@ def row(
     impl,
     gpus,
     tflops,
-    time_ms=100.0,
+    time_ms=None,
     comp=None,
     comm=None,
     ratio=None,
@@ -17,7 +17,8 @@ def row(
     status="ok",
     rel=0.01,
 ):
-    """One tidy row; p20/p80 of TFLOP/s and time at +-rel around the median."""
+    """One tidy row; p20/p80 of TFLOP/s and time at +-rel around the median. The time follows
+    from the TFLOP/s (FLOPs of a causal sequence of tpg x gpus tokens) unless given."""
     if tflops is None:  # a cell that did not run: no numbers
         return {
             **row(impl, gpus, 1.0, time_ms, comp, comm, ratio, tpg, mask, status, rel),
@@ -32,12 +33,16 @@ def row(
                 )
             ),
         }
+    if time_ms is None:  # FLOPs / (TFLOP/s per GPU x GPUs), in ms
+        time_ms = 2 * 64 * 128 * (tpg * gpus) ** 2 / (tflops * 1e12 * gpus) * 1e3
     return {
         "impl": impl,
         "mask": mask,
         "direction": "fwd",
         "tokens_per_gpu": tpg,
         "gpus": gpus,
+        "seqlen": tpg * gpus,
+        "cell_id": f"{impl}-{gpus}-{tpg}-{mask}",
         "status": status,
         "heads_q": 64,
         "heads_kv": 8,
@@ -70,37 +75,67 @@ def shares(df) -> dict:
     }
 
 
-def test_share_is_against_the_bare_kernel_only_and_says_when_it_is_missing():
+NONE = "none (no 1-GPU cell over the same documents)"
+
+
+def test_share_is_against_the_bare_kernel_over_the_same_documents_and_says_when_it_is_missing():
     df = [
-        row("local", 1, 200.0),
+        row("local", 1, 200.0),  # 4K tokens on one GPU
+        row("local", 1, 210.0, tpg=8192),  # 8K tokens on one GPU: the baseline of 2 x 4K
         row("ulysses", 1, 180.0),
         row("ring_p2p", 2, 150.0),
-        row("ulysses", 1, 190.0, tpg=8192),
+        row("ulysses", 1, 190.0, tpg=16384),
         row("ring_p2p", 2, 90.0, tpg=8192),
     ]
     s = shares(df)
-    assert s[("ring_p2p", 2, 4096)] == "75%"
+    assert s[("ring_p2p", 2, 4096)] == "71%"  # 150 over 210, the 8K cell's: the same documents
     assert (
         s[("ulysses", 1, 4096)] == "90%"
     )  # the CP framework on one rank, against the bare kernel
-    # 8192 tokens per GPU: no `local` cell; the 1-GPU Ulysses cell is not used in its place
-    assert s[("ring_p2p", 2, 8192)] == s[("ulysses", 1, 8192)] == "none (no local cell)"
+    # 2 x 8K: no `local` cell of 16K tokens; neither the 8K one (other documents) nor the 1-GPU
+    # Ulysses cell of 16K is used in its place
+    assert s[("ring_p2p", 2, 8192)] == s[("ulysses", 1, 16384)] == NONE
     t = vs_single_gpu_table(pd.DataFrame(df)).reset_index()
     assert "local" not in set(t["method"])  # the baseline is a column, not a row
+    at = t[(t["tokens_per_gpu"] == 4096) & (t["gpus"] == 2)].iloc[0]
     assert (
-        t[t["tokens_per_gpu"] == 4096]["1 GPU, bare kernel (TFLOP/s)"].iloc[0] == "200 [198-202]"
+        at["1 GPU, bare kernel (TFLOP/s)"] == "210 [207.9-212.1]" and at["tokens (both)"] == "8K"
     )
+
+
+def test_a_share_is_draw_by_draw_and_refused_over_other_documents():
+    df = [row("local", 1, 200.0, tpg=8192), row("ring_p2p", 2, 150.0)]
+    t1, tcp = df[0]["time_ms_median"], df[1]["time_ms_median"]
+    samples = pd.DataFrame(
+        [
+            {
+                "cell_id": r["cell_id"],
+                "sample": i,
+                "draw": f"docs{i}",
+                "time_ms_median": m,
+                "time_ms_p20": m * 0.99,
+                "time_ms_p80": m * 1.01,
+            }
+            for r, scale in ((df[0], t1), (df[1], tcp))
+            for i, m in enumerate((scale, scale * (1.2 if r is df[1] else 1.0)))
+        ]
+    )
+    t = vs_single_gpu_table(pd.DataFrame(df), samples).reset_index()
+    assert t.iloc[0]["share of 1 GPU"] == "69% [62%-75%]"  # 75% on one draw, 62.5% on the other
+    samples.loc[samples["cell_id"] == df[1]["cell_id"], "draw"] = ["docs0", "elsewhere"]
+    t = vs_single_gpu_table(pd.DataFrame(df), samples).reset_index()
+    assert t.iloc[0]["share of 1 GPU"] == "none (other documents)"
 
 
 def test_incorrect_cells_get_no_share():
     s = shares(
         [
-            row("local", 1, 200.0),
+            row("local", 1, 200.0, tpg=8192),
             row("ring_p2p", 2, 150.0, status="incorrect"),
             row("ulysses", 2, 150.0),
-            row("local", 1, 200.0, tpg=8192, status="incorrect"),
+            row("local", 1, 200.0, tpg=16384, status="incorrect"),
             row("ulysses", 2, 150.0, tpg=8192),
-            row("local", 1, None, tpg=16384, status="oom"),
+            row("local", 1, None, tpg=32768, status="oom"),
             row("ulysses", 2, 150.0, tpg=16384),
         ]
     )
@@ -113,7 +148,7 @@ def test_a_share_inside_the_spread_is_not_called_a_difference():
     # 196 [192-200] against 200 [198-202]: the intervals overlap; 190 [186-194] does not reach 198
     s = shares(
         [
-            row("local", 1, 200.0),
+            row("local", 1, 200.0, tpg=8192),
             row("ulysses", 2, 196.0, rel=0.02),
             row("ring_p2p", 2, 190.0, rel=0.02),
         ]
@@ -135,11 +170,9 @@ def test_fastest_names_ties_within_spread_and_skips_wrong_cells_and_the_baseline
         ]
     )
     t = tflops_table(df).reset_index().set_index(["tokens_per_gpu", "gpus"])
-    assert t.loc[(4096, 2), "fastest (ok cells)"] == "ulysses ~ ring_p2p (within spread)"
-    assert t.loc[(8192, 2), "fastest (ok cells)"] == "ulysses"
-    assert (
-        t.loc[(4096, 1), "fastest (ok cells)"] == ""
-    )  # the bare kernel is not a contender: Ulysses is alone
+    assert t.loc[(4096, 2), "fastest (advice)"] == "ulysses ~ ring_p2p (one draw)"
+    assert t.loc[(8192, 2), "fastest (advice)"] == "ulysses (one draw)"
+    assert t.loc[(4096, 1), "fastest (advice)"] == ""  # one GPU: no advice
     assert t.loc[(4096, 2), "torch_cp"] == "400 [396-404] (wrong)"
     assert t.loc[(4096, 1), "local (1 GPU, bare kernel)"] == "300 [297-303]"
 
@@ -167,8 +200,8 @@ def test_variants_of_a_method_are_rows_of_their_own_and_meet_the_bare_kernel_tha
 
     df = pd.DataFrame(
         [
-            lk(row("local", 1, 500.0), "sdpa_cudnn"),
-            lk(row("local", 1, 300.0), "sdpa_flash", "sdpa_flash"),
+            lk(row("local", 1, 500.0, tpg=8192), "sdpa_cudnn"),
+            lk(row("local", 1, 300.0, tpg=8192), "sdpa_flash", "sdpa_flash"),
             lk(row("ring_p2p", 2, 450.0), "sdpa_cudnn"),
             lk(row("ring_p2p", 2, 480.0), "sdpa_cudnn", dkv="input"),
             lk(row("ulysses", 2, 270.0), "sdpa_flash", "sdpa_flash"),
@@ -193,11 +226,11 @@ def test_documents_split_as_needed_is_a_variant_of_its_own_in_tables_and_advice(
     """cp.split_documents: a method run both ways gets one name per way, in the tables
     (with_variants) and in the advice (cp_names); records that predate the setting are `all`."""
     from attnbench.families.cp.report import with_variants
-    from attnbench.report.advice import cp_names
+    from attnbench.families.cp.advice import cp_names
 
     df = pd.DataFrame(
         [
-            row("local", 1, 500.0),
+            row("local", 1, 500.0, tpg=8192),
             row("ring_p2p", 2, 450.0),
             {**row("ring_p2p", 2, 480.0), "split_documents": "as_needed"},
             row("ulysses", 2, 270.0),
@@ -213,19 +246,18 @@ def test_documents_split_as_needed_is_a_variant_of_its_own_in_tables_and_advice(
     assert list(name)[1:3] == ["ring_p2p [split all]", "ring_p2p [split as_needed]"]
 
 
-def test_an_emulated_world_is_shared_against_the_bare_kernel_over_the_same_documents():
-    """cp.emulate: the baseline is the `local` cell of the world's whole length (same seqlen,
-    so the same documents), not the one of its tokens per GPU; without it, the latter."""
-    emu = {**row("ring_p2p", 2, 150.0), "seqlen": 8192, "_emulated": True}
-    per_gpu = {**row("local", 1, 200.0), "seqlen": 4096}
-    whole = {**row("local", 1, 300.0, tpg=8192), "seqlen": 8192}
+def test_every_cp_cell_is_shared_against_the_bare_kernel_over_its_whole_sequence():
+    """Emulated or measured, the baseline is the `local` cell of the CP cell's whole length (the
+    same seqlen, so the same documents), never the one of its tokens per GPU (other documents)."""
+    emu = {**row("ring_p2p", 2, 150.0), "_emulated": True}
+    per_gpu = row("local", 1, 200.0)  # 4K tokens: other documents than the 2 x 4K cell's
+    whole = row("local", 1, 300.0, tpg=8192)
 
     def share(rows):
         t = vs_single_gpu_table(pd.DataFrame(rows)).reset_index().set_index("method")
-        return t.loc["ring_p2p", "share of 1 GPU"], t.loc["ring_p2p", "1 GPU, bare kernel: tokens"]
+        return t.loc["ring_p2p", "share of 1 GPU"], t.loc["ring_p2p", "tokens (both)"]
 
     assert share([emu, per_gpu, whole]) == ("50%", "8K")
-    assert share([emu, per_gpu]) == ("75%", "4K")
-    # a distributed cell keeps the baseline of its tokens per GPU
+    assert share([emu, per_gpu]) == (NONE, "8K")
     measured = {**emu, "_emulated": False}
-    assert share([measured, per_gpu, whole]) == ("75%", "4K")
+    assert share([measured, per_gpu, whole]) == ("50%", "8K")

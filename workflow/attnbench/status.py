@@ -10,9 +10,26 @@ INCORRECT = "incorrect"
 # Still running at the grid's time budget (cell_timeout_s): stopped by the launcher, which then
 # writes a record without timings (attnbench.launch --time-limit-s).
 TIMEOUT = "timeout"
-STATUSES = (OK, OOM, UNSUPPORTED, UNAVAILABLE, INCORRECT, TIMEOUT)
-# Statuses whose record carries timings.
+# Faster than the device can compute: its TFLOP/s exceed the measured matmul ceiling by more than
+# PLAUSIBLE_OVER_CEILING, so a FLOP count or a timing is wrong. Timings kept, never compared.
+IMPLAUSIBLE = "implausible"
+STATUSES = (OK, OOM, UNSUPPORTED, UNAVAILABLE, INCORRECT, TIMEOUT, IMPLAUSIBLE)
+# Statuses whose numbers tables and figures show (flagged where incorrect).
 TIMED = (OK, INCORRECT)
+# Statuses whose record carries timings.
+WITH_TIMINGS = (*TIMED, IMPLAUSIBLE)
+PLAUSIBLE_OVER_CEILING = 0.05
+
+
+def implausible_reason(tflops, ceiling) -> str | None:
+    """Why TFLOP/s (per GPU) cannot be true on a device of this matmul ceiling, or None."""
+    if tflops is None or not ceiling or tflops <= ceiling * (1 + PLAUSIBLE_OVER_CEILING):
+        return None
+    return (
+        f"{tflops:.4g} TFLOP/s per GPU is {tflops / ceiling - 1:.0%} above the device's measured "
+        f"matmul ceiling ({ceiling:.4g} TFLOP/s; more than {PLAUSIBLE_OVER_CEILING:.0%} is not "
+        "possible): a FLOP count or a timing is wrong; not compared"
+    )
 
 
 class CellOutcome(Exception):

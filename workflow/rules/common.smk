@@ -162,7 +162,7 @@ def figure_outputs(grid):
 
 
 def report_outputs():
-    return [f"{OUT}/tables/cells.csv"] + [
+    return [f"{OUT}/tables/cells.csv", f"{OUT}/tables/samples.csv"] + [
         f
         for g in RUN
         for f in table_files(g)
@@ -179,17 +179,27 @@ def records_not_on_disk():
     return [p for p in CELLS if not os.path.exists(p)]
 
 
-def write_tidy_table(records, out, log):
+def write_tidy_table(records, cells, samples, log):
     """The collect rule's work, in Python rather than a shell command: the records can be more
-    than a command line holds."""
-    from attnbench.report.collect import RecordError, collect, write_cells
+    than a command line holds. Writes the tidy table and the per-sample table."""
+    from attnbench.report.collect import (
+        RecordError,
+        collect,
+        collect_samples,
+        read_records,
+        write_cells,
+    )
 
     try:
-        df = collect(records)
+        read = read_records(records)
     except RecordError as e:
         raise WorkflowError(f"collect: {e}") from None
-    write_cells(df, out)
-    Path(log).write_text(f"{len(df)} cells from {len(records)} records\n")
+    df, per_sample = collect(records=read), collect_samples(read)
+    write_cells(df, cells)
+    write_cells(per_sample, samples)
+    Path(log).write_text(
+        f"{len(df)} cells, {len(per_sample)} samples from {len(records)} records\n"
+    )
 
 
 # The context-parallel cell rule's input functions (rules/context_parallel.smk).

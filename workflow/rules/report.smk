@@ -10,24 +10,28 @@ rule collect:
         records=[p for g in RUN for p in grid_records(g)],
         code=code_files("attnbench.report.collect"),
     output:
-        # the new table, complete and checked, beside the old one (tidy_table puts it in place)
-        temp(f"{OUT}/tables/cells.new.csv"),
+        # the new tables, complete and checked, beside the old ones (tidy_table puts them in place):
+        # one row per cell, and one per cell and sample (what the paired advice reads)
+        cells=temp(f"{OUT}/tables/cells.new.csv"),
+        samples=temp(f"{OUT}/tables/samples.new.csv"),
     log:
         f"{OUT}/logs/collect.log",
     group:
         # Under Slurm, the tidy table, tables and figures run as one job (ignored when run locally).
         "report"
     run:
-        write_tidy_table(input.records, output[0], log[0])
+        write_tidy_table(input.records, output.cells, output.samples, log[0])
 
 
 rule tidy_table:
     input:
-        f"{OUT}/tables/cells.new.csv",
+        cells=f"{OUT}/tables/cells.new.csv",
+        samples=f"{OUT}/tables/samples.new.csv",
     output:
-        # update: the old table stays until the new one replaces it, and is put back if that
+        # update: the old tables stay until the new ones replace them, and are put back if that
         # fails (a shell rule: Snakemake 9 restores no `update` output of a failed `run:` rule)
-        update(f"{OUT}/tables/cells.csv"),
+        cells=update(f"{OUT}/tables/cells.csv"),
+        samples=update(f"{OUT}/tables/samples.csv"),
     log:
         f"{OUT}/logs/tidy_table.log",
     group:
@@ -35,7 +39,7 @@ rule tidy_table:
     conda:
         "../../envs/cpu.yaml"
     shell:
-        "cp {input} {output} 2> {log}"
+        "cp {input.cells:q} {output.cells:q} 2> {log:q} && cp {input.samples:q} {output.samples:q} 2>> {log:q}"
 
 
 for _grid in RUN:
@@ -45,6 +49,7 @@ for _grid in RUN:
             f"tables_{_grid}"
         input:
             cells=f"{OUT}/tables/cells.csv",
+            samples=f"{OUT}/tables/samples.csv",
             code=report_code(_grid, "TABLES"),
         output:
             table_outputs(_grid),

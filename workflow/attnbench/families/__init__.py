@@ -8,7 +8,7 @@
     record_skeleton(spec)    the record a cell starts with (as is for a cell stopped at its budget)
     table_stems(grid), figure_stems(grid)            the files its tables and figures write
     TABLES, FIGURES          its modules (in the folder) holding
-                             tables(df, out) -> paths, table_captions(df) -> ({stem: text}, {stem: rst}),
+                             tables(df, out, samples) -> paths, table_captions(df) -> ({stem: text}, {stem: rst}),
                              figures(df, out, style, only) -> paths, figure_captions(df, style) -> {stem: text}
     advice.ADVICE            what its answers are about (report.advice.AdviceFamily: point keys,
                              contenders, words), in its module advice.py

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..grid.expand import stable_hash
 from ..harness.inputs import data_seed
+from ..status import IMPLAUSIBLE, OK, implausible_reason
 
 SCHEMA_VERSION = 1
 
@@ -38,7 +39,8 @@ def base_record(spec, implementation: dict) -> dict:
 
 def summarise(record, peak, gpus: int = 1):
     """Cell-level statistics from the samples: pooled repetitions, max memory, worst error.
-    TFLOP/s are per GPU: FLOPs / (time x gpus) (time: the slowest rank's, for CP cells)."""
+    TFLOP/s are per GPU: FLOPs / (time x gpus) (time: the slowest rank's, for CP cells). An ok
+    cell faster than the device's matmul ceiling allows becomes `implausible`."""
     samples = record["samples"]
     times = [t for s in samples for t in s["time_ms"]]
     tflops = [s["flops"] / (t * 1e-3) / 1e12 / gpus for s in samples for t in s["time_ms"]]
@@ -65,6 +67,9 @@ def summarise(record, peak, gpus: int = 1):
     record["device_busy_ms"] = sum(busy) if busy else None
     ceiling = (peak or {}).get("matmul_peak_tflops")
     record["fraction_of_peak"] = record["tflops"] / ceiling if ceiling else None
+    why = implausible_reason(record["tflops"], ceiling)
+    if why and record.get("status") == OK:  # faster than the device: never compared
+        record["status"], record["status_reason"] = IMPLAUSIBLE, why
     checks = [s["check"] for s in samples if "check" in s]
     errs = [
         e for c in checks for n, e in c["errors"].items() if n != "lse"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..status import STATUSES, TIMED
+from ..status import STATUSES, WITH_TIMINGS
 
 
 class RecordError(ValueError):
@@ -31,11 +31,11 @@ def record_problems(record) -> list[str]:
     status = record["status"]
     if status not in STATUSES:
         problems.append(f"status {status!r} is none of {', '.join(STATUSES)}")
-    elif status in TIMED and record.get("tflops") is None:
+    elif status in WITH_TIMINGS and record.get("tflops") is None:
         problems.append(f"status {status!r} without the timings it implies (tflops)")
-    elif status not in TIMED and record.get("tflops") is not None:
+    elif status not in WITH_TIMINGS and record.get("tflops") is not None:
         problems.append(
-            f"status {status!r} with timings (tflops), which only {', '.join(TIMED)} carry"
+            f"status {status!r} with timings (tflops), which only {', '.join(WITH_TIMINGS)} carry"
         )
     return problems
 

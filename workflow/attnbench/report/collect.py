@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..grid.expand import cell_path, output_root, stable_hash
 from ..record.validate import RecordError, read_record  # noqa: F401  (RecordError: what collect raises)
+from ..status import IMPLAUSIBLE, OK, implausible_reason
 
 # What identifies a cell: the first columns, and the table's sort order.
 CELL_KEYS = (
@@ -130,6 +131,9 @@ def row(record: dict, path: str) -> dict:
         "config_sha256": record.get("config_sha256"),
     }
     r.update(record.get("table_extra", {}))  # family-specific columns (e.g. context parallelism)
+    why = implausible_reason(_num(r["tflops"]), r["matmul_peak_tflops"])
+    if why and r["status"] == OK:  # a record made before cells judged it: judged the same way
+        r["status"], r["status_reason"] = IMPLAUSIBLE, why
     return r
 
 

@@ -19,6 +19,7 @@ STATUS_LABEL = {
     "unavailable": "n/a",
     "incorrect": "wrong",
     "timeout": "timeout",
+    "implausible": "implausible",
 }
 STATUS_MEANING = {
     "ok": "measured, agrees with the float64 reference",
@@ -27,11 +28,14 @@ STATUS_MEANING = {
     "unavailable": "library not installed or device lacks what it needs; not measured here",
     "incorrect": "ran, but disagrees with the float64 reference (time kept, flagged)",
     "timeout": "still running at the grid's time budget (cell_timeout_s); stopped, no time",
+    "implausible": "faster than the device's measured matmul ceiling allows (by over 5%): a FLOP "
+    "count or a timing is wrong; kept, never compared",
 }
 # What the status words in tables stand for.
 STATUS_NOTE = (
     "OOM: out of memory; unsup.: unsupported; n/a: unavailable (not measured on this machine); "
-    "timeout: stopped at the time budget; (wrong): disagrees with the float64 reference"
+    "timeout: stopped at the time budget; implausible: above the device's matmul ceiling; "
+    "(wrong): disagrees with the float64 reference"
 )
 
 # The paper draws TFLOP/s vs length one figure per family of related masks (Figs. 8-14).

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..status import TIMED
 from . import captions
-from .collect import grid_rows
+from .collect import grid_rows, read_samples
 from .labels import GIB, STATUS_LABEL, order, seqlen_label
 
 SUPPORTED, UNSUPPORTED = "\u2713", "\u2717"  # check mark, ballot x
@@ -81,14 +81,6 @@ def fastest(
         r[name] for i, r in rows.iterrows() if i != best.name and within_spread(best, r, value)
     ]
     return best, ties
-
-
-def fastest_text(rows: pd.DataFrame, name: str = "impl", value: str = "tflops") -> str:
-    """The fastest row's name and its ties; '' where fewer than two rows compete."""
-    if len(rows) < 2:
-        return ""
-    best, ties = fastest(rows, name, value)
-    return best[name] + (f" ~ {', '.join(ties)} (within spread)" if ties else "")
 
 
 def fmt_cell(r, value, digits=None):
@@ -195,7 +187,7 @@ def write_tables(
     grid_cfg: dict | None = None,
     every_grid=None,
 ) -> list[Path]:
-    """A grid's tables as its family's module (`part_of(family)`: its tables(df, out) and
+    """A grid's tables as its family's module (`part_of(family)`: its tables(df, out, samples) and
     table_captions(df)) writes them, those every grid gets (`every_grid(df, out, grid, family)`:
     the advice, which uses this module's formatting), and a report caption per table."""
     df, name = grid_rows(cells_csv, grid, family, grid_cfg)
@@ -203,7 +195,9 @@ def write_tables(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df = df.assign(peak_mem_gib=df["peak_mem_bytes"] / GIB)
-    paths = part.tables(df, out) + (every_grid(df, out, grid, name) if every_grid else [])
+    samples = read_samples(cells_csv)
+    samples = samples[samples["cell_id"].isin(set(df["cell_id"].astype(str)))]
+    paths = part.tables(df, out, samples) + (every_grid(df, out, grid, name) if every_grid else [])
     whats, extras = part.table_captions(df)
     stems = list(dict.fromkeys(Path(p).stem for p in paths))
     for stem in stems:  # default description: the first line of the Markdown file (its caption)

@@ -1,8 +1,8 @@
 """Tables and figures of `family: cp` grids, from the tidy table alone (attnbench.families calls these).
 
 Tables: per-GPU TFLOP/s (median [p20-p80]) of every method per (mask, direction, tokens per GPU,
-GPUs) and the fastest correct method, ties within the spread named (cp_tflops), its share of the
-bare local kernel on one GPU (`local`) at the same tokens per GPU (cp_vs_single_gpu), and the
+GPUs) and the advice's verdict (cp_tflops), its share of the bare local kernel on one GPU
+(`local`) over the same documents (cp_vs_single_gpu), and the
 communication/computation breakdown with bytes, load balance, degrees and memory (cp_breakdown).
 Figures: per-GPU TFLOP/s vs number of GPUs, one panel per mask and direction (and tokens per GPU
 where the grid has several) (cp_tflops_vs_gpus), and the compute-only / communication-only /
@@ -27,12 +27,9 @@ from ...report.labels import GIB, STATUS_LABEL, order, seqlen_label
 from ...report.style import colour
 from ...report.tables import (
     MEDIAN_SPREAD,
-    WITHIN_NOTE,
     describe_setup,
-    fastest_text,
     fmt_compared,
     fmt_number,
-    ratio_text,
     spread_text,
     write_table,
 )
@@ -169,25 +166,33 @@ def _point(r) -> dict:
     return {"method": r["impl"], **names, **counts}
 
 
-def tflops_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per-GPU TFLOP/s, median [p20-p80], one column per method, and the fastest correct CP method
-    of each row (the bare kernel is the baseline, not a contender), naming every method whose
-    interval overlaps the fastest one's."""
+def tflops_table(df: pd.DataFrame, samples: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per-GPU TFLOP/s, median [p20-p80], one column per method, and the answer of each row: the
+    advice's verdict (report.advice: methods compared draw by draw; the bare kernel is the
+    baseline, not a contender; emulated cells are no contender of measured ones)."""
+    from ...report.advice import grid_answers
+    from .advice import ADVICE
+
     d = df.copy()
     d["text"] = [_tflops_text(r) for _, r in d.iterrows()]
     d["tokens_per_gpu"] = d["tokens_per_gpu"].astype(int)
     t = d.pivot_table(index=POINT, columns="impl", values="text", aggfunc="first")
     t = t.reindex(columns=order(t.columns)).fillna("")
-    correct = d[(d["status"] == "ok") & d["tflops"].notna() & (d["impl"] != BARE_KERNEL)]
-    if "_emulated" in correct:  # an emulation is no contender of the measured cells
-        correct = correct[~correct["_emulated"].astype(bool)]
-    best = {k: fastest_text(g) for k, g in correct.groupby(POINT)}
-    t["fastest (ok cells)"] = [best.get(k, "") for k in t.index]
+    measured = df[~emulated(df)] if len(df) else df
+    found, _ = grid_answers(measured, "", ADVICE, samples) if len(measured) else ([], "")
+    best = {
+        (a.point["mask"], a.direction, int(a.point["tokens_per_gpu"]), int(a.point["gpus"])): (
+            a.verdict()
+        )
+        for a in found
+    }
+    t["fastest (advice)"] = [best.get(k, "") for k in t.index]
     return t.rename(columns=_name)
 
 
-# A CP cell and its baseline share all of these.
-BASELINE_KEY = ["mask", "direction", "tokens_per_gpu", "heads_q", "heads_kv", "head_dim", "dtype"]
+# A CP cell and its baseline share all of these: the same whole sequence (the bare kernel runs
+# all of the CP cell's tokens on one GPU), so the same data seed and the same documents.
+BASELINE_KEY = ["mask", "direction", "seqlen", "heads_q", "heads_kv", "head_dim", "dtype"]
 
 
 def _baselines(df: pd.DataFrame) -> dict:
@@ -199,28 +204,17 @@ def _baselines(df: pd.DataFrame) -> dict:
     return out
 
 
-def _same_documents(r) -> bool:
-    """An emulated world's baseline is the bare kernel over the same documents: the `local` cell
-    of the world's whole length (its tokens per GPU = the cell's seqlen: same length, same data
-    seed, so the same documents), where the grid has one."""
-    return bool(r.get("_emulated")) and pd.notna(r.get("seqlen"))
-
-
 def _baseline(refs: dict, r):
-    """The CP cell's baseline: the bare cell of its key that ran the same local kernel, else the
-    one of the same local-kernel setting, else the key's first; None without one. An emulated
-    cell's key takes its whole length first (_same_documents), then its tokens per GPU."""
-    key = tuple(r.get(k) for k in BASELINE_KEY)
-    cands = []
-    if _same_documents(r):
-        at = BASELINE_KEY.index("tokens_per_gpu")
-        cands = refs.get(key[:at] + (int(r["seqlen"]),) + key[at + 1 :], [])
-    cands = cands or refs.get(key, [])
+    """The CP cell's baseline: the bare cell over the same documents (its key) that ran the same
+    local kernel, else the one of the same local-kernel setting; None without one."""
+    cands = refs.get(tuple(r.get(k) for k in BASELINE_KEY), [])
     for key in ("local_kernel", "local_kernel_setting"):
         same = [b for b in cands if pd.notna(r.get(key)) and b.get(key) == r.get(key)]
         if same:
             return same[0]
-    return cands[0] if cands else None
+    # a row that does not say which local kernel it ran: the one bare cell of its documents
+    unknown = pd.isna(r.get("local_kernel")) and pd.isna(r.get("local_kernel_setting"))
+    return cands[0] if unknown and len(cands) == 1 else None
 
 
 def _kernel_text(r) -> str:
@@ -232,39 +226,49 @@ def _kernel_text(r) -> str:
     return f"{ran} (auto)" if setting == "auto" and ran != "auto" else str(ran)
 
 
-def _share(r, ref) -> str:
-    """The cell's per-GPU TFLOP/s over the bare kernel's, or why there is none."""
+def _share(r, ref, draws: dict) -> str:
+    """The cell's per-GPU TFLOP/s over the bare kernel's over the same documents, draw by draw
+    (one GPU's time over GPUs x the CP time: the same FLOPs), or why there is none."""
     if ref is None:
-        return "none (no local cell)"
+        return "none (no 1-GPU cell over the same documents)"
     if r["status"] not in TIMED or pd.isna(r["tflops"]):
         return ""
     if "incorrect" in (r["status"], ref["status"]):
         return "none (wrong)"
     if ref["status"] != "ok" or pd.isna(ref["tflops"]):
         return f"none (baseline {STATUS_LABEL.get(ref['status'], ref['status'])})"
-    return ratio_text(r, ref, lambda x: f"{x:.0%}")
+    mine, base = _draws(r, draws), _draws(ref, draws)
+    if [d.key for d in mine] != [d.key for d in base]:
+        return "none (other documents)"
+    g = int(r["gpus"])
+    shares = [b.median / (g * c.median) for c, b in zip(mine, base)]
+    # resolved where, on every draw, the two p20-p80 intervals (of g x CP time) are apart
+    apart = all(b.p80 < g * c.p20 or g * c.p80 < b.p20 for c, b in zip(mine, base))
+    text = f"{pd.Series(shares).median():.0%}"
+    if len(shares) > 1:
+        text += f" [{min(shares):.0%}-{max(shares):.0%}]"
+    return text if apart else f"~ {text} (within spread)"
 
 
-def _same_documents_note(df: pd.DataFrame) -> str:
-    if "_emulated" not in df or not df["_emulated"].any():
-        return ""
-    return (
-        "; an emulated world's baseline is the bare kernel over the same documents, at the world's "
-        "whole length (the `local` cell of that many tokens, column 'tokens'), where the grid has "
-        "one, else at its tokens per GPU"
-    )
+def _draws(r, draws: dict):
+    """The row's draws from the per-sample table, else the cell read as one draw."""
+    from ...report.paired import NO_FINGERPRINT, Draw
+
+    found = draws.get(str(r.get("cell_id")))
+    if found:
+        return found
+    return (Draw(0, NO_FINGERPRINT, r["time_ms_median"], r["time_ms_p20"], r["time_ms_p80"]),)
 
 
-def _length(ref) -> str:
-    return seqlen_label(int(ref["tokens_per_gpu"]))
+def vs_single_gpu_table(df: pd.DataFrame, samples: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per-GPU TFLOP/s of every CP cell against the bare local kernel on one GPU (`local`) over the
+    same documents: the same mask, direction, whole sequence (the same draw), heads, head dim,
+    dtype and local kernel: what context parallelism costs. Only a `local` cell that is ok is a
+    baseline; without one the share says so (a CP method at 1 GPU, e.g. Ulysses, is NOT used
+    instead: it runs the CP framework around the kernel)."""
+    from ...report.advice import draws_by_cell
 
-
-def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per-GPU TFLOP/s of every CP cell against the bare local kernel on one GPU (`local`) at the
-    same mask, direction, tokens per GPU, heads, head dim and dtype: what context parallelism costs.
-    Only a `local` cell that is ok is a baseline; without one the share says so (a CP method at
-    1 GPU, e.g. Ulysses, is NOT used instead: it runs the CP framework around the kernel)."""
-    refs = _baselines(df)
+    refs, draws = _baselines(df), draws_by_cell(samples)
     rows = []
     for _, r in df[df["impl"] != BARE_KERNEL].iterrows():
         ref = _baseline(refs, r)
@@ -277,8 +281,8 @@ def vs_single_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
                 f"{method_label(BARE_KERNEL)}: local kernel": ""
                 if ref is None
                 else _kernel_text(ref),
-                f"{method_label(BARE_KERNEL)}: tokens": "" if ref is None else _length(ref),
-                "share of 1 GPU": _share(r, ref),
+                "tokens (both)": seqlen_label(int(r["seqlen"])),
+                "share of 1 GPU": _share(r, ref, draws),
             }
         )
     index = POINT + ["method"]
@@ -353,26 +357,31 @@ def breakdown_table(df: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def tables(df: pd.DataFrame, out: Path) -> list[Path]:
+def tables(df: pd.DataFrame, out: Path, samples: pd.DataFrame | None = None) -> list[Path]:
     df = with_variants(df)
     paths = write_table(
-        tflops_table(df),
+        tflops_table(df, samples),
         out / "cp_tflops",
         f"context parallelism: TFLOP/s per GPU ({MEDIAN_SPREAD}; global FLOPs / (slowest rank's time x "
-        f"GPUs)); fastest: the CP method of highest median among the cells that agree with the float64 "
-        f"reference, with every method whose p20-p80 overlaps it ({WITHIN_NOTE}); emulated cells are "
-        f"never the fastest{_emulated_note(df)}; {describe_setup(df)}",
+        "GPUs)); fastest (advice): the advice's verdict at the point (advice.md: methods compared "
+        "draw by draw, a winner only where every other method is slower on every draw, p20-p80 "
+        f"apart, else 'A ~ B'); emulated cells are never the fastest{_emulated_note(df)}; "
+        f"{describe_setup(df)}",
     )
     paths += write_table(
-        vs_single_gpu_table(df),
+        vs_single_gpu_table(df, samples),
         out / "cp_vs_single_gpu",
         f"context parallelism against one GPU: per-GPU TFLOP/s ({MEDIAN_SPREAD}) of each CP cell and "
         f"its share of the bare local kernel on one GPU (`{BARE_KERNEL}`: the same kernel call over the "
-        "whole sequence, no CP framework) at the same mask, direction and tokens per GPU; the share is "
-        f"the ratio of the medians, {WITHIN_NOTE}; 'none (no local cell)': the grid lacks that baseline "
-        f"(add `methods: [{BARE_KERNEL}]` with `gpus: [1]`; a CP method at 1 GPU is never used instead); "
-        "'none (wrong)': either cell disagrees with the float64 reference, no share is computed"
-        f"{_emulated_note(df)}{_same_documents_note(df)}; {describe_setup(df)}",
+        "whole sequence, no CP framework) over the same documents: the same mask, direction and whole "
+        "sequence ('tokens (both)'), so the same sampled documents, checked draw by draw, and the "
+        "same local kernel; the share is the one-GPU time over GPUs x the CP time on each draw "
+        "(their median, [min-max] over several draws); '~ ... (within spread)': on some draw the "
+        "two p20-p80 intervals overlap; 'none (no 1-GPU cell over the same documents)': the grid "
+        f"lacks that baseline (add `methods: [{BARE_KERNEL}]` with `gpus: [1]` at the CP cell's "
+        "whole length as its tokens_per_gpu; a CP method at 1 GPU is never used instead, nor a "
+        "one-GPU cell of other documents); 'none (wrong)': either cell disagrees with the float64 "
+        f"reference, no share is computed{_emulated_note(df)}; {describe_setup(df)}",
     )
     paths += write_table(
         breakdown_table(df),

@@ -89,7 +89,7 @@ def memory_source(df: pd.DataFrame) -> str:
     return ", process RSS" if src == {"process_rss"} else ""
 
 
-def tables(df: pd.DataFrame, out: Path) -> list[Path]:
+def tables(df: pd.DataFrame, out: Path, samples=None) -> list[Path]:
     one_row_per_point(df, "kernel tables")
     about = describe_setup(df)
     paths = write_sections(

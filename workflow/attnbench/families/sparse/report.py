@@ -195,7 +195,7 @@ def equal_area_references(dense: pd.DataFrame, sparse: pd.DataFrame) -> pd.DataF
     return pd.DataFrame(rows, columns=[*dense.columns, "equal_area_seqlen"])
 
 
-def tables(df: pd.DataFrame, out_dir) -> list[Path]:
+def tables(df: pd.DataFrame, out_dir, samples=None) -> list[Path]:
     out = Path(out_dir)
     sparse, dense = split(df)
     if "peak_mem_gib" not in sparse:
