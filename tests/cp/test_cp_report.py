@@ -225,8 +225,8 @@ def test_variants_of_a_method_are_rows_of_their_own_and_meet_the_bare_kernel_tha
 def test_documents_split_as_needed_is_a_variant_of_its_own_in_tables_and_advice():
     """cp.split_documents: a method run both ways gets one name per way, in the tables
     (with_variants) and in the advice (cp_names); records that predate the setting are `all`."""
-    from attnbench.families.cp.report import with_variants
     from attnbench.families.cp.advice import cp_names
+    from attnbench.families.cp.report import with_variants
 
     df = pd.DataFrame(
         [

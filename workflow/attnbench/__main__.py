@@ -356,12 +356,13 @@ def cmd_check_config(a):
     except ConfigError as e:
         print(e, file=sys.stderr)
         sys.exit(2)
-    from .families import expand_cells
+    from .families import expand_cells, plan_lines
     from .grid.config import config_files
 
     cells = expand_cells(cfg)
     read = " over ".join(str(f) for f in reversed(config_files(a.config, WORKFLOW_CONFIG)))
     print(f"config ok ({read}): {len(cells)} cells in grids {', '.join(cfg['run'])}")
+    print("\n".join(plan_lines(cfg)))
 
 
 def cmd_records(a):

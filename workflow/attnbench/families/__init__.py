@@ -110,6 +110,35 @@ def expand_cells(cfg: dict, grids=None) -> list[dict]:
     return out
 
 
+# Fewer draws than this per multi-draw mask on a GPU cannot say how often a winner wins.
+GPU_DRAWS = 10
+
+
+def plan_lines(cfg: dict, grids=None) -> list[str]:
+    """Per grid: its cells, the device time its records on disk estimate (families.estimate),
+    and a note where a GPU grid draws fewer than GPU_DRAWS masks per multi-draw mask."""
+    from pathlib import Path
+
+    from .. import masks as M
+    from .estimate import estimate
+
+    lines = []
+    for g in grids or cfg["run"]:
+        grid, cells = cfg["grids"][g], expand_grid(cfg, g)
+        line = f"{g}: {len(cells)} cells"
+        if grid["device"] == "cuda":
+            line += "; " + estimate(cells, Path(cfg["output_dir"])).text()
+        lines.append(line)
+        drawn = sorted({c["mask"] for c in cells if M.pattern(c["mask"]).sample_class != "single"})
+        if grid["device"] == "cuda" and drawn and grid["samples"]["document"] < GPU_DRAWS:
+            lines.append(
+                f"  note: {g} draws {grid['samples']['document']} masks per point of "
+                f"{', '.join(drawn)} (samples.document); with fewer than {GPU_DRAWS} the paired "
+                "answers cannot say how often a winner wins"
+            )
+    return lines
+
+
 # ---------------------------------------------------------------- the files a grid writes
 
 

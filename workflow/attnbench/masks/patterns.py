@@ -50,9 +50,38 @@ def band_slices(offset, n, w):
     return out
 
 
+def fraction_bounds(cfg: dict, key: str) -> tuple[float, float] | None:
+    """A grid's bound on a drawn length as a fraction of S: a number fixes it, [lo, hi] draws
+    it uniformly between the two; None where the grid sets none (the paper's draw then)."""
+    v = cfg.get(key)
+    if v is None:
+        return None
+    lo, hi = (float(v), float(v)) if isinstance(v, int | float) else (float(v[0]), float(v[1]))
+    return lo, hi
+
+
+def check_fraction(name: str, cfg: dict, key: str, most: float = 1.0) -> None:
+    """ValueError naming the key where its bound is not 0 < lo <= hi <= most."""
+    b = fraction_bounds(cfg, key)
+    if b is not None and not 0 < b[0] <= b[1] <= most:
+        raise ValueError(
+            f"{name}: mask_params.{key} {cfg[key]!r} must be a fraction of the sequence in "
+            f"(0, {most:g}], or [lo, hi] with 0 < lo <= hi <= {most:g}"
+        )
+
+
+def drawn_length(seqlen: int, bounds, rng, least: int = 1, most: int | None = None) -> int:
+    """round(u x S), u uniform in the bounds, kept in [least, most (default S)]."""
+    u = bounds[0] if bounds[0] == bounds[1] else float(rng.uniform(bounds[0], bounds[1]))
+    return int(min(max(round(u * seqlen), least), seqlen if most is None else most))
+
+
 class Pattern:
     name = ""
-    sample_class = "single"  # "single" or "document": how many samples a cell draws
+    # how many samples a cell draws: "single" (samples.single: a mask fixed by the grid's
+    # settings) or "document" (samples.document: a mask drawn afresh per sample, its documents,
+    # prefix, window or question random; every kernel at a point draws the same ones)
+    sample_class = "single"
     uses_documents = False
     cfg_keys = ()  # the grid's mask_params this pattern reads
 
@@ -208,6 +237,20 @@ class ShareQuestion(Documents):
     """Document 0 is a question every later answer sees; causal inside each document."""
 
     name = "share_question"
+    cfg_keys = ("question_fraction",)
+
+    def check(self, seqlen, cfg):
+        check_fraction(self.name, cfg, "question_fraction")
+
+    def sample(self, seqlen, cfg, rng, histograms):
+        bounds = fraction_bounds(cfg, "question_fraction")
+        if bounds is None:  # the question is the first document drawn from the histogram
+            return super().sample(seqlen, cfg, rng, histograms)
+        question = drawn_length(seqlen, bounds, rng)
+        name = L.choose_histogram(seqlen, histograms)
+        answers = seqlen - question
+        docs = L.sample_doc_lengths(answers, histograms[name]["buckets"], rng) if answers else []
+        return {"doc_lengths": [question, *docs], "histogram": name}
 
     def predicate(self, seqlen, params, device):
         doc_id, doc_start = self.docs(params, device)
@@ -244,9 +287,17 @@ class CausalBlockwise(Documents):
 
 class PrefixLMCausal(Pattern):
     name = "prefix_lm_causal"
+    sample_class = "document"  # a prefix drawn per sample
+    cfg_keys = ("prefix_fraction",)
+
+    def check(self, seqlen, cfg):
+        check_fraction(self.name, cfg, "prefix_fraction")
 
     def sample(self, seqlen, cfg, rng, histograms):
-        return {"prefix": int(rng.integers(1, seqlen + 1))}
+        bounds = fraction_bounds(cfg, "prefix_fraction")
+        if bounds is None:  # the paper's: uniform in 1..S
+            return {"prefix": int(rng.integers(1, seqlen + 1))}
+        return {"prefix": drawn_length(seqlen, bounds, rng)}
 
     def predicate(self, seqlen, params, device):
         return P.prefix(P.scalar(params["prefix"], device))
@@ -260,10 +311,19 @@ class PrefixLMDocument(Documents):
     """Per document, a bidirectional prefix of min(P, len(doc)) tokens, causal after it."""
 
     name = "prefix_lm_document"
+    cfg_keys = ("prefix_fraction",)
+
+    def check(self, seqlen, cfg):
+        check_fraction(self.name, cfg, "prefix_fraction")
 
     def sample(self, seqlen, cfg, rng, histograms):
         params = super().sample(seqlen, cfg, rng, histograms)
-        params["prefix"] = int(rng.integers(1, params["doc_lengths"][0] + 1))
+        first = params["doc_lengths"][0]
+        bounds = fraction_bounds(cfg, "prefix_fraction")  # of the first document's length
+        if bounds is None:
+            params["prefix"] = int(rng.integers(1, first + 1))
+        else:
+            params["prefix"] = drawn_length(first, bounds, rng)
         return params
 
     def predicate(self, seqlen, params, device):
@@ -282,10 +342,19 @@ class GlobalSlidingWindow(Pattern):
     """A band of half-width w, plus g = 2w global tokens that see and are seen by all."""
 
     name = "global_sliding_window"
+    sample_class = "document"  # a window drawn per sample
+    cfg_keys = ("window_fraction",)
+
+    def check(self, seqlen, cfg):
+        check_fraction(self.name, cfg, "window_fraction", most=1 / 3)
 
     def sample(self, seqlen, cfg, rng, histograms):
-        # Paper: w uniform in 1..floor(S/3)-1; below S = 6 that range is empty, so w = 1.
-        w = int(rng.integers(1, max(1, seqlen // 3 - 1) + 1))
+        bounds = fraction_bounds(cfg, "window_fraction")
+        if bounds is None:
+            # Paper: w uniform in 1..floor(S/3)-1; below S = 6 that range is empty, so w = 1.
+            w = int(rng.integers(1, max(1, seqlen // 3 - 1) + 1))
+        else:
+            w = drawn_length(seqlen, bounds, rng, most=max(1, seqlen // 3 - 1))
         return {"window": w, "global_tokens": 2 * w}
 
     def predicate(self, seqlen, params, device):

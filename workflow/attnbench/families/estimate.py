@@ -1,0 +1,84 @@
+"""How long a grid's cells will take, estimated from records already on disk of the same cells (any
+grid: the same kernel, mask, length, heads, head dim, dtype and direction), before anything runs.
+
+A kernel record times its phases per sample (kernels/cell.py: mask, inputs, prepare, first call,
+timed, memory, check). A new cell of the same point is estimated as the first call once, the timed
+phase scaled to its warm-ups + repetitions, the other phases per sample, the check per checked
+sample. Records without phases (context parallelism) are scaled by their wall time per sample.
+What no record informs is counted, not guessed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..grid.expand import cell_path
+from ..harness.samples import checked_samples, n_samples
+
+PER_SAMPLE = ("mask", "inputs", "prepare", "memory")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A grid's estimated time: seconds over the cells a record informs, and what informs it."""
+
+    seconds: float
+    informed: int  # cells with a record of the same point to estimate from
+    cells: int
+    sources: tuple[str, ...]  # the grids whose records were used
+
+    def text(self) -> str:
+        if not self.informed:
+            return f"no records of the same cells to estimate from (of {self.cells} cells)"
+        minutes = self.seconds / 60
+        rest = self.cells - self.informed
+        return (
+            f"estimated {minutes:.0f} min of device time for {self.informed} of {self.cells} cells "
+            f"(from records of the same points in {', '.join(self.sources)}: their per-sample "
+            "phases scaled to this grid's draws and repetitions)"
+            + (f"; {rest} cells have no such record" if rest else "")
+        )
+
+
+def _same_point(out: Path, cell: dict) -> list[Path]:
+    """Records of other grids at the cell's point (same family, kernel, mask and file name)."""
+    own = Path(cell_path(cell))
+    pattern = str(Path("cells", "*", *own.parts[2:]))
+    return sorted(p for p in out.glob(pattern) if p.parts[-5] != cell["grid"])
+
+
+def cell_seconds(record: dict, cell: dict) -> float | None:
+    """The estimated seconds of `cell` from a record of the same point; None where it has no
+    timing to scale."""
+    samples = record.get("samples") or []
+    old = record.get("cell", {})
+    n_new = n_samples(cell)
+    if not samples or not all("phases_s" in s for s in samples):
+        wall = record.get("wall_s")
+        return None if wall is None else wall * n_new / max(1, len(samples) or 1)
+    phases = [s["phases_s"] for s in samples]
+    calls_old = old.get("warmup", 0) + old.get("reps", 1)
+    calls_new = cell.get("warmup", 0) + cell.get("reps", 1)
+    mean = lambda k: sum(p.get(k, 0.0) for p in phases) / len(phases)  # noqa: E731
+    checks = [p["check"] for p in phases if "check" in p]
+    per_sample = mean("timed") * calls_new / max(1, calls_old) + sum(map(mean, PER_SAMPLE))
+    check = (sum(checks) / len(checks)) if checks else 0.0
+    return phases[0].get("first_call", 0.0) + n_new * per_sample + checked_samples(cell) * check
+
+
+def estimate(cells: list[dict], out: Path) -> Estimate:
+    """The estimate of these cells from the records under `out` (an output folder)."""
+    total, informed, sources = 0.0, 0, []
+    for cell in cells:
+        for path in _same_point(out, cell):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            s = cell_seconds(record, cell)
+            if s is not None:
+                total, informed = total + s, informed + 1
+                sources.append(path.parts[-5])
+                break
+    return Estimate(total, informed, len(cells), tuple(dict.fromkeys(sources)))
