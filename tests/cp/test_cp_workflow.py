@@ -16,8 +16,8 @@ TINY = cp_grid(
     runtime_min=5,
     mem_mb=2000,
     also=[
-        # the bare kernel on 1 GPU: cp_vs_single_gpu's baseline
-        {"methods": ["local"], "gpus": [1]},
+        # the bare kernel on 1 GPU over the whole 48 tokens: cp_vs_single_gpu's baseline
+        {"methods": ["local"], "gpus": [1], "tokens_per_gpu": [48]},
         # an `unsupported` record: FlexAttention's CPU local kernel has no backward
         {"methods": ["ulysses"], "cp": {"local_kernel": "flex"}},
     ],
@@ -35,7 +35,7 @@ def test_snakemake_runs_a_cp_grid(tmp_path):
     res = tmp_path / "results"
     records = sorted((res / "cells/tinycp/cp").rglob("*.json"))
     assert [r.relative_to(res / "cells/tinycp/cp").as_posix() for r in records] == [
-        "local/causal/s24-h2x1-d8-float32-bwd-g1.json",
+        "local/causal/s48-h2x1-d8-float32-bwd-g1.json",
         "ring_p2p/causal/s48-h2x1-d8-float32-bwd-g2.json",
         "torch_cp/causal/s48-h2x1-d8-float32-bwd-g2.json",
         "ulysses/causal/s48-h2x1-d8-float32-bwd-g2-kflex.json",
@@ -74,4 +74,4 @@ def test_snakemake_runs_a_cp_grid(tmp_path):
         f"{ring2['tflops'] / one['tflops'].iloc[0]:.0%}" in share
         and "1 GPU, bare kernel (TFLOP/s)" in share
     )
-    assert "none (no local cell)" not in share.split("\n\n", 1)[1]  # the table, not its caption
+    assert "none (no 1-GPU cell" not in share.split("\n\n", 1)[1]  # the table, not its caption

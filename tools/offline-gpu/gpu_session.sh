@@ -27,6 +27,10 @@
 #            after checking that this torch draws the records' block layouts (OUTPUT_DIR/pytest_layouts.txt)
 #   cpx8     the h200_cp_x8 grid, 4 and 8 GPUs (T_CPX8), on a machine of 8
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
+#   paired   the h200_paired grid (T_PAIRED): the missing cells in order of the time the records of the same
+#            points estimate, smallest first, as many as fit the budget (`attnbench records --budget-s`),
+#            in one Snakemake run; every call measures whole cells and brings them back
+#            (take_call_results.sh), the next call goes on with the next smallest
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
 #            GPU-minute (benchmarks/harness_throughput.py) into OUTPUT_DIR/throughput/
 #   gputests the GPU tests (T_GPUTESTS; GPUTESTS="pytest arguments", quotes kept) into OUTPUT_DIR/pytest_gpu.txt
@@ -276,6 +280,18 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
   python benchmarks/harness_throughput.py "$outdir/cells/h200_sweep" --gpus "$gpus" --wall-s $(($(date +%s) - t0)) \
     --since "$since" --nvml "$outdir/throughput/nvml_$stamp.csv" --json "$outdir/throughput/h200_sweep_$stamp.json" \
     2>&1 | tee -a "$out/session.txt"
+fi
+if has paired; then  # the smallest estimated cells first, what fits the budget (tools/offline-gpu/README.md)
+  budget=${T_PAIRED:-480}
+  targets=$(python -m attnbench records --grids h200_paired --budget-s "$((budget - 60))" \
+    --overrides "{\"output_dir\": \"$outdir\"}")
+  if [ -n "$targets" ]; then
+    log "h200_paired: $(echo "$targets" | wc -l) cells, estimated to fit $((budget - 60)) s (${budget} s budget)"
+    timeout -s INT "$budget" snakemake $targets --profile profiles/local --cores "$(nproc)" \
+      --resources gpu=$((4 * gpus)) --scheduler greedy --config "run=[h200_paired]" "output_dir=$outdir" \
+      >> "$out/snakemake_h200_paired.log" 2>&1
+    log "h200_paired exit $?: $(ls "$outdir"/cells/h200_paired/kernel/*/*/*.json 2> /dev/null | wc -l) of 320 records"
+  fi
 fi
 if has comm && [ "$gpus" -ge 2 ]; then  # the CP model's measured network (docs/cp-model.md)
   log "comm_bench on $gpus GPUs (${T_COMM:-120} s)"

@@ -368,7 +368,9 @@ def cmd_check_config(a):
 def cmd_records(a):
     """Record paths of the grids' cells still missing, as Snakemake targets: a session with little
     device time runs the short lengths first (tools/offline-gpu/gpu_session.sh), so whatever it does not
-    reach is the longest cells."""
+    reach is the longest cells. --calls S: the plan of calls of S seconds instead."""
+    from collections import Counter
+
     from .families import expand_cells, load_config
     from .grid.config import ConfigError
     from .grid.expand import cell_path
@@ -378,14 +380,30 @@ def cmd_records(a):
     except ConfigError as e:
         sys.exit(f"{e}")
     out = Path(cfg["output_dir"])
-    for cell in expand_cells(cfg, a.grids):
-        path = out / cell_path(cell)
-        wanted = all(
+    cells = [
+        cell
+        for cell in expand_cells(cfg, a.grids)
+        if all(
             getattr(a, axis) is None or cell.get(key) in getattr(a, axis)
             for axis, key in (("seqlen", "seqlen"), ("kernels", "impl"), ("masks", "mask"))
         )
-        if wanted and (a.all or not path.exists()):
-            print(path)
+        and (a.all or not (out / cell_path(cell)).exists())
+    ]
+    if a.calls:
+        from .families.estimate import calls
+
+        for i, (batch, s) in enumerate(calls(cells, out, a.calls), 1):
+            kinds = Counter(f"{c['impl']} {c['mask']} {c['seqlen']}" for c in batch)
+            print(
+                f"call {i}: {len(batch)} cells, estimated {s:.0f} s; e.g. {', '.join(list(kinds)[:3])}"
+            )
+        return
+    if a.smallest_first or a.budget_s is not None:
+        from .families.estimate import smallest_first
+
+        cells = smallest_first(cells, out, a.budget_s)
+    for cell in cells:
+        print(out / cell_path(cell))
 
 
 def cmd_predict(a):
@@ -582,6 +600,22 @@ def main(argv=None):
     c.add_argument("--kernels", nargs="*", help="only these kernels (or CP methods)")
     c.add_argument("--masks", nargs="*", help="only these masks")
     c.add_argument("--all", action="store_true", help="also the records already on disk")
+    c.add_argument(
+        "--smallest-first",
+        action="store_true",
+        help="in order of the time records of the same points on disk estimate, smallest first",
+    )
+    c.add_argument(
+        "--budget-s",
+        type=float,
+        help="only the smallest-first cells whose estimates add up to at most this many seconds",
+    )
+    c.add_argument(
+        "--calls",
+        type=float,
+        metavar="SECONDS",
+        help="print the plan instead: the missing cells, smallest first, in calls of SECONDS each",
+    )
     c = sub.add_parser(
         "predict",
         help="CP throughput model to 1024 GPUs for one cp grid (cp_model in config.yaml)",

@@ -82,3 +82,52 @@ def estimate(cells: list[dict], out: Path) -> Estimate:
                 sources.append(path.parts[-5])
                 break
     return Estimate(total, informed, len(cells), tuple(dict.fromkeys(sources)))
+
+
+def cell_estimate(cell: dict, out: Path) -> float | None:
+    """The estimated seconds of one cell from the first record of its point on disk, or None."""
+    for path in _same_point(out, cell):
+        try:
+            s = cell_seconds(json.loads(path.read_text()), cell)
+        except (OSError, ValueError):
+            continue
+        if s is not None:
+            return s
+    return None
+
+
+def smallest_first(cells: list[dict], out: Path, budget_s: float | None = None) -> list[dict]:
+    """The cells in order of their estimated seconds, smallest first (those no record informs
+    last), and with a budget only those whose running sum of estimates fits it: a call of limited
+    time measures the most cells it can and keeps what it measured."""
+    timed = [(cell_estimate(c, out), i, c) for i, c in enumerate(cells)]
+    timed.sort(key=lambda t: (t[0] is None, t[0] or 0.0, t[1]))
+    kept, total = [], 0.0
+    for s, _, c in timed:
+        if budget_s is not None:
+            if s is None or total + s > budget_s:
+                break
+            total += s
+        kept.append(c)
+    return kept
+
+
+def calls(cells: list[dict], out: Path, call_s: float) -> list[tuple[list[dict], float]]:
+    """The cells, smallest estimate first, cut into calls of at most call_s estimated seconds
+    each ((cells, estimated seconds) per call); a cell no record informs, or longer than a call,
+    gets a call of its own at the end."""
+    plan: list[tuple[list[dict], float]] = []
+    batch, total = [], 0.0
+    for c in smallest_first(cells, out):
+        s = cell_estimate(c, out)
+        if s is None or s > call_s:
+            plan.append(([c], s or 0.0))
+            continue
+        if total + s > call_s:
+            plan.append((batch, total))
+            batch, total = [], 0.0
+        batch, total = batch + [c], total + s
+    if batch:
+        plan.append((batch, total))
+    plan.sort(key=lambda p: any(cell_estimate(c, out) is None for c in p[0]))
+    return plan
