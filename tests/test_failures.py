@@ -161,7 +161,7 @@ def test_a_timeout_record_with_timings_or_an_unknown_status_is_not_a_record():
         ),
     }
     assert record_problems(record) == []
-    assert "only ok, incorrect carry" in record_problems({**record, "tflops": 1.0})[0]
+    assert "only ok, incorrect, implausible carry" in record_problems({**record, "tflops": 1.0})[0]
     assert (
         "none of ok, oom, unsupported, unavailable, incorrect, timeout"
         in record_problems({**record, "status": "hung"})[0]

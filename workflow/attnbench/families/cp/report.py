@@ -229,10 +229,10 @@ def _kernel_text(r) -> str:
 def _share(r, ref, draws: dict) -> str:
     """The cell's per-GPU TFLOP/s over the bare kernel's over the same documents, draw by draw
     (one GPU's time over GPUs x the CP time: the same FLOPs), or why there is none."""
-    if ref is None:
-        return "none (no 1-GPU cell over the same documents)"
     if r["status"] not in TIMED or pd.isna(r["tflops"]):
         return ""
+    if ref is None:
+        return "none (no 1-GPU cell over the same documents)"
     if "incorrect" in (r["status"], ref["status"]):
         return "none (wrong)"
     if ref["status"] != "ok" or pd.isna(ref["tflops"]):
