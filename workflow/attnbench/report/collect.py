@@ -317,10 +317,12 @@ def write_tidy_tables(records: dict, cells_csv, replace_grids=None) -> tuple[int
         kept = len(old)
         old_samples = read_samples(cells_csv)
         old_samples = old_samples[old_samples["cell_id"].isin(set(old["cell_id"]))]
-        if kept:
-            cells = pd.concat([old, cells], ignore_index=True)
+        if kept:  # in the tables' one order, whichever grids were regenerated
+            cells = _sorted(pd.concat([old, cells], ignore_index=True), CELL_KEYS)
         if len(old_samples):
-            samples = pd.concat([old_samples, samples], ignore_index=True)
+            samples = _sorted(
+                pd.concat([old_samples, samples], ignore_index=True), (*CELL_KEYS, "sample")
+            )
     write_cells(cells, cells_csv)
     write_cells(samples, samples_path(cells_csv))
     return len(cells), len(samples), kept
