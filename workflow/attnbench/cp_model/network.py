@@ -87,6 +87,14 @@ class Network:
     def link(self, t: Transfer, rank: int) -> str:
         return "inter-node" if self.crosses_nodes(rank, t.peers) else "intra-node"
 
+    def text(self) -> str:
+        """The links in words (tables and answers)."""
+        return (
+            f"{self.gpus_per_node} GPUs per node; intra-node {self.intra_gbytes_per_s:g} GB/s, "
+            f"{self.intra_latency_us:g} us; inter-node {self.inter_gbytes_per_s:g} GB/s per GPU, "
+            f"{self.inter_latency_us:g} us; compute scale {self.compute_scale:g}"
+        )
+
 
 def comm_bench_fits(path: str, network: str) -> tuple:
     """((pattern, GB/s, latency us), ...) from a comm benchmark's JSON (its `fit` section)."""

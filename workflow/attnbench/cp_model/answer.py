@@ -1,0 +1,280 @@
+"""The CP model's answer to one question (question.py): per CP method the predicted time per call
+and per-GPU TFLOP/s, the one-GPU baseline, what the answer rests on, and the model's validated
+error on published benchmarks for the question's mask family.
+
+    from attnbench.cp_model.answer import Model, answer
+    from attnbench.cp_model.question import Question
+    a = answer(Question("causal", gpus=16, tokens_per_gpu=8192, heads_q=32, heads_kv=8), cfg)
+    a.methods        # MethodAnswer per method: time_ms, tflops_per_gpu, share_of_one_gpu, ...
+    a.local          # the bare local kernel on one GPU over one GPU's tokens
+    a.error          # ValidatedError of the mask family (validation.py's committed table), or None
+    print(a.text())
+
+`cfg` is a loaded config.yaml (families.load_config); the records (kernel records of
+cp_model.kernel_grids and the cells of the per-call grid) are read from `records_dir`
+(default: cp_model.records_dir). A Model keeps the fitted kernels between questions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..harness.environment import REPO
+from ..masks import Mask
+from .network import Network
+from .predict import LOCAL, Setting, predict, predict_local, realised_masks
+from .question import DIRECTIONS, Question, sampler
+
+VALIDATION_TABLE = Path("tables") / "cp_validation" / "published.csv"
+
+
+@dataclass(frozen=True)
+class MethodAnswer:
+    method: str
+    gpus: int
+    time_ms: float | None  # per call (mean over the realised masks); None: the method cannot run
+    tflops_per_gpu: float | None
+    share_of_one_gpu: float | None  # tflops_per_gpu / the one-GPU baseline's TFLOP/s
+    bottleneck: str  # or why it cannot run
+    ulysses: int
+    ring: int
+    windows: int
+    peak_mem_gib: float | None = None
+
+
+@dataclass(frozen=True)
+class ValidatedError:
+    """The model against the published points of one mask family (validation.py)."""
+
+    family: str  # "full/causal" or "documents"
+    points: int
+    within_10: float  # share of the points within +-10%
+    within_25: float
+    median_abs_error: float  # median |predicted / published - 1|
+    worst: float  # the worst predicted / published - 1
+    table: str  # where it was read
+
+    def text(self) -> str:
+        return (
+            f"validated on {self.points} published {self.family} points ({self.table}): "
+            f"{100 * self.within_10:.0f}% within +-10%, {100 * self.within_25:.0f}% within +-25%, "
+            f"median |error| {100 * self.median_abs_error:.1f}%, worst {100 * self.worst:+.0f}%"
+        )
+
+
+@dataclass(frozen=True)
+class Answer:
+    question: Question
+    local: MethodAnswer
+    methods: tuple  # MethodAnswer per method asked
+    kernel: str
+    network: str  # the preset, in words
+    terms: str  # the per-call terms used and where they were fitted
+    notes: tuple  # the assumptions the answer rests on, terms used outside their fitted rows
+    error: ValidatedError | None
+    masks: int  # realised masks averaged over
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame([dataclasses.asdict(m) for m in (self.local, *self.methods)])
+
+    def text(self) -> str:
+        q = self.question
+        docs = f", {self.masks} realised masks" if q.documented else ""
+        head = (
+            f"{q.mask}, {q.gpus} GPUs x {q.tokens_per_gpu} tokens, heads {q.heads_q}:"
+            f"{q.heads_kv}, D {q.head_dim}, {q.dtype}, {q.direction}{docs}; local kernel "
+            f"{self.kernel}; network {q.network}: {self.network}"
+        )
+        df = self.frame()
+        df["share_of_one_gpu"] = df["share_of_one_gpu"].map(
+            lambda x: f"{100 * x:.1f}%" if x == x and x is not None else ""
+        )
+        cols = ["method", "gpus", "time_ms", "tflops_per_gpu", "share_of_one_gpu", "bottleneck"]
+        cols += ["ulysses", "ring", "windows", "peak_mem_gib"]
+        lines = [head, "", df[cols].round(3).to_markdown(index=False), ""]
+        lines.append(f"per-call terms: {self.terms}")
+        lines += [f"note: {n}" for n in self.notes]
+        lines.append(
+            f"error: {self.error.text()}" if self.error else "error: no validation table found"
+        )
+        return "\n".join(lines)
+
+
+class Model:
+    """The fitted pieces of the model, kept between questions: per (kernel, per-call grid) the
+    kernel's time fit and its per-call terms."""
+
+    def __init__(self, cfg: dict, records_dir=None):
+        from .run import read_records
+
+        self.cfg, self.mc = cfg, cfg["cp_model"]
+        self.records_dir = Path(records_dir or self.mc.get("records_dir") or cfg["output_dir"])
+        if not self.records_dir.is_absolute() and not self.records_dir.exists():
+            self.records_dir = REPO / self.records_dir
+        grids = list(dict.fromkeys([*self.mc["kernel_grids"], *self.mc.get("grids", {})]))
+        self.recs = read_records(self.records_dir, grids)
+        self._fits = {}
+
+    def fitted(self, kernel: str, calls_from: str):
+        """(KernelTime with the per-call terms, Calibration, Setting of the records)."""
+        from .run import fitted_kernel, model_config, setting_of
+
+        key = (kernel, calls_from)
+        if key not in self._fits:
+            mc = {"mask_samples": 2, "max_ring_ranks": 64, "seed": 0}
+            mc.update(model_config(self.cfg, calls_from))
+            s, _ = setting_of(mc["grid"])
+            kt, _, cal = fitted_kernel(self.recs, kernel, s, calls_from, mc["network"], mc)
+            self._fits[key] = (kt, cal, s)
+        return self._fits[key]
+
+    def network(self, name: str) -> Network:
+        return Network.from_config(name, self.mc["networks"][name])
+
+
+def realised(q: Question, cfg: dict) -> tuple[list, list, int]:
+    """(the realised masks of the CP sequence, those of the one-GPU baseline, how many GPUs'
+    tokens the baseline's masks hold). The baseline is one GPU over one GPU's tokens: the mask at
+    tokens_per_gpu, or the documents given per GPU; where documents are given for the whole
+    sequence (a list, a sampler, the histograms) one GPU's share of them is not defined, and the
+    baseline is the bare kernel over the same documents, its time divided by the GPUs."""
+    if not q.documented:
+        one = Mask(q.mask, q.tokens_per_gpu, {}, heads_q=q.heads_q)
+        return [Mask(q.mask, q.seqlen, {}, heads_q=q.heads_q)], [one], 1
+
+    def of(lengths, seqlen):
+        return Mask(q.mask, seqlen, {"doc_lengths": list(lengths)}, heads_q=q.heads_q)
+
+    if q.documents_per_gpu:
+        whole = [[x * q.gpus for x in d] for d in q.documents]
+        return [of(d, q.seqlen) for d in whole], [of(d, q.tokens_per_gpu) for d in q.documents], 1
+    if q.documents:
+        masks = [of(d, q.seqlen) for d in q.documents]
+    elif q.sampler:
+        masks = [of(d, q.seqlen) for d in sampler(cfg, q.sampler).packs(q.seqlen, q.samples)]
+    else:
+        from .run import histograms_for
+
+        mc, h = cfg["cp_model"], histograms_for(cfg, q.seqlen)
+        masks = realised_masks(
+            q.mask, q.seqlen, q.samples, mc["seed"], {}, h, q.heads_q, q.heads_kv
+        )
+    return masks, masks, q.gpus
+
+
+def validated_error(records_dir: Path, family: str) -> ValidatedError | None:
+    path = records_dir / VALIDATION_TABLE
+    if not path.is_file():
+        return None
+    t = pd.read_csv(path)
+    t = t[(t["family"] == family) & t["ratio"].notna()]
+    if t.empty:
+        return None
+    e = t["ratio"] - 1
+    shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    return ValidatedError(
+        family,
+        len(t),
+        float((e.abs() <= 0.10).mean()),
+        float((e.abs() <= 0.25).mean()),
+        float(e.abs().median()),
+        float(e.iloc[int(np.argmax(e.abs().to_numpy()))]),
+        str(shown),
+    )
+
+
+def family_of(mask: str) -> str:
+    return "full/causal" if mask in ("full", "causal") else "documents"
+
+
+def answer(q: Question, cfg: dict, records_dir=None, model: Model | None = None) -> Answer:
+    """The model's answer to `q` (its defaults from cfg's cp_model filled in and checked first)."""
+    model = model or Model(cfg, records_dir)
+    q = q.with_defaults(cfg["cp_model"])
+    q.check(cfg)
+    direction = DIRECTIONS[q.direction]
+    kt, cal, s_rec = model.fitted(q.local_kernel, q.calls_from)
+    net = model.network(q.network)
+    if q.network == cfg["cp_model"].get("grids", {}).get(q.calls_from):
+        # the per-call grid's own network: its per-transfer term applies too
+        net = dataclasses.replace(net, call_overhead_s=cal.comm_s)
+    s = Setting(q.heads_q, q.heads_kv, q.head_dim, q.dtype)
+    if (q.head_dim, q.dtype) != (s_rec.head_dim, s_rec.dtype):
+        raise ValueError(
+            f"the records of {q.local_kernel} are at head dim {s_rec.head_dim}, "
+            f"{s_rec.dtype}; this question asks head dim {q.head_dim}, {q.dtype}"
+        )
+    notes = []
+    if (q.heads_q, q.heads_kv) != (s_rec.heads_q, s_rec.heads_kv):
+        notes.append(
+            f"heads {q.heads_q}:{q.heads_kv}: the kernel's time per visible pair and query head, "
+            f"and the per-call terms per row and query head, are carried over from the records' "
+            f"{s_rec.heads_q}:{s_rec.heads_kv} (assumed independent of the heads' number and "
+            f"grouping)"
+        )
+    if net.compute_scale != 1:
+        notes.append(
+            f"kernel times x {net.compute_scale:g}: network {net.name}'s compute scale against "
+            "the device of the records"
+        )
+    masks, local_masks, share = realised(q, cfg)
+    if share > 1:
+        notes.append(
+            "the one-GPU baseline is the bare kernel over the same documents, its time / "
+            f"{share} GPUs (one GPU's share of documents given for the whole sequence is not defined)"
+        )
+    mrr = cfg["cp_model"].get("max_ring_ranks", 64)
+    rows = []
+    locals_ = [predict_local(m, s, direction, kt, net) for m in local_masks]
+    local_tflops = float(np.mean([p.tflops_per_gpu for p in locals_]))
+    local = MethodAnswer(
+        LOCAL,
+        1,
+        float(np.mean([p.time_s for p in locals_])) * 1e3 / share,
+        local_tflops,
+        1.0,
+        "compute",
+        1,
+        1,
+        1,
+    )
+    for m in q.methods:
+        preds = [predict(m, q.gpus, mk, s, direction, kt, net, mrr) for mk in masks]
+        p0 = preds[0]
+        ok = p0.tflops_per_gpu is not None
+        tflops = float(np.mean([p.tflops_per_gpu for p in preds])) if ok else None
+        rows.append(
+            MethodAnswer(
+                m,
+                q.gpus,
+                float(np.mean([p.time_s for p in preds])) * 1e3 if ok else None,
+                tflops,
+                tflops / local_tflops if ok else None,
+                p0.bottleneck,
+                p0.degrees["ulysses"],
+                p0.degrees["ring"],
+                p0.degrees["windows"],
+                max(p.peak_mem_bytes for p in preds) / 2**30 if ok else None,
+            )
+        )
+    terms = cal.text()
+    if net.call_overhead_s == 0 and cal.comm_s:
+        terms += (
+            f" (the per-kernel-call terms only: network {q.network} gets no per-transfer term)"
+        )
+    return Answer(
+        q,
+        local,
+        tuple(rows),
+        kt.kernel,
+        net.text(),
+        terms,
+        tuple(notes),
+        validated_error(model.records_dir, family_of(q.mask)),
+        len(masks),
+    )
