@@ -109,6 +109,36 @@ def test_network_charges_the_nic_only_across_nodes():
         schedule.Transfer("x", "bcast", 1, ())
 
 
+def test_collectives_across_nodes_use_every_nic_of_the_node():
+    """A ring all-gather across nodes runs one ring per NIC (NCCL's rings): its bytes cross the
+    node boundary at the node's aggregate bandwidth, capped by the links inside the node; a
+    transfer of one GPU gets its share of the NICs, at most one NIC."""
+    gb, lat = 10**9, 10e-6
+    ring16 = tuple(range(16))
+    ag = schedule.Transfer("all_gather", "all_gather", gb, ring16)
+    # 8 GPUs, 8 NICs of 50 GB/s: 400 GB/s across the boundary, under NVLink's 450
+    net = Network("h100", 8, 450, 5, 50, 10, nics_per_node=8)
+    assert net.node_gbytes_per_s == 400 and net.gpu_gbytes_per_s == 50
+    assert net.seconds(ag, 0) == pytest.approx(15 * lat + 1 / 400)
+    # NVLink slower than the NICs together: the links inside the node bound it
+    slow_inside = Network("t", 8, 200, 5, 50, 10, nics_per_node=8)
+    assert slow_inside.seconds(ag, 0) == pytest.approx(15 * lat + 1 / 200)
+    # 4 NICs for 8 GPUs: collectives at 200 GB/s, a GPU alone or beside the others at 25
+    half = Network("t", 8, 450, 5, 50, 10, nics_per_node=4)
+    assert half.seconds(ag, 0) == pytest.approx(15 * lat + 1 / 200)
+    p2p = schedule.Transfer("ring_kv", "p2p", gb, (8, 7))
+    assert half.seconds(p2p, 0) == pytest.approx(lat + 1 / 25)
+    a2a = schedule.Transfer("ulysses", "all_to_all", 15 * gb, ring16)  # 8 peers off the node
+    assert half.seconds(a2a, 0) == pytest.approx(lat + 8 / 25)
+    # inside one node nothing changes
+    one_node = schedule.Transfer("all_gather", "all_gather", gb, tuple(range(8)))
+    assert half.seconds(one_node, 0) == pytest.approx(7 * 5e-6 + 1 / 450)
+    # the preset says it
+    cfg = load_config(ROOT / "config.yaml")
+    h100 = Network.from_config("h100_8x", cfg["cp_model"]["networks"]["h100_8x"])
+    assert (h100.nics, h100.nic_gbytes_per_s) == (8, 50) and "8 NICs of 50 GB/s" in h100.text()
+
+
 def test_predictions_follow_the_schedules(kernel_time):
     s = Setting(64, 8, 128, "bfloat16")
     net = Network("h100", 8, 450, 5, 50, 10)
@@ -184,7 +214,7 @@ def test_comm_bench_at_world_size_two(tmp_path):
     assert [x["bytes_sent"] for x in p2p] == [2**18, 2**20] and all(x["seconds"] > 0 for x in p2p)
     # a preset naming the output times each intra-node pattern by its own fit
     preset = {"gpus_per_node": 2, "intra_gbytes_per_s": 1e6, "intra_latency_us": 0}
-    preset.update(inter_gbytes_per_s=1, inter_latency_us=0, comm_bench=str(out))
+    preset.update(nic_gbytes_per_s=1, inter_latency_us=0, comm_bench=str(out))
     net = Network.from_config("gloo", preset)
     for pattern in ("p2p", "all_to_all", "all_gather"):
         fit = res["fit"][pattern]

@@ -37,7 +37,7 @@ def _step_detail(pred, net, method, mask, direction, gpus) -> str:
     )
     if m <= c:  # the same bytes, sent as slowly as the step computes
         lat = net.inter_latency_us * 1e-3
-        bw = net.inter_gbytes_per_s * (m - lat) / (c - lat)
+        bw = net.gpu_gbytes_per_s * (m - lat) / (c - lat)
         text += f" down to about {bw:.2g} GB/s per GPU across nodes"
     return text
 
@@ -130,9 +130,8 @@ def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
     lines = [
         f"# CP throughput model: {mc['grid'].get('description', '')}",
         "",
-        f"Network `{net.name}`: {net.gpus_per_node} GPUs per node; intra-node {intra_text(net)}; "
-        f"inter-node {net.inter_gbytes_per_s} GB/s, {net.inter_latency_us} us per GPU; "
-        f"compute scale {net.compute_scale}. Source: {mc['networks'][net.name].get('source', 'not stated')}",
+        f"Network `{net.name}`: {net.text()}; intra-node links {intra_text(net)}. Source: "
+        f"{mc['networks'][net.name].get('source', 'not stated')}",
         "",
         f"Local kernel `{kt.kernel}`: time per visible pair and query head interpolated in log length from "
         "kernel records (leave-one-out error at interior lengths):",
