@@ -418,7 +418,8 @@ def cmd_predict(a):
 
 
 QUESTION_ARGS = ("mask", "gpus", "tokens_per_gpu", "heads", "head_dim", "dtype", "direction")
-QUESTION_ARGS += ("network", "local_kernel", "calls_from", "documents", "documents_per_gpu")
+QUESTION_ARGS += ("network", "local_kernel", "calls_kernel", "calls_from", "documents")
+QUESTION_ARGS += ("documents_per_gpu",)
 QUESTION_ARGS += ("sampler", "samples", "methods")
 
 
@@ -640,7 +641,13 @@ def main(argv=None):
     q.add_argument("--direction", help="fwd, bwd or train (fwd + bwd)")
     q.add_argument("--network", help="a preset of cp_model.networks")
     q.add_argument("--local-kernel", help="the local kernel whose records time the chunks")
-    q.add_argument("--calls-from", help="the cp grid whose cells give the per-call terms")
+    q.add_argument(
+        "--calls-from", help="the cp grid(s) whose cells give the per-call terms (a,b: several)"
+    )
+    q.add_argument(
+        "--calls-kernel",
+        help="the local kernel whose cells give the per-call terms (default: its own)",
+    )
     q.add_argument(
         "--documents",
         action="append",

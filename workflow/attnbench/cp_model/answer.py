@@ -116,25 +116,74 @@ class Model:
         self.records_dir = Path(records_dir or self.mc.get("records_dir") or cfg["output_dir"])
         if not self.records_dir.is_absolute() and not self.records_dir.exists():
             self.records_dir = REPO / self.records_dir
-        grids = list(dict.fromkeys([*self.mc["kernel_grids"], *self.mc.get("grids", {})]))
+        cp_grids = [g for g, v in cfg["grids"].items() if v.get("family") == "cp"]
+        grids = list(dict.fromkeys([*self.mc["kernel_grids"], *cp_grids]))
         self.recs = read_records(self.records_dir, grids)
         self._fits = {}
 
-    def fitted(self, kernel: str, calls_from: str):
-        """(KernelTime with the per-call terms, Calibration, Setting of the records)."""
-        from .run import fitted_kernel, model_config, setting_of
+    def fitted(self, kernel: str, calls_from: tuple):
+        """(KernelTime with the per-call terms, Calibration, Setting of the records): the
+        per-call terms fitted on every cell of `kernel` in the grids `calls_from`."""
+        from .run import calibration_network, fitted_kernel, model_config, setting_of
 
-        key = (kernel, calls_from)
+        key = (kernel, tuple(calls_from))
         if key not in self._fits:
             mc = {"mask_samples": 2, "max_ring_ranks": 64, "seed": 0}
-            mc.update(model_config(self.cfg, calls_from))
+            mc.update(model_config(self.cfg, calls_from[0]))
             s, _ = setting_of(mc["grid"])
-            kt, _, cal = fitted_kernel(self.recs, kernel, s, calls_from, mc["network"], mc)
+            net = calibration_network(self.cfg, calls_from[0], list(calls_from), s, kernel)
+            kt, _, cal = fitted_kernel(self.recs, kernel, s, list(calls_from), net, mc)
             self._fits[key] = (kt, cal, s)
         return self._fits[key]
 
     def network(self, name: str) -> Network:
         return Network.from_config(name, self.mc["networks"][name])
+
+    def busiest_kernel(self, direction: str, calls_from: tuple) -> str | None:
+        """The local kernel with the most cells of `direction` in the grids `calls_from`."""
+        from .run import measured_cells
+
+        counts = {}
+        for g in calls_from:
+            cells = measured_cells(self.recs, g, None)
+            cells = cells[(cells["direction"] == direction) & (cells["gpus"] > 1)]
+            for k, n in cells.groupby("local_kernel").size().items():
+                counts[k] = counts.get(k, 0) + n
+        return max(counts, key=lambda k: (counts[k], k)) if counts else None
+
+    def call_terms(self, kernel: str, calls_kernel: str, calls_from: tuple, direction: str):
+        """(KernelTime of `kernel` with the per-call terms, Calibration whose terms they are,
+        notes): the terms fitted on the cells of `calls_kernel` (default: `kernel`); a direction
+        the kernel has no cell of borrows the terms of the kernel with the most cells of it (the
+        CP framework's work around a call is the same code whatever the kernel)."""
+        kt, cal, s = self.fitted(kernel, calls_from)
+        notes = []
+        if calls_kernel and calls_kernel != kernel:
+            have = sorted(
+                {self.busiest_kernel(d, calls_from) for d in ("fwd", "bwd", "fwdbwd")} - {None}
+            )
+            cal = self.fitted(calls_kernel, calls_from)[1]
+            if not cal.kernel:
+                raise ValueError(
+                    f"calls_kernel {calls_kernel!r}: no cell of it in {', '.join(calls_from)} "
+                    f"(kernels with cells there include: {', '.join(have) or 'none'})"
+                )
+            notes.append(f"the per-call terms are {calls_kernel}'s (fitted on its cells)")
+        terms, rows, used = dict(cal.kernel), dict(cal.rows), dict(cal.used)
+        for d in ("fwd", "bwd") if direction == "fwdbwd" else (direction,):
+            if d in terms:
+                continue
+            other = self.busiest_kernel(d, calls_from)
+            if other is None or other == (calls_kernel or kernel):
+                continue
+            borrowed = self.fitted(other, calls_from)[1]
+            terms[d], rows[d], used[d] = borrowed.kernel[d], borrowed.rows[d], borrowed.used[d]
+            notes.append(
+                f"no {d} cell of {calls_kernel or kernel} in {', '.join(calls_from)}: its {d} "
+                f"per-call terms are {other}'s (the kernel with the most {d} cells there)"
+            )
+        cal = dataclasses.replace(cal, kernel=terms, rows=rows, used=used)
+        return kt.with_overhead(terms), cal, s, notes
 
 
 def realised(q: Question, cfg: dict) -> tuple[list, list, int]:
@@ -198,9 +247,11 @@ def answer(q: Question, cfg: dict, records_dir=None, model: Model | None = None)
     q = q.with_defaults(cfg["cp_model"])
     q.check(cfg)
     direction = DIRECTIONS[q.direction]
-    kt, cal, s_rec = model.fitted(q.local_kernel, q.calls_from)
+    kt, cal, s_rec, notes = model.call_terms(
+        q.local_kernel, q.calls_kernel, q.calls_from, direction
+    )
     net = model.network(q.network)
-    if q.network == cfg["cp_model"].get("grids", {}).get(q.calls_from):
+    if q.network == cfg["cp_model"].get("grids", {}).get(q.calls_from[0]):
         # the per-call grid's own network: its per-transfer term applies too
         net = dataclasses.replace(net, call_overhead_s=cal.comm_s)
     s = Setting(q.heads_q, q.heads_kv, q.head_dim, q.dtype)
@@ -209,7 +260,6 @@ def answer(q: Question, cfg: dict, records_dir=None, model: Model | None = None)
             f"the records of {q.local_kernel} are at head dim {s_rec.head_dim}, "
             f"{s_rec.dtype}; this question asks head dim {q.head_dim}, {q.dtype}"
         )
-    notes = []
     if (q.heads_q, q.heads_kv) != (s_rec.heads_q, s_rec.heads_kv):
         notes.append(
             f"heads {q.heads_q}:{q.heads_kv}: the kernel's time per visible pair and query head, "
@@ -263,6 +313,11 @@ def answer(q: Question, cfg: dict, records_dir=None, model: Model | None = None)
             )
         )
     terms = cal.text()
+    fixed = "; ".join(kt.fixed_fit.values()) or "none (no document-mask records of the kernel)"
+    terms += f". The kernel's own fixed cost per call: {fixed}"
+    outside = cal.outside(direction, q.tokens_per_gpu * q.heads_q)
+    if outside:
+        notes.append(outside)
     if net.call_overhead_s == 0 and cal.comm_s:
         terms += (
             f" (the per-kernel-call terms only: network {q.network} gets no per-transfer term)"

@@ -156,7 +156,7 @@ def summary_text(val: pd.DataFrame, checks: list[dict], kt, mc) -> str:
     ]
     cal = mc["calibration"]
     lines += ["", f"Per-call overheads: {cal.text()}."]
-    if cal.grid != mc["grid_name"]:
+    if cal.grid.split(", ")[0] != mc["grid_name"]:
         lines.append(
             f"Only the per-kernel-call terms apply here; the per-transfer term belongs to the "
             f"network of {cal.grid}, and this grid's network `{net.name}` gets none."

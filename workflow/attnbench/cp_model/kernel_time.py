@@ -1,30 +1,41 @@
-"""Local-kernel time of a chunk, interpolated from kernel records measured on the device.
+"""Local-kernel time of a chunk, from kernel records measured on the device.
 
-What is fitted, per (direction, rectangle kind full|causal): the measured time per visible
-(query, key) pair per query head, c(S) = time / (area x Hq), at each measured length S of the
-full or causal mask (median over records of the same point). A chunk is a varlen batch of
-rectangles (cp/chunks.py); each rectangle of area A costs A x heads x c(S_eq), S_eq the length of
-the square mask of the same kind and area (sqrt(A) full, sqrt(2A) causal), c interpolated
-linearly in log S between measured lengths and held at the end values outside them (so very
-small rectangles are charged the per-pair cost of the shortest measured length: optimistic for
-them). Where one rectangle kind was measured, its per-pair cost serves both;
-where only forward+backward was measured, a phase gets its FLOPs share of it. The fit's error is
-the leave-one-out error at interior lengths (`loo_errors`).
+What is fitted, per direction: the kernel's own fixed cost of a call (`fixed`: its launches and
+set-up, whatever the chunk), and per (direction, rectangle kind full|causal) the time per visible
+(query, key) pair per query head beyond it, c(S) = (time - fixed) / (area x Hq), at each measured
+length S of the full or causal mask (median over records of the same point). A chunk is a varlen
+batch of rectangles (cp/chunks.py): one call costs `fixed` once and each rectangle of area A
+A x heads x c(S_eq), S_eq the length of the square mask of the same kind and area (sqrt(A) full,
+sqrt(2A) causal), c interpolated linearly in log S between measured lengths and held at the end
+values outside them (so very small rectangles are charged the per-pair cost of the shortest
+measured length: optimistic for them). Where one rectangle kind was measured, its per-pair cost
+serves both; where only forward+backward was measured, a phase gets its FLOPs share of it. The
+fit's error is the leave-one-out error at interior lengths (`loo_errors`).
 
-`overhead` (direction -> (seconds, seconds per query row and head)) is charged once per
-local-kernel call of a CP schedule: what a call costs beyond the kernel records' per-pair time.
-A fixed part (Python, launches, the fixed cost of a call on a chunk far smaller than any record)
-and a part proportional to the rows x heads of the accumulator the method updates around the
-call (merging a partial output into it, adding a gradient to it: memory-bound elementwise work).
-Both are fitted on the grid's own compute-only measurements (model/overhead.py), 0 until then.
-A 1-GPU cell pays them once per phase on top of records that already hold one call.
+The fixed part is what tells a call over many small rectangles from one over a large one: the
+full and causal records alone cannot tell it from the per-pair cost (each length has its own c).
+It is fitted on the kernel's records of document masks (full_document, causal_document and their
+_long forms, the bare kernel over many documents at 1K-64K tokens): the value that minimises the
+sum of |log(predicted / measured)| over their samples, each predicted from its own documents
+(`fixed_fit` says on how many and with what error). Without document records it is 0.
+
+`overhead` (direction -> (seconds, seconds per query row and head, seconds per query row and
+head more on a call over several rectangles)) is charged once per local-kernel call of a CP
+schedule: what the CP framework adds to a call. A part proportional to the rows x heads of the
+accumulator the method updates around the call (merging a partial output into it, adding a
+gradient to it: memory-bound elementwise work), more of it where the call is over several
+rectangles (their rows copied into a packed buffer and the results back: documents), and a fixed
+part (Python, the launches of that work). They are fitted on compute-only and emulated
+measurements of CP cells (cp_model/overhead.py), 0 until then.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -32,6 +43,7 @@ from ..harness.flops import DIRECTION_FACTOR
 from .geometry import causal_area
 
 KINDS = ("full", "causal")
+DOCUMENT_MASKS = ("full_document", "causal_document", "full_document_long", "causal_document_long")
 _IDS = itertools.count()
 
 
@@ -41,7 +53,10 @@ class KernelTime:
     points: dict = field(
         default_factory=dict
     )  # (direction, kind) -> ([S], [c seconds per pair-head])
-    overhead: dict = field(default_factory=dict)  # direction -> (s, s per row x head) per call
+    # direction -> (s, s per row x head, s per row x head more on several rectangles) per call
+    overhead: dict = field(default_factory=dict)
+    fixed: dict = field(default_factory=dict)  # direction -> the kernel's own seconds per call
+    fixed_fit: dict = field(default_factory=dict)  # direction -> what `fixed` was fitted on (text)
     # names this fit in caches of kernel seconds (geometry.ChunkRow); ids of objects are reused
     uid: int = field(default_factory=lambda: next(_IDS), compare=False)
 
@@ -80,12 +95,74 @@ class KernelTime:
                 .median()
             )
             model.points[(direction, kind)] = (per.index.to_numpy(float), per.to_numpy(float))
-        return model
+        docs = df[
+            (df["status"] == "ok")
+            & (df["family"] == "kernel")
+            & (df["impl"] == kernel)
+            & (df["heads_q"] == heads_q)
+            & (df["heads_kv"] == heads_kv)
+            & (df["head_dim"] == head_dim)
+            & (df["dtype"] == dtype)
+            & df["mask"].isin(DOCUMENT_MASKS)
+        ]
+        return model.with_fixed_part(document_samples(docs), heads_q)
 
     def with_overhead(self, overhead: dict) -> KernelTime:
         """The same fit, charging `overhead` (direction -> (seconds, seconds per row x head))
         on every call."""
-        return KernelTime(self.kernel, self.points, dict(overhead))
+        return KernelTime(self.kernel, self.points, dict(overhead), self.fixed, self.fixed_fit)
+
+    def with_fixed_part(self, samples: list, heads: int) -> KernelTime:
+        """The kernel's fixed seconds per call fitted per direction on `samples` ((direction,
+        kind, document lengths, measured seconds): the bare kernel over documents), the per-pair
+        costs taken net of it; the same fit where a direction has no sample."""
+        points, fixed, said = dict(self.points), {}, {}
+        for d in sorted({x[0] for x in samples}):
+            mine = [x for x in samples if x[0] == d]
+            keys = [k for k in self.points if k[0] == d]
+            if not keys:
+                continue
+            # at most 90% of the shortest record's time: a fixed part cannot be all of a call
+            top = 0.9 * min(
+                self.seconds(d, k, int(self.points[(d, k)][0][0]), heads) for _, k in keys
+            )
+            grid = np.concatenate([[0.0], np.geomspace(1e-7, top, 80)])
+            meas = np.array([x[3] for x in mine])
+
+            def loss(a, mine=mine, meas=meas, d=d):
+                kt = self.net_of(d, a, heads)
+                pred = [
+                    a + np.sum(kt.rect_seconds(n, n, kind, heads, d)) for _, kind, n, _ in mine
+                ]
+                return np.sum(np.abs(np.log(np.asarray(pred) / meas))), np.asarray(pred)
+
+            best = min(grid, key=lambda a: loss(a)[0])
+            lo, hi = best / 1.1, min(top, best * 1.1) if best else grid[1]
+            best = min(np.concatenate([[best], np.linspace(lo, hi, 41)]), key=lambda a: loss(a)[0])
+            e = loss(best)[1] / meas - 1
+            fixed[d] = float(best)
+            points.update(self.net_of(d, best, heads).points)
+            said[d] = (
+                f"{1e6 * best:.0f} us per call ({d}), fitted on {len(mine)} samples of document-"
+                f"mask records: median |error| {100 * np.median(np.abs(e)):.1f}%, worst "
+                f"{100 * e[np.argmax(np.abs(e))]:+.0f}%"
+            )
+        return KernelTime(self.kernel, points, dict(self.overhead), fixed, said)
+
+    def net_of(self, direction: str, fixed: float, heads: int) -> KernelTime:
+        """The per-pair costs of `direction` with a fixed part of `fixed` seconds taken out of
+        every record (heads: the records' query heads)."""
+        points = {}
+        for (d, kind), (s, c) in self.points.items():
+            if d != direction:
+                continue
+            area = s * s if kind == "full" else s * (s + 1) / 2
+            points[(d, kind)] = (s, np.maximum(c - fixed / (area * heads), 0.0))
+        return KernelTime(self.kernel, points)
+
+    def call_fixed(self, direction: str) -> float:
+        """The kernel's own fixed seconds of one call (a forward+backward fit's for either phase)."""
+        return self.fixed.get(direction, self.fixed.get("fwdbwd", 0.0))
 
     def per_pair(self, direction: str, kind: str, s_eq):
         kinds = {k for _, k in self.points}
@@ -116,11 +193,13 @@ class KernelTime:
             return np.full_like(np.asarray(s_eq, float), c[0])
         return np.interp(np.log(np.asarray(s_eq, float)), np.log(s), c)
 
-    def call_seconds(self, direction: str, rows: int, heads: int) -> float:
-        """The overhead of one local-kernel call of a phase whose method updates an accumulator
-        of `rows` x `heads` (a forward+backward fit serves either phase's calls where only
-        forward+backward cells calibrated it)."""
-        fixed, per = self.overhead.get(direction, self.overhead.get("fwdbwd", (0.0, 0.0)))
+    def call_seconds(self, direction: str, rows: int, heads: int, several: bool = False) -> float:
+        """The CP framework's cost of one local-kernel call of a phase whose method updates an
+        accumulator of `rows` x `heads`; `several`: the call is over several rectangles, whose
+        rows it copies into a packed buffer and back (a forward+backward fit serves either
+        phase's calls where only forward+backward cells calibrated it)."""
+        fixed, per, *more = self.overhead.get(direction, self.overhead.get("fwdbwd", (0.0, 0.0)))
+        per += more[0] if more and several else 0.0
         return fixed + per * rows * heads
 
     def rect_seconds(self, q, k, kind: str, heads: int, direction: str):
@@ -139,15 +218,15 @@ class KernelTime:
         kind = "causal" if chunk.causal else "full"
         q = [seg.ql for seg in chunk.segments]
         k = [seg.kl for seg in chunk.segments]
-        return call + float(np.sum(self.rect_seconds(q, k, kind, heads, direction)))
+        rects = float(np.sum(self.rect_seconds(q, k, kind, heads, direction)))
+        return call + self.call_fixed(direction) + rects
 
     def seconds(self, direction: str, kind: str, seqlen: int, heads: int) -> float:
-        """Time of the whole square mask of one kind at `seqlen` (for checks and tables)."""
+        """Time of one call over the whole square mask of one kind at `seqlen` (checks, tables)."""
         area = seqlen * seqlen if kind == "full" else seqlen * (seqlen + 1) / 2
-        return float(
-            area
-            * heads
-            * self.per_pair(direction, kind, math.sqrt(area * (2.0 if kind == "causal" else 1.0)))
+        s_eq = math.sqrt(area * (2.0 if kind == "causal" else 1.0))
+        return self.call_fixed(direction) + float(
+            area * heads * self.per_pair(direction, kind, s_eq)
         )
 
     def loo_errors(self) -> dict:
@@ -162,3 +241,18 @@ class KernelTime:
                 errs.append(float(pred / c[i] - 1))
             out[key] = errs
         return out
+
+
+def document_samples(docs) -> list[tuple]:
+    """(direction, kind, document lengths, measured seconds) per sample of kernel records of
+    document masks (a tidy table's rows): the bare kernel over the sample's own documents."""
+    out = []
+    for _, r in docs.iterrows():
+        rec = json.loads(Path(r["record"]).read_text())
+        kind = "causal" if rec["cell"]["mask"].startswith("causal") else "full"
+        for smp in rec["samples"]:
+            lengths = smp.get("mask_params", {}).get("doc_lengths")
+            if lengths and smp.get("time_ms_median"):
+                n = np.asarray(lengths, float)
+                out.append((rec["cell"]["direction"], kind, n, smp["time_ms_median"] * 1e-3))
+    return out

@@ -35,7 +35,10 @@ class Question:
     direction: str = "fwd"  # fwd, bwd or fwdbwd (train: fwd + bwd)
     network: str = ""  # a preset of cp_model.networks ("": cp_model.network)
     local_kernel: str = ""  # "": cp_model.local_kernel
-    calls_from: str = ""  # the grid whose cells give the per-call terms ("": cp_model.calls_from)
+    calls_kernel: str = ""  # the local kernel whose cells give the per-call terms ("": its own)
+    # the grid(s) whose cells give the per-call terms (empty: cp_model.calls_from); the first's
+    # network's per-transfer term applies where the question is asked on that network
+    calls_from: tuple = ()
     documents: tuple = ()  # ((lengths of one realised mask), ...)
     documents_per_gpu: bool = False  # the lists are one GPU's; the sequence is each length x gpus
     sampler: str = ""  # a sampler of cp_model.samplers
@@ -57,7 +60,7 @@ class Question:
             self,
             network=self.network or mc.get("network", ""),
             local_kernel=self.local_kernel or mc["local_kernel"],
-            calls_from=self.calls_from or mc.get("calls_from", ""),
+            calls_from=grids_of(self.calls_from or mc.get("calls_from", ())),
         )
 
     def check(self, cfg: dict) -> None:
@@ -77,8 +80,14 @@ class Question:
         for m in self.methods:
             choose("method", m, MODELLED_METHODS)
         cp_grids = [g for g, v in cfg["grids"].items() if v.get("family") == "cp"]
+        if not self.calls_from:
+            raise ValueError("calls_from: name the grid(s) whose cells give the per-call terms")
+        for g in self.calls_from:
+            choose("calls_from (a grid whose cells give the per-call terms)", g, cp_grids)
         choose(
-            "calls_from (the grid whose cells give the per-call terms)", self.calls_from, cp_grids
+            "calls_from's first grid (its network times the fit)",
+            self.calls_from[0],
+            tuple(mc["grids"]),
         )
         for name, v in (("gpus", self.gpus), ("tokens_per_gpu", self.tokens_per_gpu)):
             if int(v) < 1:
@@ -112,6 +121,13 @@ class Question:
                 )
         if self.documents_per_gpu and not self.documents:
             raise ValueError("documents_per_gpu needs documents")
+
+
+def grids_of(value) -> tuple:
+    """A grid name, a comma-separated list or a list, as a tuple of grid names."""
+    if isinstance(value, str):
+        return tuple(g for g in value.replace(" ", "").split(",") if g)
+    return tuple(value)
 
 
 def sampler(cfg: dict, name: str) -> PackSampler:
@@ -164,6 +180,8 @@ def question_from_dict(d: dict) -> Question:
     )
     if "methods" in d:
         d["methods"] = tuple(d["methods"])
+    if "calls_from" in d:
+        d["calls_from"] = grids_of(d["calls_from"])
     for k in ("gpus", "tokens_per_gpu", "head_dim", "samples", "heads_q", "heads_kv"):
         if k in d:
             d[k] = int(d[k])
