@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +42,11 @@ from ..harness.flops import DIRECTION_FACTOR
 from .geometry import causal_area
 
 KINDS = ("full", "causal")
+# (query rows, keys) of one tile of a GPU kernel's work at head dim 128: FlashAttention-3's forward
+# tiles are 128 x 128 (causal) to 128 x 176 (hopper/tile_size.h), FlashAttention-2's 128 x 64 on
+# Hopper; both backwards 64 x 128. A rectangle costs at least its tiles whole: the floor of short
+# pieces (a CPU kernel's records are costed per pair: no tile)
+GPU_TILES = {"fwd": (128, 128), "bwd": (64, 128), "fwdbwd": (64, 128)}
 DOCUMENT_MASKS = ("full_document", "causal_document", "full_document_long", "causal_document_long")
 _IDS = itertools.count()
 
@@ -57,8 +61,10 @@ class KernelTime:
     overhead: dict = field(default_factory=dict)
     fixed: dict = field(default_factory=dict)  # direction -> the kernel's own seconds per call
     fixed_fit: dict = field(default_factory=dict)  # direction -> what `fixed` was fitted on (text)
+    tiles: dict = field(default_factory=dict)  # direction -> (rows, keys) of a tile ({}: none)
     # names this fit in caches of kernel seconds (geometry.ChunkRow); ids of objects are reused
     uid: int = field(default_factory=lambda: next(_IDS), compare=False)
+    _axis: dict = field(default_factory=dict, compare=False, repr=False)  # axis()'s cache
 
     @classmethod
     def from_table(
@@ -87,14 +93,13 @@ class KernelTime:
                 f"no ok records of local kernel {kernel!r} at {heads_q}:{heads_kv} heads, D {head_dim}, "
                 f"{dtype}, on the full or causal mask, to fit its time from"
             )
-        model = cls(kernel)
+        gpu = "device" in ok and (ok["device"] == "cuda").all()
+        model = cls(kernel, tiles=dict(GPU_TILES) if gpu else {})
         for (direction, kind), g in ok.groupby(["direction", "mask"]):
-            per = (
-                (g["time_ms_median"] * 1e-3 / (g["mask_area_mean"] * g["heads_q"]))
-                .groupby(g["seqlen"])
-                .median()
-            )
-            model.points[(direction, kind)] = (per.index.to_numpy(float), per.to_numpy(float))
+            per = (g["time_ms_median"] * 1e-3 / g["heads_q"]).groupby(g["seqlen"]).median()
+            s = per.index.to_numpy(float)
+            pairs = model.pairs(s, s, kind, direction)  # the whole mask's (tile-padded) pairs
+            model.points[(direction, kind)] = (s, per.to_numpy(float) / pairs)
         docs = df[
             (df["status"] == "ok")
             & (df["family"] == "kernel")
@@ -110,7 +115,9 @@ class KernelTime:
     def with_overhead(self, overhead: dict) -> KernelTime:
         """The same fit, charging `overhead` (direction -> (seconds, seconds per row x head))
         on every call."""
-        return KernelTime(self.kernel, self.points, dict(overhead), self.fixed, self.fixed_fit)
+        return KernelTime(
+            self.kernel, self.points, dict(overhead), self.fixed, self.fixed_fit, self.tiles
+        )
 
     def with_fixed_part(self, samples: list, heads: int) -> KernelTime:
         """The kernel's fixed seconds per call fitted per direction on `samples` ((direction,
@@ -147,7 +154,7 @@ class KernelTime:
                 f"mask records: median |error| {100 * np.median(np.abs(e)):.1f}%, worst "
                 f"{100 * e[np.argmax(np.abs(e))]:+.0f}%"
             )
-        return KernelTime(self.kernel, points, dict(self.overhead), fixed, said)
+        return KernelTime(self.kernel, points, dict(self.overhead), fixed, said, self.tiles)
 
     def net_of(self, direction: str, fixed: float, heads: int) -> KernelTime:
         """The per-pair costs of `direction` with a fixed part of `fixed` seconds taken out of
@@ -156,9 +163,9 @@ class KernelTime:
         for (d, kind), (s, c) in self.points.items():
             if d != direction:
                 continue
-            area = s * s if kind == "full" else s * (s + 1) / 2
-            points[(d, kind)] = (s, np.maximum(c - fixed / (area * heads), 0.0))
-        return KernelTime(self.kernel, points)
+            pairs = self.pairs(s, s, kind, d)
+            points[(d, kind)] = (s, np.maximum(c - fixed / (pairs * heads), 0.0))
+        return KernelTime(self.kernel, points, tiles=self.tiles)
 
     def call_fixed(self, direction: str) -> float:
         """The kernel's own fixed seconds of one call (a forward+backward fit's for either phase)."""
@@ -191,7 +198,18 @@ class KernelTime:
             ) from None
         if len(s) == 1:
             return np.full_like(np.asarray(s_eq, float), c[0])
-        return np.interp(np.log(np.asarray(s_eq, float)), np.log(s), c)
+        return np.interp(np.log(np.asarray(s_eq, float)), np.log(self.axis(direction, kind)), c)
+
+    def axis(self, direction: str, kind: str) -> np.ndarray:
+        """The records' lengths as rect_seconds sees a square of them: the length of the square
+        of as many (tile-padded) pairs, so that a record's own mask costs its measured time."""
+        key = (direction, kind)
+        if key not in self._axis:
+            s = self.points[key][0]
+            self._axis[key] = np.sqrt(
+                self.pairs(s, s, kind, direction) * (2.0 if kind == "causal" else 1.0)
+            )
+        return self._axis[key]
 
     def call_seconds(self, direction: str, rows: int, heads: int, several: bool = False) -> float:
         """The CP framework's cost of one local-kernel call of a phase whose method updates an
@@ -202,13 +220,21 @@ class KernelTime:
         per += more[0] if more and several else 0.0
         return fixed + per * rows * heads
 
-    def rect_seconds(self, q, k, kind: str, heads: int, direction: str):
-        """Kernel seconds of rectangles of q rows x k keys of one kind (arrays, elementwise)."""
+    def pairs(self, q, k, kind: str, direction: str):
+        """The pairs a kernel computes for rectangles of q rows x k keys (arrays): every tile a
+        rectangle touches, whole (the visible pairs where the kernel has no tile)."""
         q, k = np.asarray(q, float), np.asarray(k, float)
-        causal = kind == "causal"
-        areas = causal_area(q, k) if causal else q * k
-        s_eq = np.sqrt(areas * (2.0 if causal else 1.0))
-        return areas * heads * self.per_pair(direction, kind, s_eq)
+        if direction not in self.tiles:
+            return causal_area(q, k) if kind == "causal" else q * k
+        return tile_pairs(q, k, kind == "causal", *self.tiles[direction])
+
+    def rect_seconds(self, q, k, kind: str, heads: int, direction: str):
+        """Kernel seconds of rectangles of q rows x k keys of one kind (arrays, elementwise): their
+        tile-padded pairs at the per-pair cost of the square of as many pairs (a piece shorter
+        than the shortest record: that record's cost per tile-padded pair, a floor)."""
+        pairs = self.pairs(q, k, kind, direction)
+        s_eq = np.sqrt(pairs * (2.0 if kind == "causal" else 1.0))
+        return pairs * heads * self.per_pair(direction, kind, s_eq)
 
     def chunk_seconds(self, chunk, heads: int, direction: str) -> float:
         """Time of one local-kernel call on a real cp.chunks.Chunk (sum over its rectangles)."""
@@ -223,10 +249,8 @@ class KernelTime:
 
     def seconds(self, direction: str, kind: str, seqlen: int, heads: int) -> float:
         """Time of one call over the whole square mask of one kind at `seqlen` (checks, tables)."""
-        area = seqlen * seqlen if kind == "full" else seqlen * (seqlen + 1) / 2
-        s_eq = math.sqrt(area * (2.0 if kind == "causal" else 1.0))
         return self.call_fixed(direction) + float(
-            area * heads * self.per_pair(direction, kind, s_eq)
+            self.rect_seconds(seqlen, seqlen, kind, heads, direction)
         )
 
     def loo_errors(self) -> dict:
@@ -256,3 +280,26 @@ def document_samples(docs) -> list[tuple]:
                 n = np.asarray(lengths, float)
                 out.append((rec["cell"]["direction"], kind, n, smp["time_ms_median"] * 1e-3))
     return out
+
+
+def tile_pairs(q, k, causal: bool, rows: int, keys: int):
+    """Pairs of the tiles (rows x keys) that rectangles of q rows x k keys touch; a causal one is
+    bottom-right aligned (query row r sees keys up to k - q + r), each of its row blocks computing
+    every key tile up to its last row's last key. Exact: row block i of every rectangle that has
+    one, i = 0, 1, ... (as many operations as row blocks in all)."""
+    q, k = np.broadcast_arrays(np.asarray(q, float), np.asarray(k, float))
+    nm = np.ceil(q / rows)
+    if not causal:
+        return nm * np.ceil(k / keys) * rows * keys
+    flat = nm.ravel()
+    order = np.argsort(-flat, kind="stable")
+    desc = flat[order]
+    qs, skew = q.ravel()[order], (k - q).ravel()[order]
+    tiles = np.zeros(len(flat))
+    for i in range(int(desc[0]) if len(desc) else 0):
+        n = int(np.searchsorted(-desc, -i, side="left"))  # the rectangles with a block i
+        last = skew[:n] + np.minimum(qs[:n], (i + 1) * rows)  # keys its last row sees
+        tiles[:n] += np.ceil(np.maximum(last, 0) / keys)
+    out = np.empty(len(flat))
+    out[order] = tiles
+    return out.reshape(q.shape) * rows * keys
