@@ -75,12 +75,14 @@ class Calibration:
             )
         return f"fitted on the cells of {self.grid}: " + "; ".join(parts)
 
-    def _rows_text(self, direction: str) -> str:
+    def _span(self, direction: str) -> str:
         lo, hi = self.rows.get(direction, (0, 0))
-        if not hi:
+        return f"{lo / 1e6:.2g}M" if lo == hi else f"{lo / 1e6:.2g}M-{hi / 1e6:.2g}M"
+
+    def _rows_text(self, direction: str) -> str:
+        if not self.rows.get(direction, (0, 0))[1]:
             return ""
-        span = f"{lo / 1e6:.2g}M" if lo == hi else f"{lo / 1e6:.2g}M-{hi / 1e6:.2g}M"
-        return f" of {span} rows x heads per call"
+        return f" of {self._span(direction)} rows x heads per call"
 
     def outside(self, direction: str, rows_heads: float) -> str:
         """Why the term of `direction` is used outside the rows x heads per call it was fitted on
@@ -93,7 +95,7 @@ class Calibration:
             lo, hi = self.rows.get(d, (0, 0))
             if hi and not lo / 1.001 <= rows_heads <= hi * 1.001:
                 out.append(
-                    f"the {d} per-call term was fitted on calls of {self._rows_text(d)[4:]}; "
+                    f"the {d} per-call term was fitted on calls of {self._span(d)} rows x heads; "
                     f"used here at {rows_heads / 1e6:.2g}M"
                 )
         return "; ".join(out)
