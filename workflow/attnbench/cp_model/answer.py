@@ -313,15 +313,15 @@ def answer(q: Question, cfg: dict, records_dir=None, model: Model | None = None)
             )
         )
     terms = cal.text()
+    if net.call_overhead_s == 0 and cal.comm_s:
+        terms += (
+            f" (the per-kernel-call terms only: network {q.network} gets no per-transfer term)"
+        )
     fixed = "; ".join(kt.fixed_fit.values()) or "none (no document-mask records of the kernel)"
     terms += f". The kernel's own fixed cost per call: {fixed}"
     outside = cal.outside(direction, q.tokens_per_gpu * q.heads_q)
     if outside:
         notes.append(outside)
-    if net.call_overhead_s == 0 and cal.comm_s:
-        terms += (
-            f" (the per-kernel-call terms only: network {q.network} gets no per-transfer term)"
-        )
     return Answer(
         q,
         local,
