@@ -262,3 +262,25 @@ def test_the_papers_findings_are_checked_on_the_papers_grid_only(cfg, tmp_path):
     assert not drop["passed"] and "the transfers are hidden" in drop["detail"]
     assert "## The paper's findings, as checks" in res["summary"]
     assert cfg["cp_model"]["paper_grids"] == ["paper_cp"]
+
+
+def test_a_question_from_a_yaml_file_with_the_command_lines_keys_over_it(tmp_path):
+    f = tmp_path / "q.yaml"
+    f.write_text(
+        "mask: causal_document\ngpus: 8\ntokens_per_gpu: 8192\nheads: '32:8'\n"
+        "documents: ['0,256,7648,8192', [4096, 4096]]\ndocuments_per_gpu: true\n"
+        "calls_from: h200_cp\n"
+    )
+    q = load_question(f, {"gpus": 16, "direction": "train"})
+    assert (q.gpus, q.tokens_per_gpu, q.heads_q, q.heads_kv, q.direction) == (
+        16,
+        8192,
+        32,
+        8,
+        "train",
+    )
+    assert q.documents == ((256, 7392, 544), (4096, 4096)) and q.documents_per_gpu
+    assert q.calls_from == ("h200_cp",)
+    f.write_text("- not a mapping\n")
+    with pytest.raises(ValueError, match="expected a mapping of question keys"):
+        load_question(f)
