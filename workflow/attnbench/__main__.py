@@ -417,10 +417,12 @@ def cmd_predict(a):
     )
 
 
-QUESTION_ARGS = ("mask", "gpus", "tokens_per_gpu", "heads", "head_dim", "dtype", "direction")
-QUESTION_ARGS += ("network", "local_kernel", "calls_kernel", "calls_from", "documents")
-QUESTION_ARGS += ("documents_per_gpu",)
-QUESTION_ARGS += ("sampler", "samples", "methods")
+# predict's options that are a question's keys (cp_model/question.py)
+QUESTION_ARGS = (
+    *("mask", "gpus", "tokens_per_gpu", "seqlen", "heads", "head_dim", "dtype", "direction"),
+    *("network", "local_kernel", "calls_kernel", "calls_from", "documents", "documents_per_gpu"),
+    *("sampler", "samples", "methods"),
+)
 
 
 def predict_question(a, cfg):
@@ -439,8 +441,6 @@ def predict_question(a, cfg):
         print("\n".join(map(str, paths)))
         return
     given = {k: getattr(a, k) for k in QUESTION_ARGS if getattr(a, k) not in (None, False)}
-    if a.seqlen is not None:
-        given["seqlen"] = a.seqlen
     if not given and not a.question:
         raise ValueError(
             "give --grid G, --validate, or a question (--mask, --gpus, ... or --question FILE)"
