@@ -55,8 +55,8 @@ def main(argv=None):
             continue  # the model's layout is the zigzag of every document (cp_model/geometry.py)
         k = r["local_kernel"]
         if k not in fits:
-            net = calibration_network(cfg, CAL_GRID, CAL_GRID, s, k)
-            fits[k] = fitted_kernel(recs, k, s, CAL_GRID, net, mc)[:2]
+            net = calibration_network(cfg, CAL_GRID, [CAL_GRID], s, k)
+            fits[k] = fitted_kernel(recs, k, s, [CAL_GRID], net, mc)[:2]
         kt, net = fits[k]
         mask, _ = draw_mask(
             r["mask"], r["tokens_per_rank"] * r["world"], hq, hkv, a.head_dim, a.dtype

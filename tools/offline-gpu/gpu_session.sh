@@ -15,6 +15,9 @@
 #            default 64K tokens per GPU and the 1-GPU references first, then 128K, then 16K)
 #   cpemu    the h200_cp_emulated grid (T_CPEMU, one GPU enough) in stages of total lengths (CPEMU_STAGES;
 #            default worlds 2, 4, 8 at 64K tokens per rank: 131072|262144|524288)
+#   cpemurows  the h200_cp_emulated cells at 8K-32K tokens per rank, worlds 2 and 4 (T_CPEMUROWS): the
+#            CP model's per-call terms at the rows per rank its 64K cells cannot tell apart (stages of total
+#            lengths CPEMUROWS_STAGES, default 16384 32768|65536|131072)
 #   emuseries  benchmarks/cp_emulate_series.sh (issue 33's target; EMUSERIES_BEFORE: a tree of the code
 #            before a change) started detached from a copy of this tree in /tmp/emuseries, so that it
 #            outlives the call: this call and every next one with this step (made at once, while the
@@ -304,6 +307,9 @@ if has cp && [ "$gpus" -ge 2 ]; then  # the cells one session most needs first; 
 fi
 # every rank of 2-, 4- and 8-rank worlds emulated on one GPU, smallest worlds first
 has cpemu && staged h200_cp_emulated "${T_CPEMU:-300}" "${CPEMU_STAGES:-131072|262144|524288}" ""
+# the same grid's cells at 8K-32K tokens per rank (the CP model's per-call terms across rows)
+has cpemurows && staged h200_cp_emulated "${T_CPEMUROWS:-300}" \
+  "${CPEMUROWS_STAGES:-16384 32768|65536|131072}" ""
 if has emuseries; then
   if [ ! -f /tmp/emuseries/started ]; then
     mkdir -p /tmp/emuseries/tree && cp -r benchmarks workflow config.yaml /tmp/emuseries/tree/

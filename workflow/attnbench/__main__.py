@@ -407,13 +407,16 @@ def cmd_records(a):
 
 
 def cmd_predict(a):
-    """The CP throughput model (cp_model/): table, validation, checks and figures of one cp grid."""
+    """The CP throughput model (cp_model/): a grid's table, validation, checks and figures
+    (--grid); the published benchmarks (--validate); or a user's own question."""
     from .cp_model.run import run_predict
     from .families import load_config
     from .grid.config import ConfigError
 
     try:
         cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
+        if a.validate or not a.grid:
+            return predict_question(a, cfg)
         out = Path(a.output_dir or cfg["output_dir"])
         res = run_predict(
             cfg,
@@ -433,6 +436,37 @@ def cmd_predict(a):
             for c in res["checks"]
         )
     )
+
+
+# predict's options that are a question's keys (cp_model/question.py)
+QUESTION_ARGS = (
+    *("mask", "gpus", "tokens_per_gpu", "seqlen", "heads", "head_dim", "dtype", "direction"),
+    *("network", "local_kernel", "calls_kernel", "calls_from", "documents", "documents_per_gpu"),
+    *("sampler", "samples", "methods"),
+)
+
+
+def predict_question(a, cfg):
+    """predict --validate (the published benchmarks' table) or a question (--question FILE and/or
+    --mask ... on the command line, the command line's keys over the file's)."""
+    from .cp_model.answer import answer
+    from .cp_model.question import load_question
+    from .cp_model.validation import run_validation
+
+    progress = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    if a.validate:
+        out = Path(a.output_dir or cfg["output_dir"])
+        paths = run_validation(
+            cfg, Path(a.tables_dir or out / "tables" / "cp_validation"), out, progress
+        )
+        print("\n".join(map(str, paths)))
+        return
+    given = {k: getattr(a, k) for k in QUESTION_ARGS if getattr(a, k) not in (None, False)}
+    if not given and not a.question:
+        raise ValueError(
+            "give --grid G, --validate, or a question (--mask, --gpus, ... or --question FILE)"
+        )
+    print(answer(load_question(a.question, given), cfg, a.output_dir).text())
 
 
 def cmd_advise(a):
@@ -622,11 +656,51 @@ def main(argv=None):
     )
     c.add_argument("--config", default="config.yaml")
     c.add_argument("--overrides", help="JSON merged over the config")
-    c.add_argument("--grid", required=True, help="a cp grid named in cp_model.grids")
-    c.add_argument("--output-dir", help="where the records are (default: the config's output_dir)")
+    c.add_argument("--grid", help="a cp grid named in cp_model.grids: its tables and figures")
+    c.add_argument(
+        "--validate", action="store_true", help="the model against published CP benchmarks"
+    )
+    c.add_argument(
+        "--output-dir",
+        help="where the records are (default: the config's output_dir; a question's: "
+        "cp_model.records_dir)",
+    )
     c.add_argument("--tables-dir")
     c.add_argument("--figures-dir")
     c.add_argument("--no-figures", action="store_true")
+    q = c.add_argument_group("a question of your own (docs/cp-model.md)")
+    q.add_argument("--question", help="a YAML file of question keys (the options below override)")
+    q.add_argument("--mask", help="full, causal, full_document, causal_document, ...")
+    q.add_argument("--gpus", type=int)
+    q.add_argument("--tokens-per-gpu", type=parse_length)
+    q.add_argument("--seqlen", type=parse_length, help="the whole sequence (or --tokens-per-gpu)")
+    q.add_argument("--heads", help="query:KV heads, e.g. 32:8 (default 64:8)")
+    q.add_argument("--head-dim", type=int)
+    q.add_argument("--dtype")
+    q.add_argument("--direction", help="fwd, bwd or train (fwd + bwd)")
+    q.add_argument("--network", help="a preset of cp_model.networks")
+    q.add_argument("--local-kernel", help="the local kernel whose records time the chunks")
+    q.add_argument(
+        "--calls-from", help="the cp grid(s) whose cells give the per-call terms (a,b: several)"
+    )
+    q.add_argument(
+        "--calls-kernel",
+        help="the local kernel whose cells give the per-call terms (default: its own)",
+    )
+    q.add_argument(
+        "--documents",
+        action="append",
+        help="document lengths (256,7392,544) or cu_seqlens (0,256,7648,8192); repeat for more "
+        "realised masks",
+    )
+    q.add_argument(
+        "--documents-per-gpu",
+        action="store_true",
+        help="the documents are one GPU's; the sequence is each length x the GPUs",
+    )
+    q.add_argument("--sampler", help="a document sampler of cp_model.samplers")
+    q.add_argument("--samples", type=int, help="packs drawn by the sampler")
+    q.add_argument("--methods", nargs="+", help="CP methods (default: every modelled one)")
     c.set_defaults(fn=cmd_predict)
     c = sub.add_parser(
         "advise",

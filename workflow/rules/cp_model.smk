@@ -35,6 +35,26 @@ for _g in [g for g in CFG.get("cp_model", {}).get("grids", {}) if g in CFG["grid
             " > {log} 2>&1"
 
 
+# The model against published CP benchmarks (cp_model/data/published_cp.yaml, a test set: nothing
+# is fitted on them): per point the configuration, published, predicted and their ratio, and the
+# error per mask family. Reads the kernel records and cp cells under OUT/cells, runs no cell.
+rule cp_validation:
+    input:
+        code=rule_code("attnbench.cp_model.validation"),
+        published=f"{PKG}/cp_model/data/published_cp.yaml",
+    output:
+        table=f"{OUT}/tables/cp_validation/published.csv",
+        summary=f"{OUT}/tables/cp_validation/published.md",
+    log:
+        f"{OUT}/logs/cp_model/validation.log",
+    conda:
+        "../../envs/cpu.yaml"
+    params:
+        overrides=json.dumps({"cp_model": CFG["cp_model"], "output_dir": OUT}),
+    shell:
+        "python -m attnbench predict --validate --overrides {params.overrides:q} > {log} 2>&1"
+
+
 # Bandwidth and latency per pattern on this machine (NCCL on GPUs, gloo on the CPU): the numbers a
 # cp_model network preset takes. e.g. snakemake results/comm/cuda_n8.json
 rule comm_bench:

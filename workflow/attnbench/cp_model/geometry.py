@@ -61,8 +61,14 @@ class ChunkStats:
         return self.subset_k and self.nseg > 1
 
     def seconds(self, kt, heads: int, direction: str) -> float:
-        call = kt.call_seconds(direction, self.ql, heads)
-        return call + self.parent.seconds(kt, heads, direction)[self.index]
+        """One local-kernel call: the CP framework's per-call terms, and, when the chunk has a
+        rectangle, the kernel's own fixed cost and its rectangles' time."""
+        call = kt.call_seconds(direction, self.ql, heads, self.nseg > 1)
+        if self.empty:
+            return call
+        return (
+            call + kt.call_fixed(direction) + self.parent.seconds(kt, heads, direction)[self.index]
+        )
 
 
 class Pieces:

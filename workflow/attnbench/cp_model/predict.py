@@ -31,6 +31,7 @@ ACC_BYTES = {
     "float64": 8,
 }  # kernels.lse.accumulator_dtype's sizes
 MODELLED_METHODS = ("ulysses", "ring_p2p", "ring_allgather", "usp", "loongtrain")
+LOCAL = catalog.BARE_KERNEL  # the bare local kernel on one GPU: the baseline of "% of one GPU"
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,19 @@ def predict(
         mem.peak_bytes,
         ring_step,
     )
+
+
+def predict_local(mask, s: Setting, direction: str, kt: KernelTime, net: Network) -> Prediction:
+    """The bare local kernel on one GPU over the whole mask: one call over its documents, none of
+    a CP method's work around it (no per-call term), at the network preset's compute scale. Peak
+    memory is not modelled for it."""
+    chunk = geometry(document_lengths(mask), 1, 1).ring_chunks(0, is_causal(mask.name))[0]
+    bare = kt.with_overhead({})
+    phases = [p for p in ("fwd", "bwd") if p in direction]
+    t = sum(chunk.seconds(bare, s.heads_q, p) for p in phases) * net.compute_scale
+    flops = attention_flops(float(sum(mask.area_per_head)), s.head_dim, direction)
+    deg = {"ulysses": 1, "ring": 1, "windows": 1, "placement": "contiguous"}
+    return Prediction(LOCAL, 1, direction, t, t, flops / t / 1e12, "compute", deg, 1, 0.0)
 
 
 def bottleneck(time: float, compute: float, exposed: dict, balance: float) -> str:

@@ -281,27 +281,44 @@ def attach_measured(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     return pred.merge(m, on=keys, how="left")
 
 
-def fitted_kernel(recs, kernel: str, s: Setting, cal_grid: str, net: Network, mc: dict):
+def calibration_grids(mc: dict, grid: str) -> list[str]:
+    """The grids whose cells fit a grid's per-call terms (cp_model.calibrate_on: a grid or a
+    list, the first one's network timing the fit; default: the grid itself)."""
+    cal = mc.get("calibrate_on", {}).get(grid, grid)
+    return [cal] if isinstance(cal, str) else list(cal)
+
+
+def fitted_kernel(recs, kernel: str, s: Setting, cal_grids, net: Network, mc: dict):
     """(KernelTime, Network, Calibration) of one local kernel: its time from the kernel records,
-    its per-call overheads fitted on cal_grid's cells of that kernel."""
+    its per-call overheads fitted on every cell of that kernel in `cal_grids` (a grid or a list:
+    real cells' compute-only and comm-only runs, emulated cells' compute)."""
+    cal_grids = [cal_grids] if isinstance(cal_grids, str) else list(cal_grids)
     kt = KernelTime.from_table(recs, kernel, s.heads_q, s.heads_kv, s.head_dim, s.dtype)
-    samples = measured_samples(measured_cells(recs, cal_grid, kernel))
-    kt, net, cal = calibrate(samples, s, kt, net, mc["max_ring_ranks"], cal_grid)
+    cells = pd.concat([measured_cells(recs, g, kernel) for g in cal_grids], ignore_index=True)
+    samples = measured_samples(cells)
+    kt, net, cal = calibrate(samples, s, kt, net, mc["max_ring_ranks"], ", ".join(cal_grids))
     cal.loo = leave_one_out(cal, kt, net)
     return kt, net, cal
 
 
-def calibration_network(cfg, grid: str, cal_grid: str, s: Setting, kernel: str) -> Network:
-    """The network the calibration grid's cells ran on; it must share the modelled grid's
-    setting and local kernel (its per-kernel-call overhead is carried over)."""
-    mc = model_config(cfg, cal_grid)
-    if cal_grid != grid:
-        theirs = mc["grid"].get("cp", {}).get("local_kernel", "auto")
+def calibration_network(cfg, grid: str, cal_grids, s: Setting, kernel: str) -> Network:
+    """The network the first calibration grid's cells ran on. Every calibration grid must share
+    the modelled grid's setting, and the first its local kernel (its per-kernel-call overhead is
+    carried over)."""
+    first = cal_grids[0]
+    mc = model_config(cfg, first)
+    for g in cal_grids:
+        if g == grid:
+            continue
+        if g not in cfg["grids"] or cfg["grids"][g].get("family") != "cp":
+            raise ValueError(f"cp_model.calibrate_on names {g!r}, which is not a cp grid")
+        theirs = cfg["grids"][g].get("cp", {}).get("local_kernel", "auto")
         theirs = mc["local_kernel"] if theirs == "auto" else theirs
-        if setting_of(mc["grid"])[0] != s or theirs != kernel:
+        if setting_of(cfg["grids"][g])[0] != s or (g == first and theirs != kernel):
             raise ValueError(
-                f"cp_model.calibrate_on: {grid} borrows the per-call overhead of {cal_grid}, which "
-                f"runs {setting_of(mc['grid'])[0]} with local kernel {theirs}, not {s} with {kernel}"
+                f"cp_model.calibrate_on: {grid} borrows the per-call overhead of {g}, which "
+                f"runs {setting_of(cfg['grids'][g])[0]} with local kernel {theirs}, not {s} with "
+                f"{kernel}"
             )
     return mc["network"]
 
@@ -318,25 +335,26 @@ def run_predict(
     mc = {"mask_samples": 2, "max_ring_ranks": 64, "seed": 0, **model_config(cfg, grid)}
     mc["grid_name"] = grid
     s, directions = setting_of(mc["grid"])
-    cal_grid = mc.get("calibrate_on", {}).get(grid, grid)
-    recs = read_records(out_dir, list(dict.fromkeys([grid, cal_grid, *mc["kernel_grids"]])))
+    cal_grids = calibration_grids(mc, grid)
+    recs = read_records(out_dir, list(dict.fromkeys([grid, *cal_grids, *mc["kernel_grids"]])))
     kernel = mc["grid"].get("cp", {}).get("local_kernel", "auto")
     kernel = (
         mc["local_kernel"] if kernel == "auto" else kernel
     )  # the grid's own local kernel first
-    cal_net = calibration_network(cfg, grid, cal_grid, s, kernel)
-    kt, net, mc["calibration"] = fitted_kernel(recs, kernel, s, cal_grid, cal_net, mc)
-    if cal_grid == grid:  # another grid's network: its per-transfer overhead is not this one's
+    cal_net = calibration_network(cfg, grid, cal_grids, s, kernel)
+    kt, net, mc["calibration"] = fitted_kernel(recs, kernel, s, cal_grids, cal_net, mc)
+    own = cal_grids[0] == grid
+    if own:  # another grid's network: its per-transfer overhead is not this one's
         mc["network"] = net
     measured = measured_cells(recs, grid, kernel)
     pred = attach_measured(prediction_rows(cfg, mc, s, directions, kt, progress), measured)
-    loo = mc["calibration"].loo if cal_grid == grid else {}
+    loo = mc["calibration"].loo if grid in cal_grids else {}
     val = validation_rows(measured, s, kt, mc["network"], mc, loo).assign(local_kernel=kernel)
     # the grid's cells of its other local kernels (`auto`, or named), each with its own fit
     mc["other_kernels"] = {}
     for other in sorted(set(measured_cells(recs, grid, None).get("local_kernel", [])) - {kernel}):
         try:
-            kt_o, net_o, cal_o = fitted_kernel(recs, other, s, grid, cal_net, mc)
+            kt_o, net_o, cal_o = fitted_kernel(recs, other, s, cal_grids, cal_net, mc)
         except ValueError as e:  # no kernel records of it to fit its time from
             mc["other_kernels"][other] = str(e)
             continue
@@ -349,7 +367,8 @@ def run_predict(
     val.to_csv(tables_dir / "cp_model_validation.csv", index=False)
     from .checks import paper_checks, summary_text
 
-    checks = paper_checks(pred, mc["network"])
+    # the paper's findings are claims about the paper's grid: checked there only
+    checks = paper_checks(pred, mc["network"]) if grid in mc.get("paper_grids", []) else []
     text = summary_text(val, checks, kt, mc)
     (tables_dir / "cp_model.md").write_text(text)
     files = [tables_dir / n for n in ("cp_model.csv", "cp_model_validation.csv", "cp_model.md")]
