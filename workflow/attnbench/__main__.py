@@ -483,10 +483,23 @@ def cmd_advise(a):
         df, samples = read_tables(cells)
         wanted = {k: getattr(a, k) for k in ADVISE_FILTERS}
         q = Question(wanted, a.format, a.verbose, a.all, a.overview)
-        print(respond(df, samples, advice_of, q))
+        print(respond(df, samples, advice_of, q, modelled_answers(a, cells)))
     except AdviceError as e:
         print(f"advise: {e} (in {cells})", file=sys.stderr)
         sys.exit(2)
+
+
+def modelled_answers(a, cells: Path):
+    """advise's answers at GPU counts no grid measured: the CP model's (cp_model/advise.py), over
+    the records of the tidy table's output folder; loaded only when asked."""
+
+    def respond(q, gpus):
+        from .cp_model.advise import modelled
+
+        cfg = config_or_exit(a.config, None)
+        return modelled(cfg, cells.resolve().parent.parent, a.local_kernel, a.network)(q, gpus)
+
+    return respond
 
 
 ADVISE_FILTERS = (
@@ -710,7 +723,9 @@ def main(argv=None):
         description="A question that several grids answer is answered from one: --grid, else "
         "the grid with the most ok contenders there, then the most draws, then the newest "
         "records (--all shows the others). Emulated answers come in a block of their own. "
-        "Every filter takes one or more values.",
+        "--gpus N that no grid measured is answered by the CP model (with --mask and --seqlen "
+        "or --tokens-per-gpu), labelled modelled, with its validated error. Every filter takes "
+        "one or more values.",
     )
     c.add_argument("--mask", nargs="+", help="mask patterns, e.g. causal_document")
     c.add_argument("--seqlen", nargs="+", type=parse_length, help="whole sequences, e.g. 32K")
@@ -734,6 +749,16 @@ def main(argv=None):
         "--overview",
         action="store_true",
         help="one row per mask, the verdict and runner-up per length (direction: train)",
+    )
+    c.add_argument(
+        "--local-kernel",
+        default="",
+        help="--gpus beyond the measured: the CP model's local kernel (default cp_model's)",
+    )
+    c.add_argument(
+        "--network",
+        default="",
+        help="--gpus beyond the measured: the CP model's network preset (default cp_model's)",
     )
     c.add_argument("--cells", help="the tidy table (default: <output_dir>/tables/cells.csv)")
     c.add_argument("--config", default="config.yaml", help="gives output_dir without --cells")

@@ -3,7 +3,7 @@ per question from one grid, measured answers apart from emulated ones, in the fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +30,8 @@ class Question:
     verbose: bool = False
     every_grid: bool = False  # --all: also the other grids' answers, labelled
     by_mask: bool = False  # --overview: one row per mask, two columns per length
+    local_kernel: str = ""  # modelled answers only: the CP model's local kernel ("": its default)
+    network: str = ""  # modelled answers only: the CP model's network preset ("": its default)
 
     @property
     def filtered(self) -> bool:
@@ -63,9 +65,20 @@ def _label_emulated(text: str) -> str:
     return f"[{EMULATED_NOTE}]\n\n{text}"
 
 
-def respond(df: pd.DataFrame, samples: pd.DataFrame, families, q: Question) -> str:
+MODELLED_NOTE = (
+    "modelled: the CP model's prediction (cp_model/, docs/cp-model.md), never a measurement; its "
+    "error against published CP benchmarks is stated below"
+)
+
+
+def _measured_gpus(found) -> set[int]:
+    return {a.gpus for a in found}
+
+
+def respond(df: pd.DataFrame, samples: pd.DataFrame, families, q: Question, modelled=None) -> str:
     """The answer to a question, as text in the format asked; AdviceError naming a bad value and
-    the valid ones."""
+    the valid ones. `modelled(question, gpus) -> text`: the CP model's answer where --gpus asks
+    for GPU counts no grid measured (None: such a question gets the measured counts' names)."""
     if q.fmt not in FORMATS:
         raise AdviceError(f"--format {q.fmt}: valid --format: {', '.join(FORMATS)}")
     if q.wanted.get("grid"):
@@ -76,7 +89,24 @@ def respond(df: pd.DataFrame, samples: pd.DataFrame, families, q: Question) -> s
     if not q.filtered and not q.by_mask and q.fmt in ("text", "md"):
         g = q.wanted.get("grid")
         return advice_markdown(df if not g else df[df["grid"].isin(g)], families, samples)
-    found = select(answers(df, families, samples), **q.wanted)
+    found_all = answers(df, families, samples)
+    asked = q.wanted.get("gpus") or []
+    beyond = [n for n in asked if n > 1 and n not in _measured_gpus(found_all)]
+    if beyond and modelled is not None:
+        kept = [n for n in asked if n not in beyond]
+        parts = (
+            [_measured(found_all, replace(q, wanted={**q.wanted, "gpus": kept}))] if kept else []
+        )
+        for n in beyond:
+            text = modelled(q, n)
+            parts.append(f"[{MODELLED_NOTE}]\n\n{text}" if q.fmt in ("text", "md") else text)
+        return "\n\n".join(parts)
+    return _measured(found_all, q)
+
+
+def _measured(found_all, q: Question) -> str:
+    """The answers of the tidy tables: measured ones, then emulated ones in a block of their own."""
+    found = select(found_all, **q.wanted)
     if q.by_mask:
         return _overview(found, q)
     choices = one_per_question(found)
