@@ -418,7 +418,7 @@ def cmd_advise(a):
     """The fastest kernel or CP method at a point, and the records it rests on; the whole advice
     without a filter. A filter that matches nothing names the valid values (exit 2)."""
     from .report import advice
-    from .report.collect import read_cells
+    from .report.collect import ReportError, read_cells
 
     cells = Path(a.cells) if a.cells else None
     if cells is None:
@@ -437,7 +437,14 @@ def cmd_advise(a):
             file=sys.stderr,
         )
         sys.exit(2)
-    df = read_cells(cells)
+    try:
+        df = read_cells(cells)
+    except ReportError as e:
+        print(f"advise: {e}", file=sys.stderr)
+        sys.exit(2)
+    if df.empty:
+        print(f"advise: {cells} has no cells (a header only): nothing to advise on", file=sys.stderr)
+        sys.exit(2)
     filters = {k: getattr(a, k) for k in ADVISE_FILTERS}
     try:
         if a.grid is not None and a.grid not in set(df["grid"]):

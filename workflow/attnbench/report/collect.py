@@ -194,7 +194,17 @@ class ReportError(RuntimeError):
 
 
 def read_cells(path) -> pd.DataFrame:
-    return pd.read_csv(path, keep_default_na=True, dtype={c: str for c in TEXT_COLUMNS})
+    """The tidy table; ReportError in one line naming the file when it is empty, not text or CSV,
+    or lacks the columns every tidy table has."""
+    try:
+        df = pd.read_csv(path, keep_default_na=True, dtype={c: str for c in TEXT_COLUMNS})
+    except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError) as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ReportError(f"{path}: not a readable tidy table ({why})") from None
+    missing = [c for c in ("grid", "impl", "status") if c not in df]
+    if missing:
+        raise ReportError(f"{path}: not a tidy table (no column {', '.join(missing)})")
+    return df
 
 
 def grid_rows(
