@@ -39,33 +39,45 @@ def say_outcome(record, out):
     print(f"{record['status']}: {out}" + (f" ({details})" if details else ""))
 
 
-def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None) -> None:
-    """The record of a cell that attnbench.launch stopped at its time budget: no timings. A record
-    the stopped run had already written (it was stopped while exiting) is kept."""
-    from . import status as S
-    from .families import family
-    from .harness.environment import fingerprint
-    from .record.record import now, write_record
+def record_not_run(spec: dict, out: str, peak_path: str | None, a) -> None:
+    """The record of a cell whose process did not write one (attnbench.launch runs the command
+    again to write it): stopped at its time budget (--timed-out-after: `timeout`), or ended without
+    a record (--crashed: `crashed`, with how it ended and the last lines of its log). No timings. A
+    record the cell's own run had already written (it was stopped while exiting) is kept."""
+    from .families import not_run_record
+    from .record.record import write_record
 
     if spec["device"] == "cuda":
         import torch  # noqa: F401  (the fingerprint then names the device)
     if Path(out).exists():
-        print(f"{out} was written before the cell was stopped; kept")
+        print(f"{out} was written before the cell ended; kept")
         return
-    record = family(spec["family"]).record_skeleton(spec)  # CP's: also its tables' columns
-    record.update(
-        status=S.TIMEOUT,
-        started_at=None,
-        time_budget_s=budget_s,
-        status_reason=f"still running after {budget_s:g} s, the grid's time budget (cell_timeout_s); stopped",
-    )
-    record.update(
-        matmul_peak=json.loads(Path(peak_path).read_text()) if peak_path else None,
-        environment=fingerprint(spec["device"]),
-        finished_at=now(),
-    )
+    peak = json.loads(Path(peak_path).read_text()) if peak_path else None
+    if a.timed_out_after is not None:
+        record = not_run_record(spec, peak, timed_out_after_s=a.timed_out_after)
+    else:
+        record = not_run_record(spec, peak, crash=json.loads(a.crashed))
     write_record(record, out)
     say_outcome(record, out)
+
+
+def json_option(a, name: str):
+    """An option's JSON, from a file (how the workflow passes it: grid.json_files) or inline; None
+    when the option is not given. Exits naming the option when it cannot be read."""
+    from .grid.json_files import read_json_arg
+
+    value = getattr(a, name)
+    if value is None:
+        return None
+    try:
+        return read_json_arg(value, f"--{name.replace('_', '-')}")
+    except ValueError as e:
+        sys.exit(f"{a.cmd}: {e}")
+
+
+def cell_spec(a) -> dict:
+    """--spec: the cell's parameters."""
+    return json_option(a, "spec")
 
 
 def cell_in_worker(spec: dict, a) -> None:
@@ -99,9 +111,9 @@ def cmd_cell(a):
     from .harness.cpu_math import settle_vml
     from .record.record import write_record
 
-    if a.timed_out_after is not None:
-        return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
-    spec = json.loads(a.spec)
+    spec = cell_spec(a)
+    if a.timed_out_after is not None or a.crashed is not None:
+        return record_not_run(spec, a.out, a.peak, a)
     measures = not ends_without_gpu(spec)
     if measures and a.worker_idle_s:
         return cell_in_worker(spec, a)  # the worker sets its threads; this process needs no torch
@@ -120,12 +132,12 @@ def cmd_cell(a):
 
 def cmd_cp_cell(a):
     """One rank of a distributed cell (start it with python -m attnbench.launch)."""
-    if a.timed_out_after is not None:
-        return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
+    spec = cell_spec(a)
+    if a.timed_out_after is not None or a.crashed is not None:
+        return record_not_run(spec, a.out, a.peak, a)
     from .families.cp.cell import run_cp_cell
     from .families.cp.emulated import is_emulated, run_emulated_cell
 
-    spec = json.loads(a.spec)
     claim_gpu_after_start(spec["device"])
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     # cp.emulate: the compute of every rank in this one process (families/cp/emulated.py)
@@ -173,7 +185,7 @@ def cmd_tables(a):
     from .families import write_tables
     from .report.collect import ReportError
 
-    grid_cfg = json.loads(a.grid_config) if a.grid_config else None
+    grid_cfg = json_option(a, "grid_config")
     try:
         for p in write_tables(a.cells, a.out_dir, grid=a.grid, grid_cfg=grid_cfg):
             print(p)
@@ -185,8 +197,8 @@ def cmd_figures(a):
     from .families import write_figures
     from .report.collect import ReportError
 
-    style = json.loads(a.style) if a.style else {}
-    grid_cfg = json.loads(a.grid_config) if a.grid_config else None
+    style = json_option(a, "style") or {}
+    grid_cfg = json_option(a, "grid_config")
     try:
         for p in write_figures(a.cells, a.out_dir, style, grid=a.grid, grid_cfg=grid_cfg):
             print(p)
@@ -258,7 +270,7 @@ def cmd_regenerate(a):
 
     t0 = time.perf_counter()
     try:
-        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
+        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
     except ConfigError as e:
         print(e, file=sys.stderr)
         sys.exit(2)
@@ -350,7 +362,7 @@ def cmd_check_config(a):
     from .grid.config import ConfigError
 
     try:
-        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
+        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
     except ConfigError as e:
         print(e, file=sys.stderr)
         sys.exit(2)
@@ -371,7 +383,7 @@ def cmd_records(a):
     from .grid.expand import cell_path
 
     try:
-        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
+        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
     except ConfigError as e:
         sys.exit(f"{e}")
     out = Path(cfg["output_dir"])
@@ -392,7 +404,7 @@ def cmd_predict(a):
     from .grid.config import ConfigError
 
     try:
-        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
+        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
         out = Path(a.output_dir or cfg["output_dir"])
         res = run_predict(
             cfg,
@@ -478,6 +490,11 @@ TIMED_OUT_HELP = (
     "only write the cell's `timeout` record: attnbench.launch --time-limit-s stopped it after "
     "SECONDS (run nothing)"
 )
+CRASHED_HELP = (
+    "only write the cell's `crashed` record: attnbench.launch --record saw its process end "
+    "without one; JSON of how it ended and the last lines of its log (run nothing)"
+)
+SPEC_HELP = "the cell's parameters: a JSON file (as the workflow passes them), or inline JSON"
 
 
 def _grids_parser(sub, name, what, fn):
@@ -505,11 +522,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="attnbench", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("cell", help="run one kernel cell and write its JSON record")
-    c.add_argument("--spec", required=True, help="the cell's parameters as JSON")
+    c.add_argument("--spec", required=True, help=SPEC_HELP)
     c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
     c.add_argument("--out", required=True)
     c.add_argument("--threads", type=int, help="CPU threads for torch (Snakemake's threads)")
     c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
+    c.add_argument("--crashed", metavar="JSON", help=CRASHED_HELP)
     c.add_argument(
         "--worker-idle-s",
         type=float,
@@ -521,10 +539,11 @@ def main(argv=None):
     c = sub.add_parser(
         "cp-cell", help="one rank of a context-parallel cell (under attnbench.launch / torchrun)"
     )
-    c.add_argument("--spec", required=True, help="the cell's parameters as JSON")
+    c.add_argument("--spec", required=True, help=SPEC_HELP)
     c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
     c.add_argument("--out", required=True, help="the record (written by rank 0)")
     c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
+    c.add_argument("--crashed", metavar="JSON", help=CRASHED_HELP)
     c.set_defaults(fn=cmd_cp_cell)
     c = sub.add_parser("peak", help="measure the device's dense matmul ceiling")
     c.add_argument("--device", required=True)

@@ -10,7 +10,11 @@ INCORRECT = "incorrect"
 # Still running at the grid's time budget (cell_timeout_s): stopped by the launcher, which then
 # writes a record without timings (attnbench.launch --time-limit-s).
 TIMEOUT = "timeout"
-STATUSES = (OK, OOM, UNSUPPORTED, UNAVAILABLE, INCORRECT, TIMEOUT)
+# The cell's process ended without writing its record (a segfault, a kill, an exit, an exception):
+# attnbench.launch --record then writes one saying how it ended, with the last lines of its log.
+# Never current: the next run retries the cell (attnbench.currency).
+CRASHED = "crashed"
+STATUSES = (OK, OOM, UNSUPPORTED, UNAVAILABLE, INCORRECT, TIMEOUT, CRASHED)
 # Statuses whose record carries timings.
 TIMED = (OK, INCORRECT)
 

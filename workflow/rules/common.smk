@@ -7,10 +7,11 @@ from pathlib import Path
 # The package is installed in editable mode by the Makefile; this keeps a bare checkout working too.
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
-from attnbench import families, launch, snakemake_fixes
+from attnbench import families, launch, run_lock, snakemake_fixes
 from attnbench.codegraph import code_files
 from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml, report_settings
 from attnbench.grid.expand import cell_path
+from attnbench.grid.json_files import json_file, write_json_files
 from attnbench.kernels import catalog
 from attnbench.report import outputs
 
@@ -32,6 +33,10 @@ RUN = CFG["run"]
 GRIDS = {g: CFG["grids"][g] for g in RUN}
 CELLS = {f"{OUT}/{cell_path(c)}": c for c in families.expand_cells(CFG)}
 PKG = str(Path(workflow.basedir) / "workflow" / "attnbench")
+# The cells this process starts end when it does, even killed (attnbench.launch watches it).
+os.environ[run_lock.RUN_PID_ENV] = str(os.getpid())
+LOCK = run_lock.RunLock(OUT)
+JSON_FILES = {}  # what the rules' commands read from files (as_file), written when the run starts
 
 
 wildcard_constraints:
@@ -86,11 +91,17 @@ def run_priority(cell):
     return 2**20 / cell["seqlen"]
 
 
-def own_kernel_code(cell):
-    """The files of a cell's own 'module:Class' kernel (none for a built-in one)."""
-    if "kernel_class" not in cell:
-        return []
-    return list(catalog.own_kernel_files(cell["kernel_class"])[1])
+def as_file(obj):
+    """The path of the file a command reads `obj` from (grid.json_files: named by its hash, never
+    on the command line, where a large histogram or description would not fit)."""
+    path = json_file(OUT, obj)
+    JSON_FILES[path] = obj
+    return path
+
+
+def outdated_input(wc):
+    """Nothing yet: the currency of records comes next."""
+    return []
 
 
 def peak_file(cell):
@@ -199,12 +210,6 @@ def cp_cell_of(wc):
     return cell_of(wc, "cp")
 
 
-def cp_library(kernel):
-    from attnbench.cp import catalog as cp_catalog
-
-    return cp_catalog.library_version(kernel)
-
-
 def cp_ranks(wc):
     return cp_cell_of(wc)["gpus"]
 
@@ -222,3 +227,22 @@ def cp_launch_args(wc):
 def cp_resource(name):
     """Slurm/local resources of a cp cell's nodes x ranks (attnbench.launch.resources)."""
     return lambda wc: launch.resources(*cp_placement(wc))[name]
+
+
+# ---------------------------------------------------------------- the run's start and end
+
+
+def start_run():
+    """Before the first job: take the output folder's lock (refused, naming the holder, while
+    another run writes there), then write the files the jobs read their parameters from."""
+    try:
+        left = LOCK.acquire()
+    except run_lock.RunLocked as e:
+        raise WorkflowError(str(e)) from None
+    if left is not None:
+        logger.warning(run_lock.taken_over_note(OUT, left))
+    write_json_files(OUT, [*JSON_FILES.values(), *CELLS.values()])
+
+
+def end_run(ok):
+    LOCK.release()

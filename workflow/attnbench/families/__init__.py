@@ -92,6 +92,42 @@ def load_config(path, overrides: dict | None = None, base=None) -> dict:
     return load_with(path, product_problems, overrides, base)
 
 
+def not_run_record(
+    spec: dict, peak: dict | None, timed_out_after_s: float | None = None, crash: dict | None = None
+) -> dict:
+    """The record of a cell whose own process wrote none, without timings: stopped at its time
+    budget (`timeout`), or ended without a record (`crashed`: how it ended, from
+    attnbench.launch, and the last lines of its log). The family's skeleton gives the rest (CP's:
+    also its tables' columns)."""
+    from .. import status as S
+    from ..harness.environment import fingerprint
+    from ..record.record import now
+
+    record = family(spec["family"]).record_skeleton(spec)
+    if crash is None:
+        record.update(
+            status=S.TIMEOUT,
+            time_budget_s=timed_out_after_s,
+            status_reason=f"still running after {timed_out_after_s:g} s, the grid's time budget "
+            "(cell_timeout_s); stopped",
+        )
+    else:
+        last = next((line.strip() for line in reversed(crash.get("log_tail", [])) if line.strip()), "")
+        record.update(
+            status=S.CRASHED,
+            crash=crash,
+            status_reason=f"its process {crash['how']} without writing a record"
+            + (f"; its log ends: {last[:300]}" if last else ""),
+        )
+    record.update(
+        started_at=None,
+        matmul_peak=peak,
+        environment=fingerprint(spec["device"]),
+        finished_at=now(),
+    )
+    return record
+
+
 def expand_grid(cfg: dict, gname: str) -> list[dict]:
     return of_grid(cfg["grids"][gname]).expand(cfg, gname)
 
