@@ -75,6 +75,14 @@ def json_option(a, name: str):
         sys.exit(f"{a.cmd}: {e}")
 
 
+def hash_code_before_import(spec: dict) -> None:
+    """The code the record names (record.code, hashed once per process) is hashed now, before
+    the cell imports it: a file edited while the cell waits for its GPU is not claimed as run."""
+    from .families import family
+
+    family(spec["family"]).provenance(spec)
+
+
 def cell_spec(a) -> dict:
     """--spec: the cell's parameters."""
     return json_option(a, "spec")
@@ -83,6 +91,7 @@ def cell_spec(a) -> dict:
 def cell_in_worker(spec: dict, a) -> None:
     """--worker-idle-s: claim the GPU, then let the GPU's warm worker measure (attnbench.worker)."""
     from . import STARTED, launch
+    from .families import family
     from .worker import FAULT_ENVS, run_in_worker
 
     gpu = "cpu"
@@ -92,6 +101,8 @@ def cell_in_worker(spec: dict, a) -> None:
         )
     request = {
         "spec": spec,
+        # the code as this job finds it: a worker that imported other code refuses the cell
+        "code_sha256": family(spec["family"]).provenance(spec)["code"]["sha256"],
         "peak": a.peak,
         "out": a.out,
         "cwd": os.getcwd(),  # the worker may have been started by a run in another folder
@@ -114,6 +125,7 @@ def cmd_cell(a):
     spec = cell_spec(a)
     if a.timed_out_after is not None or a.crashed is not None:
         return record_not_run(spec, a.out, a.peak, a)
+    hash_code_before_import(spec)
     measures = not ends_without_gpu(spec)
     if measures and a.worker_idle_s:
         return cell_in_worker(spec, a)  # the worker sets its threads; this process needs no torch
@@ -135,6 +147,7 @@ def cmd_cp_cell(a):
     spec = cell_spec(a)
     if a.timed_out_after is not None or a.crashed is not None:
         return record_not_run(spec, a.out, a.peak, a)
+    hash_code_before_import(spec)
     from .families.cp.cell import run_cp_cell
     from .families.cp.emulated import is_emulated, run_emulated_cell
 
@@ -214,59 +227,15 @@ def exit_naming_input(command: str, e: Exception):
     sys.exit(f"{command}: {e}")
 
 
-def _regenerate_part(task):
-    """One piece of regeneration (a grid's tables, or some of its figures), run in a worker."""
-    kind, cells, out_dir, cfg, grid, only, complete = task
-    if kind == "tables":
-        from .families import write_tables
-
-        write_tables(cells, out_dir, grid=grid, grid_cfg=cfg["grids"][grid])
-    else:
-        from .families import write_figures
-
-        write_figures(
-            cells,
-            out_dir,
-            cfg["figures"],
-            grid=grid,
-            grid_cfg=cfg["grids"][grid],
-            only=only,
-            strict=complete,
-        )
-    return task
-
-
-def regeneration_tasks(cfg, grids, out: Path, complete: bool = True) -> list:
-    """Tables and figures of each grid as independent tasks, the costliest first (memory figures,
-    then the mask-family figures); a kernel grid's figures one task each. `complete`: every record
-    of the grids is there (then every promised figure must be drawn)."""
-    from .families import figure_stems
-
-    cells = out / "tables" / "cells.csv"
-    tasks = []
-    for g in grids:
-        grid = cfg["grids"][g]
-        stems = figure_stems(grid) if grid["family"] == "kernel" else [None]
-        stems.sort(
-            key=lambda s: (not str(s).startswith("memory"), not str(s).startswith("tflops_vs"))
-        )
-        tasks += [
-            ("figures", cells, out / "figures" / g, cfg, g, None if s is None else {s}, complete)
-            for s in stems
-        ]
-        tasks.append(("tables", cells, out / "tables" / g, cfg, g, None, complete))
-    return tasks
-
-
 def cmd_regenerate(a):
     """Tidy table, tables, figures (and the report) from the records already on disk; runs no cell."""
     import time
-    from concurrent.futures import ProcessPoolExecutor
 
-    from .families import expand_cells, load_config
+    from .families import load_config
     from .grid.config import ConfigError
-    from .grid.expand import cell_path
-    from .report.collect import RecordError, ReportError, collect, write_cells
+    from .regenerate import regenerate
+    from .report.collect import RecordError, ReportError
+    from .run_lock import RunLock, RunLocked
 
     t0 = time.perf_counter()
     try:
@@ -274,55 +243,19 @@ def cmd_regenerate(a):
     except ConfigError as e:
         print(e, file=sys.stderr)
         sys.exit(2)
-    out = Path(cfg["output_dir"])
-    grids = a.grids or cfg["run"]
-    expected = [out / cell_path(c) for c in expand_cells(cfg, grids)]
-    records = [p for p in expected if p.exists()]
-    if not records:
-        sys.exit(
-            f"none of the {len(expected)} records of grids {', '.join(grids)} is under {out}/cells"
-        )
-    if len(records) < len(expected):
-        print(
-            f"{len(expected) - len(records)} of {len(expected)} cells have no record yet; they are left out"
-        )
     try:
-        df = collect(records)
-    except RecordError as e:
+        with RunLock(cfg["output_dir"]):  # not while a run writes the same folder
+            drawn = regenerate(cfg, a.grids, a.jobs)
+    except RunLocked as e:
         sys.exit(f"regenerate: {e}")
-    (out / "tables").mkdir(parents=True, exist_ok=True)
-    table = out / "tables" / "cells.csv"
-    if table.exists():  # the tidy table keeps the rows of the grids not regenerated now
-        import pandas as pd
-
-        from .report.collect import read_cells
-
-        kept = read_cells(table)
-        kept = kept[~kept["grid"].isin(grids)]
-        if len(kept):
-            df = pd.concat([kept, df], ignore_index=True)
-            print(f"{len(kept)} rows of other grids kept from {table}")
-    write_cells(df, table)
-    t1 = time.perf_counter()
-    print(f"{len(records)} records -> {out}/tables/cells.csv in {t1 - t0:.1f} s")
-    grids = [g for g in grids if g in set(df["grid"])]
-    tasks = regeneration_tasks(cfg, grids, out, complete=len(records) == len(expected))
-    try:
-        if a.jobs > 1:
-            with ProcessPoolExecutor(a.jobs) as pool:
-                list(pool.map(_regenerate_part, tasks))
-        else:
-            for t in tasks:
-                _regenerate_part(t)
+    except (ValueError, RecordError) as e:
+        sys.exit(f"regenerate: {e}")
     except ReportError as e:
         exit_naming_input("regenerate", e)
-    t2 = time.perf_counter()
-    print(
-        f"tables and figures of {', '.join(grids)} ({len(tasks)} tasks, {a.jobs} processes) in {t2 - t1:.1f} s"
-    )
     if a.report is not None:
-        report = Path(a.report) if a.report else out / "report.html"
-        write_report(cfg, grids, report, a.snakefile)
+        t2 = time.perf_counter()
+        report = Path(a.report) if a.report else Path(cfg["output_dir"]) / "report.html"
+        write_report(cfg, list(drawn.grids), report, a.snakefile)
         print(f"report -> {report} in {time.perf_counter() - t2:.1f} s")
     print(f"regenerated in {time.perf_counter() - t0:.1f} s")
 
@@ -372,6 +305,9 @@ def cmd_check_config(a):
     cells = expand_cells(cfg)
     read = " over ".join(str(f) for f in reversed(config_files(a.config, WORKFLOW_CONFIG)))
     print(f"config ok ({read}): {len(cells)} cells in grids {', '.join(cfg['run'])}")
+    from .currency import config_report
+
+    print(config_report(cfg))
 
 
 def cmd_records(a):

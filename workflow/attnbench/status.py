@@ -15,7 +15,8 @@ TIMEOUT = "timeout"
 # Never current: the next run retries the cell (attnbench.currency).
 CRASHED = "crashed"
 STATUSES = (OK, OOM, UNSUPPORTED, UNAVAILABLE, INCORRECT, TIMEOUT, CRASHED)
-# Statuses whose record carries timings.
+# Statuses whose record carries timings (an `incorrect` one may lack them: a kernel whose output
+# is malformed is found out before it is timed).
 TIMED = (OK, INCORRECT)
 
 
@@ -39,6 +40,13 @@ class Unavailable(CellOutcome):
 
 class OutOfMemory(CellOutcome):
     status = OOM
+
+
+class Incorrect(CellOutcome):
+    """The kernel's output is malformed (not the query's shape or the cell's dtype): `incorrect`
+    before its values are compared, and without timings where it fails before any was taken."""
+
+    status = INCORRECT
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -2,12 +2,13 @@
 import json
 import os
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 # The package is installed in editable mode by the Makefile; this keeps a bare checkout working too.
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
-from attnbench import families, launch, run_lock, snakemake_fixes
+from attnbench import currency, families, launch, run_lock, snakemake_fixes
 from attnbench.codegraph import code_files
 from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml, report_settings
 from attnbench.grid.expand import cell_path
@@ -99,9 +100,33 @@ def as_file(obj):
     return path
 
 
-def outdated_input(wc):
-    """Nothing yet: the currency of records comes next."""
-    return []
+# Records a run would not make as they are (attnbench.currency), judged once, by the process that
+# runs the workflow, from the records themselves. Their cells list OUTDATED_LIST as an input, newer
+# than their record: Snakemake makes them again. Every other cell lists it too, as ancient (its
+# time is not compared), so that the set of a cell's inputs never changes.
+OUTDATED_LIST = f"{OUT}/.attnbench/outdated.txt"
+OUTDATED = []
+if workflow.is_main_process:
+    OUTDATED = currency.judge(CELLS, {g: cell_timeout_s(GRIDS[g]) for g in RUN})
+    KEEP_OUTDATED = CFG["outdated_records"] == "keep"
+    Path(OUTDATED_LIST).parent.mkdir(parents=True, exist_ok=True)
+    Path(OUTDATED_LIST).write_text(
+        f"# {datetime.now(timezone.utc).isoformat()} {len(OUTDATED)} outdated records; "
+        f"{'kept' if KEEP_OUTDATED else 'made again'}\n"
+        + "".join(f"{o.line()}\n" for o in OUTDATED)
+    )
+    if OUTDATED:
+        logger.warning(
+            currency.summary(OUTDATED, sum(os.path.exists(p) for p in CELLS), KEEP_OUTDATED)
+        )
+    if KEEP_OUTDATED:
+        OUTDATED = []
+RERUN = {o.path for o in OUTDATED}
+
+
+def outdated_input(wc, family=None):
+    path = f"{OUT}/cells/{wc.grid}/{family or wc.family}/{wc.impl}/{wc.mask}/{wc.point}.json"
+    return OUTDATED_LIST if path in RERUN else ancient(OUTDATED_LIST)
 
 
 def peak_file(cell):
@@ -192,15 +217,23 @@ def records_not_on_disk():
 
 def write_tidy_table(records, out, log):
     """The collect rule's work, in Python rather than a shell command: the records can be more
-    than a command line holds."""
-    from attnbench.report.collect import RecordError, collect, write_cells
+    than a command line holds. The table is the union of every grid's records in the output
+    folder (attnbench.regenerate.tidy_table), with the `outdated` column."""
+    from attnbench.regenerate import tidy_table
+    from attnbench.report.collect import RecordError, write_cells
 
+    budgets = {g: cell_timeout_s(GRIDS[g]) for g in RUN}
     try:
-        df = collect(records)
+        df = tidy_table(Path(OUT), {p: CELLS[p] for p in records}, budgets)
     except RecordError as e:
         raise WorkflowError(f"collect: {e}") from None
     write_cells(df, out)
-    Path(log).write_text(f"{len(df)} cells from {len(records)} records\n")
+    others = int((~df["grid"].isin(RUN)).sum())
+    Path(log).write_text(
+        f"{len(df)} cells from {len(records)} records"
+        + (f" and {others} records of other grids in {OUT}/cells" if others else "")
+        + "\n"
+    )
 
 
 # The context-parallel cell rule's input functions (rules/context_parallel.smk).
@@ -245,4 +278,25 @@ def start_run():
 
 
 def end_run(ok):
-    LOCK.release()
+    """After the last job: where the run did not finish, draw what did (the tidy table, tables and
+    figures from the records on disk, their captions listing the missing cells); then the closing
+    summary (every crashed and missing cell), and the lock is released."""
+    from attnbench.record.unfinished import unfinished
+
+    try:
+        if not ok:
+            draw_what_finished()
+        for line in unfinished(CELLS).lines():
+            logger.info(line)
+    finally:
+        LOCK.release()
+
+
+def draw_what_finished():
+    from attnbench.regenerate import regenerate
+
+    logger.info("some jobs failed: drawing the tables and figures of the records on disk")
+    try:
+        regenerate(CFG, RUN, say=logger.info)
+    except Exception as e:  # noqa: BLE001 - the run has failed already; say why this failed too
+        logger.warning(f"drawing what finished failed: {type(e).__name__}: {e}")

@@ -10,7 +10,7 @@ rule cp_cell:
         # ancient: measuring the ceiling again must not rerun every cell
         peak=lambda wc: ancient(peak_file(cp_cell_of(wc))),
         # newer than the record where the record is outdated (attnbench.currency): made again
-        outdated=lambda wc: outdated_input(wc),
+        outdated=lambda wc: outdated_input(wc, "cp"),
     output:
         f"{OUT}/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.json",
     log:

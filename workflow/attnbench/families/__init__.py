@@ -192,7 +192,8 @@ def register_own_kernels(grid_cfg: dict | None) -> None:
 
 def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -> list[Path]:
     """The grid's tables, written by its family, and a report caption per table
-    (report.tables.write_tables; `where`: grid, family)."""
+    (report.tables.write_tables; `where`: grid, family, missing: the record paths of the grid's
+    cells without a record, which the captions list)."""
     from ..report.advice import write_advice
     from ..report.tables import write_tables as write_with
 
@@ -206,7 +207,7 @@ def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -
 
 def write_figures(cells_csv, out_dir, style=None, *, grid_cfg: dict | None = None, **where):
     """The grid's figures, drawn by its family, and their captions (report.figures.write_figures;
-    `where`: grid, only, strict)."""
+    `where`: grid, only, strict, missing)."""
     from ..report.figures import write_figures as write_with
 
     register_own_kernels(grid_cfg)

@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from ..status import STATUSES, TIMED
+from ..status import OK, STATUSES, TIMED
 
 
 class RecordError(ValueError):
@@ -62,7 +62,7 @@ def record_problems(record) -> list[str]:
     status = record["status"]
     if status not in STATUSES:
         problems.append(f"status {status!r} is none of {', '.join(STATUSES)}")
-    elif status in TIMED and record.get("tflops") is None:
+    elif status == OK and record.get("tflops") is None:
         problems.append(f"status {status!r} without the timings it implies (tflops)")
     elif status not in TIMED and record.get("tflops") is not None:
         problems.append(

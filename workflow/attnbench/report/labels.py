@@ -19,6 +19,7 @@ STATUS_LABEL = {
     "unavailable": "n/a",
     "incorrect": "wrong",
     "timeout": "timeout",
+    "crashed": "crashed",
 }
 STATUS_MEANING = {
     "ok": "measured, agrees with the float64 reference",
@@ -27,11 +28,13 @@ STATUS_MEANING = {
     "unavailable": "library not installed or device lacks what it needs; not measured here",
     "incorrect": "ran, but disagrees with the float64 reference (time kept, flagged)",
     "timeout": "still running at the grid's time budget (cell_timeout_s); stopped, no time",
+    "crashed": "its process ended without a record (a crash, a kill); no time; the next run retries it",
 }
 # What the status words in tables stand for.
 STATUS_NOTE = (
     "OOM: out of memory; unsup.: unsupported; n/a: unavailable (not measured on this machine); "
-    "timeout: stopped at the time budget; (wrong): disagrees with the float64 reference"
+    "timeout: stopped at the time budget; crashed: the process ended without a record; "
+    "(wrong): disagrees with the float64 reference"
 )
 
 # The paper draws TFLOP/s vs length one figure per family of related masks (Figs. 8-14).

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from ... import status as S
+from . import provenance
 from ...cp import catalog, run
 from ...cp.base import load
 from ...cp.choose import choose_local_kernel
@@ -465,7 +466,7 @@ def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
     t0 = time.perf_counter()
     rank = int(os.environ.get("RANK", 0))
     choice = choose(spec, out_path)
-    record = base_record(spec, implementation(spec, choice))
+    record = base_record(spec, implementation(spec, choice), provenance(spec))
     status, reason = static_outcome(spec, choice["local_kernel"])
     session = None
     if status is None:
