@@ -27,7 +27,7 @@ from pathlib import Path
 from . import status as S
 from .families import expand_cells, family
 from .grid.config import cell_timeout_s
-from .grid.expand import cell_path, stable_hash
+from .grid.expand import cell_path, output_root, stable_hash
 from .record.code import code_changes
 
 # Why a record is outdated, in the order they are looked for (the first found is the reason).
@@ -119,6 +119,20 @@ def read_json(path) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
+def at_home(path, record: dict) -> bool:
+    """Whether the record describes the cell whose path it is at, unedited (its cell_id is its
+    cell's): only such a record can be outdated; any other file there is not remade over, but
+    refused by collect (report.collect.identity_problems), as an unreadable one is."""
+    cell = record.get("cell")
+    if not isinstance(cell, dict):
+        return False
+    try:
+        home = output_root(path, cell)
+    except KeyError:
+        return False
+    return home is not None and record.get("cell_id") in (None, stable_hash(cell))
+
+
 def judge(cells: dict, budgets: dict) -> list[Outdated]:
     """The outdated records among those on disk: `cells` maps each record's path to the cell the
     config asks for there (None: not judged against a config), `budgets` each grid's
@@ -128,8 +142,8 @@ def judge(cells: dict, budgets: dict) -> list[Outdated]:
         if not Path(path).exists():
             continue
         record = read_json(path)
-        if record is None:
-            continue
+        if record is None or not at_home(path, record):
+            continue  # not a record of this cell: collect refuses it, naming the file
         grid = (spec or record.get("cell") or {}).get("grid")
         why = outdated_reason(record, spec, budgets.get(grid))
         if why:

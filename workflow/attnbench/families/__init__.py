@@ -58,8 +58,10 @@ def command_modules(name: str, which: str) -> list[str]:
     """The modules the `tables` (which: TABLES) or `figures` (FIGURES) command of a family's grid
     runs beyond this one: the report's driver and the family's module (what the rule's code
     inputs are computed from, attnbench.codegraph)."""
+    report = f"{__package__.rsplit('.', 1)[0]}.report"
     driver = {"TABLES": "tables", "FIGURES": "figures"}[which]
-    return [f"{__package__.rsplit('.', 1)[0]}.report.{driver}", part_module(name, which)]
+    every_grid = [f"{report}.advice"] if which == "TABLES" else []  # write_tables writes it too
+    return [f"{report}.{driver}", part_module(name, which), *every_grid]
 
 
 def part(name: str, which: str):

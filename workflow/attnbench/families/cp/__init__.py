@@ -3,10 +3,22 @@ job started by attnbench.launch (`python -m attnbench cp-cell`, cell.py)."""
 
 from __future__ import annotations
 
-import copy
-from functools import cache
+from .provenance import provenance  # noqa: F401  (the family interface)
 
-from .grid import expand, problems  # noqa: F401  (the family interface)
+# Imports inside the functions: a cp cell imports this package, and what it imports is the cell's
+# code (record.code), which attnbench.currency compares. Grid expansion is not what it runs.
+
+
+def expand(cfg: dict, gname: str) -> list[dict]:
+    from .grid import expand as expand_grid
+
+    return expand_grid(cfg, gname)
+
+
+def problems(cfg, grid, prod, at) -> list[str]:
+    from .grid import problems as grid_problems
+
+    return grid_problems(cfg, grid, prod, at)
 
 NAME = "cp"
 CELL_COMMAND = "cp-cell"
@@ -27,33 +39,6 @@ def record_skeleton(spec: dict) -> dict:
     record = base_record(spec, implementation(spec), provenance(spec))
     cp_summary(record, spec)
     return record
-
-
-def provenance(spec: dict) -> dict:
-    """The code a cell runs (its cell modules, what they import, the method's module and the
-    local kernels' adapters, which are loaded by name: every local kernel for `auto`) and the
-    libraries whose versions it depends on: record.code, compared by attnbench.currency."""
-    return copy.deepcopy(_provenance(spec["impl"], spec["cp"]["local_kernel"]))
-
-
-@cache  # the same for every cell of a method and local kernel
-def _provenance(method: str, kernel: str) -> dict:
-    from ...codegraph import PACKAGE
-    from ...cp import catalog
-    from ...kernels.catalog import LOCAL_KERNELS, first_version
-    from ...record.code import cell_code
-
-    kernels = LOCAL_KERNELS.values() if kernel == catalog.AUTO else [LOCAL_KERNELS[kernel]]
-    modules = [f"{__name__}.cell", f"{__name__}.emulated"]
-    modules.append(f"{PACKAGE}.cp.{catalog.METHODS[method].impl.split(':')[0]}")
-    modules += [f"{PACKAGE}.kernels.{k.impl.split(':')[0]}" for k in kernels]
-    return {
-        "code": cell_code(modules),
-        "libraries": {
-            "torch": first_version(("torch",)),
-            f"local kernel {kernel}": catalog.library_version(kernel),
-        },
-    }
 
 
 def table_stems(grid: dict) -> list[str]:

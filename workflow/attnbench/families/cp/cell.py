@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from ... import status as S
-from . import provenance
+from .provenance import provenance
 from ...cp import catalog, run
 from ...cp.base import load
 from ...cp.choose import choose_local_kernel

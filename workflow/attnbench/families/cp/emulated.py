@@ -34,7 +34,7 @@ from ...harness.samples import (
 )
 from ...record.record import base_record, environment, now, summarise, write_record
 from . import cell as C
-from . import provenance
+from .provenance import provenance
 
 MARK = "emulated"  # the word tables and figures put beside every emulated number
 WHAT = "compute of every rank emulated on one device (no transfer, no overlap): not a distributed measurement"

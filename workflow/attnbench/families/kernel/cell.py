@@ -10,7 +10,7 @@ import time
 
 from ... import launch
 from ... import status as S
-from . import provenance
+from .provenance import provenance
 from ...harness.faults import crash_if_asked, hang_if_asked
 from ...harness.inputs import check_mask_rng, input_seed, make_inputs, mask_rng, torch_dtype
 from ...harness.samples import (
