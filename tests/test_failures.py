@@ -213,18 +213,20 @@ def rank_pids(launcher_pid: int) -> dict[int, int]:
 
 
 @pytest.mark.slow
-def test_a_cp_rank_killed_mid_cell_ends_every_rank_writes_no_record_and_a_rerun_completes(
+def test_a_cp_rank_killed_mid_cell_ends_every_rank_records_the_crash_and_a_rerun_completes(
     tmp_path,
 ):
     """Both ranks are inside the process group, running collectives (the hang hook keeps them in
-    barriers), when rank 1 is killed with SIGKILL: every process of the cell ends within 60 s,
-    the job fails, no record or half record is left; the same command again measures the cell."""
+    barriers), when rank 1 is killed with SIGKILL: every process of the cell ends within 60 s, no
+    half record is left, and the launcher writes a `crashed` record saying how the ranks ended,
+    with the last lines of the log; the same command again measures the cell."""
     cell = cp_cell()
     out = tmp_path / "cp.json"
     marker = tmp_path / "cp.log"
+    record_it = ["--time-limit-s", "300", "--record", str(out), "--log", str(marker)]
     with marker.open("w") as log:
         proc = subprocess.Popen(
-            cp_cell_cmd(cell, out, "--time-limit-s", "300"),
+            cp_cell_cmd(cell, out, *record_it),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=package_env(**{HANG_ENV: "^ring_p2p/causal/"}),
@@ -247,10 +249,16 @@ def test_a_cp_rank_killed_mid_cell_ends_every_rank_writes_no_record_and_a_rerun_
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert rc != 0 and ended < 60, (rc, ended)
-    assert not out.exists() and not leftovers(tmp_path)
-    print(f"\nrank 1 killed: the launcher ended {ended:.1f} s later with status {rc}")
-    p = run_bounded(cp_cell_cmd(cell, out, "--time-limit-s", "300"), 180, env=package_env())
+    assert rc == 0 and ended < 60, (rc, ended)
+    assert not leftovers(tmp_path)
+    crashed = json.loads(out.read_text())
+    assert crashed["status"] == "crashed" and record_problems(crashed) == []
+    assert crashed["crash"]["how"] == "exited with status 1" and crashed["samples"] == []
+    assert any("SIGKILL" in line or "Signal 9" in line for line in crashed["crash"]["log_tail"])
+    assert crashed["table_extra"]["method"] == "ring_p2p"  # the CP tables' columns, no numbers
+    print(f"\nrank 1 killed: the launcher recorded the crash {ended:.1f} s later")
+    out.unlink()
+    p = run_bounded(cp_cell_cmd(cell, out, *record_it), 180, env=package_env())
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert json.loads(out.read_text())["status"] == "ok"
 
