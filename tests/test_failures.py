@@ -152,6 +152,33 @@ def test_timeout_is_drawn_in_tables_and_figures(hung_run):
     assert "1 timeout" in (tables / "tflops.caption.rst").read_text()
 
 
+@pytest.mark.slow
+def test_a_timeout_record_runs_again_when_the_budget_is_raised_and_only_then(hung_run):
+    workdir, p, _ = hung_run
+    assert p.returncode == 0
+    assert planned(workdir) == {}
+    config = workdir / "config.yaml"
+    original = config.read_text()
+    try:
+        for budget, runs in ((5, False), (10, False), (20, True)):
+            cfg = yaml.safe_load(original)
+            cfg["grids"]["hang"]["cell_timeout_s"] = budget
+            config.write_text(yaml.safe_dump(cfg))
+            dry = snakemake(workdir, "-n", "--printshellcmds", timeout=120)
+            plan = planned_jobs(dry)
+            if runs:
+                assert plan["kernel_cell"] == 1 and f"/{HUNG}.json" in dry.stdout, plan
+                assert (
+                    "1 time budget (e.g. results/cells/hang/kernel/naive/causal/"
+                    "s64-h2x1-d16-float32-fwd.json: time budget: stopped at 10 s; the grid's "
+                    "cell_timeout_s is now 20 s)" in dry.stdout + dry.stderr
+                )
+            else:
+                assert plan == {}, (budget, plan)
+    finally:
+        config.write_text(original)
+
+
 def test_a_timeout_record_with_timings_or_an_unknown_status_is_not_a_record():
     record = {
         "schema_version": 1,
@@ -163,7 +190,7 @@ def test_a_timeout_record_with_timings_or_an_unknown_status_is_not_a_record():
     assert record_problems(record) == []
     assert "only ok, incorrect carry" in record_problems({**record, "tflops": 1.0})[0]
     assert (
-        "none of ok, oom, unsupported, unavailable, incorrect, timeout"
+        "none of ok, oom, unsupported, unavailable, incorrect, timeout, crashed"
         in record_problems({**record, "status": "hung"})[0]
     )
 

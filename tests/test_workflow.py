@@ -155,7 +155,20 @@ def test_what_reruns_on_which_edit(workdir):
         timeout=300,
     )
     assert check.returncode == 0 and f"{N_CELLS} config" in check.stdout, check.stderr
-    assert ran  # (the cells that measured)
+    # keep: the outdated records stay, named by the tidy table's `outdated` column and the captions
+    (workdir / "keep.yaml").write_text(yaml.safe_dump({"outdated_records": "keep"}))
+    keep = [*configs, str(workdir / "keep.yaml")]
+    p = snakemake_on_copy(workdir, "--configfile", *keep)
+    assert p.returncode == 0 and "kernel_cell" not in p.stdout + p.stderr, p.stderr[-3000:]
+    assert f"{N_CELLS} config" in p.stdout + p.stderr and "kept as they are" in p.stdout + p.stderr
+    df = pd.read_csv(workdir / "results/tables/cells.csv")
+    assert (df["outdated"] == "config: reps 2 -> 3").all()
+    caption = (workdir / "results/tables/tiny/tflops.caption.rst").read_text().replace("\\", "")
+    assert f"{N_CELLS} of {N_CELLS} records are outdated relative to the current config" in caption
+    # back to the config the records were made with: current again, and the table says so
+    p = snakemake_on_copy(workdir)
+    assert p.returncode == 0 and "kernel_cell" not in p.stdout + p.stderr, p.stderr[-3000:]
+    assert pd.read_csv(workdir / "results/tables/cells.csv")["outdated"].isna().all()
 
 
 @pytest.mark.slow

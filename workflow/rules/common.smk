@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from attnbench import currency, families, launch, run_lock, snakemake_fixes
 from attnbench.codegraph import code_files
 from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml, report_settings
-from attnbench.grid.expand import cell_path
-from attnbench.grid.json_files import json_file, write_json_files
+from attnbench.grid.expand import cell_path, stable_hash
+from attnbench.grid.json_files import json_file, spec_file, write_json_files, write_spec_files
 from attnbench.kernels import catalog
 from attnbench.report import outputs
 
@@ -105,7 +105,7 @@ def as_file(obj):
 # than their record: Snakemake makes them again. Every other cell lists it too, as ancient (its
 # time is not compared), so that the set of a cell's inputs never changes.
 OUTDATED_LIST = f"{OUT}/.attnbench/outdated.txt"
-OUTDATED = []
+OUTDATED, KEPT = [], []  # KEPT: outdated records a run keeps (outdated_records: keep)
 if workflow.is_main_process:
     OUTDATED = currency.judge(CELLS, {g: cell_timeout_s(GRIDS[g]) for g in RUN})
     KEEP_OUTDATED = CFG["outdated_records"] == "keep"
@@ -120,13 +120,23 @@ if workflow.is_main_process:
             currency.summary(OUTDATED, sum(os.path.exists(p) for p in CELLS), KEEP_OUTDATED)
         )
     if KEEP_OUTDATED:
-        OUTDATED = []
+        KEPT, OUTDATED = OUTDATED, []
 RERUN = {o.path for o in OUTDATED}
 
 
+def record_of(wc, family=None):
+    return f"{OUT}/cells/{wc.grid}/{family or wc.family}/{wc.impl}/{wc.mask}/{wc.point}.json"
+
+
 def outdated_input(wc, family=None):
-    path = f"{OUT}/cells/{wc.grid}/{family or wc.family}/{wc.impl}/{wc.mask}/{wc.point}.json"
-    return OUTDATED_LIST if path in RERUN else ancient(OUTDATED_LIST)
+    return OUTDATED_LIST if record_of(wc, family) in RERUN else ancient(OUTDATED_LIST)
+
+
+def cell_spec_file(wc, family=None):
+    """The file the cell reads its spec from (grid.json_files: named by the record, so that this
+    parameter never changes: whether a record is current is attnbench.currency's to say)."""
+    cell_of(wc, family)  # a path of no cell of this config is an error here, naming the grids
+    return spec_file(OUT, record_of(wc, family))
 
 
 def peak_file(cell):
@@ -274,7 +284,8 @@ def start_run():
         raise WorkflowError(str(e)) from None
     if left is not None:
         logger.warning(run_lock.taken_over_note(OUT, left))
-    write_json_files(OUT, [*JSON_FILES.values(), *CELLS.values()])
+    write_json_files(OUT, JSON_FILES.values())
+    write_spec_files(OUT, CELLS)
 
 
 def end_run(ok):

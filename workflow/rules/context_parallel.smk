@@ -28,8 +28,8 @@ rule cp_cell:
         # the time budget: a resource, not a param, so that changing it reruns no finished cell
         cell_timeout_s=lambda wc: cell_timeout_s(GRIDS[wc.grid]),
     params:
-        # the cell's parameters, in a file named by their hash (grid.json_files)
-        spec=lambda wc: as_file(cp_cell_of(wc)),
+        # the cell's parameters, in a file (grid.json_files)
+        spec=lambda wc: cell_spec_file(wc, "cp"),
         launch=lambda wc: cp_launch_args(wc),
     shell:
         # --record: ranks that end without the record give a `crashed` one (attnbench.launch)

@@ -49,8 +49,8 @@ rule kernel_cell:
         # a warm process per GPU measures the cells (attnbench.worker); a resource, as above
         worker_idle_s=lambda wc: GRIDS[wc.grid]["worker_idle_s"],
     params:
-        # the cell's parameters, in a file named by their hash (grid.json_files)
-        spec=lambda wc: as_file(cell_of(wc)),
+        # the cell's parameters, in a file (grid.json_files)
+        spec=lambda wc: cell_spec_file(wc),
     shell:
         # --record: a process that ends without its record gets a `crashed` one (attnbench.launch)
         "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import"

@@ -17,6 +17,9 @@ rule collect:
     group:
         # Under Slurm, the tidy table, tables and figures run as one job (ignored when run locally).
         "report"
+    params:
+        # the outdated records kept as they are: the table's `outdated` column names them
+        kept_outdated=stable_hash(sorted(o.line() for o in KEPT)),
     run:
         write_tidy_table(input.records, output[0], log[0])
 

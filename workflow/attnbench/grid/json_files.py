@@ -3,10 +3,13 @@ settings, the figure style. A command line holds at most 128 KiB per argument (a
 histogram of thousands of buckets, or a long description, does not fit), and a value that passes
 through a shell must be quoted; a file has neither limit.
 
-Each file is named by the SHA-256 of its content, under <output_dir>/.attnbench/json/: once
-written it never changes, and a rule's parameter (the path) changes exactly when the content does.
-Snakemake's process writes them when a run starts (workflow/rules/common.smk, onstart), holding the
-output folder's lock, and removes those no rule of that run names.
+A report rule's settings are named by the SHA-256 of their content, under
+<output_dir>/.attnbench/json/: once written such a file never changes, and the rule's parameter
+(the path) changes exactly when the content does, so that new settings redraw. A cell's spec is
+named by its record's path, under <output_dir>/.attnbench/specs/: the rule's parameter never
+changes, since whether a record is current is decided from the record (attnbench.currency), not
+from Snakemake's memory of a parameter. Snakemake's process writes both when a run starts
+(workflow/rules/common.smk, onstart), holding the output folder's lock, before any job.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from .expand import stable_hash
 
 FOLDER = ".attnbench/json"
+SPECS = ".attnbench/specs"
 HASH_NAME = re.compile(r"[0-9a-f]{64}")
 
 
@@ -47,6 +51,32 @@ def write_json_files(out_dir, objs) -> int:
     for path in folder.iterdir():
         if path.name not in wanted:
             path.unlink(missing_ok=True)
+    return written
+
+
+def spec_file(out_dir, record_path) -> str:
+    """Where the spec of the cell whose record is `record_path` (under out_dir) is written."""
+    out = str(out_dir).rstrip("/")
+    rel = str(record_path)[len(out) + 1 :] if str(record_path).startswith(out + "/") else None
+    if rel is None:
+        raise ValueError(f"{record_path} is not under the output folder {out_dir}")
+    return f"{out}/{SPECS}/{rel}"
+
+
+def write_spec_files(out_dir, cells: dict) -> int:
+    """Write each cell's spec ({record path: spec}) to its spec_file where it is missing or
+    differs (atomically). Returns how many were written."""
+    written = 0
+    for record_path, spec in cells.items():
+        path = Path(spec_file(out_dir, record_path))
+        text = json.dumps(spec, sort_keys=True, default=str)
+        if path.exists() and path.read_text() == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        written += 1
     return written
 
 
