@@ -9,7 +9,9 @@ from commands import PY, REPO, package_env
 
 
 def advise(cells):
-    return run_bounded([PY, "-m", "attnbench", "advise", "--cells", str(cells)], 120, env=package_env())
+    return run_bounded(
+        [PY, "-m", "attnbench", "advise", "--cells", str(cells)], 120, env=package_env()
+    )
 
 
 @pytest.mark.parametrize(
@@ -35,4 +37,6 @@ def test_advise_on_a_header_only_table_says_so_and_fails(tmp_path):
     cells.write_text(header + "\n")
     p = advise(cells)
     assert p.returncode == 2 and p.stdout == ""
-    assert p.stderr.strip() == f"advise: {cells} has no cells (a header only): nothing to advise on"
+    assert (
+        p.stderr.strip() == f"advise: {cells} has no cells (a header only): nothing to advise on"
+    )

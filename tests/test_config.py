@@ -389,7 +389,9 @@ def test_a_file_that_is_not_utf8_is_one_clear_line(tmp_path, repo):
     p.write_bytes("run: [smoke]\n# caf\u00e9\n".encode("latin-1"))
     with pytest.raises(ConfigError) as e:
         load_config(p)
-    assert e.value.problems == [f"{p}: not UTF-8 text (byte 0xe9 at offset 18); save the file as UTF-8"]
+    assert e.value.problems == [
+        f"{p}: not UTF-8 text (byte 0xe9 at offset 18); save the file as UTF-8"
+    ]
     p2 = attnbench_cli("check-config", str(p), cwd=repo)
     assert p2.returncode == 2 and "Traceback" not in p2.stderr
     assert "not UTF-8 text" in p2.stderr

@@ -79,8 +79,10 @@ def test_a_second_run_is_refused_a_killed_run_ends_its_cells_and_its_lock_is_tak
         )
     try:
         wait_for(
-            lambda: (stuck_log.exists() and "hanging:" in stuck_log.read_text())
-            or run_a.poll() is not None,
+            lambda: (
+                (stuck_log.exists() and "hanging:" in stuck_log.read_text())
+                or run_a.poll() is not None
+            ),
             300,
             "run A measuring (one cell hanging)",
         )
@@ -93,9 +95,10 @@ def test_a_second_run_is_refused_a_killed_run_ends_its_cells_and_its_lock_is_tak
         assert p.returncode != 0
         assert f"{out}: another run is writing this output folder (pid {run_a.pid} on host" in said
         assert f"in {a}:" in said and "snakemake" in said.split("another run is writing")[1]
-        assert "(Rule: kernel_cell)" not in said and "rule kernel_cell" not in said.split(
-            "another run"
-        )[1]
+        assert (
+            "(Rule: kernel_cell)" not in said
+            and "rule kernel_cell" not in said.split("another run")[1]
+        )
         now = checksums(out)
         assert {k: now[k] for k in before} == before  # B changed no record (A writes its own)
         assert run_a.poll() is None  # and A goes on
@@ -175,12 +178,17 @@ def test_a_histogram_and_a_description_too_large_for_a_command_line_run(tmp_path
     cfg = {**config_running({"g": grid}), "doc_length_histograms": {"huge": {"buckets": buckets}}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     assert len(json.dumps(buckets)) > 128 * 1024
-    p = run_bounded(snakemake_cmd(tmp_path, "--cores", "2", profile="local"), 600, env=package_env())
+    p = run_bounded(
+        snakemake_cmd(tmp_path, "--cores", "2", profile="local"), 600, env=package_env()
+    )
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     record = json.loads(
-        (tmp_path / "results/cells/g/kernel/naive/causal_document/s64-h2x1-d16-float32-fwd.json")
-        .read_text()
+        (
+            tmp_path / "results/cells/g/kernel/naive/causal_document/s64-h2x1-d16-float32-fwd.json"
+        ).read_text()
     )
-    assert record["status"] == "ok" and len(record["cell"]["histograms"]["huge"]["buckets"]) == 6911
+    assert (
+        record["status"] == "ok" and len(record["cell"]["histograms"]["huge"]["buckets"]) == 6911
+    )
     caption = (tmp_path / "results/tables/g/tflops.caption.rst").read_text()
     assert "d" * 1000 in caption

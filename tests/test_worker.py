@@ -254,7 +254,9 @@ def test_a_cell_that_changes_threads_leaves_the_next_cell_of_its_worker_as_it_wa
     after = own_run(repo, folder, specs["edited_sdpa"], tmp_path / "b.json", 30, threads=2)
     assert after["worker"]["pid"] == changer["worker"]["pid"]  # the same worker (same files)
     assert after["worker"]["cell"] == changer["worker"]["cell"] + 1
-    assert after["environment"]["cpu_threads"] == 2 and "process_state_changed" not in after["worker"]
+    assert (
+        after["environment"]["cpu_threads"] == 2 and "process_state_changed" not in after["worker"]
+    )
 
 
 def test_a_worker_whose_code_is_not_the_jobs_refuses_the_cell_and_ends(

@@ -47,7 +47,10 @@ def test_a_crashed_cell_is_recorded_the_rest_drawn_and_a_rerun_retries_only_it(w
         caption.replace("\\", "")
     )
     log = p.stdout + p.stderr
-    assert "1 crashed (the next run retries them):" in log and str(crashed.relative_to(workdir)) in log
+    assert (
+        "1 crashed (the next run retries them):" in log
+        and str(crashed.relative_to(workdir)) in log
+    )
 
     p = snakemake_on_copy(workdir, "-n", "--printshellcmds")
     plan = planned_jobs(p)
@@ -114,7 +117,6 @@ def test_what_reruns_on_which_edit(workdir):
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the first test")
     everything = {"kernel_cell", "collect", "tidy_table", "tables_tiny", "figures_tiny", "all"}
-    ran = ["naive/causal/s64", "naive/causal/s128", "sdpa/causal/s64", "sdpa/causal/s128"]
     # a kernel adapter: exactly that kernel's cells (the unavailable fa2 cell runs no adapter
     # code but its own; naive's adapter is also the gate's reference, so it is in every cell)
     p = dry_run_after_edit(workdir, "kernels/sdpa.py", "--printshellcmds")

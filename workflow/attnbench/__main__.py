@@ -391,7 +391,9 @@ def cmd_advise(a):
         print(f"advise: {e}", file=sys.stderr)
         sys.exit(2)
     if df.empty:
-        print(f"advise: {cells} has no cells (a header only): nothing to advise on", file=sys.stderr)
+        print(
+            f"advise: {cells} has no cells (a header only): nothing to advise on", file=sys.stderr
+        )
         sys.exit(2)
     filters = {k: getattr(a, k) for k in ADVISE_FILTERS}
     try:

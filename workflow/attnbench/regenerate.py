@@ -94,7 +94,16 @@ def drawing_tasks(cfg, grids, out: Path, missing: dict) -> list:
             key=lambda s: (not str(s).startswith("memory"), not str(s).startswith("tflops_vs"))
         )
         tasks += [
-            ("figures", cells, out / "figures" / g, cfg, g, None if s is None else {s}, complete, gone)
+            (
+                "figures",
+                cells,
+                out / "figures" / g,
+                cfg,
+                g,
+                None if s is None else {s},
+                complete,
+                gone,
+            )
             for s in stems
         ]
         tasks.append(("tables", cells, out / "tables" / g, cfg, g, None, complete, gone))

@@ -129,7 +129,10 @@ def run_in_worker(request: dict, gpu: str, threads: int, idle_s: float) -> dict:
                     f"its log: {path.with_suffix('.log')}"
                 )
             if "stale" in answer:
-                print(f"worker pid {ack.get('pid')}: {answer['stale']}; starting a new one", flush=True)
+                print(
+                    f"worker pid {ack.get('pid')}: {answer['stale']}; starting a new one",
+                    flush=True,
+                )
                 _wait_gone(path)
                 continue
             return answer

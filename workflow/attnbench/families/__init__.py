@@ -95,7 +95,10 @@ def load_config(path, overrides: dict | None = None, base=None) -> dict:
 
 
 def not_run_record(
-    spec: dict, peak: dict | None, timed_out_after_s: float | None = None, crash: dict | None = None
+    spec: dict,
+    peak: dict | None,
+    timed_out_after_s: float | None = None,
+    crash: dict | None = None,
 ) -> dict:
     """The record of a cell whose own process wrote none, without timings: stopped at its time
     budget (`timeout`), or ended without a record (`crashed`: how it ended, from
@@ -114,7 +117,9 @@ def not_run_record(
             "(cell_timeout_s); stopped",
         )
     else:
-        last = next((line.strip() for line in reversed(crash.get("log_tail", [])) if line.strip()), "")
+        last = next(
+            (line.strip() for line in reversed(crash.get("log_tail", [])) if line.strip()), ""
+        )
         record.update(
             status=S.CRASHED,
             crash=crash,

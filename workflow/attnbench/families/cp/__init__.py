@@ -20,6 +20,7 @@ def problems(cfg, grid, prod, at) -> list[str]:
 
     return grid_problems(cfg, grid, prod, at)
 
+
 NAME = "cp"
 CELL_COMMAND = "cp-cell"
 TABLES = "report"

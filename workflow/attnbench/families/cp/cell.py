@@ -23,7 +23,6 @@ import torch
 import torch.distributed as dist
 
 from ... import status as S
-from .provenance import provenance
 from ...cp import catalog, run
 from ...cp.base import load
 from ...cp.choose import choose_local_kernel
@@ -39,6 +38,7 @@ from ...harness.samples import (
     spec_mask,
 )
 from ...record.record import base_record, environment, now, summarise, write_record
+from .provenance import provenance
 
 MEMORY_LIMIT_ENV = "ATTNBENCH_CP_MEMORY_LIMIT"
 

@@ -190,7 +190,9 @@ def run_emulated_cell(spec: dict, out_path, peak: dict | None = None):
     crash_if_asked(spec)
     t0 = time.perf_counter()
     choice = C.choose(spec, out_path)
-    record = base_record(spec, {**C.implementation(spec, choice), "emulated": True}, provenance(spec))
+    record = base_record(
+        spec, {**C.implementation(spec, choice), "emulated": True}, provenance(spec)
+    )
     status, reason = C.static_outcome(spec, choice["local_kernel"])
     if status is None and not catalog.uses_local_kernel(spec["impl"]):
         status, reason = (

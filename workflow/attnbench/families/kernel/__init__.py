@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from .provenance import provenance  # noqa: F401  (the family interface)
 
-
 # Imports inside the functions: a kernel cell imports this package, and what it imports is the
 # cell's code (record.code), which a record names and attnbench.currency compares. Grid expansion
 # and file names are not what a cell measures with.
@@ -22,6 +21,7 @@ def problems(cfg, grid, prod, at) -> list[str]:
 
     return grid_problems(cfg, grid, prod, at)
 
+
 NAME = "kernel"
 CELL_COMMAND = "cell"
 TABLES = "tables"
@@ -33,7 +33,6 @@ def record_skeleton(spec: dict) -> dict:
     from .cell import implementation
 
     return base_record(spec, implementation(spec), provenance(spec))
-
 
 
 def table_stems(grid: dict) -> list[str]:

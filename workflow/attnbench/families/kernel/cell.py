@@ -10,7 +10,6 @@ import time
 
 from ... import launch
 from ... import status as S
-from .provenance import provenance
 from ...harness.faults import crash_if_asked, hang_if_asked
 from ...harness.inputs import check_mask_rng, input_seed, make_inputs, mask_rng, torch_dtype
 from ...harness.samples import (
@@ -25,6 +24,7 @@ from ...harness.samples import (
 from ...kernels import catalog
 from ...kernels.import_memo import known_to_load, remember_loads
 from ...record.record import base_record, environment, now, summarise
+from .provenance import provenance
 
 
 def implementation(spec) -> dict:
@@ -218,7 +218,9 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
             return torch.autograd.grad(out, leaves, dout_l)
     elif direction == "bwd":
         with clock.phase("first_call"):
-            out = well_formed(fn(*leaves), leaves[0], lay)  # forward once, outside the timed region
+            out = well_formed(
+                fn(*leaves), leaves[0], lay
+            )  # forward once, outside the timed region
 
         def call():
             return torch.autograd.grad(out, leaves, dout_l, retain_graph=True)
