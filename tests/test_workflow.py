@@ -112,8 +112,9 @@ def cells_planned(p) -> list[str]:
 @pytest.mark.slow
 def test_what_reruns_on_which_edit(workdir):
     """docs/architecture.md, "What reruns when": a cell reruns when a file it imports changes
-    (its kernel's adapter, the harness, the gate's naive kernel), when its config changes and when
-    its budget rises above the one it timed out at; nothing else reruns it."""
+    (its kernel's adapter, the harness, the gate's naive kernel) and when its config changes;
+    nothing else reruns it, and `outdated_records: keep` keeps it. (A raised time budget:
+    test_failures.py; your own kernel: test_custom_kernel.py; a library: below.)"""
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the first test")
     everything = {"kernel_cell", "collect", "tidy_table", "tables_tiny", "figures_tiny", "all"}

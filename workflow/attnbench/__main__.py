@@ -311,9 +311,11 @@ def cmd_check_config(a):
 
 
 def cmd_records(a):
-    """Record paths of the grids' cells still missing, as Snakemake targets: a session with little
-    device time runs the short lengths first (tools/offline-gpu/gpu_session.sh), so whatever it does not
-    reach is the longest cells."""
+    """Record paths of the grids' cells still missing or outdated (attnbench.currency; kept with
+    outdated_records: keep), as Snakemake targets: a session with little device time runs the
+    short lengths first (tools/offline-gpu/gpu_session.sh), so whatever it does not reach is the
+    longest cells."""
+    from .currency import of_config
     from .families import expand_cells, load_config
     from .grid.config import ConfigError
     from .grid.expand import cell_path
@@ -323,13 +325,15 @@ def cmd_records(a):
     except ConfigError as e:
         sys.exit(f"{e}")
     out = Path(cfg["output_dir"])
+    keep = cfg["outdated_records"] == "keep"
+    outdated = set() if keep else {Path(o.path) for o in of_config(cfg, a.grids)[0]}
     for cell in expand_cells(cfg, a.grids):
         path = out / cell_path(cell)
         wanted = all(
             getattr(a, axis) is None or cell.get(key) in getattr(a, axis)
             for axis, key in (("seqlen", "seqlen"), ("kernels", "impl"), ("masks", "mask"))
         )
-        if wanted and (a.all or not path.exists()):
+        if wanted and (a.all or not path.exists() or path in outdated):
             print(path)
 
 
@@ -534,7 +538,7 @@ def main(argv=None):
     c = _grids_parser(
         sub,
         "records",
-        "record paths of the grids' cells not on disk (Snakemake targets)",
+        "record paths of the grids' cells not on disk or outdated (Snakemake targets)",
         cmd_records,
     )
     c.add_argument("--seqlen", nargs="*", type=int, help="only kernel cells of these lengths")
