@@ -426,6 +426,72 @@ def test_sigterm_while_the_scheduler_holds_its_lock_still_stops_the_run(tmp_path
     assert not leftovers(tmp_path / "results")
 
 
+# ---------------------------------------------------------------- a job that fails
+
+
+@pytest.mark.slow
+def test_a_job_that_fails_leaves_its_cell_missing_and_the_run_still_draws_what_finished(
+    tmp_path,
+):
+    """A cell's job killed whole (as Slurm stops a job at its time limit: the launcher too, so no
+    record): the run goes on, fails at its end, and still writes the tidy table, tables and
+    figures of the records there, their captions and its closing summary listing the missing
+    cell; the next run runs exactly that cell."""
+    grid = {**INTERRUPTED, "cell_timeout_s": 500}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_running({"int": grid})))
+    n = len(expand_cells(validate(config_running({"int": grid}))))
+    results = tmp_path / "results"
+    stuck_log = results / f"logs/cells/int/kernel/{STUCK}.log"
+    log_path = tmp_path / "snakemake.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            snakemake_cmd(tmp_path, "--cores", "2", profile="local"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=package_env(**{HANG_ENV: f"^{STUCK}$"}),
+            start_new_session=True,
+        )
+    try:
+        wait_for(
+            lambda: (
+                (stuck_log.exists() and "hanging:" in stuck_log.read_text())
+                or proc.poll() is not None
+            ),
+            300,
+            "the stuck cell running",
+        )
+        (launcher,) = [  # the stuck cell's launcher (Snakemake gives it relative paths)
+            pid
+            for pid in processes_mentioning(f"results/cells/int/kernel/{STUCK}.json")
+            if b"\0attnbench.launch\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            and Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve()
+        ]
+        for pid in [launcher, *launch.descendants(launcher)]:
+            os.kill(pid, signal.SIGKILL)
+        rc = proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log_path.read_text()
+    assert rc != 0, text[-3000:]
+    missing = f"results/cells/int/kernel/{STUCK}.json"
+    assert not (tmp_path / missing).exists()
+    assert "drawing the tables and figures of the records on disk" in text
+    assert "1 without a record (their job did not finish; the next run runs them):" in text
+    assert f"  {missing}" in text
+    df = read_cells(results / "tables/cells.csv")
+    assert len(df) == n - 1 and set(df["status"]) == {"ok"}
+    caption = (results / "tables/int/tflops.caption.rst").read_text().replace("\\", "")
+    assert f"1 without a record, not drawn: int/kernel/{STUCK}.json" in caption
+    assert (results / "figures/int/tflops_bars_fwd.png").stat().st_size > 0
+    assert planned(tmp_path).get("kernel_cell") == 1
+    p = snakemake(tmp_path, "--cores", "2")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert len(read_cells(results / "tables/cells.csv")) == n
+    caption = (results / "tables/int/tflops.caption.rst").read_text()
+    assert "without a record, not drawn" not in caption
+
+
 # ---------------------------------------------------------------- a file that is not a record
 
 

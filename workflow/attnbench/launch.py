@@ -26,6 +26,17 @@ and when it still runs after S seconds it stops it and everything it started (SI
 after a grace period), then runs the command once more as a single process with `--timed-out-after S`
 appended; `python -m attnbench cell` and `cp-cell` then only write the cell's `timeout` record.
 The launcher then exits with that command's status (0: the job succeeds, the run goes on).
+
+The record (`--record PATH`, with `--log PATH`, the job's log): a command that ends without having
+written it (an exception, a segfault, `os._exit`, a rank killed, the warm worker dying) is run once
+more with `--crashed JSON` appended (how it ended, the log's last lines), and writes the cell's
+`crashed` record; the job succeeds, and the next run retries the cell (attnbench.currency). A
+launcher told to stop (SIGTERM, SIGINT) records nothing.
+
+The run (run_lock.RUN_PID_ENV, Snakemake's process): where it is an ancestor of the launcher, the
+launcher looks every second whether it still is, and stops the command, recording nothing, when
+the run is gone (killed with SIGKILL, its cells would otherwise keep measuring, beside the next
+run's).
 """
 
 from __future__ import annotations
@@ -416,9 +427,8 @@ def _run(
             )
         return 0  # a record on disk is complete (written to a .tmp file, then renamed)
     ended = how_it_ended(returncode)
+    crash = {**ended, "log": log, "log_tail": log_tail(log)}  # the cell's lines, before ours
     print(f"launch: the command {ended['how']} without writing {record}", flush=True)
-    sys.stdout.flush()
-    crash = {**ended, "log": log, "log_tail": log_tail(log)}
     return _record_with(cmd, [CRASHED_FLAG, json.dumps(crash)])
 
 
