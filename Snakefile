@@ -22,3 +22,15 @@ rule all:
     default_target: True
     input:
         report_outputs() + records_not_on_disk(),
+
+
+onstart:
+    start_run()
+
+
+onsuccess:
+    end_run(True)
+
+
+onerror:
+    end_run(False)

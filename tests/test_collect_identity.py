@@ -114,3 +114,28 @@ def test_snakemake_keeps_the_old_table_when_collect_refuses(tmp_path):
     same = [line for line in p.stderr.splitlines() if "hold the record of the same cell" in line]
     assert same and all(str(x.relative_to(workdir)) in same[0] for x in (a, b)), p.stderr[-3000:]
     assert table.read_text() == before
+
+
+@pytest.mark.parametrize(
+    "key, value, why",
+    [
+        ("tflops", "nan", "tflops is 'nan', not a number"),
+        ("tflops", "inf", "tflops is 'inf', not a number"),
+        ("time_ms_median", -1.5, "time_ms_median is -1.5, not a finite number >= 0"),
+        ("peak_mem_bytes", "12 GB", "peak_mem_bytes is '12 GB', not a number"),
+        ("flops", True, "flops is True, not a number"),
+    ],
+)
+def test_a_hand_edited_number_stops_collect_naming_the_file(root, tmp_path, key, value, why):
+    a, b = sorted((root / "cells").rglob("*.json"))
+    table = tmp_path / "cells.csv"
+    assert collect_cli(root, table).returncode == 0
+    before = table.read_text()
+    record = json.loads(a.read_text())
+    assert record["status"] == "ok" and isinstance(record[key], (int, float))
+    record[key] = value
+    a.write_text(json.dumps(record))
+    p = collect_cli(root, table)
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert f"{a}: not a cell record of this benchmark: {why}" in p.stderr
+    assert table.read_text() == before

@@ -300,3 +300,98 @@ def test_the_config_draws_the_check_masks_the_cell_draws(base):
     assert [s["check"]["mask_params"]["doc_lengths"] for s in record["samples"]] == [
         m.params["doc_lengths"] for m in drawn
     ]
+
+
+# ---------------------------------------------------------------- values that would fail after compute
+
+
+def test_a_non_finite_number_is_refused_naming_its_key(base):
+    msg = bad(base, lambda c: c["grids"]["smoke"]["check"].__setitem__("tolerance_factor", 1e400))
+    assert "grids.smoke.check.tolerance_factor: inf is not a finite number" in msg
+    msg = bad(base, lambda c: c["figures"].__setitem__("font_scale", float("nan")))
+    assert "figures.font_scale: nan is not a finite number" in msg
+
+
+def test_a_length_written_as_a_float_is_refused(base):
+    msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("seqlen", [128.0]))
+    assert "grids.smoke.seqlen[0]: 128.0 is not of type 'integer' (a whole number" in msg
+    msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("reps", True))
+    assert "grids.smoke.reps: True is not of type 'integer'" in msg
+
+
+def test_a_grid_listed_twice_in_run_is_refused(base):
+    msg = bad(base, lambda c: c.__setitem__("run", ["smoke", "smoke_cp", "smoke"]))
+    assert "run[2]: grid 'smoke' is listed twice (also run[0])" in msg
+
+
+@pytest.mark.parametrize("name", ["my.grid", "a/b", "gr\u00fcn", "two words", "x{y}"])
+def test_a_grid_name_outside_letters_digits_underscore_dash_is_refused(base, name):
+    def edit(c):
+        c["grids"][name] = c["grids"]["smoke"]
+        c["run"] = [name]
+
+    msg = bad(base, edit)
+    assert f"grids.{name}: {name!r} is not a valid grid name" in msg
+    assert "letters A-Z a-z, digits, _ and - only" in msg
+
+
+@pytest.mark.parametrize(
+    "out, why",
+    [
+        ("", "output_dir: empty"),
+        ("   ", "output_dir: empty"),
+        ("/", "is the filesystem root"),
+        ("//", "is the filesystem root"),
+        ("/tmp/..", "is the filesystem root"),
+        ("out $(touch PWNED)", "has characters a path given to shell commands must not"),
+        ("my results", "has characters"),
+        ("res'ults", "has characters"),
+        ('res"ults', "has characters"),
+        ("res{ults}", "has characters"),
+        ("res;ls", "has characters"),
+        ("r\u00e9sultats", "has characters"),
+    ],
+)
+def test_an_output_dir_that_is_empty_the_root_or_shell_is_refused(base, out, why):
+    msg = bad(base, lambda c: c.__setitem__("output_dir", out))
+    assert why in msg
+
+
+def test_a_plain_output_dir_is_accepted(base):
+    for out in ("results", "results/h200/", "/tmp/a-b_c.d+e", "./out"):
+        cfg = copy.deepcopy(base)
+        cfg["output_dir"] = out
+        validate(cfg)
+
+
+def test_yaml_merge_keys_are_accepted_and_a_repeated_key_still_refused(tmp_path, repo):
+    p = tmp_path / "mine.yaml"
+    p.write_text(
+        "run: [a, b]\n"
+        "grids:\n"
+        "  a: &tiny\n"
+        "    family: kernel\n    device: cpu\n    kernels: [naive]\n    masks: [causal]\n"
+        "    seqlen: [64]\n    heads: [[2, 1]]\n    head_dim: [16]\n    dtype: [float32]\n"
+        "    direction: [fwd]\n"
+        "  b:\n"
+        "    <<: *tiny\n"
+        "    seqlen: [128]\n"
+    )
+    cfg = load_config(p)
+    assert cfg["grids"]["b"]["seqlen"] == [128] and cfg["grids"]["b"]["kernels"] == ["naive"]
+    p.write_text(p.read_text() + "    seqlen: [256]\n")
+    with pytest.raises(ConfigError, match="key 'seqlen' appears twice"):
+        load_config(p)
+
+
+def test_a_file_that_is_not_utf8_is_one_clear_line(tmp_path, repo):
+    p = tmp_path / "latin1.yaml"
+    p.write_bytes("run: [smoke]\n# caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert e.value.problems == [
+        f"{p}: not UTF-8 text (byte 0xe9 at offset 18); save the file as UTF-8"
+    ]
+    p2 = attnbench_cli("check-config", str(p), cwd=repo)
+    assert p2.returncode == 2 and "Traceback" not in p2.stderr
+    assert "not UTF-8 text" in p2.stderr

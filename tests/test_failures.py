@@ -152,6 +152,33 @@ def test_timeout_is_drawn_in_tables_and_figures(hung_run):
     assert "1 timeout" in (tables / "tflops.caption.rst").read_text()
 
 
+@pytest.mark.slow
+def test_a_timeout_record_runs_again_when_the_budget_is_raised_and_only_then(hung_run):
+    workdir, p, _ = hung_run
+    assert p.returncode == 0
+    assert planned(workdir) == {}
+    config = workdir / "config.yaml"
+    original = config.read_text()
+    try:
+        for budget, runs in ((5, False), (10, False), (20, True)):
+            cfg = yaml.safe_load(original)
+            cfg["grids"]["hang"]["cell_timeout_s"] = budget
+            config.write_text(yaml.safe_dump(cfg))
+            dry = snakemake(workdir, "-n", "--printshellcmds", timeout=120)
+            plan = planned_jobs(dry)
+            if runs:
+                assert plan["kernel_cell"] == 1 and f"/{HUNG}.json" in dry.stdout, plan
+                assert (
+                    "1 time budget (e.g. results/cells/hang/kernel/naive/causal/"
+                    "s64-h2x1-d16-float32-fwd.json: time budget: stopped at 10 s; the grid's "
+                    "cell_timeout_s is now 20 s)" in dry.stdout + dry.stderr
+                )
+            else:
+                assert plan == {}, (budget, plan)
+    finally:
+        config.write_text(original)
+
+
 def test_a_timeout_record_with_timings_or_an_unknown_status_is_not_a_record():
     record = {
         "schema_version": 1,
@@ -163,7 +190,7 @@ def test_a_timeout_record_with_timings_or_an_unknown_status_is_not_a_record():
     assert record_problems(record) == []
     assert "only ok, incorrect, implausible carry" in record_problems({**record, "tflops": 1.0})[0]
     assert (
-        "none of ok, oom, unsupported, unavailable, incorrect, timeout"
+        "none of ok, oom, unsupported, unavailable, incorrect, timeout, crashed"
         in record_problems({**record, "status": "hung"})[0]
     )
 
@@ -213,18 +240,20 @@ def rank_pids(launcher_pid: int) -> dict[int, int]:
 
 
 @pytest.mark.slow
-def test_a_cp_rank_killed_mid_cell_ends_every_rank_writes_no_record_and_a_rerun_completes(
+def test_a_cp_rank_killed_mid_cell_ends_every_rank_records_the_crash_and_a_rerun_completes(
     tmp_path,
 ):
     """Both ranks are inside the process group, running collectives (the hang hook keeps them in
-    barriers), when rank 1 is killed with SIGKILL: every process of the cell ends within 60 s,
-    the job fails, no record or half record is left; the same command again measures the cell."""
+    barriers), when rank 1 is killed with SIGKILL: every process of the cell ends within 60 s, no
+    half record is left, and the launcher writes a `crashed` record saying how the ranks ended,
+    with the last lines of the log; the same command again measures the cell."""
     cell = cp_cell()
     out = tmp_path / "cp.json"
     marker = tmp_path / "cp.log"
+    record_it = ["--time-limit-s", "300", "--record", str(out), "--log", str(marker)]
     with marker.open("w") as log:
         proc = subprocess.Popen(
-            cp_cell_cmd(cell, out, "--time-limit-s", "300"),
+            cp_cell_cmd(cell, out, *record_it),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=package_env(**{HANG_ENV: "^ring_p2p/causal/"}),
@@ -247,10 +276,16 @@ def test_a_cp_rank_killed_mid_cell_ends_every_rank_writes_no_record_and_a_rerun_
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert rc != 0 and ended < 60, (rc, ended)
-    assert not out.exists() and not leftovers(tmp_path)
-    print(f"\nrank 1 killed: the launcher ended {ended:.1f} s later with status {rc}")
-    p = run_bounded(cp_cell_cmd(cell, out, "--time-limit-s", "300"), 180, env=package_env())
+    assert rc == 0 and ended < 60, (rc, ended)
+    assert not leftovers(tmp_path)
+    crashed = json.loads(out.read_text())
+    assert crashed["status"] == "crashed" and record_problems(crashed) == []
+    assert crashed["crash"]["how"] == "exited with status 1" and crashed["samples"] == []
+    assert any("SIGKILL" in line or "Signal 9" in line for line in crashed["crash"]["log_tail"])
+    assert crashed["table_extra"]["method"] == "ring_p2p"  # the CP tables' columns, no numbers
+    print(f"\nrank 1 killed: the launcher recorded the crash {ended:.1f} s later")
+    out.unlink()
+    p = run_bounded(cp_cell_cmd(cell, out, *record_it), 180, env=package_env())
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert json.loads(out.read_text())["status"] == "ok"
 
@@ -389,6 +424,72 @@ def test_sigterm_while_the_scheduler_holds_its_lock_still_stops_the_run(tmp_path
         expand_cells(validate(config_running({"int": grid})))
     )
     assert not leftovers(tmp_path / "results")
+
+
+# ---------------------------------------------------------------- a job that fails
+
+
+@pytest.mark.slow
+def test_a_job_that_fails_leaves_its_cell_missing_and_the_run_still_draws_what_finished(
+    tmp_path,
+):
+    """A cell's job killed whole (as Slurm stops a job at its time limit: the launcher too, so no
+    record): the run goes on, fails at its end, and still writes the tidy table, tables and
+    figures of the records there, their captions and its closing summary listing the missing
+    cell; the next run runs exactly that cell."""
+    grid = {**INTERRUPTED, "cell_timeout_s": 500}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_running({"int": grid})))
+    n = len(expand_cells(validate(config_running({"int": grid}))))
+    results = tmp_path / "results"
+    stuck_log = results / f"logs/cells/int/kernel/{STUCK}.log"
+    log_path = tmp_path / "snakemake.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            snakemake_cmd(tmp_path, "--cores", "2", profile="local"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=package_env(**{HANG_ENV: f"^{STUCK}$"}),
+            start_new_session=True,
+        )
+    try:
+        wait_for(
+            lambda: (
+                (stuck_log.exists() and "hanging:" in stuck_log.read_text())
+                or proc.poll() is not None
+            ),
+            300,
+            "the stuck cell running",
+        )
+        (launcher,) = [  # the stuck cell's launcher (Snakemake gives it relative paths)
+            pid
+            for pid in processes_mentioning(f"results/cells/int/kernel/{STUCK}.json")
+            if b"\0attnbench.launch\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            and Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve()
+        ]
+        for pid in [launcher, *launch.descendants(launcher)]:
+            os.kill(pid, signal.SIGKILL)
+        rc = proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log_path.read_text()
+    assert rc != 0, text[-3000:]
+    missing = f"results/cells/int/kernel/{STUCK}.json"
+    assert not (tmp_path / missing).exists()
+    assert "drawing the tables and figures of the records on disk" in text
+    assert "1 without a record (their job did not finish; the next run runs them):" in text
+    assert f"  {missing}" in text
+    df = read_cells(results / "tables/cells.csv")
+    assert len(df) == n - 1 and set(df["status"]) == {"ok"}
+    caption = (results / "tables/int/tflops.caption.rst").read_text().replace("\\", "")
+    assert f"1 without a record, not drawn: int/kernel/{STUCK}.json" in caption
+    assert (results / "figures/int/tflops_bars_fwd.png").stat().st_size > 0
+    assert planned(tmp_path).get("kernel_cell") == 1
+    p = snakemake(tmp_path, "--cores", "2")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert len(read_cells(results / "tables/cells.csv")) == n
+    caption = (results / "tables/int/tflops.caption.rst").read_text()
+    assert "without a record, not drawn" not in caption
 
 
 # ---------------------------------------------------------------- a file that is not a record

@@ -12,7 +12,8 @@ from attnbench.report.collect import (
     collect_samples,
     draw_fingerprint,
     read_samples,
-    write_tidy_tables,
+    samples_path,
+    write_cells,
 )
 from attnbench.report.paired import Draw, Timed, compare, step
 
@@ -138,8 +139,9 @@ def test_the_per_sample_table_has_one_row_per_draw_with_the_same_fingerprints(do
 def test_the_answer_over_real_records_rests_on_their_three_draws(document_records, tmp_path):
     out, records = document_records
     cells_csv = tmp_path / "tables" / "cells.csv"
-    n_cells, n_samples, kept = write_tidy_tables(records, cells_csv)
-    assert (n_cells, n_samples, kept) == (4, 12, 0)
+    write_cells(collect(records=records), cells_csv)
+    write_cells(collect_samples(records), samples_path(cells_csv))
+    assert len(pd.read_csv(samples_path(cells_csv))) == 12
     df = pd.read_csv(cells_csv)
     found, _ = advice.grid_answers(df, "t", families.advice_of("kernel"), read_samples(cells_csv))
     assert {a.direction for a in found} == {"fwd", "bwd", "train"}
@@ -150,17 +152,12 @@ def test_the_answer_over_real_records_rests_on_their_three_draws(document_record
     assert "3 draws" in text
 
 
-def test_regenerating_one_grid_keeps_the_other_grids_rows_in_both_tables(
-    document_records, tmp_path
-):
-    _, records = document_records
-    cells_csv = tmp_path / "cells.csv"
-    write_tidy_tables(records, cells_csv)
-    other = {p: {**r, "cell": {**r["cell"], "grid": "u"}} for p, r in records.items()}
-    # records of grid `u` stand in for a second grid of the same folder
-    df_other = collect(records=other)
-    assert set(df_other["grid"]) == {"u"}
-    _, _, kept = write_tidy_tables(other, cells_csv, replace_grids=["u"])
-    assert kept == 4
-    assert set(pd.read_csv(cells_csv)["grid"]) == {"t", "u"}
-    assert len(read_samples(cells_csv)) == 24
+def test_the_tidy_tables_of_a_folder_hold_every_grids_records_and_samples(document_records):
+    """regenerate's tidy tables (the collect rule's too): the union of every grid in the folder,
+    in the per-sample table as in the cells' table."""
+    from attnbench.regenerate import tidy_table
+
+    out, records = document_records
+    df, samples = tidy_table(out, {}, {})  # no grid named now: every record under out/cells
+    assert set(df["grid"]) == {"t"} and len(df) == 4
+    assert len(samples) == 12 and set(samples["cell_id"]) == set(df["cell_id"])

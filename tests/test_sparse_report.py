@@ -201,6 +201,7 @@ def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):
         "unsupported": ["triton_block_sparse"],
         "unavailable": ["vsa"],
         "timeout": [],
+        "crashed": [],
     }
     assert drawn["missing"][("B=64", "64:8", "bwd")]["unsupported"] == ["flashinfer"]
     # sdpa_flash: 2 lengths x 2 directions, and fa3 once (fwd), in each GQA panel (3 settings); never the

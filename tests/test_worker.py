@@ -1,6 +1,7 @@
 """The warm worker (attnbench.worker): cells measured one after another in one process keep their
 own records and their failures' meaning (a crash fails the job, a stopped job stops its cell)."""
 
+import hashlib
 import json
 import os
 import signal
@@ -140,3 +141,146 @@ def test_a_job_stopped_mid_cell_takes_its_cell_and_worker_with_it(repo, cells, t
     job.wait(timeout=30)
     assert wait_until(lambda: not alive(pid), 30)
     assert not out.exists()
+
+
+# ---------------------------------------------------------------- the worker runs the code its records claim
+
+EDITABLE = '''"""Kernels of one's own, outside the repository, that a test edits under a live worker."""
+
+import torch
+import torch.nn.functional as F
+from attnbench.kernels.base import Kernel
+from attnbench.kernels.catalog import KernelInfo
+
+ZEROS = False  # the test's edit: True
+
+
+def info(name, impl):
+    return KernelInfo(
+        name=name, family="dense", summary="SDPA", impl=impl, masks=("causal",),
+        directions={"cpu": ("fwd",)},
+    )
+
+
+class Edited(Kernel):
+    info = info("edited_sdpa", "editkern:Edited")
+    layout = "bhsd"
+
+    def prepare(self, mask):
+        def attention(q, k, v):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.gqa)
+            return torch.zeros_like(out) if ZEROS else out
+
+        return attention
+
+
+class SetsThreads(Edited):
+    info = info("sets_threads", "editkern:SetsThreads")
+
+    def prepare(self, mask):
+        torch.set_num_threads(1)  # a setting of the process, which the next cell must not inherit
+        return super().prepare(mask)
+'''
+
+
+@pytest.fixture
+def editable(repo, tmp_path, monkeypatch):
+    """editkern.py in its own folder, importable here and in the cells' processes; the specs of a
+    causal cell of each of its kernels."""
+    from attnbench.kernels import catalog
+
+    folder = tmp_path / "own"
+    folder.mkdir()
+    (folder / "editkern.py").write_text(EDITABLE)
+    monkeypatch.syspath_prepend(str(folder))
+    before = dict(catalog.KERNELS)
+    grid = {
+        "family": "kernel",
+        "device": "cpu",
+        "kernels": ["editkern:Edited", "editkern:SetsThreads"],
+        "masks": ["causal"],
+        "seqlen": [128],
+        "heads": [[2, 1]],
+        "head_dim": [16],
+        "dtype": ["float32"],
+        "direction": ["fwd"],
+        "warmup": 0,
+        "reps": 2,
+    }
+    cfg = load_config(repo / "config.yaml", {"run": ["own"], "grids": {"own": grid}})
+    yield folder, {c["impl"]: c for c in expand_cells(cfg)}
+    catalog.KERNELS.clear()
+    catalog.KERNELS.update(before)
+
+
+def own_run(repo, folder, spec, out, idle_s, threads=1):
+    env = run_env(repo)
+    env["PYTHONPATH"] += f":{folder}"
+    cmd = [PY, *cell_args(spec, out, "--threads", str(threads), "--worker-idle-s", str(idle_s))]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(out.read_text())
+
+
+def test_a_kernel_edited_under_a_live_worker_is_run_as_edited(repo, editable, tmp_path):
+    folder, specs = editable
+    spec = specs["edited_sdpa"]
+    first = own_run(repo, folder, spec, tmp_path / "1.json", idle_s=60)
+    assert first["status"] == "ok" and first["worker"]["cell"] == 1
+    source = folder / "editkern.py"
+    source.write_text(EDITABLE.replace("ZEROS = False", "ZEROS = True"))
+    # the first worker still listens (60 s idle); the edited kernel's cell must not go to it
+    assert alive(first["worker"]["pid"])
+    edited = own_run(repo, folder, spec, tmp_path / "2.json", idle_s=60)
+    assert edited["status"] == "incorrect", edited["status_reason"]
+    assert edited["worker"]["pid"] != first["worker"]["pid"]
+    assert edited["code"]["sha256"] != first["code"]["sha256"]
+    assert edited["kernel"]["source"]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    name = str(source.resolve())
+    assert edited["code"]["files"][name] == hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    # as a fresh process finds it
+    fresh = own_run(repo, folder, spec, tmp_path / "3.json", idle_s=0)
+    assert fresh["status"] == "incorrect" and fresh["code"] == edited["code"]
+
+
+def test_a_cell_that_changes_threads_leaves_the_next_cell_of_its_worker_as_it_was(
+    repo, editable, tmp_path
+):
+    folder, specs = editable
+    changer = own_run(repo, folder, specs["sets_threads"], tmp_path / "a.json", 30, threads=2)
+    assert changer["status"] == "ok"
+    assert changer["environment"]["cpu_threads"] == 1  # it ran with what it set ...
+    assert changer["worker"]["process_state_changed"] == ["threads 2 -> 1"]  # ... and says so
+    after = own_run(repo, folder, specs["edited_sdpa"], tmp_path / "b.json", 30, threads=2)
+    assert after["worker"]["pid"] == changer["worker"]["pid"]  # the same worker (same files)
+    assert after["worker"]["cell"] == changer["worker"]["cell"] + 1
+    assert (
+        after["environment"]["cpu_threads"] == 2 and "process_state_changed" not in after["worker"]
+    )
+
+
+def test_a_worker_whose_code_is_not_the_jobs_refuses_the_cell_and_ends(
+    repo, cells, tmp_path, capsys
+):
+    """A worker that imported other files than the job finds (edited in between: the key then
+    matches, the code does not) measures nothing: it ends, and so does each new one that
+    disagrees; no record is written."""
+    from attnbench.worker import WorkerError, run_in_worker
+
+    request = {
+        "spec": cells[0],
+        "code_sha256": "0" * 64,  # files the worker never saw
+        "peak": None,
+        "out": str(tmp_path / "never.json"),
+        "cwd": str(tmp_path),
+        "client_started": time.time(),
+        "gpu_wait_s": None,
+        "env": {},
+    }
+    with pytest.raises(WorkerError, match="no worker accepted the cell"):
+        run_in_worker(request, "cpu", 3, idle_s=30)
+    assert not (tmp_path / "never.json").exists()
+    told = [line for line in capsys.readouterr().out.splitlines() if "this worker runs" in line]
+    assert len(told) == 4 and len({line.split(":")[0] for line in told}) == 4  # 4 workers
+    assert "the job's files hash to 000000000000" in told[0]
+    assert not socket_path("cpu", 3).exists()  # the last refusing worker ended too

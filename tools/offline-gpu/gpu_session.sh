@@ -165,7 +165,8 @@ gpus=$(nvidia-smi -L | grep -c '^GPU ')
 mkdir -p "$outdir/cp_verify"
 
 # missing_cells GRID SECONDS "LENGTHS" "RECORDS OPTIONS" [snakemake arguments]: the grid's cells of
-# these lengths (and `attnbench records` options) that have no record yet, in one Snakemake run
+# these lengths (and `attnbench records` options) that have no current record yet (missing or
+# outdated: attnbench.currency), in one Snakemake run
 missing_cells() {
   local name=$1 left=$2 lengths=$3 opts=$4 targets; shift 4
   targets=$(python -m attnbench records --grids "$name" --seqlen $lengths $opts --overrides "{\"output_dir\": \"$outdir\"}")

@@ -39,38 +39,59 @@ def say_outcome(record, out):
     print(f"{record['status']}: {out}" + (f" ({details})" if details else ""))
 
 
-def record_timeout(spec: dict, budget_s: float, out: str, peak_path: str | None) -> None:
-    """The record of a cell that attnbench.launch stopped at its time budget: no timings. A record
-    the stopped run had already written (it was stopped while exiting) is kept."""
-    from . import status as S
-    from .families import family
-    from .harness.environment import fingerprint
-    from .record.record import now, write_record
+def record_not_run(spec: dict, out: str, peak_path: str | None, a) -> None:
+    """The record of a cell whose process did not write one (attnbench.launch runs the command
+    again to write it): stopped at its time budget (--timed-out-after: `timeout`), or ended without
+    a record (--crashed: `crashed`, with how it ended and the last lines of its log). No timings. A
+    record the cell's own run had already written (it was stopped while exiting) is kept."""
+    from .families import not_run_record
+    from .record.record import write_record
 
     if spec["device"] == "cuda":
         import torch  # noqa: F401  (the fingerprint then names the device)
     if Path(out).exists():
-        print(f"{out} was written before the cell was stopped; kept")
+        print(f"{out} was written before the cell ended; kept")
         return
-    record = family(spec["family"]).record_skeleton(spec)  # CP's: also its tables' columns
-    record.update(
-        status=S.TIMEOUT,
-        started_at=None,
-        time_budget_s=budget_s,
-        status_reason=f"still running after {budget_s:g} s, the grid's time budget (cell_timeout_s); stopped",
-    )
-    record.update(
-        matmul_peak=json.loads(Path(peak_path).read_text()) if peak_path else None,
-        environment=fingerprint(spec["device"]),
-        finished_at=now(),
-    )
+    peak = json.loads(Path(peak_path).read_text()) if peak_path else None
+    if a.timed_out_after is not None:
+        record = not_run_record(spec, peak, timed_out_after_s=a.timed_out_after)
+    else:
+        record = not_run_record(spec, peak, crash=json.loads(a.crashed))
     write_record(record, out)
     say_outcome(record, out)
+
+
+def json_option(a, name: str):
+    """An option's JSON, from a file (how the workflow passes it: grid.json_files) or inline; None
+    when the option is not given. Exits naming the option when it cannot be read."""
+    from .grid.json_files import read_json_arg
+
+    value = getattr(a, name)
+    if value is None:
+        return None
+    try:
+        return read_json_arg(value, f"--{name.replace('_', '-')}")
+    except ValueError as e:
+        sys.exit(f"{a.cmd}: {e}")
+
+
+def hash_code_before_import(spec: dict) -> None:
+    """The code the record names (record.code, hashed once per process) is hashed now, before
+    the cell imports it: a file edited while the cell waits for its GPU is not claimed as run."""
+    from .families import family
+
+    family(spec["family"]).provenance(spec)
+
+
+def cell_spec(a) -> dict:
+    """--spec: the cell's parameters."""
+    return json_option(a, "spec")
 
 
 def cell_in_worker(spec: dict, a) -> None:
     """--worker-idle-s: claim the GPU, then let the GPU's warm worker measure (attnbench.worker)."""
     from . import STARTED, launch
+    from .families import family
     from .worker import FAULT_ENVS, run_in_worker
 
     gpu = "cpu"
@@ -80,6 +101,8 @@ def cell_in_worker(spec: dict, a) -> None:
         )
     request = {
         "spec": spec,
+        # the code as this job finds it: a worker that imported other code refuses the cell
+        "code_sha256": family(spec["family"]).provenance(spec)["code"]["sha256"],
         "peak": a.peak,
         "out": a.out,
         "cwd": os.getcwd(),  # the worker may have been started by a run in another folder
@@ -99,9 +122,10 @@ def cmd_cell(a):
     from .harness.cpu_math import settle_vml
     from .record.record import write_record
 
-    if a.timed_out_after is not None:
-        return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
-    spec = json.loads(a.spec)
+    spec = cell_spec(a)
+    if a.timed_out_after is not None or a.crashed is not None:
+        return record_not_run(spec, a.out, a.peak, a)
+    hash_code_before_import(spec)
     measures = not ends_without_gpu(spec)
     if measures and a.worker_idle_s:
         return cell_in_worker(spec, a)  # the worker sets its threads; this process needs no torch
@@ -120,12 +144,13 @@ def cmd_cell(a):
 
 def cmd_cp_cell(a):
     """One rank of a distributed cell (start it with python -m attnbench.launch)."""
-    if a.timed_out_after is not None:
-        return record_timeout(json.loads(a.spec), a.timed_out_after, a.out, a.peak)
+    spec = cell_spec(a)
+    if a.timed_out_after is not None or a.crashed is not None:
+        return record_not_run(spec, a.out, a.peak, a)
+    hash_code_before_import(spec)
     from .families.cp.cell import run_cp_cell
     from .families.cp.emulated import is_emulated, run_emulated_cell
 
-    spec = json.loads(a.spec)
     claim_gpu_after_start(spec["device"])
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     # cp.emulate: the compute of every rank in this one process (families/cp/emulated.py)
@@ -173,7 +198,7 @@ def cmd_tables(a):
     from .families import write_tables
     from .report.collect import ReportError
 
-    grid_cfg = json.loads(a.grid_config) if a.grid_config else None
+    grid_cfg = json_option(a, "grid_config")
     try:
         for p in write_tables(a.cells, a.out_dir, grid=a.grid, grid_cfg=grid_cfg):
             print(p)
@@ -185,8 +210,8 @@ def cmd_figures(a):
     from .families import write_figures
     from .report.collect import ReportError
 
-    style = json.loads(a.style) if a.style else {}
-    grid_cfg = json.loads(a.grid_config) if a.grid_config else None
+    style = json_option(a, "style") or {}
+    grid_cfg = json_option(a, "grid_config")
     try:
         for p in write_figures(a.cells, a.out_dir, style, grid=a.grid, grid_cfg=grid_cfg):
             print(p)
@@ -202,117 +227,35 @@ def exit_naming_input(command: str, e: Exception):
     sys.exit(f"{command}: {e}")
 
 
-def _regenerate_part(task):
-    """One piece of regeneration (a grid's tables, or some of its figures), run in a worker."""
-    kind, cells, out_dir, cfg, grid, only, complete = task
-    if kind == "tables":
-        from .families import write_tables
-
-        write_tables(cells, out_dir, grid=grid, grid_cfg=cfg["grids"][grid])
-    else:
-        from .families import write_figures
-
-        write_figures(
-            cells,
-            out_dir,
-            cfg["figures"],
-            grid=grid,
-            grid_cfg=cfg["grids"][grid],
-            only=only,
-            strict=complete,
-        )
-    return task
-
-
-def regeneration_tasks(cfg, grids, out: Path, complete: bool = True) -> list:
-    """Tables and figures of each grid as independent tasks, the costliest first (memory figures,
-    then the mask-family figures); a kernel grid's figures one task each. `complete`: every record
-    of the grids is there (then every promised figure must be drawn)."""
-    from .families import figure_stems
-
-    cells = out / "tables" / "cells.csv"
-    tasks = []
-    for g in grids:
-        grid = cfg["grids"][g]
-        stems = figure_stems(grid) if grid["family"] == "kernel" else [None]
-        stems.sort(
-            key=lambda s: (not str(s).startswith("memory"), not str(s).startswith("tflops_vs"))
-        )
-        tasks += [
-            ("figures", cells, out / "figures" / g, cfg, g, None if s is None else {s}, complete)
-            for s in stems
-        ]
-        tasks.append(("tables", cells, out / "tables" / g, cfg, g, None, complete))
-    return tasks
-
-
 def cmd_regenerate(a):
     """Tidy table, tables, figures (and the report) from the records already on disk; runs no cell."""
     import time
-    from concurrent.futures import ProcessPoolExecutor
 
-    from .families import expand_cells, load_config
+    from .families import load_config
     from .grid.config import ConfigError
-    from .grid.expand import cell_path
-    from .report.collect import (
-        RecordError,
-        ReportError,
-        read_cells,
-        read_records,
-        write_tidy_tables,
-    )
+    from .regenerate import regenerate
+    from .report.collect import RecordError, ReportError
+    from .run_lock import RunLock, RunLocked
 
     t0 = time.perf_counter()
     try:
-        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
+        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
     except ConfigError as e:
         print(e, file=sys.stderr)
         sys.exit(2)
-    out = Path(cfg["output_dir"])
-    grids = a.grids or cfg["run"]
-    expected = [out / cell_path(c) for c in expand_cells(cfg, grids)]
-    records = [p for p in expected if p.exists()]
-    if not records:
-        sys.exit(
-            f"none of the {len(expected)} records of grids {', '.join(grids)} is under {out}/cells"
-        )
-    if len(records) < len(expected):
-        print(
-            f"{len(expected) - len(records)} of {len(expected)} cells have no record yet; they are left out"
-        )
     try:
-        read = read_records(records)
-    except RecordError as e:
+        with RunLock(cfg["output_dir"]):  # not while a run writes the same folder
+            drawn = regenerate(cfg, a.grids, a.jobs)
+    except RunLocked as e:
         sys.exit(f"regenerate: {e}")
-    (out / "tables").mkdir(parents=True, exist_ok=True)
-    table = out / "tables" / "cells.csv"
-    _, n_samples, kept = write_tidy_tables(read, table, replace_grids=grids)
-    if kept:
-        print(f"{kept} rows of other grids kept from {table}")
-    df = read_cells(table)
-    t1 = time.perf_counter()
-    print(
-        f"{len(records)} records -> {out}/tables/cells.csv and samples.csv ({n_samples} samples) "
-        f"in {t1 - t0:.1f} s"
-    )
-    grids = [g for g in grids if g in set(df["grid"])]
-    tasks = regeneration_tasks(cfg, grids, out, complete=len(records) == len(expected))
-    try:
-        if a.jobs > 1:
-            with ProcessPoolExecutor(a.jobs) as pool:
-                list(pool.map(_regenerate_part, tasks))
-        else:
-            for t in tasks:
-                _regenerate_part(t)
+    except (ValueError, RecordError) as e:
+        sys.exit(f"regenerate: {e}")
     except ReportError as e:
         exit_naming_input("regenerate", e)
-    t2 = time.perf_counter()
-    print(
-        f"tables and figures of {', '.join(grids)} ({len(tasks)} tasks, {a.jobs} processes) in {t2 - t1:.1f} s"
-    )
     if a.report is not None:
-        report = Path(a.report) if a.report else out / "report.html"
-        write_report(cfg, grids, report, a.snakefile)
+        t2 = time.perf_counter()
+        report = Path(a.report) if a.report else Path(cfg["output_dir"]) / "report.html"
+        write_report(cfg, list(drawn.grids), report, a.snakefile)
         print(f"report -> {report} in {time.perf_counter() - t2:.1f} s")
     print(f"regenerated in {time.perf_counter() - t0:.1f} s")
 
@@ -352,7 +295,7 @@ def cmd_check_config(a):
     from .grid.config import ConfigError
 
     try:
-        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
+        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
     except ConfigError as e:
         print(e, file=sys.stderr)
         sys.exit(2)
@@ -362,24 +305,32 @@ def cmd_check_config(a):
     cells = expand_cells(cfg)
     read = " over ".join(str(f) for f in reversed(config_files(a.config, WORKFLOW_CONFIG)))
     print(f"config ok ({read}): {len(cells)} cells in grids {', '.join(cfg['run'])}")
+    from .currency import config_report
+
+    print(config_report(cfg))
     print("\n".join(plan_lines(cfg)))
 
 
 def cmd_records(a):
-    """Record paths of the grids' cells still missing, as Snakemake targets: a session with little
-    device time runs the short lengths first (tools/offline-gpu/gpu_session.sh), so whatever it does not
-    reach is the longest cells. --calls S: the plan of calls of S seconds instead."""
+    """Record paths of the grids' cells still missing or outdated (attnbench.currency; kept with
+    outdated_records: keep), as Snakemake targets: a session with little device time runs the
+    short lengths first (tools/offline-gpu/gpu_session.sh), so whatever it does not reach is the
+    longest cells; --smallest-first / --budget-s order and cut them by their estimated time, and
+    --calls S prints the plan of calls of S seconds instead."""
     from collections import Counter
 
+    from .currency import of_config
     from .families import expand_cells, load_config
     from .grid.config import ConfigError
     from .grid.expand import cell_path
 
     try:
-        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
+        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
     except ConfigError as e:
         sys.exit(f"{e}")
     out = Path(cfg["output_dir"])
+    keep = cfg["outdated_records"] == "keep"
+    outdated = set() if keep else {Path(o.path) for o in of_config(cfg, a.grids)[0]}
     cells = [
         cell
         for cell in expand_cells(cfg, a.grids)
@@ -387,7 +338,7 @@ def cmd_records(a):
             getattr(a, axis) is None or cell.get(key) in getattr(a, axis)
             for axis, key in (("seqlen", "seqlen"), ("kernels", "impl"), ("masks", "mask"))
         )
-        and (a.all or not (out / cell_path(cell)).exists())
+        and (a.all or not (out / cell_path(cell)).exists() or out / cell_path(cell) in outdated)
     ]
     if a.calls:
         from .families.estimate import calls
@@ -414,7 +365,7 @@ def cmd_predict(a):
     from .grid.config import ConfigError
 
     try:
-        cfg = load_config(a.config, json.loads(a.overrides or "null"), WORKFLOW_CONFIG)
+        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
         if a.validate or not a.grid:
             return predict_question(a, cfg)
         out = Path(a.output_dir or cfg["output_dir"])
@@ -541,6 +492,11 @@ TIMED_OUT_HELP = (
     "only write the cell's `timeout` record: attnbench.launch --time-limit-s stopped it after "
     "SECONDS (run nothing)"
 )
+CRASHED_HELP = (
+    "only write the cell's `crashed` record: attnbench.launch --record saw its process end "
+    "without one; JSON of how it ended and the last lines of its log (run nothing)"
+)
+SPEC_HELP = "the cell's parameters: a JSON file (as the workflow passes them), or inline JSON"
 
 
 def _grids_parser(sub, name, what, fn):
@@ -568,11 +524,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="attnbench", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("cell", help="run one kernel cell and write its JSON record")
-    c.add_argument("--spec", required=True, help="the cell's parameters as JSON")
+    c.add_argument("--spec", required=True, help=SPEC_HELP)
     c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
     c.add_argument("--out", required=True)
     c.add_argument("--threads", type=int, help="CPU threads for torch (Snakemake's threads)")
     c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
+    c.add_argument("--crashed", metavar="JSON", help=CRASHED_HELP)
     c.add_argument(
         "--worker-idle-s",
         type=float,
@@ -584,10 +541,11 @@ def main(argv=None):
     c = sub.add_parser(
         "cp-cell", help="one rank of a context-parallel cell (under attnbench.launch / torchrun)"
     )
-    c.add_argument("--spec", required=True, help="the cell's parameters as JSON")
+    c.add_argument("--spec", required=True, help=SPEC_HELP)
     c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
     c.add_argument("--out", required=True, help="the record (written by rank 0)")
     c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
+    c.add_argument("--crashed", metavar="JSON", help=CRASHED_HELP)
     c.set_defaults(fn=cmd_cp_cell)
     c = sub.add_parser("peak", help="measure the device's dense matmul ceiling")
     c.add_argument("--device", required=True)
@@ -640,7 +598,7 @@ def main(argv=None):
     c = _grids_parser(
         sub,
         "records",
-        "record paths of the grids' cells not on disk (Snakemake targets)",
+        "record paths of the grids' cells not on disk or outdated (Snakemake targets)",
         cmd_records,
     )
     c.add_argument("--seqlen", nargs="*", type=int, help="only kernel cells of these lengths")

@@ -26,6 +26,17 @@ and when it still runs after S seconds it stops it and everything it started (SI
 after a grace period), then runs the command once more as a single process with `--timed-out-after S`
 appended; `python -m attnbench cell` and `cp-cell` then only write the cell's `timeout` record.
 The launcher then exits with that command's status (0: the job succeeds, the run goes on).
+
+The record (`--record PATH`, with `--log PATH`, the job's log): a command that ends without having
+written it (an exception, a segfault, `os._exit`, a rank killed, the warm worker dying) is run once
+more with `--crashed JSON` appended (how it ended, the log's last lines), and writes the cell's
+`crashed` record; the job succeeds, and the next run retries the cell (attnbench.currency). A
+launcher told to stop (SIGTERM, SIGINT) records nothing.
+
+The run (run_lock.RUN_PID_ENV, Snakemake's process): where it is an ancestor of the launcher, the
+launcher looks every second whether it still is, and stops the command, recording nothing, when
+the run is gone (killed with SIGKILL, its cells would otherwise keep measuring, beside the next
+run's).
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
 import os
 import shlex
 import signal
@@ -304,33 +316,127 @@ def release_gpus() -> None:
 
 
 TIMED_OUT_FLAG = "--timed-out-after"
+CRASHED_FLAG = "--crashed"
 # Seconds between SIGTERM and SIGKILL when a command is stopped at its time budget.
 STOP_GRACE_S = 10.0
+# How often the launcher looks whether the run that started it still lives.
+WATCH_S = 1.0
+# Lines of the job's log a crashed record keeps.
+LOG_TAIL_LINES = 30
+
+
+def ancestors() -> list[int]:
+    """This process' parent, its parent's parent, ... up to init (from /proc: Linux)."""
+    out, pid = [], os.getppid()
+    while pid > 1 and pid not in out:
+        out.append(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return out
+
+
+def run_to_watch() -> int | None:
+    """The run (Snakemake's process, run_lock.RUN_PID_ENV) this cell belongs to, where it is one of
+    this process' ancestors: when it is gone (killed), the cell stops. None where the variable is
+    unset or names no ancestor (a cell started by hand, or on a Slurm node by another host's run)."""
+    from .run_lock import RUN_PID_ENV
+
+    try:
+        pid = int(os.environ.get(RUN_PID_ENV, ""))
+    except ValueError:
+        return None
+    return pid if pid in ancestors() else None
+
+
+def how_it_ended(returncode: int) -> dict:
+    """A child's end in words: its exit status, or the signal that killed it."""
+    if returncode < 0:
+        sig = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else "?"
+        return {"how": f"was killed by signal {-returncode} ({sig})", "signal": sig}
+    return {"how": f"exited with status {returncode}", "exit_status": returncode}
+
+
+def log_tail(log: str | None, lines: int = LOG_TAIL_LINES) -> list[str]:
+    if not log:
+        return []
+    try:
+        text = Path(log).read_bytes()[-64 * 1024 :].decode(errors="replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
 
 
 def _run(
-    full: list[str], extra_env: dict, limit_s: float | None = None, cmd: list[str] | None = None
+    full: list[str],
+    extra_env: dict,
+    limit_s: float | None = None,
+    cmd: list[str] | None = None,
+    record: str | None = None,
+    log: str | None = None,
 ) -> int:
     """Run the launcher's child, passing on the signals that stop a job (scancel, Ctrl-C). With
-    limit_s: past it, stop the child's whole process tree and record the timeout with `cmd`."""
+    limit_s: past it, stop the child's whole process tree and record the timeout with `cmd`. With
+    record: a child that ends without writing it (a crash, a kill, an exit) gets a `crashed` record
+    from `cmd`, with how it ended and the last lines of `log`. The child stops, and nothing is
+    recorded, when this launcher is told to stop or when the run that started it is gone."""
     proc = subprocess.Popen(full, env={**os.environ, **extra_env})
+    told_to_stop = []
 
     def forward(signum, _frame):
+        told_to_stop.append(signum)
         proc.send_signal(signum)
 
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, forward)
-    try:
-        return proc.wait(timeout=limit_s)
-    except subprocess.TimeoutExpired:
-        pass
-    print(
-        f"launch: still running after {limit_s:g} s, the cell's time budget: stopping it",
-        flush=True,
-    )
-    stop_tree(proc, STOP_GRACE_S)
-    record = [*cmd, TIMED_OUT_FLAG, f"{limit_s:g}"]
-    _show({}, record)
+    run = run_to_watch()
+    deadline = None if limit_s is None else time.monotonic() + limit_s
+    while True:
+        wait_s = WATCH_S if run else None
+        if deadline is not None:
+            left = max(0.0, deadline - time.monotonic())
+            wait_s = left if wait_s is None else min(wait_s, left)
+        try:
+            returncode = proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if run and run not in ancestors():
+            print(
+                f"launch: the run that started this cell (pid {run}) has ended: stopping the cell",
+                flush=True,
+            )
+            stop_tree(proc, STOP_GRACE_S)
+            return 1
+        if deadline is not None and time.monotonic() >= deadline:
+            print(
+                f"launch: still running after {limit_s:g} s, the cell's time budget: stopping it",
+                flush=True,
+            )
+            stop_tree(proc, STOP_GRACE_S)
+            return _record_with(cmd, [TIMED_OUT_FLAG, f"{limit_s:g}"])
+    if record is None or told_to_stop:
+        return returncode
+    if Path(record).exists():
+        if returncode:
+            print(
+                f"launch: the command {how_it_ended(returncode)['how']} after writing {record}; "
+                "the record is kept",
+                flush=True,
+            )
+        return 0  # a record on disk is complete (written to a .tmp file, then renamed)
+    ended = how_it_ended(returncode)
+    crash = {**ended, "log": log, "log_tail": log_tail(log)}  # the cell's lines, before ours
+    print(f"launch: the command {ended['how']} without writing {record}", flush=True)
+    return _record_with(cmd, [CRASHED_FLAG, json.dumps(crash)])
+
+
+def _record_with(cmd: list[str], flag: list[str]) -> int:
+    """Run the cell's command once more, as one process and without a GPU, with a flag telling it
+    to write only the record of how its cell ended (timeout, crashed)."""
+    record = [*cmd, *flag]
+    _show({}, record[: len(cmd) + 1])
     env = {k: v for k, v in os.environ.items() if k != CLAIM_ENV}  # writing a record needs no GPU
     return subprocess.run(record, env=env).returncode
 
@@ -414,6 +520,12 @@ def main(argv=None):
         help="stop the command after this many seconds and run it once more with "
         f"{TIMED_OUT_FLAG} SECONDS appended (it writes the cell's timeout record)",
     )
+    p.add_argument(
+        "--record",
+        help="the record the command writes: if it ends without one, run the command once more "
+        f"with {CRASHED_FLAG} JSON appended (it writes the cell's `crashed` record)",
+    )
+    p.add_argument("--log", help="the job's log, whose last lines a `crashed` record keeps")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command every rank runs")
     a = p.parse_args(argv)
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
@@ -447,7 +559,7 @@ def main(argv=None):
         else:
             # A CUDA cell on a machine without GPUs still runs: its record says it is unavailable.
             print("launch: no GPU visible here; the command runs without one", flush=True)
-    if a.nproc_per_node is None and a.time_limit_s is None:
+    if a.nproc_per_node is None and a.time_limit_s is None and a.record is None:
         _show(env, cmd)
         os.environ.update(env)
         os.execvp(cmd[0], cmd)
@@ -456,7 +568,7 @@ def main(argv=None):
     )
     env.update(more)
     _show(env, full)
-    sys.exit(_run(full, env, a.time_limit_s, cmd))
+    sys.exit(_run(full, env, a.time_limit_s, cmd, a.record, a.log))
 
 
 def _show(env: dict, cmd: list[str]) -> None:

@@ -10,11 +10,16 @@ INCORRECT = "incorrect"
 # Still running at the grid's time budget (cell_timeout_s): stopped by the launcher, which then
 # writes a record without timings (attnbench.launch --time-limit-s).
 TIMEOUT = "timeout"
+# The cell's process ended without writing its record (a segfault, a kill, an exit, an exception):
+# attnbench.launch --record then writes one saying how it ended, with the last lines of its log.
+# Never current: the next run retries the cell (attnbench.currency).
+CRASHED = "crashed"
 # Faster than the device can compute: its TFLOP/s exceed the measured matmul ceiling by more than
 # PLAUSIBLE_OVER_CEILING, so a FLOP count or a timing is wrong. Timings kept, never compared.
 IMPLAUSIBLE = "implausible"
-STATUSES = (OK, OOM, UNSUPPORTED, UNAVAILABLE, INCORRECT, TIMEOUT, IMPLAUSIBLE)
-# Statuses whose numbers tables and figures show (flagged where incorrect).
+STATUSES = (OK, OOM, UNSUPPORTED, UNAVAILABLE, INCORRECT, TIMEOUT, CRASHED, IMPLAUSIBLE)
+# Statuses whose numbers tables and figures show (flagged where incorrect; an `incorrect` record
+# may lack them: a kernel whose output is malformed is found out before it is timed).
 TIMED = (OK, INCORRECT)
 # Statuses whose record carries timings.
 WITH_TIMINGS = (*TIMED, IMPLAUSIBLE)
@@ -52,6 +57,13 @@ class Unavailable(CellOutcome):
 
 class OutOfMemory(CellOutcome):
     status = OOM
+
+
+class Incorrect(CellOutcome):
+    """The kernel's output is malformed (not the query's shape or the cell's dtype): `incorrect`
+    before its values are compared, and without timings where it fails before any was taken."""
+
+    status = INCORRECT
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -1,24 +1,33 @@
 """A warm process per GPU that measures kernel cells one after another (grid key `worker_idle_s`).
 
 Every kernel cell is still its own Snakemake job with its own record, and a rerun still runs only
-the cells without one. What changes is where a cell's measurement runs: the job (`python -m
-attnbench cell --worker-idle-s S ...`) claims its GPU as before (attnbench.launch), then hands the
-cell to the worker process of that GPU, starting one if none is listening, and waits for its
+the cells without a current one. What changes is where a cell's measurement runs: the job (`python
+-m attnbench cell --worker-idle-s S ...`) claims its GPU as before (attnbench.launch), then hands
+the cell to the worker process of that GPU, starting one if none is listening, and waits for its
 answer. The worker keeps what a fresh process pays for again in every cell while holding the GPU
 (the CUDA context, cuBLAS/cuDNN handles, the kernels' lazily loaded modules, the caching
 allocator's pool), and ends after S seconds without a cell. What is measured does not change:
 each cell runs the same run_cell, with Dynamo's compiled graphs reset and the allocator's cache
 emptied between cells (so a FlexAttention cell compiles as in a fresh process, from the on-disk
-caches).
+caches), and what a cell may change in the process (threads, default dtype and device, matmul
+precision, seeds, environment: harness.process_state) put back before the next; a record names
+the settings its cell changed (worker.process_state_changed).
 
-Failures keep their meaning. A cell that crashes the worker (an exception, a dead process) fails
-its job without a record, and the next cell starts a new worker. A cell stopped at its time budget
-(the launcher kills the job) takes the worker with it: the worker watches its client's connection
-and exits the moment the client is gone, so no stale measurement holds the GPU.
+A worker runs only the code its records claim. It is keyed by the package's files and your own
+kernel's, so a job finding other files starts another worker; and a job sends the hash of the
+cell's code as it finds it, which the worker compares with the files as it imported them
+(record.code): a worker that imported other code refuses the cell and ends, and a new one
+measures it.
+
+Failures keep their meaning. A cell that crashes the worker (an exception, a dead process) ends
+its job without a record, which the launcher then writes as `crashed`, and the next cell starts a
+new worker. A cell stopped at its time budget (the launcher kills the job) takes the worker with
+it: the worker watches its client's connection and exits the moment the client is gone, so no
+stale measurement holds the GPU.
 
 Protocol: one JSON line each way over a Unix socket, plus an acknowledgement line when the worker
 accepts a cell, so that a worker ending for idleness just as a cell arrives is told apart from a
-worker dying in a cell (the first is retried with a new worker, the second fails the job).
+worker dying in a cell (the first is retried with a new worker, the second ends the job).
 """
 
 from __future__ import annotations
@@ -48,9 +57,21 @@ class WorkerError(RuntimeError):
     """The worker died running the cell, or could not be started: the job fails, no record."""
 
 
-def socket_path(gpu: str, threads: int) -> Path:
+def own_code_key(spec: dict) -> str:
+    """The hash of your own kernel's files ('module:Class' kernels; '' for a built-in one): part of
+    its worker's key, as the package's code is."""
+    if "kernel_class" not in spec:
+        return ""
+    from .kernels.catalog import own_kernel_files
+    from .record.code import cell_code
+
+    return cell_code((), own_kernel_files(spec["kernel_class"])[1])["sha256"]
+
+
+def socket_path(gpu: str, threads: int, own_code: str = "") -> Path:
     """One worker per GPU and per environment that would run the cell differently (interpreter,
-    import path, code, Slurm job, threads); Unix socket paths are short, so a hash names it."""
+    import path, the package's code and your own kernel's, Slurm job, threads); Unix socket paths
+    are short, so a hash names it."""
     from .harness.environment import code_hash
 
     key = json.dumps(
@@ -58,6 +79,7 @@ def socket_path(gpu: str, threads: int) -> Path:
             sys.executable,
             os.environ.get("PYTHONPATH", ""),
             code_hash()["code_sha256"],
+            own_code,
             os.environ.get("SLURM_JOB_ID", ""),
             gpu,
             threads,
@@ -81,9 +103,11 @@ def _read_line(reader) -> dict | None:
 
 
 def run_in_worker(request: dict, gpu: str, threads: int, idle_s: float) -> dict:
-    """Hand a cell to the worker of `gpu` (starting it if needed); return its answer."""
-    path = socket_path(gpu, threads)
-    for _attempt in range(3):
+    """Hand a cell to the worker of `gpu` (starting it if needed); return its answer. A worker
+    whose code is not the code this job hashed (request["code_sha256"]) refuses the cell and ends;
+    a new one measures it."""
+    path = socket_path(gpu, threads, own_code_key(request["spec"]))
+    for _attempt in range(4):
         conn = _connect_or_start(path, gpu, threads, idle_s)
         with conn, conn.makefile("r") as reader:
             _send(conn, request)
@@ -104,8 +128,22 @@ def run_in_worker(request: dict, gpu: str, threads: int, idle_s: float) -> dict:
                     f"the worker (pid {ack.get('pid')}) died running this cell ({reason}); "
                     f"its log: {path.with_suffix('.log')}"
                 )
+            if "stale" in answer:
+                print(
+                    f"worker pid {ack.get('pid')}: {answer['stale']}; starting a new one",
+                    flush=True,
+                )
+                _wait_gone(path)
+                continue
             return answer
-    raise WorkerError(f"no worker accepted the cell at {path} after 3 tries")
+    raise WorkerError(f"no worker accepted the cell at {path} after 4 tries")
+
+
+def _wait_gone(path: Path, limit_s: float = 30.0) -> None:
+    """Until the worker that refused a cell has removed its socket (it is ending)."""
+    deadline = time.monotonic() + limit_s
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _connect(path: Path):
@@ -174,13 +212,29 @@ def _exit_when_client_leaves(conn, done: threading.Event) -> None:
         os._exit(3)
 
 
-def _measure(request: dict, served: int, started: str) -> dict:
+class StaleCode(Exception):
+    """The worker imported other code than the job hashed: it must not measure the cell."""
+
+
+def _measure(request: dict, served: int, started: str, state) -> dict:
     import torch
 
+    from .families import family
     from .families.kernel.cell import run_cell
     from .harness.measure import release_memory
+    from .harness.process_state import ProcessState
     from .record.record import write_record
 
+    spec = request["spec"]
+    # the code as this process first read it (record.code hashes a file once per process, when
+    # the file is first used, before it is imported), against the files as the job found them
+    mine = family(spec["family"]).provenance(spec)["code"]["sha256"]
+    if request.get("code_sha256") not in (None, mine):
+        raise StaleCode(
+            f"this worker runs code whose hash is {mine[:12]}, the job's files hash to "
+            f"{request['code_sha256'][:12]} (edited since this worker imported them)"
+        )
+    state.restore()  # what the previous cell changed (threads, dtype, seeds, ...) is undone
     os.chdir(request["cwd"])  # the job's relative paths (record, peak), not the first job's
     for name in FAULT_ENVS:  # the job's fault injection (tests), not the first job's
         os.environ.pop(name, None)
@@ -190,13 +244,17 @@ def _measure(request: dict, served: int, started: str) -> dict:
         torch._dynamo.reset()  # compile as a fresh process would (and no recompile limit carried over)
     peak = json.loads(Path(request["peak"]).read_text()) if request.get("peak") else None
     output = io.StringIO()
+    before = ProcessState.capture()
     with contextlib.redirect_stdout(output):
-        record = run_cell(request["spec"], peak)
+        record = run_cell(spec, peak)
+    changed = ProcessState.capture().changes_since(before)
     record.update(
         process_s=time.time() - request["client_started"],
         gpu_wait_s=request["gpu_wait_s"],
         worker={"pid": os.getpid(), "cell": served, "started_at": started},
     )
+    if changed:  # the cell ran with them; the next cell will not (restored before it)
+        record["worker"]["process_state_changed"] = changed
     write_record(record, request["out"])
     del record["samples"]
     release_memory()
@@ -214,11 +272,13 @@ def serve(path: Path, idle_s: float, threads: int) -> bool:
     import torch
 
     from .harness.cpu_math import settle_vml
+    from .harness.process_state import ProcessState
     from .record.record import now
 
     if threads:
         torch.set_num_threads(threads)
     settle_vml()
+    state = ProcessState.capture()  # put back before every cell
     started = now()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
@@ -245,7 +305,9 @@ def serve(path: Path, idle_s: float, threads: int) -> bool:
                     target=_exit_when_client_leaves, args=(conn, done), daemon=True
                 ).start()
                 try:
-                    answer, fatal = _measure(request, served, started), False
+                    answer, fatal = _measure(request, served, started, state), False
+                except StaleCode as e:  # the job starts a new worker, which imports the files anew
+                    answer, fatal = {"stale": str(e)}, True
                 except Exception:  # noqa: BLE001 - the job reports it; the process state is suspect
                     answer, fatal = {"error": traceback.format_exc()}, True
                 done.set()

@@ -2,15 +2,17 @@
 import json
 import os
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 # The package is installed in editable mode by the Makefile; this keeps a bare checkout working too.
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
-from attnbench import families, launch, snakemake_fixes
+from attnbench import currency, families, launch, run_lock, snakemake_fixes
 from attnbench.codegraph import code_files
 from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml, report_settings
-from attnbench.grid.expand import cell_path
+from attnbench.grid.expand import cell_path, stable_hash
+from attnbench.grid.json_files import json_file, spec_file, write_json_files, write_spec_files
 from attnbench.kernels import catalog
 from attnbench.report import outputs
 
@@ -32,6 +34,10 @@ RUN = CFG["run"]
 GRIDS = {g: CFG["grids"][g] for g in RUN}
 CELLS = {f"{OUT}/{cell_path(c)}": c for c in families.expand_cells(CFG)}
 PKG = str(Path(workflow.basedir) / "workflow" / "attnbench")
+# The cells this process starts end when it does, even killed (attnbench.launch watches it).
+os.environ[run_lock.RUN_PID_ENV] = str(os.getpid())
+LOCK = run_lock.RunLock(OUT)
+JSON_FILES = {}  # what the rules' commands read from files (as_file), written when the run starts
 
 
 wildcard_constraints:
@@ -86,11 +92,51 @@ def run_priority(cell):
     return 2**20 / cell["seqlen"]
 
 
-def own_kernel_code(cell):
-    """The files of a cell's own 'module:Class' kernel (none for a built-in one)."""
-    if "kernel_class" not in cell:
-        return []
-    return list(catalog.own_kernel_files(cell["kernel_class"])[1])
+def as_file(obj):
+    """The path of the file a command reads `obj` from (grid.json_files: named by its hash, never
+    on the command line, where a large histogram or description would not fit)."""
+    path = json_file(OUT, obj)
+    JSON_FILES[path] = obj
+    return path
+
+
+# Records a run would not make as they are (attnbench.currency), judged once, by the process that
+# runs the workflow, from the records themselves. Their cells list OUTDATED_LIST as an input, newer
+# than their record: Snakemake makes them again. Every other cell lists it too, as ancient (its
+# time is not compared), so that the set of a cell's inputs never changes.
+OUTDATED_LIST = f"{OUT}/.attnbench/outdated.txt"
+OUTDATED, KEPT = [], []  # KEPT: outdated records a run keeps (outdated_records: keep)
+if workflow.is_main_process:
+    OUTDATED = currency.judge(CELLS, {g: cell_timeout_s(GRIDS[g]) for g in RUN})
+    KEEP_OUTDATED = CFG["outdated_records"] == "keep"
+    Path(OUTDATED_LIST).parent.mkdir(parents=True, exist_ok=True)
+    Path(OUTDATED_LIST).write_text(
+        f"# {datetime.now(timezone.utc).isoformat()} {len(OUTDATED)} outdated records; "
+        f"{'kept' if KEEP_OUTDATED else 'made again'}\n"
+        + "".join(f"{o.line()}\n" for o in OUTDATED)
+    )
+    if OUTDATED:
+        logger.warning(
+            currency.summary(OUTDATED, sum(os.path.exists(p) for p in CELLS), KEEP_OUTDATED)
+        )
+    if KEEP_OUTDATED:
+        KEPT, OUTDATED = OUTDATED, []
+RERUN = {o.path for o in OUTDATED}
+
+
+def record_of(wc, family=None):
+    return f"{OUT}/cells/{wc.grid}/{family or wc.family}/{wc.impl}/{wc.mask}/{wc.point}.json"
+
+
+def outdated_input(wc, family=None):
+    return OUTDATED_LIST if record_of(wc, family) in RERUN else ancient(OUTDATED_LIST)
+
+
+def cell_spec_file(wc, family=None):
+    """The file the cell reads its spec from (grid.json_files: named by the record, so that this
+    parameter never changes: whether a record is current is attnbench.currency's to say)."""
+    cell_of(wc, family)  # a path of no cell of this config is an error here, naming the grids
+    return spec_file(OUT, record_of(wc, family))
 
 
 def peak_file(cell):
@@ -181,24 +227,24 @@ def records_not_on_disk():
 
 def write_tidy_table(records, cells, samples, log):
     """The collect rule's work, in Python rather than a shell command: the records can be more
-    than a command line holds. Writes the tidy table and the per-sample table."""
-    from attnbench.report.collect import (
-        RecordError,
-        collect,
-        collect_samples,
-        read_records,
-        write_cells,
-    )
+    than a command line holds. The tables are the union of every grid's records in the output
+    folder (attnbench.regenerate.tidy_table): one row per cell, with the `outdated` column, and
+    one per cell and sample (the per-sample table the paired answers read)."""
+    from attnbench.regenerate import tidy_table
+    from attnbench.report.collect import RecordError, write_cells
 
+    budgets = {g: cell_timeout_s(GRIDS[g]) for g in RUN}
     try:
-        read = read_records(records)
+        df, per_sample = tidy_table(Path(OUT), {p: CELLS[p] for p in records}, budgets)
     except RecordError as e:
         raise WorkflowError(f"collect: {e}") from None
-    df, per_sample = collect(records=read), collect_samples(read)
     write_cells(df, cells)
     write_cells(per_sample, samples)
+    others = int((~df["grid"].isin(RUN)).sum())
     Path(log).write_text(
-        f"{len(df)} cells, {len(per_sample)} samples from {len(records)} records\n"
+        f"{len(df)} cells, {len(per_sample)} samples from {len(records)} records"
+        + (f" and {others} records of other grids in {OUT}/cells" if others else "")
+        + "\n"
     )
 
 
@@ -207,12 +253,6 @@ def write_tidy_table(records, cells, samples, log):
 
 def cp_cell_of(wc):
     return cell_of(wc, "cp")
-
-
-def cp_library(kernel):
-    from attnbench.cp import catalog as cp_catalog
-
-    return cp_catalog.library_version(kernel)
 
 
 def cp_ranks(wc):
@@ -232,3 +272,44 @@ def cp_launch_args(wc):
 def cp_resource(name):
     """Slurm/local resources of a cp cell's nodes x ranks (attnbench.launch.resources)."""
     return lambda wc: launch.resources(*cp_placement(wc))[name]
+
+
+# ---------------------------------------------------------------- the run's start and end
+
+
+def start_run():
+    """Before the first job: take the output folder's lock (refused, naming the holder, while
+    another run writes there), then write the files the jobs read their parameters from."""
+    try:
+        left = LOCK.acquire()
+    except run_lock.RunLocked as e:
+        raise WorkflowError(str(e)) from None
+    if left is not None:
+        logger.warning(run_lock.taken_over_note(OUT, left))
+    write_json_files(OUT, JSON_FILES.values())
+    write_spec_files(OUT, CELLS)
+
+
+def end_run(ok):
+    """After the last job: where the run did not finish, draw what did (the tidy table, tables and
+    figures from the records on disk, their captions listing the missing cells); then the closing
+    summary (every crashed and missing cell), and the lock is released."""
+    from attnbench.record.unfinished import unfinished
+
+    try:
+        if not ok:
+            draw_what_finished()
+        for line in unfinished(CELLS).lines():
+            logger.info(line)
+    finally:
+        LOCK.release()
+
+
+def draw_what_finished():
+    from attnbench.regenerate import regenerate
+
+    logger.info("some jobs failed: drawing the tables and figures of the records on disk")
+    try:
+        regenerate(CFG, RUN, say=logger.info)
+    except Exception as e:  # noqa: BLE001 - the run has failed already; say why this failed too
+        logger.warning(f"drawing what finished failed: {type(e).__name__}: {e}")

@@ -1,13 +1,16 @@
 # One job per context-parallel cell: N ranks started by attnbench.launch (torchrun on one node;
 # srun + torchrun with a c10d rendezvous across nodes). Rank 0 writes the record. A cell still
 # running at the grid's cell_timeout_s is stopped and recorded as `timeout` by the launcher; a
-# collective that waits past cp.timeout_s before that fails the job, and a rerun retries the cell.
+# collective that waits past cp.timeout_s before that ends the ranks, and the launcher writes a
+# `crashed` record, which the next run retries.
 
 
 rule cp_cell:
     input:
         # ancient: measuring the ceiling again must not rerun every cell
         peak=lambda wc: ancient(peak_file(cp_cell_of(wc))),
+        # newer than the record where the record is outdated (attnbench.currency): made again
+        outdated=lambda wc: outdated_input(wc, "cp"),
     output:
         f"{OUT}/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.json",
     log:
@@ -25,10 +28,12 @@ rule cp_cell:
         # the time budget: a resource, not a param, so that changing it reruns no finished cell
         cell_timeout_s=lambda wc: cell_timeout_s(GRIDS[wc.grid]),
     params:
-        spec=lambda wc: json.dumps(cp_cell_of(wc), sort_keys=True),
+        # the cell's parameters, in a file (grid.json_files)
+        spec=lambda wc: cell_spec_file(wc, "cp"),
         launch=lambda wc: cp_launch_args(wc),
-        # The local kernel's library version: installing a missing one reruns exactly its cells.
-        library=lambda wc: cp_library(cp_cell_of(wc)["cp"]["local_kernel"]),
     shell:
-        "python -m attnbench.launch {params.launch} --time-limit-s {resources.cell_timeout_s} --"
-        " python -m attnbench cp-cell --spec {params.spec:q} --peak {input.peak} --out {output} > {log} 2>&1"
+        # --record: ranks that end without the record give a `crashed` one (attnbench.launch)
+        "python -m attnbench.launch {params.launch} --time-limit-s {resources.cell_timeout_s}"
+        " --record {output:q} --log {log:q} --"
+        " python -m attnbench cp-cell --spec {params.spec:q} --peak {input.peak:q}"
+        " --out {output:q} > {log:q} 2>&1"

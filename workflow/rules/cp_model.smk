@@ -29,10 +29,10 @@ for _g in [g for g in CFG.get("cp_model", {}).get("grids", {}) if g in CFG["grid
             "../../envs/cpu.yaml"
         params:
             grid=_g,
-            overrides=json.dumps({"cp_model": CFG["cp_model"], "output_dir": OUT}),
+            overrides=as_file({"cp_model": CFG["cp_model"], "output_dir": OUT}),
         shell:
             "python -m attnbench predict --grid {params.grid} --overrides {params.overrides:q}"
-            " > {log} 2>&1"
+            " > {log:q} 2>&1"
 
 
 # The model against published CP benchmarks (cp_model/data/published_cp.yaml, a test set: nothing
@@ -73,4 +73,5 @@ rule comm_bench:
     shell:
         "python -m attnbench.launch --nproc-per-node {wildcards.ranks}"
         " --gpus-per-node {params.gpus} --"
-        " python -m attnbench.cp_model.commbench --device {wildcards.device} --out {output} > {log} 2>&1"
+        " python -m attnbench.cp_model.commbench --device {wildcards.device} --out {output:q}"
+        " > {log:q} 2>&1"

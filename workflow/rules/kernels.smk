@@ -16,15 +16,16 @@ rule device_peak:
         # launch: on one machine the cell claims a GPU of its own once started (Snakemake counts GPU
         # jobs, assigns none); with --resources gpu above the GPUs present, cells overlap their start-up
         "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import --"
-        " python -m attnbench peak --device {wildcards.device} --dtype {wildcards.dtype} --out {output} > {log} 2>&1"
+        " python -m attnbench peak --device {wildcards.device} --dtype {wildcards.dtype}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule kernel_cell:
     input:
         # ancient: measuring the ceiling again must not rerun every cell
         peak=lambda wc: ancient(peak_file(cell_of(wc))),
-        # your own kernel's module and the package it sits in: editing them reruns its cells
-        code=lambda wc: own_kernel_code(cell_of(wc)),
+        # newer than the record where the record is outdated (attnbench.currency): made again
+        outdated=lambda wc: outdated_input(wc),
     output:
         f"{OUT}/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.json",
     log:
@@ -48,12 +49,11 @@ rule kernel_cell:
         # a warm process per GPU measures the cells (attnbench.worker); a resource, as above
         worker_idle_s=lambda wc: GRIDS[wc.grid]["worker_idle_s"],
     params:
-        spec=lambda wc: json.dumps(cell_of(wc), sort_keys=True),
-        # The library's version: installing a missing library changes it, so Snakemake's
-        # params trigger reruns exactly that kernel's (unavailable) cells.
-        library=lambda wc: catalog.library_version(catalog.get(wc.impl)),
+        # the cell's parameters, in a file (grid.json_files)
+        spec=lambda wc: cell_spec_file(wc),
     shell:
+        # --record: a process that ends without its record gets a `crashed` one (attnbench.launch)
         "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import"
-        " --time-limit-s {resources.cell_timeout_s} --"
-        " python -m attnbench cell --spec {params.spec:q} --peak {input.peak} --threads {threads}"
-        " --worker-idle-s {resources.worker_idle_s} --out {output} > {log} 2>&1"
+        " --time-limit-s {resources.cell_timeout_s} --record {output:q} --log {log:q} --"
+        " python -m attnbench cell --spec {params.spec:q} --peak {input.peak:q} --threads {threads}"
+        " --worker-idle-s {resources.worker_idle_s} --out {output:q} > {log:q} 2>&1"

@@ -19,6 +19,9 @@ rule collect:
     group:
         # Under Slurm, the tidy table, tables and figures run as one job (ignored when run locally).
         "report"
+    params:
+        # the outdated records kept as they are: the table's `outdated` column names them
+        kept_outdated=stable_hash(sorted(o.line() for o in KEPT)),
     run:
         write_tidy_table(input.records, output.cells, output.samples, log[0])
 
@@ -63,10 +66,10 @@ for _grid in RUN:
             grid=_grid,
             # the folder of the outputs, from them (Snakemake's lint: not a second, hardcoded path)
             outdir=lambda wc, output: os.path.dirname(output[0]),
-            grid_cfg=json.dumps(report_settings(GRIDS[_grid])),
+            grid_cfg=as_file(report_settings(GRIDS[_grid])),
         shell:
-            "python -m attnbench tables --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
-            " --grid-config {params.grid_cfg:q} > {log} 2>&1"
+            "python -m attnbench tables --cells {input.cells:q} --out-dir {params.outdir:q}"
+            " --grid {params.grid} --grid-config {params.grid_cfg:q} > {log:q} 2>&1"
 
     rule:
         name:
@@ -86,11 +89,12 @@ for _grid in RUN:
             grid=_grid,
             # the folder of the outputs, from them (Snakemake's lint: not a second, hardcoded path)
             outdir=lambda wc, output: os.path.dirname(output[0]),
-            style=json.dumps(CFG["figures"]),
-            grid_cfg=json.dumps(report_settings(GRIDS[_grid])),
+            style=as_file(CFG["figures"]),
+            grid_cfg=as_file(report_settings(GRIDS[_grid])),
         shell:
-            "python -m attnbench figures --cells {input.cells} --out-dir {params.outdir} --grid {params.grid}"
-            " --style {params.style:q} --grid-config {params.grid_cfg:q} > {log} 2>&1"
+            "python -m attnbench figures --cells {input.cells:q} --out-dir {params.outdir:q}"
+            " --grid {params.grid} --style {params.style:q} --grid-config {params.grid_cfg:q}"
+            " > {log:q} 2>&1"
 
 
 rule tables:

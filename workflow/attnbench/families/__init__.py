@@ -65,8 +65,10 @@ def command_modules(name: str, which: str) -> list[str]:
     """The modules the `tables` (which: TABLES) or `figures` (FIGURES) command of a family's grid
     runs beyond this one: the report's driver and the family's module (what the rule's code
     inputs are computed from, attnbench.codegraph)."""
+    report = f"{__package__.rsplit('.', 1)[0]}.report"
     driver = {"TABLES": "tables", "FIGURES": "figures"}[which]
-    return [f"{__package__.rsplit('.', 1)[0]}.report.{driver}", part_module(name, which)]
+    every_grid = [f"{report}.advice"] if which == "TABLES" else []  # write_tables writes it too
+    return [f"{report}.{driver}", part_module(name, which), *every_grid]
 
 
 def part(name: str, which: str):
@@ -97,6 +99,47 @@ def load_config(path, overrides: dict | None = None, base=None) -> dict:
     from ..grid.config import load_config as load_with
 
     return load_with(path, product_problems, overrides, base)
+
+
+def not_run_record(
+    spec: dict,
+    peak: dict | None,
+    timed_out_after_s: float | None = None,
+    crash: dict | None = None,
+) -> dict:
+    """The record of a cell whose own process wrote none, without timings: stopped at its time
+    budget (`timeout`), or ended without a record (`crashed`: how it ended, from
+    attnbench.launch, and the last lines of its log). The family's skeleton gives the rest (CP's:
+    also its tables' columns)."""
+    from .. import status as S
+    from ..harness.environment import fingerprint
+    from ..record.record import now
+
+    record = family(spec["family"]).record_skeleton(spec)
+    if crash is None:
+        record.update(
+            status=S.TIMEOUT,
+            time_budget_s=timed_out_after_s,
+            status_reason=f"still running after {timed_out_after_s:g} s, the grid's time budget "
+            "(cell_timeout_s); stopped",
+        )
+    else:
+        last = next(
+            (line.strip() for line in reversed(crash.get("log_tail", [])) if line.strip()), ""
+        )
+        record.update(
+            status=S.CRASHED,
+            crash=crash,
+            status_reason=f"its process {crash['how']} without writing a record"
+            + (f"; its log ends: {last[:300]}" if last else ""),
+        )
+    record.update(
+        started_at=None,
+        matmul_peak=peak,
+        environment=fingerprint(spec["device"]),
+        finished_at=now(),
+    )
+    return record
 
 
 def expand_grid(cfg: dict, gname: str) -> list[dict]:
@@ -192,7 +235,8 @@ def register_own_kernels(grid_cfg: dict | None) -> None:
 
 def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -> list[Path]:
     """The grid's tables, written by its family, and a report caption per table
-    (report.tables.write_tables; `where`: grid, family)."""
+    (report.tables.write_tables; `where`: grid, family, missing: the record paths of the grid's
+    cells without a record, which the captions list)."""
     from ..report.advice_text import write_advice
     from ..report.collect import read_samples
     from ..report.tables import write_tables as write_with
@@ -210,7 +254,7 @@ def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -
 
 def write_figures(cells_csv, out_dir, style=None, *, grid_cfg: dict | None = None, **where):
     """The grid's figures, drawn by its family, and their captions (report.figures.write_figures;
-    `where`: grid, only, strict)."""
+    `where`: grid, only, strict, missing)."""
     from ..report.figures import write_figures as write_with
 
     register_own_kernels(grid_cfg)

@@ -7,6 +7,8 @@ Errors name the bad key and the valid choices. Torch-free, so Snakemake can pars
 from __future__ import annotations
 
 import copy
+import math
+import re
 from pathlib import Path
 
 import jsonschema
@@ -31,6 +33,11 @@ def _path(parts) -> str:
     return out or "(top level)"
 
 
+def _is_integer(_checker, value) -> bool:
+    # JSON Schema calls 128.0 an integer; a length or a count of 128.0 fails only later, in a cell
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _with_defaults(cls):
     validate_props = cls.VALIDATORS["properties"]
 
@@ -41,7 +48,11 @@ def _with_defaults(cls):
                     instance[name] = copy.deepcopy(sub["default"])
         yield from validate_props(validator, properties, instance, schema)
 
-    return jsonschema.validators.extend(cls, {"properties": set_defaults})
+    return jsonschema.validators.extend(
+        cls,
+        {"properties": set_defaults},
+        type_checker=cls.TYPE_CHECKER.redefine("integer", _is_integer),
+    )
 
 
 def schema() -> dict:
@@ -60,7 +71,60 @@ def _schema_problems(cfg) -> list[str]:
             msg += f"; valid keys: {', '.join(err.schema['properties'])}"
         elif err.validator == "minimum" and err.schema.get("description"):
             msg += f" ({err.schema['description']})"
+        elif err.validator == "type" and err.validator_value == "integer":
+            msg += " (a whole number, written without a decimal point)"
         problems.append(f"{_path(err.absolute_path)}: {msg}")
+    return problems
+
+
+def _non_finite(value, at=()) -> list[str]:
+    """Every number in the config that is not finite (YAML's .inf, .nan): no setting takes one,
+    and a tolerance of .inf would call every record edited only after the cells ran."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{_path(at)}: {value} is not a finite number; give a finite value"]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _non_finite(v, (*at, k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _non_finite(v, (*at, i))]
+    return []
+
+
+# Grid names become folder names and Snakemake wildcards: letters, digits, _ and - only (ASCII).
+GRID_NAME = re.compile(r"[A-Za-z0-9_-]+")
+# output_dir reaches shell commands and Snakemake patterns: a plain path of these characters.
+OUTPUT_DIR = re.compile(r"[A-Za-z0-9_./+-]+")
+
+
+def _name_problems(cfg) -> list[str]:
+    """Grid names, the run list and output_dir: what would fail at parse time or reach a shell."""
+    problems = []
+    for name in cfg.get("grids", {}):
+        if not GRID_NAME.fullmatch(name):
+            problems.append(
+                f"grids.{name}: {name!r} is not a valid grid name; a grid name takes letters "
+                "A-Z a-z, digits, _ and - only (it names folders and Snakemake wildcards)"
+            )
+    run = cfg.get("run", [])
+    for i, name in enumerate(run):
+        if name in run[:i]:
+            problems.append(
+                f"run[{i}]: grid {name!r} is listed twice (also run[{run.index(name)}]); "
+                "list each grid once"
+            )
+    out = cfg.get("output_dir")
+    if isinstance(out, str):
+        if not out.strip():
+            problems.append("output_dir: empty; name a folder (e.g. results)")
+        elif not OUTPUT_DIR.fullmatch(out):
+            bad = "".join(dict.fromkeys(c for c in out if not OUTPUT_DIR.fullmatch(c)))
+            problems.append(
+                f"output_dir: {out!r} has characters a path given to shell commands must not "
+                f"({bad!r}); use letters, digits and _ . / + - only"
+            )
+        elif Path(out).resolve() == Path("/"):
+            problems.append(
+                f"output_dir: {out!r} is the filesystem root; name a folder of its own (e.g. results)"
+            )
     return problems
 
 
@@ -137,7 +201,8 @@ def validate(cfg: dict, product_problems) -> dict:
         raise ConfigError([f"(top level): expected a mapping, got {type(cfg).__name__}"])
     if "doc_length_histograms" not in cfg:  # the package's data, validated like a config's own
         cfg["doc_length_histograms"] = packaged_histograms()
-    problems = _schema_problems(cfg)
+    problems = _non_finite(cfg)
+    problems += _schema_problems(cfg) + _name_problems(cfg)
     if not problems:
         problems = _semantic_problems(cfg, product_problems)
     if problems:
@@ -156,6 +221,9 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML that refuses a key given twice in one mapping (plain YAML keeps the last one silently,
     so a second grid of the same name would replace the first without a word)."""
@@ -163,6 +231,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = {}
         for key_node, _ in node.value:
+            if key_node.tag == MERGE_TAG:
+                continue  # `<<: *anchor`: its keys are defaults the mapping's own keys override
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise ConfigError(
@@ -190,9 +260,16 @@ def read_yaml(path) -> dict:
     """A config file's contents; ConfigError naming the file (and the line, for a syntax error) if
     it is not valid YAML, repeats a key or is not a mapping."""
     try:
-        data = yaml.load(Path(path).read_text(), Loader=_UniqueKeyLoader)
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except OSError as e:
         raise ConfigError([f"{path}: cannot be read: {e.strerror or e}"]) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            [
+                f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                "save the file as UTF-8"
+            ]
+        ) from None
     except yaml.YAMLError as e:
         raise ConfigError([yaml_problem(path, e)]) from None
     except ConfigError as e:

@@ -21,8 +21,9 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def base_record(spec, implementation: dict) -> dict:
-    """The fields every record starts with; `implementation` describes what ran (the family says)."""
+def base_record(spec, implementation: dict, provenance: dict) -> dict:
+    """The fields every record starts with; `implementation` describes what ran, `provenance` the
+    code and libraries it ran with (the family says both: its `provenance(spec)`)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "cell_id": stable_hash(spec),
@@ -31,6 +32,8 @@ def base_record(spec, implementation: dict) -> dict:
         ),  # the cell's whole effective config (cell_id is its short form)
         "cell": spec,
         "kernel": implementation,
+        "code": provenance["code"],  # record.code.cell_code: what attnbench.currency compares
+        "libraries": provenance["libraries"],
         "data_seed": data_seed(spec),
         "started_at": now(),
         "samples": [],

@@ -4,9 +4,10 @@ status, and timings exactly where the status says the cell was timed."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
-from ..status import STATUSES, WITH_TIMINGS
+from ..status import IMPLAUSIBLE, OK, STATUSES, WITH_TIMINGS
 
 
 class RecordError(ValueError):
@@ -14,6 +15,36 @@ class RecordError(ValueError):
 
 
 CELL_KEYS = ("grid", "family", "impl", "mask", "seqlen", "direction", "device")
+# The cell-level numbers the tables and figures draw: each, where the record has it, a finite
+# number >= 0 (a time, a throughput, a count of FLOPs or bytes). max_rel_err is not among them:
+# an incorrect kernel's NaN output makes it nan or inf, and the record says so.
+NUMBERS = (
+    "time_ms_median",
+    "time_ms_p20",
+    "time_ms_p80",
+    "tflops",
+    "tflops_p20",
+    "tflops_p80",
+    "flops",
+    "fraction_of_peak",
+    "peak_mem_bytes",
+    "peak_mem_increment_bytes",
+    "device_busy_ms",
+)
+
+
+def number_problems(record: dict) -> list[str]:
+    """The record's NUMBERS that are not finite numbers >= 0."""
+    out = []
+    for key in NUMBERS:
+        v = record.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            out.append(f"{key} is {v!r}, not a number")
+        elif not math.isfinite(v) or v < 0:
+            out.append(f"{key} is {v!r}, not a finite number >= 0")
+    return out
 
 
 def record_problems(record) -> list[str]:
@@ -31,13 +62,13 @@ def record_problems(record) -> list[str]:
     status = record["status"]
     if status not in STATUSES:
         problems.append(f"status {status!r} is none of {', '.join(STATUSES)}")
-    elif status in WITH_TIMINGS and record.get("tflops") is None:
+    elif status in (OK, IMPLAUSIBLE) and record.get("tflops") is None:
         problems.append(f"status {status!r} without the timings it implies (tflops)")
     elif status not in WITH_TIMINGS and record.get("tflops") is not None:
         problems.append(
             f"status {status!r} with timings (tflops), which only {', '.join(WITH_TIMINGS)} carry"
         )
-    return problems
+    return problems + number_problems(record)
 
 
 def read_record(path) -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..status import UNAVAILABLE, UNSUPPORTED
+from ..status import CRASHED, UNAVAILABLE, UNSUPPORTED
 from .collect import emulated
 from .labels import STATUS_MEANING, heads_label, order, seqlen_label
 from .outputs import CAPTION_SUFFIX
@@ -165,6 +165,48 @@ def table_path(source: str | Path | None) -> str:
         return str(path)
 
 
+# Cells named one by one in a caption's lists (the rest are counted).
+LISTED = 8
+
+
+def _cell_name(record_path: str) -> str:
+    """A record's path below cells/ (grid/family/impl/mask/point), as captions name a cell."""
+    parts = Path(str(record_path)).parts
+    return "/".join(parts[parts.index("cells") + 1 :]) if "cells" in parts else str(record_path)
+
+
+def unfinished(df: pd.DataFrame, missing=()) -> str:
+    """The grid's cells that were not measured to the end: crashed (their process ended without
+    a record; the next run retries them) and missing (no record: their job did not finish)."""
+    parts = []
+    crashed = df[df["status"] == CRASHED] if "status" in df else df.iloc[:0]
+    if len(crashed):
+        names = [_cell_name(p) for p in crashed.get("record", pd.Series(dtype=str))[:LISTED]]
+        more = f" and {len(crashed) - LISTED} more" if len(crashed) > LISTED else ""
+        parts.append(f"{len(crashed)} crashed, not drawn: {', '.join(names)}{more}")
+    if missing:
+        names = [_cell_name(p) for p in list(missing)[:LISTED]]
+        more = f" and {len(missing) - LISTED} more" if len(missing) > LISTED else ""
+        parts.append(f"{len(missing)} without a record, not drawn: {', '.join(names)}{more}")
+    return "; ".join(parts)
+
+
+def outdated(df: pd.DataFrame) -> str:
+    """How many records a run would not make as they are (attnbench.currency), and why."""
+    if "outdated" not in df:
+        return ""
+    why = df["outdated"].dropna().astype(str)
+    why = why[why.str.strip() != ""]
+    if not len(why):
+        return ""
+    kinds = why.str.split(":").str[0].value_counts()
+    return (
+        f"{len(why)} of {len(df)} records are outdated relative to the current config, code or "
+        f"libraries ({', '.join(f'{n} {k}' for k, n in kinds.items())}); e.g. "
+        f"{_cell_name(df.loc[why.index[0], 'record']) if 'record' in df else ''}: {why.iloc[0]}"
+    )
+
+
 def caption_text(
     what: str,
     df: pd.DataFrame,
@@ -172,6 +214,7 @@ def caption_text(
     grid_cfg: dict | None = None,
     extra_rst: str = "",
     source: str | Path | None = None,
+    missing=(),
 ) -> str:
     desc = (grid_cfg or {}).get("description")
     fields = [
@@ -180,10 +223,13 @@ def caption_text(
             "Grid data",
             (f"grid {grid}" + (f" ({desc})" if desc else "") + "; " if grid else "") + data(df),
         ),
+        ("Not measured to the end", unfinished(df, missing)),
+        ("Outdated", outdated(df)),
         ("Software", software(df)),
         ("Code", code(df)),
         ("Source", f"the tidy table {table_path(source)}; each row names its cell record"),
     ]
+    fields = [(k, v) for k, v in fields if v]
     body = rst_text(what) + "\n\n" + "\n".join(f":{k}: {rst_text(v)}" for k, v in fields) + "\n"
     if extra_rst:
         body += "\n" + extra_rst.strip("\n") + "\n"
@@ -200,13 +246,15 @@ def write_captions(
     grid_cfg: dict | None = None,
     extras: dict | None = None,
     source: str | Path | None = None,
+    missing=(),
 ) -> list[Path]:
     """One caption file per stem; stems without a description get a generic one. `source`: the
-    tidy table the rows came from."""
+    tidy table the rows came from; `missing`: the record paths of the grid's cells without one."""
     paths = []
     for stem in stems:
         what = whats.get(stem) or f"{kind.capitalize()} {stem} of grid {grid or '(all grids)'}."
         p = caption_path(out, stem)
-        p.write_text(caption_text(what, df, grid, grid_cfg, (extras or {}).get(stem, ""), source))
+        extra = (extras or {}).get(stem, "")
+        p.write_text(caption_text(what, df, grid, grid_cfg, extra, source, missing))
         paths.append(p)
     return paths

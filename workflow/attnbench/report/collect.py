@@ -305,35 +305,22 @@ def write_cells(df: pd.DataFrame, path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def write_tidy_tables(records: dict, cells_csv, replace_grids=None) -> tuple[int, int, int]:
-    """cells.csv and samples.csv of the records. replace_grids: the grids the records stand for;
-    the rows of every other grid already in the tables are kept (regenerating some grids of an
-    output folder loses none of the others). Returns (cells, samples, rows kept)."""
-    cells, samples = collect(records=records), collect_samples(records)
-    kept = 0
-    if replace_grids is not None and Path(cells_csv).exists():
-        old = read_cells(cells_csv)
-        old = old[~old["grid"].isin(replace_grids)]
-        kept = len(old)
-        old_samples = read_samples(cells_csv)
-        old_samples = old_samples[old_samples["cell_id"].isin(set(old["cell_id"]))]
-        if kept:  # in the tables' one order, whichever grids were regenerated
-            cells = _sorted(pd.concat([old, cells], ignore_index=True), CELL_KEYS)
-        if len(old_samples):
-            samples = _sorted(
-                pd.concat([old_samples, samples], ignore_index=True), (*CELL_KEYS, "sample")
-            )
-    write_cells(cells, cells_csv)
-    write_cells(samples, samples_path(cells_csv))
-    return len(cells), len(samples), kept
-
-
 class ReportError(RuntimeError):
     """A table or figure that could not be drawn, named with the tidy table it was drawn from."""
 
 
 def read_cells(path) -> pd.DataFrame:
-    return pd.read_csv(path, keep_default_na=True, dtype={c: str for c in TEXT_COLUMNS})
+    """The tidy table; ReportError in one line naming the file when it is empty, not text or CSV,
+    or lacks the columns every tidy table has."""
+    try:
+        df = pd.read_csv(path, keep_default_na=True, dtype={c: str for c in TEXT_COLUMNS})
+    except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError) as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ReportError(f"{path}: not a readable tidy table ({why})") from None
+    missing = [c for c in ("grid", "impl", "status") if c not in df]
+    if missing:
+        raise ReportError(f"{path}: not a tidy table (no column {', '.join(missing)})")
+    return df
 
 
 def grid_rows(

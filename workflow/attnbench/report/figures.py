@@ -20,11 +20,13 @@ def write_figures(
     grid_cfg: dict | None = None,
     only=None,
     strict: bool = True,
+    missing=(),
 ) -> list[Path]:
     """Draw a grid's figures with its family's module (`part_of(family)`: its figures(df, out,
     style, only) and figure_captions(df, style)), and their captions. `only`: just these stems, so
     regeneration can share the figures among processes. `strict`: fail unless every promised
-    figure (stems) was written; off when regenerating from an incomplete set of records."""
+    figure (stems) was written; off when regenerating from an incomplete set of records, whose
+    missing record paths (`missing`) the captions list."""
     style = apply_theme(style)
     df, name = grid_rows(cells_csv, grid, None, grid_cfg)
     part = part_of(name)
@@ -42,5 +44,13 @@ def write_figures(
             raise RuntimeError(f"figures not produced: {sorted(map(str, missing))}")
     stems = list(dict.fromkeys(Path(p).stem for p in paths))
     return paths + captions.write_captions(
-        out, stems, whats, df, kind="figure", grid=grid, grid_cfg=grid_cfg, source=cells_csv
+        out,
+        stems,
+        whats,
+        df,
+        kind="figure",
+        grid=grid,
+        grid_cfg=grid_cfg,
+        source=cells_csv,
+        missing=missing,
     )

@@ -20,6 +20,7 @@ STATUS_LABEL = {
     "incorrect": "wrong",
     "timeout": "timeout",
     "implausible": "implausible",
+    "crashed": "crashed",
 }
 STATUS_MEANING = {
     "ok": "measured, agrees with the float64 reference",
@@ -30,11 +31,12 @@ STATUS_MEANING = {
     "timeout": "still running at the grid's time budget (cell_timeout_s); stopped, no time",
     "implausible": "faster than the device's measured matmul ceiling allows (by over 5%): a FLOP "
     "count or a timing is wrong; kept, never compared",
+    "crashed": "its process ended without a record (a crash, a kill); no time; the next run retries it",
 }
 # What the status words in tables stand for.
 STATUS_NOTE = (
     "OOM: out of memory; unsup.: unsupported; n/a: unavailable (not measured on this machine); "
-    "timeout: stopped at the time budget; implausible: above the device's matmul ceiling; "
+    "timeout: stopped at the time budget; crashed: the process ended without a record; implausible: above the device's matmul ceiling; "
     "(wrong): disagrees with the float64 reference"
 )
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from .advice import AdviceError, Choice, answers, one_per_question, select
 from .advice_text import advice_markdown, overview, render, verdict_lines
-from .collect import read_cells, read_samples
+from .collect import ReportError, read_cells, read_samples
 
 # A question matching more answers than this prints one verdict line each, not their tables.
 MANY = 8
@@ -48,10 +48,8 @@ def read_tables(cells: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         )
     try:
         df = read_cells(cells)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
-        raise AdviceError(f"{cells} is not a readable tidy table ({type(e).__name__})") from None
-    if "grid" not in df or "status" not in df:
-        raise AdviceError(f"{cells} is not a tidy table of this benchmark (no grid/status column)")
+    except ReportError as e:  # names the file and what is wrong with it, in one line
+        raise AdviceError(str(e)) from None
     if df.empty:
         raise AdviceError(f"{cells} has no cells (a header only): nothing to advise on")
     try:

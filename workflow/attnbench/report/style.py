@@ -31,7 +31,14 @@ HEADS_STYLES = ["-", "--", ":", "-."]
 # How a cell that did not give a number is marked. Bars carry a text mark; lines an X (out of
 # memory) or a T (stopped at the time budget) on the axis floor, or a red ring (incorrect);
 # unsupported / unavailable lines are absent and listed under the figure.
-BAR_MARK = {"oom": "OOM", "unsupported": "\u00d7", "unavailable": "n/a", "timeout": "T/O"}
+BAR_MARK = {
+    "oom": "OOM",
+    "unsupported": "\u00d7",
+    "unavailable": "n/a",
+    "timeout": "T/O",
+    "crashed": "crash",
+    "incorrect": "wrong",  # an incorrect cell without a time (its output was malformed)
+}
 OOM_MARKER = {"marker": "X", "ms": 8, "mec": "black", "mew": 0.5}
 TIMEOUT_MARKER = {"marker": "$T$", "ms": 8, "mec": "black", "mew": 0.3}
 INCORRECT_RING = {"marker": "o", "mfc": "none", "mec": "red", "ms": 10, "mew": 1.2}

@@ -186,6 +186,7 @@ def write_tables(
     family: str | None = None,
     grid_cfg: dict | None = None,
     every_grid=None,
+    missing=(),
 ) -> list[Path]:
     """A grid's tables as its family's module (`part_of(family)`: its tables(df, out, samples) and
     table_captions(df)) writes them, those every grid gets (`every_grid(df, out, grid, family)`:
@@ -214,4 +215,5 @@ def write_tables(
         grid_cfg=grid_cfg,
         extras=extras,
         source=cells_csv,
+        missing=missing,
     )

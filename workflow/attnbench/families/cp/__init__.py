@@ -3,7 +3,23 @@ job started by attnbench.launch (`python -m attnbench cp-cell`, cell.py)."""
 
 from __future__ import annotations
 
-from .grid import expand, problems  # noqa: F401  (the family interface)
+from .provenance import provenance  # noqa: F401  (the family interface)
+
+# Imports inside the functions: a cp cell imports this package, and what it imports is the cell's
+# code (record.code), which attnbench.currency compares. Grid expansion is not what it runs.
+
+
+def expand(cfg: dict, gname: str) -> list[dict]:
+    from .grid import expand as expand_grid
+
+    return expand_grid(cfg, gname)
+
+
+def problems(cfg, grid, prod, at) -> list[str]:
+    from .grid import problems as grid_problems
+
+    return grid_problems(cfg, grid, prod, at)
+
 
 NAME = "cp"
 CELL_COMMAND = "cp-cell"
@@ -18,10 +34,10 @@ def record_skeleton(spec: dict) -> dict:
     from .emulated import emulated_summary, is_emulated
 
     if is_emulated(spec):  # cp.emulate: the record says so whatever its status
-        record = base_record(spec, {**implementation(spec), "emulated": True})
+        record = base_record(spec, {**implementation(spec), "emulated": True}, provenance(spec))
         emulated_summary(record, spec)
         return record
-    record = base_record(spec, implementation(spec))
+    record = base_record(spec, implementation(spec), provenance(spec))
     cp_summary(record, spec)
     return record
 

@@ -38,6 +38,7 @@ from ...harness.samples import (
     spec_mask,
 )
 from ...record.record import base_record, environment, now, summarise, write_record
+from .provenance import provenance
 
 MEMORY_LIMIT_ENV = "ATTNBENCH_CP_MEMORY_LIMIT"
 
@@ -465,7 +466,7 @@ def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
     t0 = time.perf_counter()
     rank = int(os.environ.get("RANK", 0))
     choice = choose(spec, out_path)
-    record = base_record(spec, implementation(spec, choice))
+    record = base_record(spec, implementation(spec, choice), provenance(spec))
     status, reason = static_outcome(spec, choice["local_kernel"])
     session = None
     if status is None:

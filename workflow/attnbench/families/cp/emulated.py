@@ -34,6 +34,7 @@ from ...harness.samples import (
 )
 from ...record.record import base_record, environment, now, summarise, write_record
 from . import cell as C
+from .provenance import provenance
 
 MARK = "emulated"  # the word tables and figures put beside every emulated number
 WHAT = "compute of every rank emulated on one device (no transfer, no overlap): not a distributed measurement"
@@ -189,7 +190,9 @@ def run_emulated_cell(spec: dict, out_path, peak: dict | None = None):
     crash_if_asked(spec)
     t0 = time.perf_counter()
     choice = C.choose(spec, out_path)
-    record = base_record(spec, {**C.implementation(spec, choice), "emulated": True})
+    record = base_record(
+        spec, {**C.implementation(spec, choice), "emulated": True}, provenance(spec)
+    )
     status, reason = C.static_outcome(spec, choice["local_kernel"])
     if status is None and not catalog.uses_local_kernel(spec["impl"]):
         status, reason = (

@@ -437,7 +437,7 @@ def tflops_vs_gpus(df: pd.DataFrame):
             drawn["lines"] += int(points > 0)
             drawn["points"] += points
             drawn["oom_markers"] += ooms
-            for st in ("unsupported", "unavailable", "timeout"):
+            for st in ("unsupported", "unavailable", "timeout", "crashed"):
                 gpus = sorted(g[g["status"] == st]["gpus"])
                 if gpus:
                     not_run.append(f"{m} {STATUS_LABEL[st]} at {','.join(map(str, gpus))}")

@@ -3,9 +3,24 @@ direction (the paper's kernel study). Cells run with `python -m attnbench cell` 
 
 from __future__ import annotations
 
-from ...report.labels import mask_families
-from ...report.outputs import grid_axis, grid_directions
-from .grid import expand, problems  # noqa: F401  (the family interface)
+from .provenance import provenance  # noqa: F401  (the family interface)
+
+# Imports inside the functions: a kernel cell imports this package, and what it imports is the
+# cell's code (record.code), which a record names and attnbench.currency compares. Grid expansion
+# and file names are not what a cell measures with.
+
+
+def expand(cfg: dict, gname: str) -> list[dict]:
+    from .grid import expand as expand_grid
+
+    return expand_grid(cfg, gname)
+
+
+def problems(cfg, grid, prod, at) -> list[str]:
+    from .grid import problems as grid_problems
+
+    return grid_problems(cfg, grid, prod, at)
+
 
 NAME = "kernel"
 CELL_COMMAND = "cell"
@@ -17,7 +32,7 @@ def record_skeleton(spec: dict) -> dict:
     from ...record.record import base_record
     from .cell import implementation
 
-    return base_record(spec, implementation(spec))
+    return base_record(spec, implementation(spec), provenance(spec))
 
 
 def table_stems(grid: dict) -> list[str]:
@@ -25,6 +40,9 @@ def table_stems(grid: dict) -> list[str]:
 
 
 def figure_stems(grid: dict) -> list[str]:
+    from ...report.labels import mask_families
+    from ...report.outputs import grid_axis, grid_directions
+
     # Figs. 3 and 7 (bars at one length) and 16-17 (memory) per direction; Figs. 8-14 per mask family
     dirs = grid_directions(grid)
     return [f"{kind}_{d}" for d in dirs for kind in ("tflops_bars", "memory_vs_seqlen")] + [

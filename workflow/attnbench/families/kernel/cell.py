@@ -24,6 +24,7 @@ from ...harness.samples import (
 from ...kernels import catalog
 from ...kernels.import_memo import known_to_load, remember_loads
 from ...record.record import base_record, environment, now, summarise
+from .provenance import provenance
 
 
 def implementation(spec) -> dict:
@@ -205,7 +206,7 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
         # its graph frees itself in the backward (TransformerEngine's): a new forward before each
         # timed backward, outside the timed region (time_ms's `before`)
         with clock.phase("first_call"):
-            graph = [fn(*leaves)]
+            graph = [well_formed(fn(*leaves), leaves[0], lay)]
 
         def before():
             if graph[0] is None:
@@ -217,11 +218,15 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
             return torch.autograd.grad(out, leaves, dout_l)
     elif direction == "bwd":
         with clock.phase("first_call"):
-            out = fn(*leaves)  # forward once, outside the timed region
+            out = well_formed(
+                fn(*leaves), leaves[0], lay
+            )  # forward once, outside the timed region
 
         def call():
             return torch.autograd.grad(out, leaves, dout_l, retain_graph=True)
     else:
+        with clock.phase("first_call"), torch.no_grad():
+            well_formed(fn(*leaves), leaves[0], lay)  # before the backward fails on it
 
         def call():
             return torch.autograd.grad(fn(*leaves), leaves, dout_l)
@@ -229,7 +234,9 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
     with clock.phase(
         "first_call"
     ):  # compilation and lazy loading: one more warm-up, not busy time
-        call()
+        first = call()
+    if direction == "fwd":
+        well_formed(first, leaves[0], lay)
     with clock.phase("timed", busy=True):
         times = time_ms(call, spec["warmup"], spec["reps"], device, before=before)
     with clock.phase("memory", busy=True):
@@ -249,6 +256,27 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
             )
     sample["device_busy_ms"], sample["phases_s"] = clock.ms, clock.phases
     return sample
+
+
+def well_formed(out, q, layout: str):
+    """The kernel's output, if it is a tensor of the query's shape (attention gives each query
+    token heads_q x head_dim values, in the kernel's layout) and of the cell's dtype; else the
+    cell is `incorrect` (S.Incorrect), naming what was expected."""
+    import torch
+
+    if not isinstance(out, torch.Tensor):
+        raise S.Incorrect(f"the kernel returned a {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != tuple(q.shape):
+        raise S.Incorrect(
+            f"the kernel's output has shape {list(out.shape)}; expected {list(q.shape)}, the "
+            f"query's in its layout {layout}"
+        )
+    if out.dtype != q.dtype:
+        raise S.Incorrect(
+            f"the kernel's output is {str(out.dtype).removeprefix('torch.')}; expected "
+            f"{str(q.dtype).removeprefix('torch.')}, the cell's dtype"
+        )
+    return out
 
 
 def check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms) -> dict:
@@ -316,7 +344,8 @@ def run_cell(spec: dict, peak: dict | None = None, measure: bool = True) -> dict
     run, and a kernel that loads after all is an error, never measured without its GPU."""
     crash_if_asked(spec)
     hang_if_asked(spec)
-    record = base_record(spec, implementation(spec))
+    code = provenance(spec)  # before implementation() imports your own kernel
+    record = base_record(spec, implementation(spec), code)
     info = kernel_info(spec)
     t0 = time.perf_counter()
     outcome = availability_reason(info, spec)
@@ -336,7 +365,7 @@ def run_cell(spec: dict, peak: dict | None = None, measure: bool = True) -> dict
         status, reason = _measure(record, info, spec, peak)
     launch.release_gpus()  # the rest writes the record: the next cell may take the GPU
     record["status"], record["status_reason"] = status, reason
-    if status in S.TIMED:
+    if status in S.TIMED and record["samples"]:  # an incorrect one may have none (well_formed)
         summarise(record, peak)
     record["matmul_peak"] = peak
     record["environment"] = environment(spec["device"])

@@ -143,7 +143,8 @@ def bars_at_length(df: pd.DataFrame, title: str, expected_impls=(), subtitle: st
         )
     notes = [
         f"In place of a bar: {BAR_MARK['unsupported']} unsupported, OOM out of memory, "
-        f"{BAR_MARK['timeout']} stopped at the time budget, n/a unavailable (not measured on this machine)."
+        f"{BAR_MARK['timeout']} stopped at the time budget, {BAR_MARK['crashed']} its process ended "
+        "without a record, n/a unavailable (not measured on this machine)."
     ]
     if never:
         notes.append(
@@ -304,7 +305,7 @@ def figure_captions(df: pd.DataFrame, style) -> dict:
             f"({why}); grouped bars, one group per mask, one panel per heads setting (the paper's "
             f"{'Fig. 3' if d == 'fwd' else 'Fig. 7' if d == 'bwd' else 'Figs. 3 and 7'}). {tflops}. In place of a bar: "
             f"{BAR_MARK['unsupported']} unsupported, OOM out of memory, {BAR_MARK['timeout']} stopped at the time "
-            "budget, n/a unavailable; hatched bars disagree with "
+            f"budget, {BAR_MARK['crashed']} crashed, n/a unavailable; hatched bars disagree with "
             "the float64 reference."
         )
         src = ", ".join(sorted(set(df["mem_source"].dropna()))) or "none recorded"

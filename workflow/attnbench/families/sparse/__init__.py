@@ -5,7 +5,7 @@ figures are its own (report.py)."""
 from __future__ import annotations
 
 from ..kernel import grid as kernel_grid
-from ..kernel import record_skeleton  # noqa: F401  (the family interface)
+from ..kernel import provenance, record_skeleton  # noqa: F401  (the family interface)
 from ..kernel.grid import expand  # noqa: F401
 
 NAME = "sparse"

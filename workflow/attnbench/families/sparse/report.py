@@ -258,7 +258,7 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
     """One line per kernel; OOM as X on the axis floor; returns the kernels that did not run here,
     by status: a name alone where none of its cells ran, "name (at 96K, 128K)" where some did
     (`tick` names a point as the x axis does)."""
-    missing = {"unsupported": [], "unavailable": [], "timeout": []}
+    missing = {"unsupported": [], "unavailable": [], "timeout": [], "crashed": []}
     for impl in order(d["impl"]):
         g = d[d["impl"] == impl]
         points, ooms = timed_line(ax, g, x, value, impl, impl, ms=4, lw=1.3, ring_ms=9)

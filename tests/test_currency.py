@@ -1,0 +1,166 @@
+"""Whether a record on disk is still what a run would make (attnbench.currency), read from the
+record alone: its cell's config, the code it ran, its libraries, its status and time budget. And
+the committed H200 records, made before records named their code: drawn as they are, and said to
+be outdated."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from attnbench import currency
+from attnbench.families import expand_cells, validate
+from attnbench.families.kernel.cell import run_cell
+from attnbench.grid.expand import cell_path
+from attnbench.record.record import write_record
+from commands import REPO, package_env
+from tinygrids import config_running, kernel_grid
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A real record of a tiny cell, its cell and path."""
+    cfg = validate(config_running({"c": kernel_grid(kernels=["sdpa"])}))
+    (cell,) = expand_cells(cfg)
+    root = tmp_path_factory.mktemp("currency") / "results"
+    path = root / cell_path(cell)
+    write_record(run_cell(cell), path)
+    return cell, path, json.loads(path.read_text())
+
+
+def test_a_fresh_record_is_current(made):
+    cell, path, record = made
+    assert currency.outdated_reason(record, cell, 60) is None
+    assert currency.judge({str(path): cell}, {"c": 60}) == []
+    assert set(record["libraries"]) == {"torch", "sdpa"}
+    assert "attnbench/harness/measure.py" in record["code"]["files"]
+    assert "attnbench/kernels/sdpa.py" in record["code"]["files"]
+    assert "attnbench/kernels/flash_attn.py" not in record["code"]["files"]  # not this kernel's
+    assert "attnbench/report/labels.py" not in record["code"]["files"]  # no cell imports it
+
+
+def test_each_reason_a_record_is_outdated(made):
+    cell, _, record = made
+    reason = currency.outdated_reason
+    assert reason(record, {**cell, "reps": 3}, 60) == ("config", "reps 2 -> 3")
+    assert reason(record, {**cell, "check": {**cell["check"], "tolerance_factor": 7}}, 60) == (
+        "config",
+        "check.tolerance_factor 5 -> 7",
+    )
+    edited = copy.deepcopy(record)
+    edited["code"]["files"]["attnbench/harness/measure.py"] = "0" * 16
+    edited["code"]["sha256"] = "0" * 64
+    assert reason(edited, cell, 60) == ("code", "attnbench/harness/measure.py edited")
+    older = {**record, "libraries": {**record["libraries"], "torch": "torch 2.0.0"}}
+    kind, detail = reason(older, cell, 60)
+    assert kind == "libraries" and detail.startswith("torch torch 2.0.0 -> torch ")
+    assert reason({k: v for k, v in record.items() if k != "code"}, cell, 60) == (
+        "code",
+        "the record names no code (made before records did)",
+    )
+    crashed = {**record, "status": "crashed", "status_reason": "its process exited with status 1"}
+    assert reason(crashed, cell, 60) == ("crashed", "its process exited with status 1")
+    timeout = {**record, "status": "timeout", "time_budget_s": 30}
+    assert reason(timeout, cell, 30) is None and reason(timeout, cell, 20) is None
+    assert reason(timeout, cell, 60) == (
+        "time budget",
+        "stopped at 30 s; the grid's cell_timeout_s is now 60 s",
+    )
+
+
+def test_a_file_that_is_not_this_cells_record_is_not_judged_but_left_to_collect(made, tmp_path):
+    """Another cell's record, an edited one or unreadable JSON at a record's path is not remade
+    over (collect refuses it, naming the file)."""
+    cell, path, record = made
+    other = {**cell, "seqlen": 128}
+    there = tmp_path / "results" / cell_path(other)
+    there.parent.mkdir(parents=True)
+    shutil.copy(path, there)  # cell 64's record at cell 128's path
+    edited = tmp_path / "results" / cell_path(cell)
+    edited.write_text(json.dumps({**record, "cell": {**cell, "reps": 9}}))  # its id disagrees
+    garbage = tmp_path / "results/cells/c/kernel/sdpa/causal/garbage.json"
+    garbage.write_text("{not json")
+    cells = {str(there): other, str(edited): cell, str(garbage): cell}
+    assert currency.judge(cells, {"c": 60}) == []
+
+
+def test_records_lists_missing_and_outdated_cells(made, tmp_path):
+    cell, path, _ = made
+    grid = kernel_grid(kernels=["sdpa"], seqlen=[64, 128])
+    cfg = {**config_running({"c": grid}), "output_dir": str(path.parents[5])}
+    (tmp_path / "config.yaml").write_text(json.dumps(cfg))
+
+    def records(edit):
+        config = {**cfg, "grids": {"c": {**grid, **edit}}}
+        (tmp_path / "mine.yaml").write_text(json.dumps(config))
+        p = subprocess.run(
+            [sys.executable, "-m", "attnbench", "records", "--config", "mine.yaml"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=package_env(),
+            timeout=120,
+        )
+        assert p.returncode == 0, p.stderr
+        return [line.split("/cells/")[1] for line in p.stdout.split()]
+
+    assert records({}) == ["c/kernel/sdpa/causal/s128-h2x1-d16-float32-fwd.json"]  # missing
+    assert len(records({"reps": 3})) == 2  # ... and the outdated one
+
+
+@pytest.mark.slow
+def test_committed_h200_records_are_drawn_as_they_are_and_said_outdated(tmp_path):
+    """They were made on an H200 before records named their code: a run here would remake them,
+    so regenerate draws them as they are, and the captions say they are outdated and why; no
+    record changes."""
+    out = tmp_path / "h200"
+    shutil.copytree(REPO / "results/h200/cells/h200", out / "cells/h200")
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*.json")}
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnbench",
+            "regenerate",
+            "--grids",
+            "h200",
+            "--overrides",
+            json.dumps({"output_dir": str(out)}),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=package_env(),
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert {q: hashlib.sha256(q.read_bytes()).hexdigest() for q in before} == before
+    df = pd.read_csv(out / "tables/cells.csv")
+    assert len(df) == len(before) and df["outdated"].str.startswith("code: ").all()
+    caption = (out / "tables/h200/tflops.caption.rst").read_text().replace("\\", "")
+    n = len(before)
+    assert f":Outdated: {n} of {n} records are outdated relative to the current config" in caption
+    assert "the record names no code (made before records did)" in caption
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnbench",
+            "check-config",
+            "config.yaml",
+            "--overrides",
+            json.dumps({"output_dir": str(out), "run": ["h200"]}),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=package_env(),
+        timeout=300,
+    )
+    assert f"{n} of {n} records on disk are outdated" in check.stdout, check.stdout + check.stderr

@@ -1,0 +1,198 @@
+"""Is a record on disk still what a run would make now?
+
+A record is current when all of these hold, read from the record itself (never from Snakemake's
+.snakemake metadata, which one clone has and another lacks):
+
+- its cell is the cell the config asks for now (`config_sha256`: every setting of the cell,
+  repetitions, warm-up, samples, seeds, mask settings, tolerance, histogram);
+- the code it ran is the code a cell would run now (`code`: the package files the cell runs and
+  your own kernel's files, file by file: record.code);
+- the libraries it depends on have the versions installed now (`libraries`: torch, the kernel's
+  or the local kernel's library);
+- it is not `crashed` (a process that ended without its record: the next run retries it), nor a
+  `timeout` under a smaller time budget than the grid's cell_timeout_s now.
+
+Anything else makes it outdated, and a run makes it again (workflow/rules/common.smk), unless the
+config says `outdated_records: keep`; then the tidy table's `outdated` column and the captions say
+which records are outdated, and why. Records from before records named their code are outdated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import status as S
+from .families import expand_cells, family
+from .grid.config import cell_timeout_s
+from .grid.expand import cell_path, output_root, stable_hash
+from .record.code import code_changes
+
+# Why a record is outdated, in the order they are looked for (the first found is the reason).
+CRASHED, CONFIG, BUDGET, CODE, LIBRARIES = "crashed", "config", "time budget", "code", "libraries"
+KINDS = (CRASHED, CONFIG, BUDGET, CODE, LIBRARIES)
+
+
+@dataclass(frozen=True)
+class Outdated:
+    """One record that a run would not make as it is."""
+
+    path: str
+    kind: str  # one of KINDS
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.path}: {self.kind}: {self.detail}"
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k != "histograms":
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _shown(v) -> str:
+    text = json.dumps(v, sort_keys=True, default=str)
+    return text if len(text) <= 40 else "..."
+
+
+def spec_changes(old: dict, new: dict) -> list[str]:
+    """The settings of a cell that differ: 'reps 2 -> 3'."""
+    a, b = _flat(old), _flat(new)
+    return [
+        f"{k} {_shown(a.get(k, '(unset)'))} -> {_shown(b.get(k, '(unset)'))}"
+        for k in sorted(a.keys() | b.keys())
+        if a.get(k) != b.get(k)
+    ]
+
+
+def outdated_reason(record: dict, spec: dict | None, budget_s: float | None) -> tuple | None:
+    """(kind, detail) of why the record is not what a run would make now, or None. Without
+    `spec` (a grid the config does not hold) the config and the time budget are not judged."""
+    if record.get("status") == S.CRASHED:
+        return CRASHED, str(record.get("status_reason") or "its process ended without a record")
+    cell = record.get("cell") or {}
+    if spec is not None and stable_hash(cell, 64) != stable_hash(spec, 64):
+        changes = spec_changes(cell, spec) or ["its settings differ"]
+        return CONFIG, ", ".join(changes[:6]) + (" ..." if len(changes) > 6 else "")
+    if (
+        record.get("status") == S.TIMEOUT
+        and budget_s is not None
+        and (record.get("time_budget_s") or 0) < budget_s
+    ):
+        return BUDGET, (
+            f"stopped at {record.get('time_budget_s'):g} s; the grid's cell_timeout_s is now "
+            f"{budget_s:g} s"
+        )
+    if "code" not in record:
+        return CODE, "the record names no code (made before records did)"
+    try:
+        now = family(cell["family"]).provenance(cell)
+    except (KeyError, ValueError) as e:  # a kernel or method the package no longer has
+        return CODE, f"its kernel or method is not in the package now ({e})"
+    if record["code"].get("sha256") != now["code"]["sha256"]:
+        changed = code_changes(record["code"], now["code"])
+        return CODE, ", ".join(changed[:6]) + (" ..." if len(changed) > 6 else "")
+    if record.get("libraries") != now["libraries"]:
+        old = record.get("libraries") or {}
+        diff = [
+            f"{k} {old.get(k, '(none)')} -> {now['libraries'].get(k, '(none)')}"
+            for k in sorted(old.keys() | now["libraries"].keys())
+            if old.get(k) != now["libraries"].get(k)
+        ]
+        return LIBRARIES, ", ".join(diff)
+    return None
+
+
+def read_json(path) -> dict | None:
+    """The record at path, or None where it is not readable JSON (collect names such a file)."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def at_home(path, record: dict) -> bool:
+    """Whether the record describes the cell whose path it is at, unedited (its cell_id is its
+    cell's): only such a record can be outdated; any other file there is not remade over, but
+    refused by collect (report.collect.identity_problems), as an unreadable one is."""
+    cell = record.get("cell")
+    if not isinstance(cell, dict):
+        return False
+    try:
+        home = output_root(path, cell)
+    except KeyError:
+        return False
+    return home is not None and record.get("cell_id") in (None, stable_hash(cell))
+
+
+def judge(cells: dict, budgets: dict) -> list[Outdated]:
+    """The outdated records among those on disk: `cells` maps each record's path to the cell the
+    config asks for there (None: not judged against a config), `budgets` each grid's
+    cell_timeout_s now."""
+    out = []
+    for path, spec in cells.items():
+        if not Path(path).exists():
+            continue
+        record = read_json(path)
+        if record is None or not at_home(path, record):
+            continue  # not a record of this cell: collect refuses it, naming the file
+        grid = (spec or record.get("cell") or {}).get("grid")
+        why = outdated_reason(record, spec, budgets.get(grid))
+        if why:
+            out.append(Outdated(str(path), *why))
+    return out
+
+
+def summary(outdated: list[Outdated], recorded: int, keep: bool = False) -> str:
+    """One paragraph: how many records are outdated, of how many on disk, by reason (the first
+    few of each), and what the run does with them."""
+    if not outdated:
+        return f"{recorded} records on disk, all current"
+    kinds = Counter(o.kind for o in outdated)
+    parts = []
+    for kind in KINDS:
+        if kind in kinds:
+            first = next(o for o in outdated if o.kind == kind)
+            parts.append(f"{kinds[kind]} {kind} (e.g. {first.line()})")
+    what = (
+        "kept as they are (outdated_records: keep); the tidy table's `outdated` column and the "
+        "captions name them"
+        if keep
+        else "they run again"
+    )
+    return (
+        f"{len(outdated)} of {recorded} records on disk are outdated: {'; '.join(parts)}; {what}"
+    )
+
+
+def outdated_column(paths, outdated: list[Outdated]) -> list[str | None]:
+    """The tidy table's `outdated` column for rows of these record paths: 'kind: detail', or None
+    for a current record."""
+    by_path = {str(Path(o.path)): f"{o.kind}: {o.detail}" for o in outdated}
+    return [by_path.get(str(Path(p))) for p in paths]
+
+
+def of_config(cfg: dict, grids=None) -> tuple[list[Outdated], int]:
+    """The outdated records of a validated config's grids (default: its run list) under its
+    output_dir, and how many of their records are on disk."""
+    grids = list(grids or cfg["run"])
+    out = Path(cfg["output_dir"])
+    cells = {str(out / cell_path(c)): c for c in expand_cells(cfg, grids)}
+    budgets = {g: cell_timeout_s(cfg["grids"][g]) for g in grids}
+    return judge(cells, budgets), sum(Path(p).exists() for p in cells)
+
+
+def config_report(cfg: dict) -> str:
+    """What check-config says of the records already under output_dir."""
+    outdated, recorded = of_config(cfg)
+    if not recorded:
+        return f"no records of these grids under {cfg['output_dir']}/cells yet"
+    return summary(outdated, recorded, cfg["outdated_records"] == "keep")

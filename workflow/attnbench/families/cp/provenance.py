@@ -1,0 +1,34 @@
+"""The code and libraries a context-parallel cell runs with (record.code; the family interface's
+`provenance`), kept apart from the family's other helpers: what a cell imports is its code."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+
+
+def provenance(spec: dict) -> dict:
+    """The code a cell runs (its cell modules, what they import, the method's module and the
+    local kernels' adapters, which are loaded by name: every local kernel for `auto`) and the
+    libraries whose versions it depends on: record.code, compared by attnbench.currency."""
+    return copy.deepcopy(_provenance(spec["impl"], spec["cp"]["local_kernel"]))
+
+
+@cache  # the same for every cell of a method and local kernel
+def _provenance(method: str, kernel: str) -> dict:
+    from ...codegraph import PACKAGE
+    from ...cp import catalog
+    from ...kernels.catalog import LOCAL_KERNELS, first_version
+    from ...record.code import cell_code
+
+    kernels = LOCAL_KERNELS.values() if kernel == catalog.AUTO else [LOCAL_KERNELS[kernel]]
+    modules = [f"{__package__}.cell", f"{__package__}.emulated"]
+    modules.append(f"{PACKAGE}.cp.{catalog.METHODS[method].impl.split(':')[0]}")
+    modules += [f"{PACKAGE}.kernels.{k.impl.split(':')[0]}" for k in kernels]
+    return {
+        "code": cell_code(modules),
+        "libraries": {
+            "torch": first_version(("torch",)),
+            f"local kernel {kernel}": catalog.library_version(kernel),
+        },
+    }

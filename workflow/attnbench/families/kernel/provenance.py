@@ -1,0 +1,39 @@
+"""The code and libraries a kernel cell runs with (record.code; the family interface's
+`provenance`), kept apart from the family's other helpers: what a cell imports is its code."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+
+
+def provenance(spec: dict) -> dict:
+    """The code a cell runs (its cell module, what that imports, and the kernel's adapter, which
+    is loaded by name; your own kernel's files) and the libraries whose versions it depends on
+    (torch and the kernel's): record.code, compared by attnbench.currency."""
+    return copy.deepcopy(_provenance(spec.get("kernel_class", spec["impl"])))
+
+
+@cache  # the same for every cell of a kernel (thousands in a sweep)
+def _provenance(entry: str) -> dict:
+    from ...codegraph import PACKAGE, module_file
+    from ...kernels import catalog
+    from ...record.code import cell_code
+
+    modules, own = [f"{__package__}.cell"], ()
+    impl = entry if ":" in entry else catalog.get(entry).impl
+    module = impl.split(":")[0]
+    adapter = module if "." in module else f"{PACKAGE}.kernels.{module}"
+    if ":" not in entry and module_file(adapter):  # ours (kernels.base.kernel_class finds it so)
+        modules.append(adapter)
+    else:  # your own kernel (hashed before resolve() imports it), or a registry entry's outside
+        own = catalog.own_kernel_files(impl)[1]
+    code = cell_code(modules, own)
+    info = catalog.resolve(entry)
+    return {
+        "code": code,
+        "libraries": {
+            "torch": catalog.first_version(("torch",)),
+            info.name: catalog.library_version(info),
+        },
+    }

@@ -1,0 +1,99 @@
+"""JSON a command reads from a file, never from its command line: a cell's spec, a grid's report
+settings, the figure style. A command line holds at most 128 KiB per argument (a document-length
+histogram of thousands of buckets, or a long description, does not fit), and a value that passes
+through a shell must be quoted; a file has neither limit.
+
+A report rule's settings are named by the SHA-256 of their content, under
+<output_dir>/.attnbench/json/: once written such a file never changes, and the rule's parameter
+(the path) changes exactly when the content does, so that new settings redraw. A cell's spec is
+named by its record's path, under <output_dir>/.attnbench/specs/: the rule's parameter never
+changes, since whether a record is current is decided from the record (attnbench.currency), not
+from Snakemake's memory of a parameter. Snakemake's process writes both when a run starts
+(workflow/rules/common.smk, onstart), holding the output folder's lock, before any job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from .expand import stable_hash
+
+FOLDER = ".attnbench/json"
+SPECS = ".attnbench/specs"
+HASH_NAME = re.compile(r"[0-9a-f]{64}")
+
+
+def json_file(out_dir, obj) -> str:
+    """Where `obj` is written under the output folder `out_dir` (a path relative to the working
+    directory where out_dir is)."""
+    return f"{str(out_dir).rstrip('/')}/{FOLDER}/{stable_hash(obj, 64)}.json"
+
+
+def write_json_files(out_dir, objs) -> int:
+    """Write each object to its json_file (those missing; atomically), and remove the files of the
+    folder that are none of them. Returns how many were written."""
+    folder = Path(out_dir) / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    wanted, written = {}, 0
+    for obj in objs:
+        wanted.setdefault(Path(json_file(out_dir, obj)).name, obj)
+    for name, obj in wanted.items():
+        path = folder / name
+        if path.exists():
+            continue
+        tmp = folder / f".{name}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(obj, sort_keys=True, default=str))
+        tmp.replace(path)
+        written += 1
+    for path in folder.iterdir():
+        if path.name not in wanted:
+            path.unlink(missing_ok=True)
+    return written
+
+
+def spec_file(out_dir, record_path) -> str:
+    """Where the spec of the cell whose record is `record_path` (under out_dir) is written."""
+    out = str(out_dir).rstrip("/")
+    rel = str(record_path)[len(out) + 1 :] if str(record_path).startswith(out + "/") else None
+    if rel is None:
+        raise ValueError(f"{record_path} is not under the output folder {out_dir}")
+    return f"{out}/{SPECS}/{rel}"
+
+
+def write_spec_files(out_dir, cells: dict) -> int:
+    """Write each cell's spec ({record path: spec}) to its spec_file where it is missing or
+    differs (atomically). Returns how many were written."""
+    written = 0
+    for record_path, spec in cells.items():
+        path = Path(spec_file(out_dir, record_path))
+        text = json.dumps(spec, sort_keys=True, default=str)
+        if path.exists() and path.read_text() == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        written += 1
+    return written
+
+
+def read_json_arg(value: str, option: str):
+    """A command-line option's JSON: inline when it starts with '{' or '[' (by hand, in tests),
+    else the path of a file holding it. A file named by a hash (json_file) must hold what the hash
+    says. ValueError naming the option and the file otherwise."""
+    if value.lstrip()[:1] in ("{", "["):
+        return json.loads(value)
+    path = Path(value)
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{option} {value}: not a readable JSON file ({e})") from None
+    if HASH_NAME.fullmatch(path.stem) and stable_hash(obj, 64) != path.stem:
+        raise ValueError(
+            f"{option} {value}: its content is not the one its name's hash says (edited after it "
+            "was written); run the workflow again, which writes it anew"
+        )
+    return obj
