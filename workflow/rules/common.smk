@@ -145,9 +145,7 @@ def _for_report(path, grid, kind, stem):
 def table_outputs(grid):
     """Tables and captions; the HTML page of each table goes into `snakemake --report`."""
     out = [
-        _for_report(f, grid, "tables", Path(f).stem)
-        if f.endswith(f".{outputs.REPORT_TABLE_FORMAT}")
-        else f
+        _for_report(f, grid, "tables", Path(f).stem) if f.endswith(outputs.REPORT_TABLE) else f
         for f in table_files(grid)
     ]
     return out + caption_files(grid, "tables")
