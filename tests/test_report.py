@@ -188,6 +188,10 @@ def test_write_figures_writes_the_promised_files_and_captions(cells_csv, tmp_pat
         "memory_vs_seqlen_bwd",
         "tflops_vs_seqlen_full_causal",
         "tflops_vs_seqlen_share_question",
+        "winner_map",
+        "speedup_fwd",
+        "speedup_bwd",
+        "speedup_train",
     }
     cap = (tmp_path / "tflops_bars_fwd.caption.rst").read_text()
     for fact in (
@@ -346,7 +350,7 @@ def test_markdown_page_reads_headings_aligned_tables_code_and_escapes():
 def test_a_family_without_captions_gets_generic_ones(cells_csv, tmp_path, monkeypatch):
     """The report machinery is family-agnostic: a family module that only draws still gets captions."""
 
-    def draw(df, out, st, only=None):
+    def draw(df, out, st, only=None, inputs=None):
         fig, ax = plt.subplots()
         ax.plot([1, 2], [1, 2])
         return plotting.save(fig, out, "fam_figure", st)
@@ -361,7 +365,7 @@ def test_a_family_without_captions_gets_generic_ones(cells_csv, tmp_path, monkey
     monkeypatch.setitem(
         sys.modules,
         "attnbench.families.testfam.figures",
-        types.SimpleNamespace(figures=draw, figure_captions=lambda df, st: {}),
+        types.SimpleNamespace(figures=draw, figure_captions=lambda df, st, inputs: {}),
     )
     df = pd.read_csv(cells_csv).assign(family="testfam")
     csv = tmp_path / "cells.csv"

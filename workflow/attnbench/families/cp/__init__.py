@@ -8,7 +8,7 @@ from .grid import expand, problems  # noqa: F401  (the family interface)
 NAME = "cp"
 CELL_COMMAND = "cp-cell"
 TABLES = "report"
-FIGURES = "report"
+FIGURES = "figures"
 
 
 def record_skeleton(spec: dict) -> dict:
@@ -31,4 +31,4 @@ def table_stems(grid: dict) -> list[str]:
 
 
 def figure_stems(grid: dict) -> list[str]:
-    return ["cp_tflops_vs_gpus", "cp_breakdown"]
+    return ["cp_tflops_vs_gpus", "cp_efficiency", "cp_breakdown"]

@@ -356,7 +356,7 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
     return fig, drawn
 
 
-def figures(df: pd.DataFrame, out_dir, style, only=None) -> list[Path]:
+def figures(df: pd.DataFrame, out_dir, style, only=None, inputs=None) -> list[Path]:
     """All three figures at once (`only` is not used: they are drawn together)."""
     out = Path(out_dir)
     sparse, dense = split(df)
@@ -410,6 +410,6 @@ def table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
     return {}, {}
 
 
-def figure_captions(df: pd.DataFrame, style) -> dict:
+def figure_captions(df: pd.DataFrame, style, inputs=None) -> dict:
     """The report's captions of these figures give machine, data and software only."""
     return {}
