@@ -228,7 +228,7 @@ def tflops_marks(src: Sources) -> tuple[dict, dict]:
             ref = src.baseline(r)
             if ref is not None and ref["status"] in TIMED and pd.notna(ref["tflops"]):
                 bare = Mark(
-                    f"{BARE_KERNEL} | {_text(ref.get('local_kernel'))} ({seqlen_label(int(ref['seqlen']))})",
+                    f"{BARE_KERNEL} | {_text(ref.get('local_kernel')) or '?'} ({seqlen_label(int(ref['seqlen']))})",
                     BARE_KERNEL,
                     1,
                     "measured",
