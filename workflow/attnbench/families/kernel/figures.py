@@ -169,6 +169,11 @@ def bars_at_length(df: pd.DataFrame, title: str, expected_impls=(), subtitle: st
 
 # ----------------------------------------------------------------------------- Figs. 8-14, 16-17
 
+BARS_NOTE = (
+    f"In place of a bar: {BAR_MARK['unsupported']} unsupported, OOM out of memory, "
+    f"{BAR_MARK['timeout']} stopped at the time budget."
+)
+
 
 def _finish_lines(fig, axes, ncols, title, subtitle, counts, notrun, keys=None):
     """Axis labels outside, the title, and below the panels: the kernels' legend, the line styles
@@ -181,7 +186,10 @@ def _finish_lines(fig, axes, ncols, title, subtitle, counts, notrun, keys=None):
         incorrect=counts["incorrect_markers"] > 0,
         timeout=counts["timeout_markers"] > 0,
     )
-    legend_and_notes(fig, collect_handles(axes), notrun.lines(), {**(keys or {}), **marks})
+    notes = notrun.lines()
+    if counts.get("bar_marks"):
+        notes.insert(0, BARS_NOTE)
+    legend_and_notes(fig, collect_handles(axes), notes, {**(keys or {}), **marks})
     counts["not_run"] = notrun
     return fig, counts
 
@@ -227,9 +235,14 @@ def family_lines(
     return _finish_lines(fig, axes, len(settings), title, subtitle, counts, notrun)
 
 
+def hk_of(g) -> tuple[int, int]:
+    return int(g["heads_q"].iloc[0]), int(g["heads_kv"].iloc[0])
+
+
 def kernel_bars(ax, d, value, counts, notrun, where, direction, draws):
-    """One panel's rows at one length: a bar per kernel with a number (its draws as dots), the
-    status mark in place of the others' (unsupported and unavailable named under the figure)."""
+    """One panel's rows at one length: a bar per kernel with a number (its draws as dots), its
+    status mark (BAR_MARK) in place of another's bar; kernels unavailable here get no place and
+    are named under the figure."""
     impls = [i for i in order(d["impl"]) if (d[d["impl"] == i]["status"] != "unavailable").any()]
     for k, impl in enumerate(impls):
         g = d[d["impl"] == impl]
@@ -252,31 +265,26 @@ def kernel_bars(ax, d, value, counts, notrun, where, direction, draws):
             counts["draw_dots"] += draw_dots(ax, ran.assign(_x=[float(k)]), draws, impl, tag)
         else:
             status = g["status"].iloc[0]
-            if status in BAR_MARK and status not in ("unsupported", "unavailable"):
+            if status in BAR_MARK:
+                unsup = status == "unsupported"
                 ax.annotate(
                     BAR_MARK[status],
                     (k, 0),
                     xytext=(0, 2),
                     textcoords="offset points",
-                    rotation=90,
+                    rotation=0 if unsup else 90,
                     ha="center",
                     va="bottom",
-                    fontsize=6.5,
+                    fontsize=9 if unsup else 6.5,
                     fontweight="bold",
                     color=colour(impl),
                     gid=f"mark|{status}|{tag}",
                 )
-                counts[f"{status}_markers"] = counts.get(f"{status}_markers", 0) + 1
+                counts["bar_marks"] = counts.get("bar_marks", 0) + 1
     for impl in order(d["impl"]):
-        for status in ("unsupported", "unavailable"):
-            g = d[d["impl"] == impl]
-            if (g["status"] == status).any():
-                notrun.add(
-                    status,
-                    impl,
-                    where,
-                    (tuple(int(x) for x in g[["heads_q", "heads_kv"]].iloc[0]), direction),
-                )
+        g = d[d["impl"] == impl]
+        if (g["status"] == "unavailable").any():  # no place: named under the figure
+            notrun.add("unavailable", impl, where, (hk_of(g), direction))
     ax.set_xticks(range(len(impls)), impls, rotation=45, ha="right", rotation_mode="anchor")
     ax.set_xlim(-0.6, max(0, len(impls) - 1) + 0.6)
     ax.grid(axis="x", visible=False)
