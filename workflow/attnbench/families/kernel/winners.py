@@ -14,9 +14,9 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from ...report.advice import DIRECTIONS, TRAIN, Answer, grid_answers
-from ...report.advice_text import ratio_text
 from ...report.labels import direction_label, heads_label, mask_families, order
 from ...report.labels import seqlen_label as S
+from ...report.paired import Standing
 from ...report.plotting import (
     grid_axes,
     legend_and_notes,
@@ -53,6 +53,17 @@ def direction_words(d: str) -> str:
 
 
 # ----------------------------------------------------------------------------- the winner map
+
+
+def ratio_text(s: Standing) -> str:
+    """Its time over the fastest's per draw, '1.05x' or '1.04-1.06x', as advice.md writes it
+    (written here: the figures import no table code, so editing the tables reruns no figure)."""
+
+    def r(x: float) -> str:
+        return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+    lo, hi = r(s.ratio_lo), r(s.ratio_hi)
+    return f"{lo}x" if lo == hi else f"{lo}-{hi}x"
 
 
 def cell_text(a: Answer) -> tuple[str, str]:
