@@ -101,7 +101,7 @@ def winner_map(found: list[Answer], title: str, subtitle: str = ""):
         {(heads_of(a), a.seqlen) for a in found}, key=lambda c: (heads.index(c[0]), c[1])
     )
     at = {(a.direction, a.point["mask"], heads_of(a), a.seqlen): a for a in found}
-    fig, axes = grid_axes(len(dirs), ncols=1, w=1.2 + 0.95 * len(cols), h=0.9 + 0.36 * len(masks))
+    fig, axes = grid_axes(len(dirs), ncols=1, w=1.6 + 1.1 * len(cols), h=0.9 + 0.36 * len(masks))
     drawn = {"winner": 0, "tie": 0, "only": 0, "none": 0, "cells": []}
     shown = set()
     for ax, d in zip(axes, dirs):
@@ -142,7 +142,13 @@ def winner_map(found: list[Answer], title: str, subtitle: str = ""):
                     who,
                     ha="center",
                     va="center",
-                    fontsize=5.8 if len(who) > 12 else 6.4,
+                    fontsize=4.9
+                    if len(who) > 20
+                    else 5.4
+                    if len(who) > 15
+                    else 5.9
+                    if len(who) > 11
+                    else 6.4,
                     fontweight="bold",
                     color=ink,
                 )
