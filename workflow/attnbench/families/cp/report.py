@@ -1,17 +1,15 @@
-"""Tables and figures of `family: cp` grids, from the tidy table alone (attnbench.families calls these).
+"""Tables of `family: cp` grids, from the tidy tables alone (attnbench.families calls these), and
+what the CP figures (figures.py) share with them: the variants' names, the panels, the share rule.
 
 Tables: per-GPU TFLOP/s (median [p20-p80]) of every method per (mask, direction, tokens per GPU,
 GPUs) and the advice's verdict (cp_tflops), its share of the bare local kernel on one GPU
-(`local`) over the same documents (cp_vs_single_gpu), and the
+(`local`) over the same documents (cp_vs_single_gpu; share_of), and the
 communication/computation breakdown with bytes, load balance, degrees and memory (cp_breakdown).
-Figures: per-GPU TFLOP/s vs number of GPUs, one panel per mask and direction (and tokens per GPU
-where the grid has several) (cp_tflops_vs_gpus), and the compute-only / communication-only /
-measured times per method and GPU count (cp_breakdown).
 
 Emulated cells (`cp.emulate`: the compute of every rank emulated on one device, no transfer;
 families/cp/emulated.py) are never read as distributed measurements: their method is named
-`METHOD [emulated]` everywhere, they are never the fastest of a row, their lines are dashed and
-their breakdown marks are hollow diamonds ("emulated compute"), and every caption says so.
+`METHOD [emulated]` in the tables, they are never the fastest of a row, the figures draw them as
+hollow diamonds, and every caption says so.
 """
 
 from __future__ import annotations
