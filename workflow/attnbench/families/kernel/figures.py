@@ -47,7 +47,18 @@ from ...report.plotting import (
 )
 from ...report.style import BAR_MARK, INCORRECT_HATCH, colour
 from ...status import TIMED
-from . import winners
+from .winners import (
+    TRAIN,
+    direction_words,
+    reference_title,
+    reference_words,
+    references,
+    speedup_figure,
+    winner_map,
+)
+from .winners import (
+    answers as paired_answers,
+)
 
 
 def bar_length(df: pd.DataFrame, preferred: int | None) -> int:
@@ -363,14 +374,14 @@ def figure_makers(df: pd.DataFrame, style, inputs: Inputs | None = None) -> dict
             samples=samples,
         )
     found = answers_once(df, samples)
-    makers["winner_map"] = lambda: winners.winner_map(
+    makers["winner_map"] = lambda: winner_map(
         found(), "Which kernel wins: the paired answers per mask and length", head
     )
-    refs = winners.references(inputs.grid_cfg)
+    refs = references(inputs.grid_cfg)
     for d in speedup_directions(df):
-        title = f"Speedup over {winners.reference_title(refs)}, {winners.direction_words(d)}"
+        title = f"Speedup over {reference_title(refs)}, {direction_words(d)}"
         makers[f"speedup_{d}"] = partial(
-            lambda d, title: winners.speedup_figure(found(), d, refs, title, head), d, title
+            lambda d, title: speedup_figure(found(), d, refs, title, head), d, title
         )
     return makers
 
@@ -379,7 +390,7 @@ def speedup_directions(df: pd.DataFrame) -> list[str]:
     """The directions of the speedup figures: each measured one, and the training step where
     both fwd and bwd are."""
     have = list(dict.fromkeys(df["direction"]))
-    return have + ([winners.TRAIN] if {"fwd", "bwd"} <= set(have) else [])
+    return have + ([TRAIN] if {"fwd", "bwd"} <= set(have) else [])
 
 
 def answers_once(df: pd.DataFrame, samples: pd.DataFrame):
@@ -389,7 +400,7 @@ def answers_once(df: pd.DataFrame, samples: pd.DataFrame):
 
     def get():
         if not memo:
-            memo.append(winners.answers(df, samples))
+            memo.append(paired_answers(df, samples))
         return memo[0]
 
     return get
@@ -424,7 +435,7 @@ def figure_captions(df: pd.DataFrame, style, inputs: Inputs | None = None) -> di
         "TFLOP/s is the median over all timed repetitions of all sampled masks, with FLOPs from each mask's "
         "exact visible area"
     )
-    refs = winners.references((inputs or Inputs()).grid_cfg)
+    refs = references((inputs or Inputs()).grid_cfg)
     out = {
         "winner_map": (
             "Which kernel wins at each mask (row) and length (column), one panel per direction and one "
@@ -438,8 +449,8 @@ def figure_captions(df: pd.DataFrame, style, inputs: Inputs | None = None) -> di
     }
     for d in speedup_directions(df):
         out[f"speedup_{d}"] = (
-            f"Speedup of every kernel over the reference ({winners.reference_words(refs)}; the grid's "
-            f"reference_kernel), {winners.direction_words(d)}: the reference's "
+            f"Speedup of every kernel over the reference ({reference_words(refs)}; the grid's "
+            f"reference_kernel), {direction_words(d)}: the reference's "
             "time over the kernel's on the same sampled mask (draw), at every mask and length where "
             "both are ok; the marker is the median over the draws, the bar their min-max (no bar: one "
             "draw), log axis, 1x the reference. A heads setting measured at one length only is left "
