@@ -147,8 +147,13 @@ def test_timeout_is_drawn_in_tables_and_figures(hung_run):
     )  # it ran (as an OOM does): the mask is supported
     _, drawn = bars_at_length(df, "t")
     assert drawn["marks"]["timeout"] == 1 and drawn["bars"] == 1
-    _, counts = family_lines(df, ["causal"], "tflops", "TFLOP/s", "t")
-    assert counts["timeout_markers"] == 1 and counts["lines"] == 1
+    # one length: the panel is bars, the timed-out kernel's place carries its T/O mark
+    fig, counts = family_lines(df, ["causal"], "tflops", "TFLOP/s", "t")
+    assert counts["bar_panels"] == 1 and counts["points"] == 1 and counts["bar_marks"] == 1
+    marks = [
+        t for ax in fig.axes for t in ax.texts if (t.get_gid() or "").startswith("mark|timeout|")
+    ]
+    assert [t.get_text() for t in marks] == ["T/O"]
     assert "1 timeout" in (tables / "tflops.caption.rst").read_text()
 
 

@@ -2,6 +2,7 @@
 data, statuses included; the files each grid promises are written; captions render as the report
 renders them."""
 
+import html
 import re
 import sys
 import types
@@ -18,8 +19,9 @@ from attnbench.families.kernel import tables as kernel_tables
 from attnbench.kernels.catalog import KERNELS as CATALOG
 from attnbench.kernels.catalog import SPARSE_KERNELS
 from attnbench.report import captions, plotting, style, tables
+from attnbench.report.html import markdown_page
 from attnbench.report.labels import mask_families
-from attnbench.status import TIMED
+from attnbench.status import STATUSES, TIMED
 from synthetic_cells import KERNELS, LENGTHS, kernel_grid_config, kernel_table, tidy
 
 GRID_CFG = kernel_grid_config()
@@ -186,6 +188,10 @@ def test_write_figures_writes_the_promised_files_and_captions(cells_csv, tmp_pat
         "memory_vs_seqlen_bwd",
         "tflops_vs_seqlen_full_causal",
         "tflops_vs_seqlen_share_question",
+        "winner_map",
+        "speedup_fwd",
+        "speedup_bwd",
+        "speedup_train",
     }
     cap = (tmp_path / "tflops_bars_fwd.caption.rst").read_text()
     for fact in (
@@ -310,10 +316,41 @@ def test_kernel_tables_have_rows_per_length_and_a_column_per_kernel(cells_csv, t
     assert "Table 1" in cap and "| fa2" in cap and "Test GPU 80GB" in cap
 
 
+def test_every_table_gets_a_page_for_the_report_with_its_cells(cells_csv, tmp_path):
+    """The report shows an HTML file inline (a Markdown file only as a download link): each table's
+    Markdown is also written as a page, its caption a paragraph, its sections headings, its
+    numbers right-aligned cells."""
+    families.write_tables(cells_csv, tmp_path, grid="synthetic", grid_cfg=GRID_CFG)
+    for stem in families.table_stems(GRID_CFG):
+        md, page = (tmp_path / f"{stem}.{fmt}" for fmt in ("md", "html"))
+        text = page.read_text()
+        assert text.startswith("<!DOCTYPE html>") and "<table>" in text, stem
+        caption = md.read_text().split("\n", 1)[0]
+        assert html.escape(caption, quote=False) in text
+    page = (tmp_path / "tflops.html").read_text()
+    assert page.count("<table>") == 12 and "<h3>causal, GQA 64:8, forward</h3>" in page
+    assert "<td>11.0 [10.5-11.5]</td>" in page  # naive at 1K, as in the Markdown
+
+
+def test_markdown_page_reads_headings_aligned_tables_code_and_escapes():
+    md = (
+        "caption with `code` and <b>\n\n### a | b\n\n"
+        "| kernel | TFLOP/s |\n|:-------|--------:|\n| fa2 <x> | 1.5 |\n| `flex` | 2 |\n\nafter"
+    )
+    page = markdown_page(md, "t & u")
+    assert "<title>t &amp; u</title>" in page
+    assert '<p class="caption">caption with <code>code</code> and &lt;b&gt;</p>' in page
+    assert "<h3>a | b</h3>" in page
+    assert '<th>kernel</th>\n<th class="r">TFLOP/s</th>' in page
+    assert '<tr><td>fa2 &lt;x&gt;</td><td class="r">1.5</td></tr>' in page
+    assert '<tr><td><code>flex</code></td><td class="r">2</td></tr>' in page
+    assert "<p>after</p>" in page
+
+
 def test_a_family_without_captions_gets_generic_ones(cells_csv, tmp_path, monkeypatch):
     """The report machinery is family-agnostic: a family module that only draws still gets captions."""
 
-    def draw(df, out, st, only=None):
+    def draw(df, out, st, only=None, inputs=None):
         fig, ax = plt.subplots()
         ax.plot([1, 2], [1, 2])
         return plotting.save(fig, out, "fam_figure", st)
@@ -328,7 +365,7 @@ def test_a_family_without_captions_gets_generic_ones(cells_csv, tmp_path, monkey
     monkeypatch.setitem(
         sys.modules,
         "attnbench.families.testfam.figures",
-        types.SimpleNamespace(figures=draw, figure_captions=lambda df, st: {}),
+        types.SimpleNamespace(figures=draw, figure_captions=lambda df, st, inputs: {}),
     )
     df = pd.read_csv(cells_csv).assign(family="testfam")
     csv = tmp_path / "cells.csv"
@@ -418,3 +455,12 @@ def test_captions_name_the_tidy_table_they_were_drawn_from(df, tmp_path, monkeyp
     outside = Path("/elsewhere/tables/cells.csv")
     text = captions.caption_text("A figure.", df, "synthetic", GRID_CFG, source=outside)
     assert "the tidy table /elsewhere/tables/cells.csv;" in text.replace("\\", "")
+
+
+def test_the_reports_description_names_every_status_with_its_meaning():
+    text = (Path(__file__).parents[1] / "workflow/report/workflow.rst").read_text()
+    flat = " ".join(text.split())
+    for status in STATUSES:
+        assert f"``{status}`` (" in flat, status
+    for meaning in ("out of memory", "cell_timeout_s", "measured matmul ceiling"):
+        assert meaning in flat

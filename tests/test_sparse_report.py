@@ -4,8 +4,10 @@ unavailable kernels listed, dense references at equal area, exactly the files th
 import itertools
 
 import pandas as pd
+import pytest
 from attnbench import families as outputs
 from attnbench.families.sparse import report as sparse_report
+from attnbench.report import plotting
 from attnbench.report.outputs import ADVICE_STEM as ADVICE
 from attnbench.report.plotting import DEFAULT_STYLE
 
@@ -95,8 +97,13 @@ def tidy_table() -> pd.DataFrame:
 
 def test_tables_are_the_listed_files_with_statuses_and_dense_ratio(tmp_path):
     paths = sparse_report.tables(tidy_table(), tmp_path)
-    # the family's own tables: the advice every grid also lists is written by the tables driver
-    own = [n for n in outputs.table_names(GRID) if not n.startswith(f"{ADVICE}.")]
+    # the family's own tables: the advice every grid also lists, and each table's page for the
+    # report, are written by the tables driver
+    own = [
+        n
+        for n in outputs.table_names(GRID)
+        if not n.startswith(f"{ADVICE}.") and not n.endswith(".html")
+    ]
     assert sorted(p.name for p in paths) == sorted(own)
     md = (tmp_path / "sparse_tflops.md").read_text()
     for text in (
@@ -258,3 +265,31 @@ def test_cells_without_a_measurement_are_listed_with_their_reasons(tmp_path):
     oom = by[("flashinfer", "oom")]
     assert oom["reason"] == "(none recorded)" and oom["lengths"] == "64K"
     assert ("flex", "incorrect") in by and "sdpa_flash" not in text
+
+
+def test_each_sampled_layout_is_a_dot_where_a_cell_has_several():
+    df = tidy_table().reset_index(drop=True)
+    df["cell_id"] = [f"c{i}" for i in range(len(df))]
+    sparse, dense = sparse_report.split(df)
+    at_half = sparse[(sparse["density"] == 0.5) & sparse["status"].isin(["ok", "incorrect"])]
+    two = at_half[at_half["impl"] == "flex"]  # two layouts drawn for each flex cell
+    samples = pd.DataFrame(
+        [
+            {"cell_id": c, "sample": i, "tflops": t * f}
+            for c, t in zip(two["cell_id"], two["tflops"])
+            for i, f in enumerate((0.9, 1.1))
+        ]
+    )
+    draws = plotting.per_draw(samples)
+    fig, drawn = sparse_report._figure(
+        sparse[sparse["density"] == 0.5], None, "seqlen", "tflops", "TFLOP/s", "t", draws=draws
+    )
+    assert drawn["draw_dots"] == 2 * len(two)
+    ys = sorted(
+        y
+        for ax in fig.axes
+        for ln in ax.get_lines()
+        if (ln.get_gid() or "").startswith("draws|")
+        for y in ln.get_ydata()
+    )
+    assert ys == pytest.approx(sorted(samples["tflops"]))

@@ -1,5 +1,6 @@
 """Snakemake end to end on a tiny grid in a temporary folder: failures, reruns, regeneration."""
 
+import importlib.util
 import json
 import os
 import re
@@ -7,10 +8,13 @@ import shutil
 import subprocess
 import sys
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from commands import planned_jobs, tool_env
+from attnbench import families
+from commands import REPO, planned_jobs, tool_env
 from tinygrids import config_running, kernel_grid, snakemake_on_copy, workflow_copy
 
 TINY = kernel_grid(
@@ -238,17 +242,52 @@ def test_report_has_a_caption_per_figure_and_table_from_the_records(workdir):
     html = (workdir / "report.html").read_text()
     df = pd.read_csv(workdir / "results/tables/cells.csv")
     figures = sorted((workdir / "results/figures/tiny").glob("*.png"))
-    tables = sorted((workdir / "results/tables/tiny").glob("*.md"))
-    assert (
-        len(figures) == 4 and len(tables) == 4
-    )  # bars, memory, 2 mask families; tflops, memory, support, advice
+    # each table as its page (HTML: shown inline; its Markdown would be a download link)
+    tables = sorted((workdir / "results/tables/tiny").glob("*.html"))
+    assert [f.stem for f in tables] == ["advice", "memory", "support", "tflops"]
+    assert len(figures) == len(families.figure_stems(TINY))
     for f in figures + tables:
         assert f'"{f.name}"' in html, f.name  # each is in the report ...
+    assert not re.search(r'"[a-z_]+\.md"', html)  # ... and no Markdown file
     # ... with a caption naming the machine and software of the records
     assert html.count("Machine:</th>") == len(figures) + len(tables)
     assert html.count(f"torch {df['torch'].iloc[0]}") >= len(figures) + len(tables)
     assert df["device_name"].iloc[0] in html
     assert "System Message" not in html  # no reStructuredText error in any caption
+
+
+def _report_tool():
+    """tools/report_screenshot.py: the report in headless Chromium."""
+    spec = importlib.util.spec_from_file_location(
+        "report_screenshot", REPO / "tools/report_screenshot.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_the_reports_tables_show_in_a_browser(workdir, tmp_path):
+    """The report as a reader opens it, in a real headless Chromium: click the grid, its tables,
+    a table's view button; the table's page is shown and a cell's text is visible (drawn in the
+    viewport, the topmost element at its place)."""
+    if not (workdir / "results/tables/cells.csv").exists():
+        pytest.skip("needs the run of the first test")
+    tool = _report_tool()
+    if tool.chromium() is None:
+        pytest.skip("no Chromium to open the report in (Debian: apt-get install chromium)")
+    report = workdir / "report.html"
+    if not report.exists():
+        assert snakemake_on_copy(workdir, "--report", str(report)).returncode == 0
+    with tool.Browser(1200, 800) as b:
+        tool.show_table(b, report, "tiny", "support")
+        shot = b.screenshot(tmp_path / "report.png")
+        assert isinstance(tool.cell_visible(b, "support", "naive"), list)
+        assert tool.cell_visible(b, "support", "no such kernel") == "no cell"
+    pixels = plt.imread(shot)
+    assert pixels.shape[:2] == (800, 1200)
+    # a page drawn, not a blank one: the menu's dark and the table's white, and text between
+    assert len(np.unique(pixels.reshape(-1, pixels.shape[2]), axis=0)) > 50
 
 
 @pytest.mark.slow

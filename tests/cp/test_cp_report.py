@@ -1,7 +1,12 @@
-"""The CP tables' derived columns, from tidy-table rows (synthetic numbers, not measurements)."""
+"""The CP tables' derived columns and what the CP figures draw, from tidy-table rows (synthetic
+numbers, not measurements)."""
 
 import pandas as pd
+import pytest
+from attnbench.cp.catalog import METHODS
 from attnbench.families.cp.report import breakdown_table, tflops_table, vs_single_gpu_table
+
+CP_COLOURS = {m: info.colour for m, info in METHODS.items()}
 
 
 def row(
@@ -261,3 +266,121 @@ def test_every_cp_cell_is_shared_against_the_bare_kernel_over_its_whole_sequence
     assert share([emu, per_gpu]) == (NONE, "8K")
     measured = {**emu, "_emulated": False}
     assert share([measured, per_gpu, whole]) == ("50%", "8K")
+
+
+def cp_table(rows, grid="g") -> pd.DataFrame:
+    """Tidy CP rows of a grid, with the machine columns every figure names."""
+    from synthetic_cells import ENV
+
+    return pd.DataFrame([{**ENV, "grid": grid, "family": "cp", **r} for r in rows])
+
+
+def _figure_inputs(tmp_path, cells, model=None):
+    """The figures' Inputs: the whole tidy table, and the CP model's table of the grid where
+    given."""
+    from attnbench.report.figures import Inputs
+
+    tables = tmp_path / "cp"
+    tables.mkdir(exist_ok=True)
+    if model is not None:
+        pd.DataFrame(model).to_csv(tables / "cp_model_validation.csv", index=False)
+    return Inputs(cells=cp_table(cells, grid="other"), tables_dir=tables)
+
+
+def _marks(drawn_fig):
+    fig, drawn = drawn_fig
+    out = {}
+    for ax in fig.axes:
+        for a in [*ax.patches, *ax.get_lines()]:
+            gid = a.get_gid() or ""
+            if gid.split("|")[0] in ("measured", "emulated", "modelled"):
+                head, gpus = gid.rsplit("|", 1)  # kind|mask|direction|tpg|slot|gpus
+                kind, mask, _, tpg, slot = head.split("|", 4)
+                y = a.get_height() if hasattr(a, "get_height") else a.get_ydata()[0]
+                out[(kind, mask, int(tpg), f"{slot} | {gpus}")] = (
+                    y,
+                    a.get_facecolor() if hasattr(a, "get_height") else a.get_markeredgecolor(),
+                )
+    return out, drawn, fig
+
+
+def test_cp_efficiency_draws_measured_emulated_and_modelled_shares_by_their_rule(tmp_path):
+    """The share of each CP cell is cp_vs_single_gpu's; an emulated cell of another grid at the
+    same point is a hollow diamond beside it; the model's prediction for the cell a tick, over
+    the same baseline; each method in its own colour."""
+    import matplotlib.pyplot as plt
+    from attnbench.families.cp.figures import efficiency
+    from attnbench.report.figures import Inputs
+    from matplotlib.colors import to_rgba
+
+    def lk(r, ran="fa3"):
+        return {**r, "local_kernel": ran, "local_kernel_setting": "auto"}
+
+    grid = cp_table(
+        [
+            lk(row("ring_p2p", 2, 150.0)),
+            lk(row("ulysses", 2, 180.0)),
+            lk(row("ring_allgather", 2, 120.0, tpg=2048)),  # no baseline of 4K tokens
+        ]
+    )
+    other = [
+        lk(row("local", 1, 200.0, tpg=8192)),  # the baseline of 2 x 4K, in another grid
+        {**lk(row("ring_p2p", 2, 190.0)), "emulated": True},
+    ]
+    model = [
+        {
+            "method": "ring_p2p",
+            "mask": "full",
+            "direction": "fwd",
+            "gpus": 2,
+            "tokens_per_gpu": 4096,
+            "local_kernel": "fa3",
+            "predicted_tflops_per_gpu": 160.0,
+        }
+    ]
+    inputs = _figure_inputs(tmp_path, other, model)
+    marks, drawn, fig = _marks(efficiency(grid, inputs))
+    shares = vs_single_gpu_table(pd.concat([grid, cp_table(other)])).reset_index()
+    ring = shares[shares["method"] == "ring_p2p"]["share of 1 GPU"].iloc[0]
+    assert ring == "75%"  # the table's share: 150 over 200
+    assert marks[("measured", "full", 4096, "ring_p2p | fa3 | 2")][0] == pytest.approx(75.0)
+    assert marks[("measured", "full", 4096, "ulysses | fa3 | 2")][0] == pytest.approx(90.0)
+    assert marks[("emulated", "full", 4096, "ring_p2p | fa3 | 2")][0] == pytest.approx(95.0)
+    assert marks[("modelled", "full", 4096, "ring_p2p | fa3 | 2")][0] == pytest.approx(80.0)
+    assert drawn["measured"] == 2 and drawn["emulated"] == 1 and drawn["modelled"] == 1
+    colours = {k[3].split(" | ")[0]: v[1] for k, v in marks.items() if k[0] == "measured"}
+    assert colours["ring_p2p"] != colours["ulysses"]
+    assert colours["ring_p2p"] == to_rgba(CP_COLOURS["ring_p2p"])
+    notes = " ".join(" ".join(t.get_text() for t in fig.texts).split())  # wrapped lines joined
+    assert "Emulated cells from grid other" in notes
+    assert (
+        "No share (no 1-GPU cell over the same documents): full | fwd | 2048 tokens/GPU" in notes
+    )
+    plt.close(fig)
+    # without the other grid's baseline, no share and no panel; without the model, no tick
+    marks, drawn, fig = _marks(efficiency(grid, Inputs()))
+    assert drawn["measured"] == drawn["modelled"] == 0 and not marks
+    plt.close(fig)
+
+
+def test_cp_tflops_draws_the_bare_kernel_of_the_same_sequence_in_the_one_gpu_group(tmp_path):
+    import matplotlib.pyplot as plt
+    from attnbench.families.cp.figures import tflops_vs_gpus
+    from attnbench.report.figures import Inputs
+
+    grid = cp_table(
+        [
+            row("local", 1, 200.0, tpg=8192),
+            row("ring_p2p", 2, 150.0),
+            row("ulysses", 2, None, status="oom"),
+        ]
+    )
+    marks, drawn, fig = _marks(tflops_vs_gpus(grid, Inputs()))
+    assert set(marks) == {
+        ("measured", "full", 4096, "ring_p2p | ? | 2"),
+        ("measured", "full", 4096, "local | ? (8K) | 1"),
+    }
+    assert marks[("measured", "full", 4096, "local | ? (8K) | 1")][0] == 200.0
+    notes = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "ulysses OOM at 2" in notes
+    plt.close(fig)

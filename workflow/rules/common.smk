@@ -189,9 +189,9 @@ def _for_report(path, grid, kind, stem):
 
 
 def table_outputs(grid):
-    """Tables and captions; the Markdown of each table goes into `snakemake --report`."""
+    """Tables and captions; the HTML page of each table goes into `snakemake --report`."""
     out = [
-        _for_report(f, grid, "tables", Path(f).stem) if f.endswith(".md") else f
+        _for_report(f, grid, "tables", Path(f).stem) if f.endswith(outputs.REPORT_TABLE) else f
         for f in table_files(grid)
     ]
     return out + caption_files(grid, "tables")

@@ -76,6 +76,7 @@ for _grid in RUN:
             f"figures_{_grid}"
         input:
             cells=f"{OUT}/tables/cells.csv",
+            samples=f"{OUT}/tables/samples.csv",
             code=report_code(_grid, "FIGURES"),
         output:
             figure_outputs(_grid),

@@ -9,7 +9,10 @@
     table_stems(grid), figure_stems(grid)            the files its tables and figures write
     TABLES, FIGURES          its modules (in the folder) holding
                              tables(df, out, samples) -> paths, table_captions(df) -> ({stem: text}, {stem: rst}),
-                             figures(df, out, style, only) -> paths, figure_captions(df, style) -> {stem: text}
+                             figures(df, out, style, only, inputs) -> paths,
+                             figure_captions(df, style, inputs) -> {stem: text}
+                             (inputs: report.figures.Inputs: the per-sample table, the whole
+                             tidy table, the grid's tables folder and settings)
     advice.ADVICE            what its answers are about (report.advice.AdviceFamily: point keys,
                              contenders, words), in its module advice.py
 

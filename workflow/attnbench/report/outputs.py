@@ -10,8 +10,10 @@ CAPTION_SUFFIX = ".caption.rst"
 # Every grid's tables include the advice (report.advice), whatever its family.
 ADVICE_STEM = "advice"
 
-# Every table is written in these formats (report.tables.write_table).
-TABLE_FORMATS = ("md", "tex")
+# Every table is written in these formats (report.tables.write_table; html: its Markdown as a page,
+# report.html), and the one the report shows (inline: a Markdown file would be a download link).
+TABLE_FORMATS = ("md", "tex", "html")
+REPORT_TABLE = ".html"
 
 # Formats the report can show inline, best first.
 REPORT_FORMATS = ("png", "svg", "pdf")

@@ -298,6 +298,7 @@ def new_counts() -> dict:
     return {
         "lines": 0,
         "points": 0,
+        "draw_dots": 0,
         "oom_markers": 0,
         "incorrect_markers": 0,
         "timeout_markers": 0,
@@ -314,12 +315,14 @@ def draw_lines(
     where: str,
     direction: str,
     heads_styles: dict | None = None,
+    draws: dict | None = None,
 ):
     """One line per (kernel, heads) at x = `x_of(rows)` (an array per frame of rows); OOM as X and
     timeout as T on the floor, rings on incorrect points; kernels without a number recorded in `notrun`.
 
     `d` holds one panel's rows (one direction); `heads_styles` maps (hq, hkv) to a line style
-    when several heads settings share the panel (None: every line solid).
+    when several heads settings share the panel (None: every line solid); `draws`: {cell_id:
+    the value on each of its draws} (per_draw), drawn as dots where a cell has several.
     """
     impls = order(d["impl"])
     d = d.assign(_x=np.asarray(x_of(d), dtype=float) if len(d) else [])
@@ -346,6 +349,8 @@ def draw_lines(
                 )
                 counts["lines"] += 1
                 counts["points"] += len(ran)
+                if draws:
+                    counts["draw_dots"] += draw_dots(ax, ran, draws, impl, tag)
                 bad = ran[ran["status"] == "incorrect"]
                 if len(bad):
                     ax.plot(
@@ -361,7 +366,7 @@ def draw_lines(
             for status, style in (("oom", OOM_MARKER), ("timeout", TIMEOUT_MARKER)):
                 floor = g[g["status"] == status]
                 if len(floor):
-                    ax.plot(
+                    ax.plot(  # y in axes units: on the floor of a linear or a log axis
                         floor["_x"].to_numpy() + shift,
                         np.zeros(len(floor)),
                         lw=0,
@@ -369,12 +374,69 @@ def draw_lines(
                         clip_on=False,
                         zorder=5,
                         gid=f"{status}|{tag}",
+                        transform=ax.get_xaxis_transform(),
                         **style,
                     )
                     counts[f"{status}_markers"] += len(floor)
             for status in ("unsupported", "unavailable"):
                 if (g["status"] == status).any():
                     notrun.add(status, impl, where, (hk, direction))
+
+
+def per_draw(samples: pd.DataFrame | None, value: str = "tflops") -> dict:
+    """{cell_id: [value on each draw]} from the per-sample table (report.collect.read_samples)."""
+    if samples is None or samples.empty or value not in samples:
+        return {}
+    s = samples.dropna(subset=[value]).sort_values(["cell_id", "sample"])
+    return {str(k): g[value].tolist() for k, g in s.groupby("cell_id", sort=False)}
+
+
+DRAW_DOT = {"marker": "o", "ms": 2.2, "alpha": 0.55, "mew": 0, "lw": 0}
+
+
+def draw_dots(ax, ran: pd.DataFrame, draws: dict, name: str, tag: str) -> int:
+    """Each draw of the rows' cells as a small dot beside its point (cells with one draw: none,
+    the point is the draw); returns how many were drawn."""
+    xs, ys = [], []
+    for x, cell in zip(ran["_x"], ran["cell_id"].astype(str)):
+        values = draws.get(cell, [])
+        if len(values) > 1:
+            offsets = np.linspace(-0.12, 0.12, len(values))
+            xs += list(x + offsets)
+            ys += values
+    if xs:
+        ax.plot(xs, ys, color=colour(name), gid=f"draws|{tag}", **DRAW_DOT)
+    return len(xs)
+
+
+def ceiling_line(ax, df: pd.DataFrame) -> float | None:
+    """The device's measured matmul ceiling (matmul_peak_tflops) as a dashed line across the
+    panel, with head room above it; None (nothing drawn) where the records carry none."""
+    peaks = df["matmul_peak_tflops"].dropna() if "matmul_peak_tflops" in df else pd.Series()
+    if peaks.empty:
+        return None
+    peak = float(peaks.median())
+    ax.axhline(peak, color="0.25", ls=(0, (5, 3)), lw=1.0, zorder=1, gid="ceiling")
+    ax.set_ylim(top=max(ax.get_ylim()[1], peak * 1.08))
+    return peak
+
+
+def ceiling_handle(peak: float, dtype: str) -> dict:
+    text = f"measured {dtype} matmul ceiling ({peak:.1f} TFLOP/s)"
+    return {text: Line2D([], [], color="0.25", ls=(0, (5, 3)), lw=1.0)}
+
+
+def log_axis(ax, values):
+    """A log y axis over positive values, ticks at 1, 2, 5 x 10^k written plainly (0.1, 2, 50)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    values = [v for v in values if v > 0]
+    if values:
+        ax.set_ylim(min(values) / 1.6, max(values) * 1.6)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def categorical_lengths(ax, lengths: list):
@@ -388,12 +450,16 @@ def categorical_lengths(ax, lengths: list):
     ax.set_xlabel("sequence length (tokens)")
 
 
-def finish_axes(ax, ylabel: str):
-    ax.set_ylim(bottom=0)
-    ax.set_ylim(top=ax.get_ylim()[1] * 1.06)  # head room: points at the maximum stay whole
+def finish_axes(ax, ylabel: str, log: bool = False):
+    """Labels and grid; a linear axis from 0 with head room (points at the maximum stay whole),
+    a log axis as log_axis set it."""
+    if not log:
+        ax.set_ylim(bottom=0)
+        ax.set_ylim(top=ax.get_ylim()[1] * 1.06)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.minorticks_off()
+    if not log:
+        ax.minorticks_off()
 
 
 def outer_labels(axes, ncols: int):

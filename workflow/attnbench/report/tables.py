@@ -1,5 +1,5 @@
 """What every family's tables share: numbers with their spread, status words in place of numbers,
-comparisons within the spread, and the Markdown and LaTeX writers (each family's own tables are
+comparisons within the spread, and the Markdown, LaTeX and HTML writers (each family's own tables are
 in attnbench.families.<family>)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import pandas as pd
 from ..status import TIMED
 from . import captions
 from .collect import grid_rows, read_samples
+from .html import markdown_page
 from .labels import GIB, STATUS_LABEL, order, seqlen_label
 
 SUPPORTED, UNSUPPORTED = "\u2713", "\u2717"  # check mark, ballot x
@@ -178,6 +179,14 @@ def describe_setup(df) -> str:
     return f"device: {dev}; dtype: {', '.join(sorted(set(df['dtype'])))}"
 
 
+def html_page(md: Path, grid: str | None) -> Path:
+    """The table's page for the report (report.html), beside its Markdown."""
+    page = md.with_suffix(".html")
+    title = f"{grid}: {md.stem}" if grid else md.stem
+    page.write_text(markdown_page(md.read_text(), title))
+    return page
+
+
 def write_tables(
     cells_csv,
     out_dir,
@@ -190,7 +199,8 @@ def write_tables(
 ) -> list[Path]:
     """A grid's tables as its family's module (`part_of(family)`: its tables(df, out, samples) and
     table_captions(df)) writes them, those every grid gets (`every_grid(df, out, grid, family)`:
-    the advice, which uses this module's formatting), and a report caption per table."""
+    the advice, which uses this module's formatting), each table's page for the report (its
+    Markdown as HTML: html_page) and a report caption per table."""
     df, name = grid_rows(cells_csv, grid, family, grid_cfg)
     part = part_of(name)
     out = Path(out_dir)
@@ -201,6 +211,9 @@ def write_tables(
     paths = part.tables(df, out, samples) + (every_grid(df, out, grid, name) if every_grid else [])
     whats, extras = part.table_captions(df)
     stems = list(dict.fromkeys(Path(p).stem for p in paths))
+    paths += [
+        html_page(out / f"{stem}.md", grid) for stem in stems if (out / f"{stem}.md").exists()
+    ]
     for stem in stems:  # default description: the first line of the Markdown file (its caption)
         md = out / f"{stem}.md"
         if stem not in whats and md.exists():

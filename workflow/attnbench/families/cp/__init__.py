@@ -24,7 +24,7 @@ def problems(cfg, grid, prod, at) -> list[str]:
 NAME = "cp"
 CELL_COMMAND = "cp-cell"
 TABLES = "report"
-FIGURES = "report"
+FIGURES = "figures"
 
 
 def record_skeleton(spec: dict) -> dict:
@@ -47,4 +47,4 @@ def table_stems(grid: dict) -> list[str]:
 
 
 def figure_stems(grid: dict) -> list[str]:
-    return ["cp_tflops_vs_gpus", "cp_breakdown"]
+    return ["cp_tflops_vs_gpus", "cp_efficiency", "cp_breakdown"]

@@ -1,30 +1,27 @@
-"""Tables and figures of `family: cp` grids, from the tidy table alone (attnbench.families calls these).
+"""Tables of `family: cp` grids, from the tidy tables alone (attnbench.families calls these), and
+what the CP figures (figures.py) share with them: the variants' names, the panels, the share rule.
 
 Tables: per-GPU TFLOP/s (median [p20-p80]) of every method per (mask, direction, tokens per GPU,
 GPUs) and the advice's verdict (cp_tflops), its share of the bare local kernel on one GPU
-(`local`) over the same documents (cp_vs_single_gpu), and the
+(`local`) over the same documents (cp_vs_single_gpu; share_of), and the
 communication/computation breakdown with bytes, load balance, degrees and memory (cp_breakdown).
-Figures: per-GPU TFLOP/s vs number of GPUs, one panel per mask and direction (and tokens per GPU
-where the grid has several) (cp_tflops_vs_gpus), and the compute-only / communication-only /
-measured times per method and GPU count (cp_breakdown).
 
 Emulated cells (`cp.emulate`: the compute of every rank emulated on one device, no transfer;
 families/cp/emulated.py) are never read as distributed measurements: their method is named
-`METHOD [emulated]` everywhere, they are never the fastest of a row, their lines are dashed and
-their breakdown marks are hollow diamonds ("emulated compute"), and every caption says so.
+`METHOD [emulated]` in the tables, they are never the fastest of a row, the figures draw them as
+hollow diamonds, and every caption says so.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from ...cp.catalog import BARE_KERNEL, method_label
-from ...report import plotting
 from ...report.collect import emulated
 from ...report.labels import GIB, STATUS_LABEL, order, seqlen_label
-from ...report.style import colour
 from ...report.tables import (
     MEDIAN_SPREAD,
     describe_setup,
@@ -56,7 +53,7 @@ def with_variants(df: pd.DataFrame) -> pd.DataFrame:
     """Methods that a grid runs in several variants (local-kernel settings, dK/dV dtypes, documents
     split) get one
     name per variant in tables and figures, e.g. `ring_p2p [dkv input]`; the bare kernel keeps
-    its name (it is the baseline, matched by its local kernel: _baseline). An emulated cell's
+    its name (it is the baseline, matched by its local kernel: baseline_of). An emulated cell's
     method is always `METHOD [emulated]` (EMULATED_NOTE)."""
     if df.empty:
         return df
@@ -81,11 +78,11 @@ def with_variants(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(impl=names, _emulated=emu)
 
 
-def _is_emulated(name: str) -> bool:
+def is_emulated_name(name: str) -> bool:
     return name.endswith(f"[{EMULATED_TAG}]")
 
 
-def _emulated_note(df: pd.DataFrame) -> str:
+def emulated_note(df: pd.DataFrame) -> str:
     return f"; {EMULATED_NOTE}" if "_emulated" in df and df["_emulated"].any() else ""
 
 
@@ -93,7 +90,7 @@ def _tokens(df) -> list[int]:
     return sorted(set(df["tokens_per_gpu"].dropna().astype(int))) if "tokens_per_gpu" in df else []
 
 
-def _panels(df):
+def cp_panels(df):
     """(mask, direction, tokens per GPU) of each panel; the length is None where the grid has one."""
     tpg = df["tokens_per_gpu"] if len(_tokens(df)) > 1 else [None] * len(df)
     panels = list(dict.fromkeys(zip(df["mask"], df["direction"], tpg)))
@@ -104,12 +101,12 @@ def _panels(df):
     )
 
 
-def _panel_rows(df, mask, direction, tpg):
+def panel_rows(df, mask, direction, tpg):
     d = df[(df["mask"] == mask) & (df["direction"] == direction)]
     return d if tpg is None else d[d["tokens_per_gpu"] == tpg]
 
 
-def _panel_title(mask, direction, tpg) -> str:
+def panel_title(mask, direction, tpg) -> str:
     return f"{mask} | {direction}" + ("" if tpg is None else f" | {int(tpg)} tokens/GPU")
 
 
@@ -127,7 +124,7 @@ def _degrees(r) -> str:
 # ---------------------------------------------------------------- tables
 
 
-def _name(m: str) -> str:
+def method_name(m: str) -> str:
     """A method's name in tables and legends, with its label where it has one."""
     label = method_label(m)
     return m if label == m else f"{m} ({label})"
@@ -187,7 +184,7 @@ def tflops_table(df: pd.DataFrame, samples: pd.DataFrame | None = None) -> pd.Da
         for a in found
     }
     t["fastest (advice)"] = [best.get(k, "") for k in t.index]
-    return t.rename(columns=_name)
+    return t.rename(columns=method_name)
 
 
 # A CP cell and its baseline share all of these: the same whole sequence (the bare kernel runs
@@ -195,7 +192,7 @@ def tflops_table(df: pd.DataFrame, samples: pd.DataFrame | None = None) -> pd.Da
 BASELINE_KEY = ["mask", "direction", "seqlen", "heads_q", "heads_kv", "head_dim", "dtype"]
 
 
-def _baselines(df: pd.DataFrame) -> dict:
+def baselines(df: pd.DataFrame) -> dict:
     """The `local` cells (bare kernel, 1 GPU) of each BASELINE_KEY, whatever their status."""
     bare = df[(df["impl"] == BARE_KERNEL) & (df["gpus"] == 1)]
     out = {}
@@ -204,7 +201,7 @@ def _baselines(df: pd.DataFrame) -> dict:
     return out
 
 
-def _baseline(refs: dict, r):
+def baseline_of(refs: dict, r):
     """The CP cell's baseline: the bare cell over the same documents (its key) that ran the same
     local kernel, else the one of the same local-kernel setting; None without one."""
     cands = refs.get(tuple(r.get(k) for k in BASELINE_KEY), [])
@@ -226,28 +223,53 @@ def _kernel_text(r) -> str:
     return f"{ran} (auto)" if setting == "auto" and ran != "auto" else str(ran)
 
 
-def _share(r, ref, draws: dict) -> str:
-    """The cell's per-GPU TFLOP/s over the bare kernel's over the same documents, draw by draw
-    (one GPU's time over GPUs x the CP time: the same FLOPs), or why there is none."""
+@dataclass(frozen=True)
+class Share:
+    """A CP cell's per-GPU TFLOP/s over the bare kernel's over the same documents, draw by draw:
+    one GPU's time over GPUs x the CP time on each draw (the same FLOPs)."""
+
+    median: float | None  # None: no share (`why` says why)
+    lo: float | None = None  # min and max over the draws
+    hi: float | None = None
+    draws: int = 0
+    apart: bool = False  # on every draw the two p20-p80 intervals (of g x CP time) are apart
+    why: str = ""
+
+    def text(self) -> str:
+        if self.median is None:
+            return f"none ({self.why})"
+        text = f"{self.median:.0%}"
+        if self.draws > 1:
+            text += f" [{self.lo:.0%}-{self.hi:.0%}]"
+        return text if self.apart else f"~ {text} (within spread)"
+
+
+def share_of(r, ref, draws: dict) -> Share | None:
+    """The cell's share of its baseline `ref` (None: the cell has no number, so no share either;
+    a Share without a median says why there is none)."""
     if r["status"] not in TIMED or pd.isna(r["tflops"]):
-        return ""
+        return None
     if ref is None:
-        return "none (no 1-GPU cell over the same documents)"
+        return Share(None, why="no 1-GPU cell over the same documents")
     if "incorrect" in (r["status"], ref["status"]):
-        return "none (wrong)"
+        return Share(None, why="wrong")
     if ref["status"] != "ok" or pd.isna(ref["tflops"]):
-        return f"none (baseline {STATUS_LABEL.get(ref['status'], ref['status'])})"
+        return Share(None, why=f"baseline {STATUS_LABEL.get(ref['status'], ref['status'])}")
     mine, base = _draws(r, draws), _draws(ref, draws)
     if [d.key for d in mine] != [d.key for d in base]:
-        return "none (other documents)"
+        return Share(None, why="other documents")
     g = int(r["gpus"])
     shares = [b.median / (g * c.median) for c, b in zip(mine, base)]
     # resolved where, on every draw, the two p20-p80 intervals (of g x CP time) are apart
     apart = all(b.p80 < g * c.p20 or g * c.p80 < b.p20 for c, b in zip(mine, base))
-    text = f"{pd.Series(shares).median():.0%}"
-    if len(shares) > 1:
-        text += f" [{min(shares):.0%}-{max(shares):.0%}]"
-    return text if apart else f"~ {text} (within spread)"
+    median = float(pd.Series(shares).median())
+    return Share(median, min(shares), max(shares), len(shares), apart)
+
+
+def _share(r, ref, draws: dict) -> str:
+    """The share's text in cp_vs_single_gpu, or why there is none ('' where the cell has no number)."""
+    share = share_of(r, ref, draws)
+    return "" if share is None else share.text()
 
 
 def _draws(r, draws: dict):
@@ -268,10 +290,10 @@ def vs_single_gpu_table(df: pd.DataFrame, samples: pd.DataFrame | None = None) -
     instead: it runs the CP framework around the kernel)."""
     from ...report.advice import draws_by_cell
 
-    refs, draws = _baselines(df), draws_by_cell(samples)
+    refs, draws = baselines(df), draws_by_cell(samples)
     rows = []
     for _, r in df[df["impl"] != BARE_KERNEL].iterrows():
-        ref = _baseline(refs, r)
+        ref = baseline_of(refs, r)
         rows.append(
             {
                 **_point(r),
@@ -365,7 +387,7 @@ def tables(df: pd.DataFrame, out: Path, samples: pd.DataFrame | None = None) -> 
         f"context parallelism: TFLOP/s per GPU ({MEDIAN_SPREAD}; global FLOPs / (slowest rank's time x "
         "GPUs)); fastest (advice): the advice's verdict at the point (advice.md: methods compared "
         "draw by draw, a winner only where every other method is slower on every draw, p20-p80 "
-        f"apart, else 'A ~ B'); emulated cells are never the fastest{_emulated_note(df)}; "
+        f"apart, else 'A ~ B'); emulated cells are never the fastest{emulated_note(df)}; "
         f"{describe_setup(df)}",
     )
     paths += write_table(
@@ -381,7 +403,7 @@ def tables(df: pd.DataFrame, out: Path, samples: pd.DataFrame | None = None) -> 
         f"lacks that baseline (add `methods: [{BARE_KERNEL}]` with `gpus: [1]` at the CP cell's "
         "whole length as its tokens_per_gpu; a CP method at 1 GPU is never used instead, nor a "
         "one-GPU cell of other documents); 'none (wrong)': either cell disagrees with the float64 "
-        f"reference, no share is computed{_emulated_note(df)}; {describe_setup(df)}",
+        f"reference, no share is computed{emulated_note(df)}; {describe_setup(df)}",
     )
     paths += write_table(
         breakdown_table(df),
@@ -393,177 +415,11 @@ def tables(df: pd.DataFrame, out: Path, samples: pd.DataFrame | None = None) -> 
         "in brackets), measured / compute-only (above 1: what transfers cost the real schedule), "
         f"bytes sent per rank (max) and whether they equal the schedule's formula; an emulated "
         "cell's time is its compute only (the slowest rank), its rank spread the slowest rank's "
-        f"median over the mean of all ranks'{_emulated_note(df)}; {describe_setup(df)}",
+        f"median over the mean of all ranks'{emulated_note(df)}; {describe_setup(df)}",
     )
     return paths
-
-
-# ---------------------------------------------------------------- figures
-
-
-TFLOPS_NOTE = (
-    "per-GPU TFLOP/s = global FLOPs of the exact mask area / (slowest rank's time x GPUs); "
-    "X on the axis: out of memory; red ring: disagrees with the float64 reference"
-)
-BREAKDOWN_NOTE = (
-    "solid: the schedule with transfers disabled; hatched: with computation disabled; "
-    "dot: the real schedule (a dot below the bar's top means communication overlapped computation)"
-)
-
-
-def tflops_vs_gpus(df: pd.DataFrame):
-    """One panel per (mask, direction); a line per method; OOM as X on the floor. Returns the
-    figure and what was drawn (for tests)."""
-    panels = _panels(df)
-    fig, axes = plotting.grid_axes(len(panels), ncols=min(4, max(1, len(panels))))
-    drawn = {"lines": 0, "points": 0, "oom_markers": 0, "not_run": {}}
-    for ax, (mask, direction, tpg) in zip(axes, panels):
-        d = _panel_rows(df, mask, direction, tpg)
-        not_run = []
-        for m in order(d["impl"]):
-            g = d[d["impl"] == m]
-            points, ooms = plotting.timed_line(
-                ax,
-                g,
-                "gpus",
-                "tflops",
-                m,
-                _name(m),
-                ms=5,
-                lw=1.4,
-                ring_ms=10,
-                ls="--" if _is_emulated(m) else "-",
-            )
-            drawn["lines"] += int(points > 0)
-            drawn["points"] += points
-            drawn["oom_markers"] += ooms
-            for st in ("unsupported", "unavailable", "timeout", "crashed"):
-                gpus = sorted(g[g["status"] == st]["gpus"])
-                if gpus:
-                    not_run.append(f"{m} {STATUS_LABEL[st]} at {','.join(map(str, gpus))}")
-        drawn["not_run"][(mask, direction) if tpg is None else (mask, direction, tpg)] = not_run
-        xs = sorted(set(d["gpus"]))
-        ax.set_xticks(xs, [str(x) for x in xs])
-        ax.set_ylim(bottom=0)
-        ax.set_title(_panel_title(mask, direction, tpg), fontsize="medium")
-        ax.set_xlabel("GPUs (ranks)")
-        ax.set_ylabel("TFLOP/s per GPU")
-        ax.grid(alpha=0.3)
-        if not_run:
-            plotting.panel_notes(ax, not_run)
-    _legend(fig, axes)
-    fig.suptitle(
-        f"Context parallelism: throughput vs GPUs ({', '.join(map(str, _tokens(df)))} tokens per GPU) | "
-        f"{plotting.describe(df)}",
-        y=1.0,
-    )
-    plotting.note_below(
-        fig, TFLOPS_NOTE + _emulated_note(df).replace("; ", "; dashed, ", 1), -0.12
-    )
-    return fig, drawn
-
-
-def breakdown(df: pd.DataFrame):
-    """Per (mask, direction) panel, for each GPU count a group of stacked bars per method:
-    compute-only time and, above it, communication-only time; a black dot marks the measured
-    time (below the bar's top: the schedule overlapped the two)."""
-    panels = _panels(df)
-    fig, axes = plotting.grid_axes(len(panels), ncols=min(3, max(1, len(panels))), w=4.6, h=3.0)
-    drawn = {"bars": 0}
-    for ax, (mask, direction, tpg) in zip(axes, panels):
-        d = _panel_rows(df, mask, direction, tpg)
-        d = d[d["status"].isin(TIMED)]
-        methods = order(d["impl"])
-        gpus = sorted(set(d["gpus"]))
-        width = 0.8 / max(1, len(methods))
-        for gi, n in enumerate(gpus):
-            for mi, m in enumerate(methods):
-                r = d[(d["impl"] == m) & (d["gpus"] == n)]
-                if r.empty:
-                    continue
-                r = r.iloc[0]
-                x = gi + (mi - (len(methods) - 1) / 2) * width
-                comp, comm = r.get("compute_only_ms"), r.get("comm_only_ms")
-                if pd.notna(comp) and pd.notna(comm):
-                    ax.bar(x, comp, width * 0.9, color=colour(m), label=_name(m))
-                    ax.bar(
-                        x,
-                        comm,
-                        width * 0.9,
-                        bottom=comp,
-                        color=colour(m),
-                        alpha=0.35,
-                        hatch="//",
-                        edgecolor=colour(m),
-                    )
-                    drawn["bars"] += 2
-                if _is_emulated(m):  # its time is compute only: never the measured dot
-                    ax.plot(
-                        x,
-                        r["time_ms_median"],
-                        "D",
-                        mfc="none",
-                        mec=colour(m),
-                        ms=5,
-                        label="emulated compute (one device, no transfer; not measured)",
-                    )
-                    drawn["emulated"] = drawn.get("emulated", 0) + 1
-                    continue
-                ax.plot(
-                    x,
-                    r["time_ms_median"],
-                    "o",
-                    color="black",
-                    ms=3.5,
-                    label="measured (real schedule)",
-                )
-        ax.set_xticks(range(len(gpus)), [str(n) for n in gpus])
-        ax.set_xlabel("GPUs (ranks)")
-        ax.set_ylabel("time per call (ms, slowest rank)")
-        ax.set_title(_panel_title(mask, direction, tpg), fontsize="medium")
-        ax.grid(alpha=0.3, axis="y")
-    from matplotlib.patches import Patch
-
-    styles = [
-        Patch(facecolor="0.5", label="compute-only (transfers off)"),
-        Patch(
-            facecolor="0.5",
-            alpha=0.35,
-            hatch="//",
-            edgecolor="0.5",
-            label="communication-only (compute off)",
-        ),
-    ]
-    _legend(fig, axes, ncol=4, extra=styles)
-    fig.suptitle(
-        f"Context parallelism: communication vs computation | {plotting.describe(df)}", y=1.0
-    )
-    plotting.note_below(fig, BREAKDOWN_NOTE + _emulated_note(df), -0.16)
-    return fig, drawn
-
-
-def _legend(fig, axes, ncol=6, extra=()):
-    handles = plotting.collect_handles(axes)
-    for h in extra:
-        handles[h.get_label()] = h
-    if handles:
-        plotting.legend_below(fig, handles, min(ncol, len(handles)))
-
-
-def figures(df: pd.DataFrame, out: Path, style, only=None) -> list[Path]:
-    """Both figures at once (`only` is not used: they share no costly part worth splitting)."""
-    df = with_variants(df)
-    fig, _ = tflops_vs_gpus(df)
-    paths = plotting.save(fig, out, "cp_tflops_vs_gpus", style)
-    fig, _ = breakdown(df)
-    return paths + plotting.save(fig, out, "cp_breakdown", style)
 
 
 def table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
     """Each table is described by its Markdown caption (the first line of its file)."""
     return {}, {}
-
-
-def figure_captions(df: pd.DataFrame, style) -> dict:
-    """The report's captions of these figures give machine, data and software only."""
-    return {}

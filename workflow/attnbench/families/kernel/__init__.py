@@ -43,8 +43,14 @@ def figure_stems(grid: dict) -> list[str]:
     from ...report.labels import mask_families
     from ...report.outputs import grid_axis, grid_directions
 
-    # Figs. 3 and 7 (bars at one length) and 16-17 (memory) per direction; Figs. 8-14 per mask family
+    # Figs. 3 and 7 (bars at one length) and 16-17 (memory) per direction; Figs. 8-14 per mask
+    # family; the paired answers: the winner map, and the speedup over the reference kernel per
+    # direction and for the training step (fwd + bwd) where both are measured
     dirs = grid_directions(grid)
-    return [f"{kind}_{d}" for d in dirs for kind in ("tflops_bars", "memory_vs_seqlen")] + [
-        f"tflops_vs_seqlen_{fam}" for fam in mask_families(grid_axis(grid, "masks"))
-    ]
+    steps = dirs + (["train"] if {"fwd", "bwd"} <= set(dirs) else [])
+    return (
+        [f"{kind}_{d}" for d in dirs for kind in ("tflops_bars", "memory_vs_seqlen")]
+        + [f"tflops_vs_seqlen_{fam}" for fam in mask_families(grid_axis(grid, "masks"))]
+        + ["winner_map"]
+        + [f"speedup_{d}" for d in steps]
+    )

@@ -8,6 +8,7 @@ import itertools
 from ... import masks as M
 from ...grid import expand as expansion  # the shared expansion (this module defines `expand`)
 from ...kernels import catalog
+from ...report.outputs import grid_axis
 
 # Kernel grids may draw every single-GPU mask, and CP's patterns on one GPU.
 VALID_MASKS = M.STATIC_MASKS + M.SPARSE_MASKS + tuple(M.CP_PATTERNS)
@@ -33,8 +34,26 @@ def problems(cfg, grid, prod, at, family="kernel") -> list[str]:
             )
     if "seqlen" not in prod:
         out.append(f"{at}: family {family} needs 'seqlen'")
+    if ".also[" not in at:  # a setting of the whole grid: checked once
+        out += reference_problems(grid, at)
     out += expansion.shape_problems(cfg, grid, prod, at)
     return out + (check_length_problems(cfg, grid, prod, at) if not out else [])
+
+
+def reference_problems(grid, at) -> list[str]:
+    """The grid's reference_kernel (the speedup figures' 1x) must name kernels it measures."""
+    named = grid.get("reference_kernel")
+    if named is None:
+        return []
+    ours = [catalog.resolve(k).name if ":" in str(k) else k for k in grid_axis(grid, "kernels")]
+    out = []
+    for i, k in enumerate([named] if isinstance(named, str) else named):
+        if k not in ours:
+            where = f"{at}.reference_kernel" + ("" if isinstance(named, str) else f"[{i}]")
+            out.append(
+                f"{where}: {k!r} is not a kernel of this grid; its kernels: {', '.join(ours)}"
+            )
+    return out
 
 
 def check_length_problems(cfg, grid, prod, at) -> list[str]:

@@ -19,11 +19,13 @@ from ...report.plotting import (
     GIB,
     collect_handles,
     describe,
+    draw_dots,
     grid_axes,
     kernel_line,
     legend_below,
     note_below,
     panel_notes,
+    per_draw,
     save,
     timed_line,
 )
@@ -40,6 +42,7 @@ from ...report.tables import (
     spread_text,
     write_table,
 )
+from ...status import TIMED
 from . import paper
 
 MAIN_DENSITY = 0.5
@@ -254,8 +257,11 @@ def _density_tick(value) -> str:
     return f"{value:.2g}"
 
 
-def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFrame | None, tick):
-    """One line per kernel; OOM as X on the axis floor; returns the kernels that did not run here,
+def _draw(
+    ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFrame | None, tick, draws
+):
+    """One line per kernel, each draw of a cell with several as a dot at its x (`draws`:
+    plotting.per_draw); OOM as X on the axis floor; returns the kernels that did not run here,
     by status: a name alone where none of its cells ran, "name (at 96K, 128K)" where some did
     (`tick` names a point as the x axis does)."""
     missing = {"unsupported": [], "unavailable": [], "timeout": [], "crashed": []}
@@ -264,6 +270,12 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
         points, ooms = timed_line(ax, g, x, value, impl, impl, ms=4, lw=1.3, ring_ms=9)
         drawn["points"] += points
         drawn["oom_markers"] += ooms
+        ran = g[g["status"].isin(TIMED) & g[value].notna()]
+        if draws and len(ran):
+            tag = f"{impl}|{g['blocks'].iloc[0]}"
+            drawn["draw_dots"] += draw_dots(
+                ax, ran.assign(_x=ran[x].astype(float)), draws, impl, tag
+            )
         for st in missing:  # the whole panel, or (named) the points where it did not run
             at = g[g["status"] == st][x]
             if len(g) and len(at) == len(g):
@@ -294,7 +306,7 @@ def _draw(ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFr
     return missing
 
 
-def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
+def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None, draws=None):
     panels = _panels(sparse)
     tick = (
         _length_tick if xlog else _density_tick
@@ -305,6 +317,7 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
         "panels": len(panels),
         "points": 0,
         "oom_markers": 0,
+        "draw_dots": 0,
         "dense_points": 0,
         "dense_x": [],
         "missing": {},
@@ -318,7 +331,7 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
         ref = None
         if dense is not None and len(dense):
             ref = dense[(dense["heads"] == heads) & (dense["direction"] == direction)]
-        missing = _draw(ax, d, x, value, drawn, ref, tick)
+        missing = _draw(ax, d, x, value, drawn, ref, tick, draws)
         drawn["missing"][(blocks, heads, direction)] = missing
         extra = f" | {subtitle(d)}" if subtitle and len(d) else ""
         ax.set_title(f"{blocks} | {heads} | {direction}{extra}", fontsize="medium")
@@ -346,6 +359,7 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
     note = (
         "X on the axis: out of memory; red ring: disagrees with the float64 reference; "
         "panel text: kernels unsupported / not installed there"
+        + ("; dots: each sampled layout (draw) of a cell" if drawn["draw_dots"] else "")
     )
     if drawn["dense_points"]:
         note += (
@@ -356,7 +370,7 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None):
     return fig, drawn
 
 
-def figures(df: pd.DataFrame, out_dir, style, only=None) -> list[Path]:
+def figures(df: pd.DataFrame, out_dir, style, only=None, inputs=None) -> list[Path]:
     """All three figures at once (`only` is not used: they are drawn together)."""
     out = Path(out_dir)
     sparse, dense = split(df)
@@ -367,6 +381,7 @@ def figures(df: pd.DataFrame, out_dir, style, only=None) -> list[Path]:
     at_rho = sparse[sparse["density"] == rho] if rho is not None else sparse
     paths = []
     ref = equal_area_references(dense, at_rho)
+    draws = per_draw(inputs.samples if inputs else None)
     fig, _ = _figure(
         at_rho,
         ref,
@@ -374,6 +389,7 @@ def figures(df: pd.DataFrame, out_dir, style, only=None) -> list[Path]:
         "tflops",
         "TFLOP/s",
         f"Block-sparse throughput vs sequence length, density {rho} | {head}",
+        draws=draws,
     )
     paths += save(fig, out, "sparse_tflops_vs_seqlen", style)
     s_max = (
@@ -389,6 +405,7 @@ def figures(df: pd.DataFrame, out_dir, style, only=None) -> list[Path]:
         f"Block-sparse throughput vs density at each setting's longest S | {head}",
         xlog=False,
         subtitle=lambda d: f"S={seqlen_label(int(d['seqlen'].max()))}",
+        draws=draws,
     )
     paths += save(fig, out, "sparse_tflops_vs_density", style)
     src = set(df["mem_source"].dropna())
@@ -410,6 +427,6 @@ def table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
     return {}, {}
 
 
-def figure_captions(df: pd.DataFrame, style) -> dict:
+def figure_captions(df: pd.DataFrame, style, inputs=None) -> dict:
     """The report's captions of these figures give machine, data and software only."""
     return {}
