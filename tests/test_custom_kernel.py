@@ -74,7 +74,7 @@ def test_own_kernel_is_measured_checked_and_drawn(repo, tmp_path):
         csv, tmp_path / "figures", cfg["figures"], grid="own", grid_cfg=cfg["grids"]["own"]
     )
     assert any(p.suffix == ".png" for p in figures)
-    assert catalog.get("row_block_sdpa").colour == "#17becf"
+    assert catalog.get("row_block_sdpa").colour == "#b15928"
 
 
 @pytest.mark.parametrize(
