@@ -93,6 +93,15 @@ def own_kernel_code(cell):
     return list(catalog.own_kernel_files(cell["kernel_class"])[1])
 
 
+def own_method_code(cell):
+    """The files of a cell's own 'module:Class' CP method (none for a built-in one)."""
+    from attnbench.cp import catalog as cp_catalog
+
+    if "method_class" not in cell:
+        return []
+    return list(cp_catalog.own_method_files(cell["method_class"])[1])
+
+
 def peak_file(cell):
     return f"{OUT}/device/{cell['device']}-{cell['dtype']}.json"
 

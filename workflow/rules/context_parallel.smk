@@ -8,6 +8,8 @@ rule cp_cell:
     input:
         # ancient: measuring the ceiling again must not rerun every cell
         peak=lambda wc: ancient(peak_file(cp_cell_of(wc))),
+        # your own method's module and the package it sits in: editing them reruns its cells
+        code=lambda wc: own_method_code(cp_cell_of(wc)),
     output:
         f"{OUT}/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.json",
     log:
