@@ -27,17 +27,13 @@ def registry_as_it_was():
 
 
 def config(repo, **grid):
-    return load_config(
-        repo / "config.yaml", {"run": ["own"], "grids": {"own": cp_grid(**grid)}}
-    )
+    return load_config(repo / "config.yaml", {"run": ["own"], "grids": {"own": cp_grid(**grid)}})
 
 
 def test_own_method_expands_by_its_name_with_its_layout(repo):
     """Its cells carry its name and import path; its degrees follow its layout (RING: U = 1,
     R = N) whatever the grid's Ulysses degree says (it applies to the grid-chosen layouts)."""
-    cfg = config(
-        repo, methods=["usp", OWN], gpus=[4], heads=[[4, 2]], cp={"ulysses_degree": 2}
-    )
+    cfg = config(repo, methods=["usp", OWN], gpus=[4], heads=[[4, 2]], cp={"ulysses_degree": 2})
     cells = {c["impl"]: c for c in expand_cells(cfg)}
     own, usp = cells[NAME], cells["usp"]
     assert own["method_class"] == OWN and "method_class" not in usp

@@ -186,7 +186,10 @@ def register_own_classes(grid_cfg: dict | None) -> None:
     from ..kernels.catalog import resolve
 
     for prod in grid_products(grid_cfg) if grid_cfg else ():
-        for entries, register in ((prod.get("kernels", ()), resolve), (prod.get("methods", ()), resolve_method)):
+        for entries, register in (
+            (prod.get("kernels", ()), resolve),
+            (prod.get("methods", ()), resolve_method),
+        ):
             for entry in entries:
                 if ":" in entry:
                     register(entry)
