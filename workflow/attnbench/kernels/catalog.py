@@ -14,17 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..masks import CP_MASKS, SPARSE_MASKS, STATIC_MASKS
+from ..masks import CP_MASKS, FA4_MASK_MOD_MASKS, REGULAR_MASKS, SPARSE_MASKS, STATIC_MASKS
 
 ALL_DIRECTIONS = ("fwd", "bwd", "fwdbwd")
-REGULAR_MASKS = (
-    "full",
-    "causal",
-    "full_document",
-    "causal_document",
-    "sliding_window",
-    "sliding_window_causal",
-)
+# FlashAttention-4: the native form where a mask has one, else the mask's mask_mod
+FA4_MASKS = tuple(m for m in STATIC_MASKS if m in REGULAR_MASKS + FA4_MASK_MOD_MASKS)
 DENSE_MASKS = STATIC_MASKS + SPARSE_MASKS + tuple(m for m in CP_MASKS if m not in STATIC_MASKS)
 
 
@@ -204,7 +198,7 @@ KERNELS = {
             "fa4",
             "FlashAttention-4 (flash_attn.cute; mask_mod with tile lists where no causal/window/varlen form)",
             "flash_attn:FA4",
-            STATIC_MASKS,
+            FA4_MASKS,
             modules=("flash_attn.cute",),
             dists=("flash-attn-4", "nvidia-cutlass-dsl"),
             min_capability=(9, 0),
