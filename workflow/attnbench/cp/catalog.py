@@ -24,10 +24,12 @@ from ..kernels.catalog import (
     own_files,
     style_problem,
 )
-from ..masks import CP_MASKS
+from ..masks import CP_MASKS, pattern
 
 PLACEMENTS = ("contiguous", "strided")
-CAUSAL_MASKS = ("causal", "causal_document", "causal_document_long")
+# The CP masks that are causal inside each document (their patterns' `causal`; the others are
+# bidirectional there)
+CAUSAL_MASKS = tuple(m for m in CP_MASKS if pattern(m).causal)
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,24 @@ def drawn_length(seqlen: int, bounds, rng, least: int = 1, most: int | None = No
     return int(min(max(round(u * seqlen), least), seqlen if most is None else most))
 
 
-class Pattern:
+class CheckShape:
+    """What a float64 check at a shorter length (harness/samples.py) must keep of a pattern: its
+    lengths a multiple of the block (`block_key`: the grid setting holding it, or None), and the
+    features it must hold to show the pattern at all."""
+
+    block_key = None
+
+    def check_granule(self, cfg) -> int:
+        """Check lengths are multiples of this: the block of block masks, else 1."""
+        return int(cfg.get(self.block_key) or 1) if self.block_key else 1
+
+    def check_features(self, cfg) -> list[tuple[str, int]]:
+        """(feature, the tokens it needs): blocks show only where there are two."""
+        b = cfg.get(self.block_key) if self.block_key else None
+        return [(f"two blocks (2 x {self.block_key} {b})", 2 * b)] if b else []
+
+
+class Pattern(CheckShape):
     name = ""
     # how many samples a cell draws: "single" (samples.single: a mask fixed by the grid's
     # settings) or "document" (samples.document: a mask drawn afresh per sample, its documents,
@@ -249,6 +266,11 @@ class CausalDocumentLong(LongDocuments, CausalDocument):
 class SlidingWindow(Pattern):
     name = "sliding_window"
     cfg_keys = ("window",)
+
+    def check_features(self, cfg):
+        """A window one key too wide shows only where a row sees more than 2w + 1 keys."""
+        w = cfg["window"]
+        return [(f"two windows plus one (2 x window {w} + 1)", 2 * w + 1)]
 
     def sample(self, seqlen, cfg, rng, histograms):
         return {"window": int(cfg["window"])}
@@ -487,6 +509,7 @@ class BlockCausalDocument(Documents):
     name = "block_causal_document"
     fa4_mod = staticmethod(block_causal_document_mod)
     cfg_keys = ("block",)
+    block_key = "block"
 
     def check(self, seqlen, cfg):
         check_block_multiple(self.name, cfg, "block", seqlen)
