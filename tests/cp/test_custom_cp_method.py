@@ -42,6 +42,15 @@ def test_own_method_expands_by_its_name_with_its_layout(repo):
     assert catalog.method(NAME).label == "AllGather, contiguous shards"
 
 
+def test_split_documents_applies_only_to_methods_sharding_with_the_layout(repo):
+    with pytest.raises(ConfigError) as e:
+        config(repo, methods=[OWN, "ulysses"], cp={"split_documents": "as_needed"})
+    msg = str(e.value)
+    assert f"{NAME} does not shard documents with cp/layout.py" in msg
+    assert "ulysses does not" not in msg  # Ulysses shards with it (whole documents at R = 1)
+    assert "(it applies to ulysses, ring_p2p, ring_allgather, usp, loongtrain)" in msg
+
+
 @pytest.mark.parametrize(
     "entry, says",
     [
@@ -86,8 +95,7 @@ def test_own_method_is_correct_on_every_mask_it_claims_over_gloo(tmp_path):
     claims, with both CPU local kernels; its bytes as its volume() says."""
     claimed = catalog.resolve_method(OWN).masks
     assert claimed == CP_MASKS  # every CP mask
-    args = ["--methods", OWN, "--split-documents", "all"]
-    rows = cp_verify(2, tmp_path / "v.jsonl", *args, timeout=300)
+    rows = cp_verify(2, tmp_path / "v.jsonl", "--methods", OWN, timeout=300)
     assert {r["method"] for r in rows} == {NAME}
     assert {(r["mask"], r["local_kernel"]) for r in rows} == {
         (m, k) for m in claimed for k in ("math", "cpu_flash")
@@ -96,6 +104,7 @@ def test_own_method_is_correct_on_every_mask_it_claims_over_gloo(tmp_path):
         assert r["status"] == "ok" and r["passed"] and r["backward"], r
         assert r["every_row_once"] and r["bytes_match_analytic"], r
         assert r["degrees"]["ring"] == 2 and r["degrees"]["ulysses"] == 1
+        assert r["split_documents"] == "all"  # it shards its own way: as_needed is not its
         assert all(b["sent"] > 0 for b in r["bytes"])
 
 

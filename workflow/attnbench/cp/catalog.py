@@ -116,6 +116,8 @@ class MethodInfo(CPImplementation):
     ring_dkv: bool = False  # its backward sends dK/dV around its ring (cp.dkv_comm_dtype applies)
     # it runs our local kernel (cp.local_kernel); torch's context_parallel runs SDPA itself
     runs_local_kernel: bool = True
+    # it shards the documents with cp/layout.py's ShardLayout, so cp.split_documents applies to it
+    shard_layout: bool = False
 
 
 def _torch_cp(name, how, colour, marker, **kw) -> MethodInfo:
@@ -159,6 +161,7 @@ METHODS = {
             colour="#377eb8",
             marker="o",
             layout=ULYSSES,
+            shard_layout=True,
         ),
         MethodInfo(
             "ring_p2p",
@@ -168,6 +171,7 @@ METHODS = {
             colour="#e41a1c",
             marker="s",
             ring_dkv=True,
+            shard_layout=True,
         ),
         MethodInfo(
             "ring_allgather",
@@ -176,6 +180,7 @@ METHODS = {
             ("cpu", "cuda"),
             colour="#ff7f00",
             marker="^",
+            shard_layout=True,
         ),
         MethodInfo(
             "usp",
@@ -186,6 +191,7 @@ METHODS = {
             marker="D",
             layout=HYBRID,
             ring_dkv=True,
+            shard_layout=True,
         ),
         MethodInfo(
             "loongtrain",
@@ -196,6 +202,7 @@ METHODS = {
             marker="v",
             layout=DOUBLE_RING,
             ring_dkv=True,
+            shard_layout=True,
         ),
         _torch_cp("torch_cp", "pinned to the backend the local kernel names", "#a65628", "P"),
         _torch_cp(

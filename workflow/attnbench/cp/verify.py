@@ -79,9 +79,9 @@ def method_configs(world: int, device: str, splits=catalog.SPLIT_DOCUMENTS, meth
     (default: every one registered) that run on `device` and on `world` ranks. Documents split as
     `all`: a method of a fixed layout at its own degrees, then one whose Ulysses degree the grid
     chooses at every factorisation U x R of the world, in both placements where both U and R are
-    above 1 (its windows: the default). `as_needed`: the methods with a ring over our local kernel
-    (document masks only: main): a ring of every rank, and the grid-chosen layouts at U = 2 where
-    the world is even and at least 4."""
+    above 1 (its windows: the default). `as_needed`: the methods with a ring that shard with
+    cp/layout.py (document masks only: main): a ring of every rank, and the grid-chosen layouts at
+    U = 2 where the world is even and at least 4."""
     infos = [
         m
         for m in (methods or catalog.METHODS.values())
@@ -98,7 +98,7 @@ def method_configs(world: int, device: str, splits=catalog.SPLIT_DOCUMENTS, meth
                 for m in chosen:
                     yield m.name, catalog.degrees(m.name, world, u, placement=placement)
     if "as_needed" in splits and world > 1:
-        splitting = [m for m in infos if m.layout.ring and m.runs_local_kernel]
+        splitting = [m for m in infos if m.layout.ring and m.shard_layout]
         for m in (m for m in splitting if m.layout.ulysses == "none"):
             yield m.name, catalog.degrees(m.name, world, split_documents="as_needed")
         if world >= 4 and world % 2 == 0:

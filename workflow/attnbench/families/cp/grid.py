@@ -129,6 +129,16 @@ def grid_problems(grid, prod, at) -> list[str]:
                 f"{at}.cp.local_kernel: {kern} runs only on {', '.join(catalog.LOCAL_KERNELS[kern].devices)}"
                 f", not on the grid's device {device}"
             )
+    split = c.get("split_documents", catalog.SPLIT_DOCUMENTS[0])
+    if split != catalog.SPLIT_DOCUMENTS[0]:
+        for m in names:
+            if not catalog.method(m).shard_layout:
+                sharded = [n for n, info in catalog.METHODS.items() if info.shard_layout]
+                problems.append(
+                    f"{at}.cp.split_documents: {m} does not shard documents with cp/layout.py, "
+                    f"so split_documents {split} would not apply to it (it applies to "
+                    f"{', '.join(sharded)})"
+                )
     gpn = c.get("gpus_per_node", 8)
     emulated = c.get("emulate", False)
     if emulated:  # one process runs every rank: only our methods (cp.emulate)
