@@ -92,6 +92,28 @@ def test_a_bad_own_kernel_is_refused_naming_it(repo, entry, says):
     json.dumps(str(e.value))
 
 
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"marker": "X"}, "marker 'X' is reserved"),
+        ({"marker": "x"}, "marker 'x' is reserved"),
+        ({"colour": "#1F77B4"}, "colour #1F77B4 is sdpa's"),  # any case
+    ],
+)
+def test_own_kernel_looks_are_checked(repo, monkeypatch, change, says):
+    """The figures' rules: the out-of-memory X is no kernel's marker, and dense and block-sparse
+    kernels, drawn together, each have a colour of their own."""
+    import dataclasses
+
+    from tests import custom_kernel
+
+    cls = custom_kernel.RowBlockSDPA
+    monkeypatch.setattr(cls, "info", dataclasses.replace(cls.info, **change))
+    with pytest.raises(ConfigError) as e:
+        config(repo, GRID)
+    assert OWN in str(e.value) and says in str(e.value)
+
+
 # ---------------------------------------------------------------- its code tracked like ours
 
 
