@@ -49,12 +49,12 @@ def cp_cell_cmd(cell: dict, out: Path, *launch_args: str) -> list[str]:
     )
 
 
-def cp_verify(world: int, out: Path, *args: str, timeout: int) -> list[dict]:
+def cp_verify(world: int, out: Path, *args: str, timeout: int, env=None) -> list[dict]:
     """attnbench.cp.verify on `world` CPU ranks (gloo) with VERIFY_HEADS; its rows, one per case."""
     heads = "{}:{}".format(*VERIFY_HEADS)
     verify = ["attnbench.cp.verify", "--device", "cpu", "--out", str(out), "--heads", heads]
     cmd = launched(["--nproc-per-node", str(world)], "-m", *verify, "--timeout-s", "60", *args)
-    p = run_bounded(cmd, timeout)
+    p = run_bounded(cmd, timeout, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return [json.loads(line) for line in out.read_text().splitlines()]
 

@@ -16,8 +16,8 @@ class RowBlockSDPA(Kernel):
         impl="tests.custom_kernel:RowBlockSDPA",
         masks=("full", "causal", "causal_document"),
         directions={"cpu": ("fwd", "bwd"), "cuda": ("fwd", "bwd")},
-        colour="#17becf",
-        marker="X",
+        colour="#b15928",
+        marker="o",
     )
     layout = "bhsd"  # q, k, v arrive as [1, heads, S, D]
     rows = 64

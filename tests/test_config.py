@@ -70,6 +70,22 @@ def test_unknown_key_lists_valid_keys(base):
     assert "valid keys:" in msg and "seqlen" in msg
 
 
+def test_unknown_mask_param_names_the_keys_the_patterns_read(base, monkeypatch):
+    """mask_params takes what some pattern reads (its cfg_keys): a misspelt key is refused with
+    the valid ones; a pattern's own new key is accepted without a schema entry, and its values
+    are checked by the pattern."""
+    import attnbench.masks as M
+
+    msg = bad(base, lambda c: c["grids"]["smoke"]["mask_params"].__setitem__("windw", 32))
+    assert "grids.smoke.mask_params: 'windw' is read by no mask pattern; valid keys:" in msg
+    assert "window, " in msg and "long_fraction" in msg
+    assert "block_size" not in msg.split("valid keys:")[1]  # an axis of the grid, not a setting
+    monkeypatch.setattr(type(M.PATTERNS["causal"]), "cfg_keys", ("windw",), raising=False)
+    cfg = copy.deepcopy(base)
+    cfg["grids"]["smoke"]["mask_params"]["windw"] = 32
+    assert validate(cfg)["grids"]["smoke"]["mask_params"]["windw"] == 32
+
+
 def test_bad_enum_and_type(base):
     msg = bad(base, lambda c: c["grids"]["smoke"].__setitem__("dtype", ["float8"]))
     assert "grids.smoke.dtype[0]: 'float8' is not one of ['float32', 'float16', 'bfloat16']" in msg

@@ -74,7 +74,7 @@ def test_own_kernel_is_measured_checked_and_drawn(repo, tmp_path):
         csv, tmp_path / "figures", cfg["figures"], grid="own", grid_cfg=cfg["grids"]["own"]
     )
     assert any(p.suffix == ".png" for p in figures)
-    assert catalog.get("row_block_sdpa").colour == "#17becf"
+    assert catalog.get("row_block_sdpa").colour == "#b15928"
 
 
 @pytest.mark.parametrize(
@@ -90,6 +90,28 @@ def test_a_bad_own_kernel_is_refused_naming_it(repo, entry, says):
         config(repo, {**GRID, "kernels": [entry]})
     assert entry in str(e.value) and says in str(e.value) and "kernels[0]" in str(e.value)
     json.dumps(str(e.value))
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"marker": "X"}, "marker 'X' is reserved"),
+        ({"marker": "x"}, "marker 'x' is reserved"),
+        ({"colour": "#1F77B4"}, "colour #1F77B4 is sdpa's"),  # any case
+    ],
+)
+def test_own_kernel_looks_are_checked(repo, monkeypatch, change, says):
+    """The figures' rules: the out-of-memory X is no kernel's marker, and dense and block-sparse
+    kernels, drawn together, each have a colour of their own."""
+    import dataclasses
+
+    from tests import custom_kernel
+
+    cls = custom_kernel.RowBlockSDPA
+    monkeypatch.setattr(cls, "info", dataclasses.replace(cls.info, **change))
+    with pytest.raises(ConfigError) as e:
+        config(repo, GRID)
+    assert OWN in str(e.value) and says in str(e.value)
 
 
 # ---------------------------------------------------------------- its code tracked like ours

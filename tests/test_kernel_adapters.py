@@ -16,7 +16,7 @@ from attnbench.kernels.varlen import varlen_kwargs
 from attnbench.status import Unsupported
 
 CFG = dict(window=9, block=8)
-REGULAR = catalog.REGULAR_MASKS
+REGULAR = M.REGULAR_MASKS
 
 
 def flash_semantics(kwargs, var_args, s):

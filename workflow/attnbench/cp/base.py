@@ -13,6 +13,7 @@ computation failed (Guard) can keep serving transfers with them until the phase 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 
 import torch
@@ -120,12 +121,16 @@ class ScheduledMethod(CPMethod):
         return schedule.work(self.schedule("fwd")["fwd"])
 
 
+def method_class(info: MethodInfo) -> type[CPMethod]:
+    """The implementation: "module:Class" of attnbench.cp, or of any importable module (your own)."""
+    module, cls = info.impl.split(":")
+    local = importlib.util.find_spec(f"{__package__}.{module}") if "." not in module else None
+    return getattr(importlib.import_module(f"{__package__}.{module}" if local else module), cls)
+
+
 def load(info: MethodInfo, rc: RankContext, mask, heads_q, heads_kv, head_dim, dtype) -> CPMethod:
     """The method built for this mask; `Unsupported` for a mask it cannot express, whoever calls."""
     why = mask_reason(info, mask.name)
     if why:
         raise Unsupported(why)
-    module, cls = info.impl.split(":")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)(
-        info, rc, mask, heads_q, heads_kv, head_dim, dtype
-    )
+    return method_class(info)(info, rc, mask, heads_q, heads_kv, head_dim, dtype)

@@ -1,8 +1,10 @@
-"""The context-parallel methods: names, degrees, and what each (and its local kernel) cannot run.
-The local kernels' registry is kernels/catalog.py's LOCAL_KERNELS, beside the kernels'.
+"""The context-parallel methods: names, layouts (how each one's degrees follow from the GPU count),
+and what each (and its local kernel) cannot run. The local kernels' registry is
+kernels/catalog.py's LOCAL_KERNELS, beside the kernels'.
 
 Torch-free on purpose: config validation and Snakemake read it without importing torch.
-A method's implementation lives in its own module (`impl`), loaded only when a cell runs it.
+A method's implementation lives in its own module (`impl`), loaded only when a cell runs it; a
+grid may also name a method of its own as 'module:Class' (resolve_method).
 """
 
 from __future__ import annotations
@@ -11,11 +13,23 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..kernels.catalog import LOCAL_KERNELS, LocalKernelInfo, first_missing, first_version, lookup
-from ..masks import CP_MASKS
+from ..kernels.catalog import (
+    KERNELS,
+    LOCAL_KERNELS,
+    LocalKernelInfo,
+    first_missing,
+    first_version,
+    lookup,
+    own_class,
+    own_files,
+    style_problem,
+)
+from ..masks import CP_MASKS, pattern
 
 PLACEMENTS = ("contiguous", "strided")
-CAUSAL_MASKS = ("causal", "causal_document", "causal_document_long")
+# The CP masks that are causal inside each document (their patterns' `causal`; the others are
+# bidirectional there)
+CAUSAL_MASKS = tuple(m for m in CP_MASKS if pattern(m).causal)
 
 
 @dataclass(frozen=True)
@@ -28,6 +42,67 @@ class CPImplementation:
     devices: tuple
 
 
+# How a layout takes its Ulysses degree U: `none`: 1 (one ring over every rank); `all`: N (one
+# Ulysses group); `grid`: the grid's cp.ulysses_degree (auto: min(N, gpus_per_node)), a ring of
+# R = N / U groups.
+ULYSSES_RULES = ("none", "all", "grid")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a method's degrees follow from its N ranks: the Ulysses degree U (ULYSSES_RULES), the
+    ring degree R = N / U, and whether the ring is split into windows W (the grid's cp.windows;
+    auto: the largest divisor of R up to sqrt(R)) or is one window. U > 1 spreads the heads over
+    U ranks (head_split_reason)."""
+
+    ulysses: str = "none"
+    windows: bool = False
+
+    def __post_init__(self):
+        if self.ulysses not in ULYSSES_RULES:
+            raise ValueError(
+                f"unknown Ulysses rule {self.ulysses!r}; valid: {', '.join(ULYSSES_RULES)}"
+            )
+
+    @property
+    def ring(self) -> bool:
+        """Whether the layout can have a ring of 2 or more ranks."""
+        return self.ulysses != "all"
+
+    def degrees(
+        self, name, gpus, ulysses_degree, windows, placement, gpus_per_node, split_documents
+    ) -> "Degrees":
+        """The degrees on `gpus` ranks; ValueError names a grid setting that does not divide them."""
+        if self.ulysses == "all":
+            return Degrees(gpus, 1, 1, placement, split_documents)
+        if self.ulysses == "none":
+            u = 1
+        else:
+            u = min(gpus, gpus_per_node) if ulysses_degree == "auto" else int(ulysses_degree)
+            if u < 1 or gpus % u:
+                raise ValueError(
+                    f"{name}: ulysses_degree {u} does not divide the {gpus} GPUs "
+                    f"(valid degrees: {', '.join(str(d) for d in _divisors(gpus))})"
+                )
+        ring = gpus // u
+        if not self.windows:
+            return Degrees(u, ring, 1, placement, split_documents)
+        w = default_windows(ring) if windows == "auto" else int(windows)
+        if w < 1 or ring % w:
+            raise ValueError(
+                f"{name}: windows {w} does not divide the ring degree {ring} "
+                f"(valid: {', '.join(str(d) for d in _divisors(ring))})"
+            )
+        return Degrees(u, ring, w, placement, split_documents)
+
+
+# The layouts of the built-in methods (a method of one's own names one of these, or its own).
+RING = Layout("none")  # U = 1, R = N: Ring P2P, Ring AllGather, torch's context_parallel
+ULYSSES = Layout("all")  # U = N, R = 1
+HYBRID = Layout("grid")  # U from the grid, R = N / U: USP
+DOUBLE_RING = Layout("grid", windows=True)  # and the ring in W windows: LoongTrain
+
+
 @dataclass(frozen=True)
 class MethodInfo(CPImplementation):
     masks: tuple = CP_MASKS
@@ -37,6 +112,12 @@ class MethodInfo(CPImplementation):
         ""  # how every figure draws it (its order in legends and tables: its place in METHODS)
     )
     marker: str = ""
+    layout: Layout = RING  # how its degrees follow from the GPU count (degrees())
+    ring_dkv: bool = False  # its backward sends dK/dV around its ring (cp.dkv_comm_dtype applies)
+    # it runs our local kernel (cp.local_kernel); torch's context_parallel runs SDPA itself
+    runs_local_kernel: bool = True
+    # it shards the documents with cp/layout.py's ShardLayout, so cp.split_documents applies to it
+    shard_layout: bool = False
 
 
 def _torch_cp(name, how, colour, marker, **kw) -> MethodInfo:
@@ -49,6 +130,7 @@ def _torch_cp(name, how, colour, marker, **kw) -> MethodInfo:
         masks=("full", "causal"),
         colour=colour,
         marker=marker,
+        runs_local_kernel=False,
         **kw,
     )
 
@@ -78,6 +160,8 @@ METHODS = {
             ("cpu", "cuda"),
             colour="#377eb8",
             marker="o",
+            layout=ULYSSES,
+            shard_layout=True,
         ),
         MethodInfo(
             "ring_p2p",
@@ -86,6 +170,8 @@ METHODS = {
             ("cpu", "cuda"),
             colour="#e41a1c",
             marker="s",
+            ring_dkv=True,
+            shard_layout=True,
         ),
         MethodInfo(
             "ring_allgather",
@@ -94,6 +180,7 @@ METHODS = {
             ("cpu", "cuda"),
             colour="#ff7f00",
             marker="^",
+            shard_layout=True,
         ),
         MethodInfo(
             "usp",
@@ -102,6 +189,9 @@ METHODS = {
             ("cpu", "cuda"),
             colour="#4daf4a",
             marker="D",
+            layout=HYBRID,
+            ring_dkv=True,
+            shard_layout=True,
         ),
         MethodInfo(
             "loongtrain",
@@ -110,6 +200,9 @@ METHODS = {
             ("cpu", "cuda"),
             colour="#984ea3",
             marker="v",
+            layout=DOUBLE_RING,
+            ring_dkv=True,
+            shard_layout=True,
         ),
         _torch_cp("torch_cp", "pinned to the backend the local kernel names", "#a65628", "P"),
         _torch_cp(
@@ -121,10 +214,6 @@ METHODS = {
         ),
     )
 }
-# Methods that run SDPA themselves: no local kernel of ours.
-TORCH_CP_METHODS = ("torch_cp", "torch_cp_auto")
-# Methods whose backward sends dK/dV around a ring (the ones cp.dkv_comm_dtype applies to).
-RING_DKV_METHODS = ("ring_p2p", "usp", "loongtrain")
 
 
 # `auto`: the fastest local kernel measured on the device (cp/choose.py); with no records, the first
@@ -158,6 +247,38 @@ def method(name: str) -> MethodInfo:
     return lookup(METHODS, name, "context-parallel method", "methods")
 
 
+def resolve_method(entry: str) -> MethodInfo:
+    """A method as a grid names it: a registry name, or 'module:Class' of a CPMethod subclass in
+    any importable module (your own method: README, "Your own CP method"). The class carries
+    `info`, a MethodInfo whose `impl` is that same 'module:Class'; it is registered under
+    `info.name` for this process, so cells, records and figures call it by that name. ValueError
+    names what is wrong."""
+    if ":" not in entry:
+        return method(entry)
+    info = own_class(entry, "CP method", MethodInfo, "Your own CP method")
+    if not isinstance(info.layout, Layout):
+        raise ValueError(
+            f"CP method {entry!r}: its info.layout must be a Layout (RING, ULYSSES, HYBRID, "
+            f"DOUBLE_RING or one of its own), not {info.layout!r}"
+        )
+    taken = KERNELS.get(info.name) or METHODS.get(info.name)
+    if taken is not None and taken.impl != entry:
+        raise ValueError(
+            f"CP method {entry!r}: the name {info.name!r} is taken by {taken.impl}; give it another name"
+        )
+    others = {n: (m.colour, m.marker) for n, m in METHODS.items() if n != info.name}
+    # methods are drawn among themselves: their (colour, marker) pairs differ
+    if why := style_problem(info, others, distinct_colours=False):
+        raise ValueError(f"CP method {entry!r}: {why}")
+    METHODS[info.name] = info
+    return info
+
+
+def own_method_files(entry: str) -> tuple[str, tuple[str, ...]]:
+    """Your own method's module file and the Python files of its package (a cell's code inputs)."""
+    return own_files(entry, "CP method")
+
+
 def method_label(name: str) -> str:
     """How tables and legends name a method: its label, or its name (also for names not listed here)."""
     return (METHODS[name].label or name) if name in METHODS else name
@@ -179,7 +300,12 @@ def library_version(kernel_name: str) -> str:
 
 def uses_local_kernel(method_name: str) -> bool:
     """Whether the method runs our local kernel (torch's context_parallel runs SDPA itself)."""
-    return method_name not in TORCH_CP_METHODS
+    return method(method_name).runs_local_kernel
+
+
+def ring_dkv_methods() -> tuple[str, ...]:
+    """The methods whose backward sends dK/dV around a ring (cp.dkv_comm_dtype applies to them)."""
+    return tuple(n for n, m in METHODS.items() if m.ring_dkv)
 
 
 # ---------------------------------------------------------------- degrees
@@ -229,6 +355,10 @@ def default_windows(ring: int) -> int:
     return max(w for w in range(1, math.isqrt(ring) + 1) if ring % w == 0)
 
 
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 def degrees(
     name: str,
     gpus: int,
@@ -238,7 +368,8 @@ def degrees(
     gpus_per_node: int = 8,
     split_documents: str = "all",
 ) -> Degrees:
-    """The degrees a method runs with on `gpus` ranks; ValueError names an impossible setting."""
+    """The degrees a method runs with on `gpus` ranks (its layout's rule); ValueError names an
+    impossible setting."""
     info = method(name)
     if info.max_gpus is not None and gpus > info.max_gpus:
         raise ValueError(
@@ -251,26 +382,9 @@ def degrees(
         raise ValueError(
             f"unknown split_documents {split_documents!r}; valid: {', '.join(SPLIT_DOCUMENTS)}"
         )
-    if name == "ulysses":
-        return Degrees(gpus, 1, 1, placement, split_documents)
-    if name in ("ring_p2p", "ring_allgather", BARE_KERNEL, *TORCH_CP_METHODS):
-        return Degrees(1, gpus, 1, placement, split_documents)
-    u = min(gpus, gpus_per_node) if ulysses_degree == "auto" else int(ulysses_degree)
-    if u < 1 or gpus % u:
-        raise ValueError(
-            f"{name}: ulysses_degree {u} does not divide the {gpus} GPUs "
-            f"(valid degrees: {', '.join(str(d) for d in range(1, gpus + 1) if gpus % d == 0)})"
-        )
-    ring = gpus // u
-    if name == "usp":
-        return Degrees(u, ring, 1, placement, split_documents)
-    w = default_windows(ring) if windows == "auto" else int(windows)
-    if w < 1 or ring % w:
-        raise ValueError(
-            f"{name}: windows {w} does not divide the ring degree {ring} "
-            f"(valid: {', '.join(str(d) for d in range(1, ring + 1) if ring % d == 0)})"
-        )
-    return Degrees(u, ring, w, placement, split_documents)
+    return info.layout.degrees(
+        name, gpus, ulysses_degree, windows, placement, gpus_per_node, split_documents
+    )
 
 
 def head_split_reason(ulysses: int, heads_q: int, heads_kv: int) -> str | None:
@@ -356,10 +470,10 @@ def dkv_reason(method_name: str, dkv_comm_dtype: str, direction: str, deg: Degre
         return f"unknown dkv_comm_dtype {dkv_comm_dtype!r}; valid: {', '.join(DKV_COMM_DTYPES)}"
     if dkv_comm_dtype == DKV_COMM_DTYPES[0]:
         return None
-    if method_name not in RING_DKV_METHODS or deg.ring < 2:
+    if not method(method_name).ring_dkv or deg.ring < 2:
         return (
             f"dkv_comm_dtype {dkv_comm_dtype}: {method_name} at ring degree {deg.ring} sends no dK/dV "
-            f"around a ring (it applies to {', '.join(RING_DKV_METHODS)} at ring degree >= 2)"
+            f"around a ring (it applies to {', '.join(ring_dkv_methods())} at ring degree >= 2)"
         )
     if direction == "fwd":
         return f"dkv_comm_dtype {dkv_comm_dtype}: a forward cell communicates no dK/dV"

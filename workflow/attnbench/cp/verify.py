@@ -74,29 +74,36 @@ def masks_of(deg, world: int, seqlen: int, seed: int) -> list:
     return docs + [Mask(m.name, seqlen, short) for m in docs]
 
 
-def method_configs(world: int, device: str, splits=catalog.SPLIT_DOCUMENTS):
-    """(method, Degrees) pairs to run. Documents split as `all`: every method's own degrees, every
-    2-D factorisation of USP and LoongTrain in both placements, LoongTrain with more than one
-    window. `as_needed`: the ring methods (document masks only: main; USP and LoongTrain with a
-    ring of 2 or more)."""
+def method_configs(world: int, device: str, splits=catalog.SPLIT_DOCUMENTS, methods=None):
+    """(method, Degrees) pairs to run, read off each method's layout (catalog.Layout): the methods
+    (default: every one registered) that run on `device` and on `world` ranks. Documents split as
+    `all`: a method of a fixed layout at its own degrees, then one whose Ulysses degree the grid
+    chooses at every factorisation U x R of the world, in both placements where both U and R are
+    above 1 (its windows: the default). `as_needed`: the methods with a ring that shard with
+    cp/layout.py (document masks only: main): a ring of every rank, and the grid-chosen layouts at
+    U = 2 where the world is even and at least 4."""
+    infos = [
+        m
+        for m in (methods or catalog.METHODS.values())
+        if device in m.devices and (m.max_gpus is None or world <= m.max_gpus)
+    ]
+    fixed = [m for m in infos if m.layout.ulysses != "grid"]
+    chosen = [m for m in infos if m.layout.ulysses == "grid"]
     if "all" in splits:
-        yield "ulysses", catalog.degrees("ulysses", world)
-        yield "ring_p2p", catalog.degrees("ring_p2p", world)
-        yield "ring_allgather", catalog.degrees("ring_allgather", world)
-        if device == "cuda":
-            for name in catalog.TORCH_CP_METHODS:
-                yield name, catalog.degrees(name, world)
+        for m in fixed:
+            yield m.name, catalog.degrees(m.name, world)
         for u in (d for d in range(1, world + 1) if world % d == 0):
             two_d = 1 < u < world
             for placement in catalog.PLACEMENTS if two_d else ("contiguous",):
-                for name in ("usp", "loongtrain"):
-                    yield name, catalog.degrees(name, world, ulysses_degree=u, placement=placement)
+                for m in chosen:
+                    yield m.name, catalog.degrees(m.name, world, u, placement=placement)
     if "as_needed" in splits and world > 1:
-        for name in ("ring_p2p", "ring_allgather"):
-            yield name, catalog.degrees(name, world, split_documents="as_needed")
+        splitting = [m for m in infos if m.layout.ring and m.shard_layout]
+        for m in (m for m in splitting if m.layout.ulysses == "none"):
+            yield m.name, catalog.degrees(m.name, world, split_documents="as_needed")
         if world >= 4 and world % 2 == 0:
-            for name in ("usp", "loongtrain"):
-                yield name, catalog.degrees(name, world, 2, split_documents="as_needed")
+            for m in (m for m in splitting if m.layout.ulysses == "grid"):
+                yield m.name, catalog.degrees(m.name, world, 2, split_documents="as_needed")
 
 
 def local_kernels_of(method: str, kernels) -> list[str]:
@@ -118,7 +125,12 @@ def main(argv=None):
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--out", required=True, help="JSON lines, one per case (rank 0)")
     p.add_argument("--kernels", nargs="*", help="local kernels (default: the device's)")
-    p.add_argument("--methods", nargs="*", help="only these methods (default: all)")
+    p.add_argument(
+        "--methods",
+        nargs="*",
+        help="only these methods (default: all); your own as 'module:Class' (it is then checked "
+        "alone unless built-in ones are named too)",
+    )
     p.add_argument("--masks", nargs="*", help="only these masks (default: all CP masks)")
     p.add_argument("--heads", default="8:2", help="query:KV heads")
     p.add_argument("--head-dim", type=int, help="default 16 on CPU, 64 on GPU")
@@ -149,10 +161,11 @@ def main(argv=None):
     dtype = getattr(torch, a.dtype or ("float32" if a.device == "cpu" else "bfloat16"))
     seqlen = a.tokens_per_rank * world + 3  # never a multiple of 2R: the sequence itself is padded
     kernels = a.kernels or DEFAULT_KERNELS[a.device]
+    # in the registry's order, your own last
+    named = {catalog.resolve_method(m).name for m in a.methods or ()}
+    methods = [m for n, m in catalog.METHODS.items() if not named or n in named]
     rows, t0 = [], time.perf_counter()
-    for method, deg in method_configs(world, a.device, a.split_documents):
-        if a.methods and method not in a.methods:
-            continue
+    for method, deg in method_configs(world, a.device, a.split_documents, methods):
         torch_cp = not catalog.uses_local_kernel(method)
         # torch's context_parallel pads nothing: its sequence is a multiple of 2R
         length = seqlen - seqlen % (2 * world) if torch_cp else seqlen

@@ -224,16 +224,21 @@ def table_caption_names(grid: dict) -> list[str]:
 # ---------------------------------------------------------------- drivers of `tables` and `figures`
 
 
-def register_own_kernels(grid_cfg: dict | None) -> None:
-    """Kernels a grid names as 'module:Class' are drawn with their own registry entry (colour,
-    marker, place) once imported; the tables and figures commands import them here."""
+def register_own_classes(grid_cfg: dict | None) -> None:
+    """Kernels and CP methods a grid names as 'module:Class' are drawn with their own registry
+    entry (colour, marker, label) once imported; the tables and figures commands import them here."""
+    from ..cp.catalog import resolve_method
     from ..grid.expand import grid_products
-    from ..kernels import catalog
+    from ..kernels.catalog import resolve
 
     for prod in grid_products(grid_cfg) if grid_cfg else ():
-        for entry in prod.get("kernels", ()):
-            if ":" in entry:
-                catalog.resolve(entry)
+        for entries, register in (
+            (prod.get("kernels", ()), resolve),
+            (prod.get("methods", ()), resolve_method),
+        ):
+            for entry in entries:
+                if ":" in entry:
+                    register(entry)
 
 
 def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -> list[Path]:
@@ -247,7 +252,7 @@ def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -
     def advice(df, out, grid, name):  # every grid's: the paired answers, from both tidy tables
         return write_advice(df, out, grid, advice_of(name), read_samples(cells_csv))
 
-    register_own_kernels(grid_cfg)
+    register_own_classes(grid_cfg)
     tables_of = partial(part, which="TABLES")
     with naming_the_input("tables", cells_csv, where):
         return write_with(
@@ -260,7 +265,7 @@ def write_figures(cells_csv, out_dir, style=None, *, grid_cfg: dict | None = Non
     `where`: grid, only, strict, missing)."""
     from ..report.figures import write_figures as write_with
 
-    register_own_kernels(grid_cfg)
+    register_own_classes(grid_cfg)
     promised = figure_stems(grid_cfg) if grid_cfg is not None else None
     figures_of = partial(part, which="FIGURES")
     with naming_the_input("figures", cells_csv, where):

@@ -15,7 +15,7 @@ import jsonschema
 import yaml
 
 from ..masks.lengths import packaged_histograms
-from .expand import grid_products
+from .expand import grid_products, mask_param_problems
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
@@ -141,6 +141,7 @@ def _semantic_problems(cfg, product_problems) -> list[str]:
         fam = grid.get("family", "kernel")
         problems += _budget_problems(grid, where)
         problems += _single_valued_problems(grid, where)
+        problems += mask_param_problems(grid, where)
         for j, prod in enumerate(grid_products(grid)):
             at = where if j == 0 else f"{where}.also[{j - 1}]"
             problems += product_problems(cfg, grid, prod, fam, at)

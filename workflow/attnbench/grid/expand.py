@@ -76,6 +76,24 @@ def mask_param_points(mask, grid, prod):
         yield {**fixed, **dict(zip(axes, values))}
 
 
+def mask_param_keys() -> tuple[str, ...]:
+    """The keys a grid's mask_params may hold: what some mask pattern reads (its cfg_keys), but
+    the block-sparse axes, which are the grid's own (block_size, avg_block, density)."""
+    keys = (k for p in M.PATTERNS.values() for k in p.cfg_keys)
+    return tuple(dict.fromkeys(k for k in keys if k not in AXES))
+
+
+def mask_param_problems(grid: dict, where: str) -> list[str]:
+    """mask_params keys that no mask pattern reads (the schema types the built-in ones; a
+    pattern's own key is checked by its pattern's check())."""
+    valid = mask_param_keys()
+    return [
+        f"{where}.mask_params: {key!r} is read by no mask pattern; valid keys: {', '.join(valid)}"
+        for key in grid.get("mask_params", {})
+        if key not in valid
+    ]
+
+
 def histograms_for(cfg, mask, seqlen):
     if not M.pattern(mask).uses_documents:
         return None

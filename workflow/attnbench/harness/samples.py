@@ -30,29 +30,17 @@ def check_seqlen(spec, cap: int | None = None) -> int:
 
 
 def mask_granule(spec) -> int:
-    """Check lengths are multiples of this: the block of block masks, else 1."""
-    p = spec.get("mask_params", {})
-    return {
-        "block_causal_document": p.get("block"),
-        "block_sparse": p.get("block_size"),
-        "variable_block_sparse": p.get("avg_block"),
-    }.get(spec["mask"]) or 1
+    """Check lengths are multiples of this: the block of block masks, else 1 (the pattern's)."""
+    return pattern(spec["mask"]).check_granule(spec.get("mask_params", {}))
 
 
 def mask_features(spec) -> list[tuple[str, int]]:
     """What a check of the cell's mask must hold to see its pattern, known from its settings:
-    (feature, the tokens it needs). A window one key too wide shows only where a row sees more
-    than 2w + 1 keys; blocks only where there are two. Prefixes and global tokens are drawn at
-    the check's own length, so they always fit; document boundaries are drawn (check_masks)."""
-    p, name = spec.get("mask_params", {}), spec["mask"]
-    if name in ("sliding_window", "sliding_window_causal"):
-        return [(f"two windows plus one (2 x window {p['window']} + 1)", 2 * p["window"] + 1)]
-    key = {
-        "block_causal_document": "block",
-        "block_sparse": "block_size",
-        "variable_block_sparse": "avg_block",
-    }.get(name)
-    return [(f"two blocks (2 x {key} {p[key]})", 2 * p[key])] if key else []
+    (feature, the tokens it needs), the pattern's check_features (a window one key too wide
+    shows only where a row sees more than 2w + 1 keys; blocks only where there are two).
+    Prefixes and global tokens are drawn at the check's own length, so they always fit; document
+    boundaries are drawn (check_masks)."""
+    return pattern(spec["mask"]).check_features(spec.get("mask_params", {}))
 
 
 def check_masks(spec, s: int, histograms) -> list:

@@ -14,17 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..masks import CP_MASKS, SPARSE_MASKS, STATIC_MASKS
+from ..masks import CP_MASKS, FA4_MASK_MOD_MASKS, REGULAR_MASKS, SPARSE_MASKS, STATIC_MASKS
 
 ALL_DIRECTIONS = ("fwd", "bwd", "fwdbwd")
-REGULAR_MASKS = (
-    "full",
-    "causal",
-    "full_document",
-    "causal_document",
-    "sliding_window",
-    "sliding_window_causal",
-)
+# FlashAttention-4: the native form where a mask has one, else the mask's mask_mod
+FA4_MASKS = tuple(m for m in STATIC_MASKS if m in REGULAR_MASKS + FA4_MASK_MOD_MASKS)
 DENSE_MASKS = STATIC_MASKS + SPARSE_MASKS + tuple(m for m in CP_MASKS if m not in STATIC_MASKS)
 
 
@@ -204,7 +198,7 @@ KERNELS = {
             "fa4",
             "FlashAttention-4 (flash_attn.cute; mask_mod with tile lists where no causal/window/varlen form)",
             "flash_attn:FA4",
-            STATIC_MASKS,
+            FA4_MASKS,
             modules=("flash_attn.cute",),
             dists=("flash-attn-4", "nvidia-cutlass-dsl"),
             min_capability=(9, 0),
@@ -435,59 +429,104 @@ LOCAL_KERNELS = {
 }
 
 
-def resolve(entry: str) -> KernelInfo:
-    """A kernel as a grid names it: a registry name, or 'module:Class' of a kernel class in any
-    importable module (your own kernel: README, "Your own kernel"). Such a class carries `info`, a
-    KernelInfo whose `impl` is that same 'module:Class'; it is registered under `info.name` for
-    this process, so cells, records and figures call it by that name. Importing the module is the
-    one place the catalog may import torch."""
-    if ":" not in entry:
-        return get(entry)
+# Markers no kernel or method may take: a line's X on the axis floor marks a cell that ran out of
+# memory (report.style.OOM_MARKER).
+RESERVED_MARKERS = ("X", "x")
+
+
+def style_problem(info, others: dict, distinct_colours: bool) -> str | None:
+    """Why `info`'s colour and marker cannot draw it beside `others` ({name: (colour, marker)}),
+    or None: a reserved marker; the colour of another (dense and block-sparse kernels share
+    figures, so each has its own colour); for CP methods, drawn among themselves, the same
+    (colour, marker) pair as another. An empty colour or marker takes a fallback (report.style)."""
+    if info.marker in RESERVED_MARKERS:
+        return (
+            f"marker {info.marker!r} is reserved (an X marks a cell that ran out of memory); "
+            f"choose another matplotlib marker"
+        )
+    if not info.colour:
+        return None
+    if distinct_colours:
+        same = [n for n, (c, _) in others.items() if c.lower() == info.colour.lower()]
+        what = f"colour {info.colour}"
+    else:
+        pair = (info.colour.lower(), info.marker)
+        same = [n for n, (c, m) in others.items() if (c.lower(), m) == pair]
+        what = f"colour {info.colour} with marker {info.marker!r}"
+    if same:
+        return f"{what} is {', '.join(same)}'s; choose another, so that figures tell them apart"
+    return None
+
+
+def own_class(entry: str, what: str, info_type: type, readme: str):
+    """The `info` of the class 'module:Class' names (your own kernel or CP method), checked: the
+    class imports, carries an `info` of `info_type` whose impl is `entry`, and its name can name
+    files. ValueError names what is wrong. Importing the module is the one place the catalogs
+    may import torch."""
     module, cls = entry.split(":", 1)
     try:
         obj = getattr(importlib.import_module(module), cls)
     except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"kernel {entry!r} cannot be imported: {e}") from None
+        raise ValueError(f"{what} {entry!r} cannot be imported: {e}") from None
     info = getattr(obj, "info", None)
-    if not isinstance(info, KernelInfo):
+    if not isinstance(info, info_type):
         raise ValueError(
-            f"kernel {entry!r} has no `info` attribute holding a KernelInfo (what it supports); "
-            "see README, 'Your own kernel'"
+            f"{what} {entry!r} has no `info` attribute holding a {info_type.__name__} (what it "
+            f"supports); see README, {readme!r}"
         )
     if info.impl != entry:
         raise ValueError(
-            f"kernel {entry!r}: its info.impl is {info.impl!r}; they must be the same 'module:Class'"
+            f"{what} {entry!r}: its info.impl is {info.impl!r}; they must be the same 'module:Class'"
         )
     if not re.fullmatch(r"[A-Za-z0-9_]+", info.name):
         raise ValueError(
-            f"kernel {entry!r}: its name {info.name!r} must be letters, digits and _ (it names files)"
+            f"{what} {entry!r}: its name {info.name!r} must be letters, digits and _ (it names files)"
         )
+    return info
+
+
+def resolve(entry: str) -> KernelInfo:
+    """A kernel as a grid names it: a registry name, or 'module:Class' of a kernel class in any
+    importable module (your own kernel: README, "Your own kernel"). Such a class carries `info`, a
+    KernelInfo whose `impl` is that same 'module:Class'; it is registered under `info.name` for
+    this process, so cells, records and figures call it by that name."""
+    if ":" not in entry:
+        return get(entry)
+    info = own_class(entry, "kernel", KernelInfo, "Your own kernel")
     known = KERNELS.get(info.name)
     if known is not None and known.impl != entry:
         raise ValueError(
             f"kernel {entry!r}: the name {info.name!r} is taken by {known.impl}; give it another name"
         )
+    others = {n: (k.colour, k.marker) for n, k in KERNELS.items() if n != info.name}
+    if why := style_problem(info, others, distinct_colours=True):
+        raise ValueError(f"kernel {entry!r}: {why}")
     KERNELS[info.name] = info
     return info
 
 
-def own_kernel_files(entry: str) -> tuple[str, tuple[str, ...]]:
-    """Your own kernel's source, found without importing it: the file of its module, and the
-    Python files of the package the module sits in (the folder holding it, and its subfolders,
-    where the module is part of a package; else the file alone). A cell of the kernel lists
-    them as code inputs, and its record hashes them."""
+def own_files(entry: str, what: str) -> tuple[str, tuple[str, ...]]:
+    """Your own kernel's or CP method's source, found without importing it: the file of its
+    module, and the Python files of the package the module sits in (the folder holding it, and
+    its subfolders, where the module is part of a package; else the file alone). A cell of it
+    lists them as code inputs, and its record hashes them."""
     module = entry.split(":", 1)[0]
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError) as e:
-        raise ValueError(f"kernel {entry!r} cannot be found: {e}") from None
+        raise ValueError(f"{what} {entry!r} cannot be found: {e}") from None
     if spec is None or not spec.origin or not spec.has_location:
-        raise ValueError(f"kernel {entry!r}: module {module!r} has no file to track")
+        raise ValueError(f"{what} {entry!r}: module {module!r} has no file to track")
     origin = Path(spec.origin).resolve()
     if "." not in module and origin.name != "__init__.py":
         return str(origin), (str(origin),)
     files = {p.resolve() for p in origin.parent.rglob("*.py") if "__pycache__" not in p.parts}
     return str(origin), tuple(str(p) for p in sorted(files | {origin}))
+
+
+def own_kernel_files(entry: str) -> tuple[str, tuple[str, ...]]:
+    """own_files of your own kernel."""
+    return own_files(entry, "kernel")
 
 
 def lookup(table: dict, name: str, what: str, plural: str = "", also: tuple = ()):

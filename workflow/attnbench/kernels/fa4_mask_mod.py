@@ -1,7 +1,10 @@
-"""FlashAttention-4 `mask_mod` forms of the six static masks that FA4's causal/window/varlen form
-cannot express: share_question, causal_blockwise, prefix_lm_causal, prefix_lm_document,
-global_sliding_window and block_causal_document. The fa4 adapter (flash_attn.py) calls them for
-those masks and keeps the native form for the other six.
+"""FlashAttention-4 runs a static mask with no causal/window/varlen form (share_question,
+causal_blockwise, prefix_lm_causal, prefix_lm_document, global_sliding_window and
+block_causal_document) as a `mask_mod`. Each mask's mask_mod lives with its pattern
+(masks/patterns.py: Pattern.fa4_mask_mod, a masks.MaskMod); this module makes FA4's arguments
+from it: the aux tensors over the padded length, the run-time scalars, the compile hash and the
+tile lists. The fa4 adapter (flash_attn.py) uses it for those masks and keeps the native form for
+the others.
 
 What flash-attn-4 4.0.0b36 takes (read from its sources, flash_attn/cute/):
 - `flash_attn_func(q, k, v, ..., mask_mod=, aux_tensors=, aux_scalars=, block_sparse_tensors=,
@@ -14,13 +17,14 @@ What flash-attn-4 4.0.0b36 takes (read from its sources, flash_attn/cute/):
   local to the sequence. aux_tensors are the caller's tensors as cute.Tensors in global memory.
   aux_scalars are run-time Int32 values, so a new parameter value does not recompile.
 - The compile key holds the mask_mod's hash: its source and closure values, or `__cute_hash__`
-  where set (set below from this file's text, so an edit here also invalidates FA4's disk cache).
+  where set (set below from the text of this file and of masks/patterns.py, so an edit to either
+  also invalidates FA4's disk cache).
 - Without block_sparse_tensors, every tile is computed and masked (the cost of full attention).
   With them, empty tiles are skipped and full ones are not masked. `block_sparse_tensors()` builds
   them from the mask's own tile counts.
 
 Each mask_mod is plain arithmetic (<, <=, ==, !=, &, |, +, -) on the indices, on Python-int or
-Int32 scalars, and on aux entries read through `_at`. So the same function evaluates on the CPU
+Int32 scalars, and on aux entries read through patterns.py's `_at`. So the same function evaluates on the CPU
 with torch/numpy integer index arrays (see `Fa4MaskMod.visible`). On the GPU, the DSL 4.8.1
 TensorSSA defines these operators and broadcasts a Python int or Int32 scalar operand
 (cutlass/cute/tensor.py, TensorSSA._apply_op). `_at` reads an aux entry the way FA4's own tests
@@ -37,8 +41,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
+
+from ..masks import FA4_MASK_MOD_MASKS, STATIC_PATTERNS, patterns
 
 # The aux tensors cover indices up to S + PAD - 1. In the forward, a tile run without
 # sequence-length masking still calls the mask_mod for the rows >= S of the last query tile
@@ -46,77 +51,17 @@ import torch
 PAD = 256
 
 
-def _at(aux, idx):
-    """aux[idx]: elementwise for CPU index arrays. In the CuTe DSL, idx is a one-element TensorSSA
-    and aux a cute.Tensor, read as a scalar and made a TensorSSA again."""
-    if isinstance(idx, (torch.Tensor, np.ndarray)):
-        return aux[idx]
-    import cutlass
-    from flash_attn.cute import utils
-
-    return utils.scalar_to_ssa(aux[idx[0]], cutlass.Int32)
-
-
-# Every mask_mod keeps the index (a TensorSSA on the GPU) on the left of each operator, so that
-# TensorSSA's own operators handle the scalar operand.
-
-
-def share_question(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars=None):
-    """(doc(j) == 0 and doc(i) != 0) or (doc(i) == doc(j) and j <= i)"""
-    dq, dk = _at(aux_tensors[0], q), _at(aux_tensors[0], kv)
-    return ((dk == 0) & (dq != 0)) | ((dq == dk) & (kv <= q))
-
-
-def causal_blockwise(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars):
-    """(doc(i) == n-1 and j < c) or (doc(i) == doc(j) and j <= i), where c is the last
-    document's start. doc(i) == n-1 is i >= c for i < S."""
-    c = aux_scalars[0]
-    same = _at(aux_tensors[0], q) == _at(aux_tensors[0], kv)
-    return ((q >= c) & (kv < c)) | (same & (kv <= q))
-
-
-def prefix_lm_causal(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars):
-    """j < P or j <= i"""
-    return (kv < aux_scalars[0]) | (kv <= q)
-
-
-def prefix_lm_document(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars):
-    """doc(i) == doc(j) and (pos(j) < P or j <= i). pos(j) < len(doc), so pos(j) < P is
-    pos(j) < min(P, len(doc))."""
-    doc, pos = aux_tensors
-    return (_at(doc, q) == _at(doc, kv)) & ((_at(pos, kv) < aux_scalars[0]) | (kv <= q))
-
-
-def global_sliding_window(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars):
-    """|i - j| <= w or i < g or j < g"""
-    w, g = aux_scalars
-    return ((q - kv <= w) & (kv - q <= w)) | (q < g) | (kv < g)
-
-
-def block_causal_document(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars=None):
-    """doc(i) == doc(j) and blk(j) <= blk(i), where blk = pos // b. It is precomputed, so the
-    kernel needs no division."""
-    doc, blk = aux_tensors
-    return (_at(doc, q) == _at(doc, kv)) & (_at(blk, kv) <= _at(blk, q))
-
-
-MASK_MODS = {
-    f.__name__: f
-    for f in (
-        share_question,
-        causal_blockwise,
-        prefix_lm_causal,
-        prefix_lm_document,
-        global_sliding_window,
-        block_causal_document,
-    )
-}
+# Each mask's mask_mod function (its pattern's fa4_mod), by mask name
+MASK_MODS = {name: STATIC_PATTERNS[name].fa4_mod for name in FA4_MASK_MOD_MASKS}
 
 # FA4 keys its compile caches (in memory and on disk) by this value where it is set. Otherwise the
-# key would be the mask_mod's source alone, which misses a change to `_at`
-_FILE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-for _f in MASK_MODS.values():
-    _f.__cute_hash__ = f"attnbench.fa4_mask_mod.{_f.__name__}.{_FILE_HASH}"
+# key would be the mask_mod's source alone, which misses a change to `_at` (patterns.py) or to
+# how the arguments are made here
+_FILE_HASH = hashlib.sha256(
+    Path(patterns.__file__).read_bytes() + Path(__file__).read_bytes()
+).hexdigest()[:16]
+for _name, _f in MASK_MODS.items():
+    _f.__cute_hash__ = f"attnbench.fa4_mask_mod.{_name}.{_FILE_HASH}"
 
 
 @dataclass(frozen=True)
@@ -153,27 +98,17 @@ def _documents(doc_lengths, seqlen):
 
 
 def mask_mod_for(mask, device="cpu") -> Fa4MaskMod:
-    """The FA4 mask_mod, aux tensors and scalars that compute `mask` (one of MASK_MODS)."""
-    if mask.name not in MASK_MODS:
+    """The FA4 mask_mod, aux tensors and scalars that compute `mask` (its pattern's MaskMod)."""
+    form = mask.fa4_mask_mod()
+    if form is None:
         raise ValueError(f"no FA4 mask_mod for {mask.name!r}; have {', '.join(MASK_MODS)}")
-    p, s = mask.params, mask.seqlen
-    tensors, scalars = (), ()
-    if "doc_lengths" in p:
-        doc, pos = _documents(p["doc_lengths"], s)
-    if mask.name == "share_question":
-        tensors = (doc,)
-    elif mask.name == "causal_blockwise":
-        tensors, scalars = (doc,), (s - p["doc_lengths"][-1],)
-    elif mask.name == "prefix_lm_causal":
-        scalars = (p["prefix"],)
-    elif mask.name == "prefix_lm_document":
-        tensors, scalars = (doc, pos), (p["prefix"],)
-    elif mask.name == "global_sliding_window":
-        scalars = (p["window"], p["global_tokens"])
-    elif mask.name == "block_causal_document":
-        tensors = (doc, torch.div(pos, p["block"], rounding_mode="floor"))
-    tensors = tuple(t.to(device=device, dtype=torch.int32).contiguous() for t in tensors)
-    return Fa4MaskMod(MASK_MODS[mask.name], tensors, tuple(int(v) for v in scalars))
+    tensors = ()
+    if form.aux is not None:
+        doc, pos = _documents(mask.doc_lengths or [mask.seqlen], mask.seqlen)
+        tensors = tuple(
+            t.to(device=device, dtype=torch.int32).contiguous() for t in form.aux(doc, pos)
+        )
+    return Fa4MaskMod(form.fn, tensors, tuple(int(v) for v in form.scalars))
 
 
 def _lists(select):

@@ -5,18 +5,23 @@ mask.dense()        # [S, S] (or [Hq, S, S] for block-sparse) bool, for referenc
 mask.mask_mod(dev)  # FlexAttention mask_mod, the same predicate
 mask.area           # exact visible pairs per head, from the range form
 mask.native_form()  # documents / causal / window for varlen kernels, or None
+mask.fa4_mask_mod()  # FlashAttention-4's mask_mod form where there is no native one, or None
 """
 
 from __future__ import annotations
 
 from functools import cached_property
 
-from .patterns import CP_PATTERNS, STATIC_PATTERNS, NativeForm, Pattern  # noqa: F401
+from .patterns import CP_PATTERNS, STATIC_PATTERNS, MaskMod, NativeForm, Pattern  # noqa: F401
 from .ranges import Slice, total_area  # noqa: F401
 from .sparse import SPARSE_PATTERNS, BlockLayout  # noqa: F401
 
 PATTERNS = {**STATIC_PATTERNS, **SPARSE_PATTERNS, **CP_PATTERNS}
 STATIC_MASKS = tuple(STATIC_PATTERNS)
+# The static masks with a native (documents, causal, window) form: what FlashAttention-2/3,
+# varlen and cuDNN run; the others have FlashAttention-4's mask_mod form.
+REGULAR_MASKS = tuple(n for n, p in STATIC_PATTERNS.items() if p.regular)
+FA4_MASK_MOD_MASKS = tuple(n for n, p in STATIC_PATTERNS.items() if p.has_fa4_mask_mod)
 SPARSE_MASKS = tuple(SPARSE_PATTERNS)
 CP_MASKS = ("full", "causal", "full_document", "causal_document", *CP_PATTERNS)
 ALL_MASKS = tuple(PATTERNS)
@@ -93,6 +98,9 @@ class Mask:
 
     def native_form(self) -> NativeForm | None:
         return None if self.sparse else self.pattern.native_form(self.seqlen, self.params)
+
+    def fa4_mask_mod(self) -> MaskMod | None:
+        return None if self.sparse else self.pattern.fa4_mask_mod(self.seqlen, self.params)
 
     @property
     def doc_lengths(self):

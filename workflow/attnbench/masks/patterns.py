@@ -1,12 +1,16 @@
 """The static mask patterns of docs/masks.md: how each samples its parameters, its one
-predicate, and its range form. Block-sparse patterns live in sparse.py.
+predicate, its range form, and the forms kernels take where it has them: the native form
+(documents, causal, window) of the varlen/window kernels, else FlashAttention-4's mask_mod.
+Block-sparse patterns live in sparse.py.
 
 `params` are the realised parameters of one sample (JSON-able); the mask can be rebuilt from
-them exactly. `cfg` holds the grid's fixed settings (window, block, long-document mix).
+them exactly. `cfg` holds the grid's fixed settings (window, block, long-document mix), the keys
+each pattern reads in its `cfg_keys` (the only mask_params a grid may set: grid.expand).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +27,34 @@ class NativeForm:
     doc_lengths: tuple
     causal: bool
     window: tuple  # (left, right); -1 = unbounded
+
+
+@dataclass(frozen=True)
+class MaskMod:
+    """A mask as FlashAttention-4's mask_mod (kernels/fa4_mask_mod.py runs it), for masks with no
+    native form: `fn(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars)` -> visible, plain
+    integer arithmetic (<, <=, ==, !=, &, |, +, -) on the indices, on the run-time scalars and on
+    aux entries read through `_at`, so that it also evaluates on CPU index arrays; the scalars;
+    and `aux(doc, pos)`: the per-position tensors it reads, made from each position's document
+    and offset in it (None: it reads none). Every fn keeps the index on the left of each operator,
+    so that the DSL's TensorSSA operators take the scalar operand."""
+
+    fn: Callable
+    scalars: tuple = ()
+    aux: Callable | None = None
+
+
+def _at(aux, idx):
+    """aux[idx]: elementwise for CPU index arrays. In the CuTe DSL, idx is a one-element TensorSSA
+    and aux a cute.Tensor, read as a scalar and made a TensorSSA again (as FA4's own tests do)."""
+    import torch
+
+    if isinstance(idx, (torch.Tensor, np.ndarray)):
+        return aux[idx]
+    import cutlass
+    from flash_attn.cute import utils
+
+    return utils.scalar_to_ssa(aux[idx[0]], cutlass.Int32)
 
 
 def _doc_bounds(doc_lengths):
@@ -76,7 +108,24 @@ def drawn_length(seqlen: int, bounds, rng, least: int = 1, most: int | None = No
     return int(min(max(round(u * seqlen), least), seqlen if most is None else most))
 
 
-class Pattern:
+class CheckShape:
+    """What a float64 check at a shorter length (harness/samples.py) must keep of a pattern: its
+    lengths a multiple of the block (`block_key`: the grid setting holding it, or None), and the
+    features it must hold to show the pattern at all."""
+
+    block_key = None
+
+    def check_granule(self, cfg) -> int:
+        """Check lengths are multiples of this: the block of block masks, else 1."""
+        return int(cfg.get(self.block_key) or 1) if self.block_key else 1
+
+    def check_features(self, cfg) -> list[tuple[str, int]]:
+        """(feature, the tokens it needs): blocks show only where there are two."""
+        b = cfg.get(self.block_key) if self.block_key else None
+        return [(f"two blocks (2 x {self.block_key} {b})", 2 * b)] if b else []
+
+
+class Pattern(CheckShape):
     name = ""
     # how many samples a cell draws: "single" (samples.single: a mask fixed by the grid's
     # settings) or "document" (samples.document: a mask drawn afresh per sample, its documents,
@@ -100,6 +149,24 @@ class Pattern:
     def native_form(self, seqlen, params):
         """The (documents, causal, window) form, or None when the mask has none."""
         return None
+
+    # FlashAttention-4's mask_mod function, where the mask has no native form (MaskMod.fn)
+    fa4_mod = None
+
+    def fa4_mask_mod(self, seqlen, params) -> MaskMod | None:
+        """FlashAttention-4's mask_mod form of one realisation (fa4_mod, with the scalars and
+        aux tensors it reads), where the mask has no native form; else None."""
+        return None
+
+    @property
+    def regular(self) -> bool:
+        """Whether the pattern has a native form (it defines native_form): what FlashAttention
+        2/3, varlen and cuDNN run (masks.REGULAR_MASKS)."""
+        return type(self).native_form is not Pattern.native_form
+
+    @property
+    def has_fa4_mask_mod(self) -> bool:
+        return self.fa4_mod is not None
 
 
 def _kind(causal: bool) -> str:
@@ -200,6 +267,11 @@ class SlidingWindow(Pattern):
     name = "sliding_window"
     cfg_keys = ("window",)
 
+    def check_features(self, cfg):
+        """A window one key too wide shows only where a row sees more than 2w + 1 keys."""
+        w = cfg["window"]
+        return [(f"two windows plus one (2 x window {w} + 1)", 2 * w + 1)]
+
     def sample(self, seqlen, cfg, rng, histograms):
         return {"window": int(cfg["window"])}
 
@@ -233,10 +305,17 @@ class SlidingWindowCausal(SlidingWindow):
         return NativeForm((seqlen,), True, (params["window"], 0))
 
 
+def share_question_mod(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars=None):
+    """(doc(j) == 0 and doc(i) != 0) or (doc(i) == doc(j) and j <= i)"""
+    dq, dk = _at(aux_tensors[0], q), _at(aux_tensors[0], kv)
+    return ((dk == 0) & (dq != 0)) | ((dq == dk) & (kv <= q))
+
+
 class ShareQuestion(Documents):
     """Document 0 is a question every later answer sees; causal inside each document."""
 
     name = "share_question"
+    fa4_mod = staticmethod(share_question_mod)
     cfg_keys = ("question_fraction",)
 
     def check(self, seqlen, cfg):
@@ -264,11 +343,23 @@ class ShareQuestion(Documents):
         out.append(Slice(c1, seqlen, 0, c1, "full"))
         return nonempty(out)
 
+    def fa4_mask_mod(self, seqlen, params):
+        return MaskMod(self.fa4_mod, aux=lambda doc, pos: (doc,))
+
+
+def causal_blockwise_mod(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars):
+    """(doc(i) == n-1 and j < c) or (doc(i) == doc(j) and j <= i), where c is the last
+    document's start. doc(i) == n-1 is i >= c for i < S."""
+    c = aux_scalars[0]
+    same = _at(aux_tensors[0], q) == _at(aux_tensors[0], kv)
+    return ((q >= c) & (kv < c)) | (same & (kv <= q))
+
 
 class CausalBlockwise(Documents):
     """The last document (the test example) sees everything; the others are causal in themselves."""
 
     name = "causal_blockwise"
+    fa4_mod = staticmethod(causal_blockwise_mod)
 
     def predicate(self, seqlen, params, device):
         doc_id, doc_start = self.docs(params, device)
@@ -284,9 +375,19 @@ class CausalBlockwise(Documents):
         out.append(Slice(last_start, seqlen, 0, last_start, "full"))
         return nonempty(out)
 
+    def fa4_mask_mod(self, seqlen, params):
+        last_start = seqlen - params["doc_lengths"][-1]
+        return MaskMod(self.fa4_mod, (last_start,), lambda doc, pos: (doc,))
+
+
+def prefix_lm_causal_mod(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars):
+    """j < P or j <= i"""
+    return (kv < aux_scalars[0]) | (kv <= q)
+
 
 class PrefixLMCausal(Pattern):
     name = "prefix_lm_causal"
+    fa4_mod = staticmethod(prefix_lm_causal_mod)
     sample_class = "document"  # a prefix drawn per sample
     cfg_keys = ("prefix_fraction",)
 
@@ -306,11 +407,22 @@ class PrefixLMCausal(Pattern):
         p = params["prefix"]
         return nonempty([Slice(0, p, 0, p, "full"), Slice(p, seqlen, 0, seqlen, "causal")])
 
+    def fa4_mask_mod(self, seqlen, params):
+        return MaskMod(self.fa4_mod, (params["prefix"],))
+
+
+def prefix_lm_document_mod(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars):
+    """doc(i) == doc(j) and (pos(j) < P or j <= i). pos(j) < len(doc), so pos(j) < P is
+    pos(j) < min(P, len(doc))."""
+    doc, pos = aux_tensors
+    return (_at(doc, q) == _at(doc, kv)) & ((_at(pos, kv) < aux_scalars[0]) | (kv <= q))
+
 
 class PrefixLMDocument(Documents):
     """Per document, a bidirectional prefix of min(P, len(doc)) tokens, causal after it."""
 
     name = "prefix_lm_document"
+    fa4_mod = staticmethod(prefix_lm_document_mod)
     cfg_keys = ("prefix_fraction",)
 
     def check(self, seqlen, cfg):
@@ -337,11 +449,21 @@ class PrefixLMDocument(Documents):
             out += [Slice(a, a + p, a, a + p, "full"), Slice(a + p, b, a, b, "causal")]
         return nonempty(out)
 
+    def fa4_mask_mod(self, seqlen, params):
+        return MaskMod(self.fa4_mod, (params["prefix"],), lambda doc, pos: (doc, pos))
+
+
+def global_sliding_window_mod(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars):
+    """|i - j| <= w or i < g or j < g"""
+    w, g = aux_scalars
+    return ((q - kv <= w) & (kv - q <= w)) | (q < g) | (kv < g)
+
 
 class GlobalSlidingWindow(Pattern):
     """A band of half-width w, plus g = 2w global tokens that see and are seen by all."""
 
     name = "global_sliding_window"
+    fa4_mod = staticmethod(global_sliding_window_mod)
     sample_class = "document"  # a window drawn per sample
     cfg_keys = ("window_fraction",)
 
@@ -371,12 +493,23 @@ class GlobalSlidingWindow(Pattern):
         out += band_slices(g, seqlen - g, params["window"])
         return nonempty(out)
 
+    def fa4_mask_mod(self, seqlen, params):
+        return MaskMod(self.fa4_mod, (params["window"], params["global_tokens"]))
+
+
+def block_causal_document_mod(b, h, q, kv, seqlen_info, aux_tensors, aux_scalars=None):
+    """doc(i) == doc(j) and blk(j) <= blk(i), where blk = pos // b."""
+    doc, blk = aux_tensors
+    return (_at(doc, q) == _at(doc, kv)) & (_at(blk, kv) <= _at(blk, q))
+
 
 class BlockCausalDocument(Documents):
     """Per document: bidirectional inside blocks of b tokens, causal across blocks."""
 
     name = "block_causal_document"
+    fa4_mod = staticmethod(block_causal_document_mod)
     cfg_keys = ("block",)
+    block_key = "block"
 
     def check(self, seqlen, cfg):
         check_block_multiple(self.name, cfg, "block", seqlen)
@@ -397,6 +530,10 @@ class BlockCausalDocument(Documents):
                 q1 = min(q0 + b, e)
                 out.append(Slice(q0, q1, a, q1, "full"))
         return out
+
+    def fa4_mask_mod(self, seqlen, params):
+        # blk = pos // b, precomputed so that the kernel needs no division
+        return MaskMod(self.fa4_mod, aux=lambda doc, pos: (doc, pos // params["block"]))
 
 
 STATIC_PATTERNS = {

@@ -14,6 +14,7 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from .patterns import CheckShape
 from .ranges import Slice, check_block_multiple
 
 GRANULARITIES = ("head", "kv_head")
@@ -151,7 +152,7 @@ def _random_partition(gen, total, parts, minimum):
     return edges.diff() + minimum
 
 
-class SparsePattern:
+class SparsePattern(CheckShape):
     sample_class = "single"
     uses_documents = False
     cfg_keys = ()
@@ -249,6 +250,7 @@ class SparsePattern:
 class BlockSparse(SparsePattern):
     name = "block_sparse"
     cfg_keys = ("block_size", "density", "granularity")
+    block_key = "block_size"
     generator_keys = ("block_size", "density", "groups", "seed")
 
     def check_blocks(self, seqlen, cfg):
@@ -272,6 +274,7 @@ class BlockSparse(SparsePattern):
 class VariableBlockSparse(SparsePattern):
     name = "variable_block_sparse"
     cfg_keys = ("avg_block", "min_block", "density", "granularity")
+    block_key = "avg_block"
     generator_keys = ("avg_block", "min_block", "density", "groups", "seed")
 
     def check_blocks(self, seqlen, cfg):

@@ -61,7 +61,7 @@ def limit_memory_if_asked(rank: int):
 def implementation(spec, choice: dict | None = None) -> dict:
     """What ran: the method and the local kernel (`choice`: choose.choose_local_kernel's; without
     it, the kernel the grid named, e.g. for a cell stopped before it chose)."""
-    info = catalog.method(spec["impl"])
+    info = method_info(spec)
     choice = choice or {"setting": spec["cp"]["local_kernel"], "local_kernel": None}
     kern = choice["local_kernel"] or choice["setting"]
     known = kern in catalog.LOCAL_KERNELS and catalog.uses_local_kernel(info.name)
@@ -78,7 +78,17 @@ def implementation(spec, choice: dict | None = None) -> dict:
     }
     if "reason" in choice:
         out["local_kernel_choice"] = {k: v for k, v in choice.items() if k != "setting"}
+    if "method_class" in spec:  # your own method: which code, exactly
+        from ...harness.environment import own_kernel_source
+
+        out["source"] = own_kernel_source(spec["method_class"])
     return out
+
+
+def method_info(spec) -> catalog.MethodInfo:
+    """The cell's method: a built-in one, or your own (imported from spec['method_class'] and
+    registered under its name in this process)."""
+    return catalog.resolve_method(spec.get("method_class", spec["impl"]))
 
 
 def degrees_of(spec) -> catalog.Degrees:
@@ -109,7 +119,7 @@ def choose(spec, out_path) -> dict:
     """The local kernel this cell runs (choose.choose_local_kernel), from the records under the
     output folder the cell's record goes to."""
     name = None
-    if spec["cp"]["local_kernel"] == catalog.AUTO and catalog.uses_local_kernel(spec["impl"]):
+    if spec["cp"]["local_kernel"] == catalog.AUTO and method_info(spec).runs_local_kernel:
         if spec["device"] != "cuda" or torch.cuda.is_available():
             name = device_name(spec["device"])
     return choose_local_kernel(spec, output_root(out_path, spec), name)
@@ -170,7 +180,7 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
     dtype, device, d = torch_dtype(spec["dtype"]), session.device, spec["head_dim"]
     hq, hkv, direction = spec["heads_q"], spec["heads_kv"], spec["direction"]
     backward = direction != "fwd"
-    info = catalog.method(spec["impl"])
+    info = method_info(spec)
     seed = input_seed(spec["_data_seed"], index, spec["seqlen"])
     g = rc.guard
 
@@ -465,6 +475,7 @@ def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
     crash_if_asked(spec)
     t0 = time.perf_counter()
     rank = int(os.environ.get("RANK", 0))
+    method_info(spec)  # your own method: registered before anything looks it up by name
     choice = choose(spec, out_path)
     record = base_record(spec, implementation(spec, choice), provenance(spec))
     status, reason = static_outcome(spec, choice["local_kernel"])

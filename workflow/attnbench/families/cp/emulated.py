@@ -189,6 +189,7 @@ def run_emulated_cell(spec: dict, out_path, peak: dict | None = None):
     """The emulated cell's record (cell.run_cp_cell's steps, one process, no process group)."""
     crash_if_asked(spec)
     t0 = time.perf_counter()
+    C.method_info(spec)  # your own method: registered before anything looks it up by name
     choice = C.choose(spec, out_path)
     record = base_record(
         spec, {**C.implementation(spec, choice), "emulated": True}, provenance(spec)

@@ -6,8 +6,9 @@ min(N, gpus_per_node), the paper's), LoongTrain's windows, the rank placement an
 An `also:` entry may name its own `cp: {local_kernel, dkv_comm_dtype, split_documents,
 ulysses_degree, windows, emulate}`
 (each is then part of the cell id, grid.expand.cp_suffix). A cell carries the local kernel as named (`auto` stays `auto`: the cell
-chooses when it runs, from the records then on disk, cp/choose.py), its resolved degrees, nodes and
-processes per node. `cp.emulate: true` makes the cells emulations (families/cp/emulated.py): `gpus`
+chooses when it runs, from the records then on disk, cp/choose.py), its resolved degrees (the
+method's layout, cp.catalog.Layout), nodes and processes per node. A method of one's own is named
+'module:Class' (cp.catalog.resolve_method): its cells carry its name and `method_class`. `cp.emulate: true` makes the cells emulations (families/cp/emulated.py): `gpus`
 is the emulated world size, run by one process on one device (nodes 1, nproc_per_node 1).
 """
 
@@ -42,6 +43,12 @@ def check_seqlen(method: str, seqlen: int, gpus: int, cap: int) -> int:
     return s if catalog.uses_local_kernel(method) else s - s % (2 * gpus)
 
 
+def method_names(prod) -> list[str]:
+    """The product's methods by name (your own, 'module:Class', by its info.name); call after
+    grid_problems found them all."""
+    return [catalog.resolve_method(m).name for m in prod["methods"]]
+
+
 def check_length_problems(cfg, grid, prod, at) -> list[str]:
     """Document masks whose checks (at check.max_seqlen) draw no document boundary, so that a
     method wrong at the boundaries passes; named with the length at which they do."""
@@ -55,7 +62,7 @@ def check_length_problems(cfg, grid, prod, at) -> list[str]:
     for mask, tpg, gpus, (hq, hkv), d, dtype in points:
         seqlen = tpg * gpus
         by_length = {}  # the check's length -> the methods checked at it
-        for method in prod["methods"]:
+        for method in method_names(prod):
             by_length.setdefault(check_seqlen(method, seqlen, gpus, cap), []).append(method)
         for s, methods in by_length.items():
             if s >= seqlen:
@@ -87,11 +94,20 @@ def grid_problems(grid, prod, at) -> list[str]:
         problems.append(
             f"{at}: family cp needs 'methods' (valid methods: {', '.join(catalog.METHODS)})"
         )
+    names = []  # the methods found, by name
     for i, m in enumerate(prod.get("methods", [])):
-        if m not in catalog.METHODS:
+        if ":" in str(m):  # your own, 'module:Class'
+            try:
+                names.append(catalog.resolve_method(m).name)
+            except ValueError as e:
+                problems.append(f"{at}.methods[{i}]: {e}")
+        elif m not in catalog.METHODS:
             problems.append(
-                f"{at}.methods[{i}]: unknown method {m!r}; valid methods: {', '.join(catalog.METHODS)}"
+                f"{at}.methods[{i}]: unknown method {m!r}; valid methods: {', '.join(catalog.METHODS)} "
+                "(or your own, as 'module:Class')"
             )
+        else:
+            names.append(m)
     for key, why in (
         ("kernels", "it runs 'methods' over cp.local_kernel"),
         ("seqlen", "its length is tokens_per_gpu x gpus"),
@@ -113,11 +129,21 @@ def grid_problems(grid, prod, at) -> list[str]:
                 f"{at}.cp.local_kernel: {kern} runs only on {', '.join(catalog.LOCAL_KERNELS[kern].devices)}"
                 f", not on the grid's device {device}"
             )
+    split = c.get("split_documents", catalog.SPLIT_DOCUMENTS[0])
+    if split != catalog.SPLIT_DOCUMENTS[0]:
+        for m in names:
+            if not catalog.method(m).shard_layout:
+                sharded = [n for n, info in catalog.METHODS.items() if info.shard_layout]
+                problems.append(
+                    f"{at}.cp.split_documents: {m} does not shard documents with cp/layout.py, "
+                    f"so split_documents {split} would not apply to it (it applies to "
+                    f"{', '.join(sharded)})"
+                )
     gpn = c.get("gpus_per_node", 8)
     emulated = c.get("emulate", False)
     if emulated:  # one process runs every rank: only our methods (cp.emulate)
-        for m in prod.get("methods", []):
-            if m in catalog.TORCH_CP_METHODS:
+        for m in names:
+            if not catalog.method(m).runs_local_kernel:
                 problems.append(
                     f"{at}.cp.emulate: {m} runs torch's own collectives and cannot be emulated in "
                     f"one process; emulate the methods over a local kernel"
@@ -127,9 +153,7 @@ def grid_problems(grid, prod, at) -> list[str]:
             problems.append(
                 f"{at}.gpus[{i}]: {n} GPUs are not whole nodes of cp.gpus_per_node={gpn}"
             )
-        for m in prod.get("methods", []):
-            if m not in catalog.METHODS:
-                continue
+        for m in names:
             try:
                 deg = _degrees(m, n, c)
             except ValueError as e:
@@ -149,7 +173,7 @@ def _head_split_problems(method, gpus, i, deg, c, prod, at) -> list[str]:
         if not why:
             continue
         splits = lambda u: catalog.head_split_reason(u, hq, hkv) is None  # noqa: E731
-        if method == "ulysses":  # its degree is the GPU count
+        if catalog.method(method).layout.ulysses == "all":  # its degree is the GPU count
             fits = [u for u in range(1, hq + 1) if splits(u)]
             valid = f"GPU counts that split {hq}:{hkv} heads: {', '.join(map(str, fits))}"
             where = f"{at}.gpus[{i}] ({gpus} GPUs)"
@@ -203,7 +227,7 @@ def _product_cells(cfg, gname, prod, common):
     device = grid["device"]
     c = _cp(grid, prod)
     own = _cell_cp(c, prod.get("cp", {}))
-    for method, mask, tpg, gpus, (hq, hkv), d, dtype, direction in itertools.product(
+    for entry, mask, tpg, gpus, (hq, hkv), d, dtype, direction in itertools.product(
         prod["methods"],
         prod["masks"],
         prod["tokens_per_gpu"],
@@ -213,6 +237,10 @@ def _product_cells(cfg, gname, prod, common):
         prod["dtype"],
         prod["direction"],
     ):
+        # your own method: cells use its registered name, and carry its import path for the
+        # processes that run and draw them
+        own_method = {"method_class": entry} if ":" in entry else {}
+        method = catalog.resolve_method(entry).name
         deg = _degrees(method, gpus, c)
         nodes = -(-gpus // c["gpus_per_node"]) if device == "cuda" else 1
         if own.get("emulate"):
@@ -223,6 +251,7 @@ def _product_cells(cfg, gname, prod, common):
                 "grid": gname,
                 "family": "cp",
                 "impl": method,
+                **own_method,
                 "mask": mask,
                 "mask_params": mp,
                 "seqlen": seqlen,

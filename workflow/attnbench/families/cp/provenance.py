@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import copy
 from functools import cache
+from pathlib import Path
 
 
 def provenance(spec: dict) -> dict:
     """The code a cell runs (its cell modules, what they import, the method's module and the
-    local kernels' adapters, which are loaded by name: every local kernel for `auto`) and the
-    libraries whose versions it depends on: record.code, compared by attnbench.currency."""
-    return copy.deepcopy(_provenance(spec["impl"], spec["cp"]["local_kernel"]))
+    local kernels' adapters, which are loaded by name: every local kernel for `auto`; for your
+    own method, its package's files and every built-in method, any of which it may build on) and
+    the libraries whose versions it depends on: record.code, compared by attnbench.currency."""
+    own = spec.get("method_class", "")
+    return copy.deepcopy(_provenance(spec["impl"], spec["cp"]["local_kernel"], own))
 
 
 @cache  # the same for every cell of a method and local kernel
-def _provenance(method: str, kernel: str) -> dict:
+def _provenance(method: str, kernel: str, own: str) -> dict:
     from ...codegraph import PACKAGE
     from ...cp import catalog
     from ...kernels.catalog import LOCAL_KERNELS, first_version
@@ -23,10 +26,16 @@ def _provenance(method: str, kernel: str) -> dict:
 
     kernels = LOCAL_KERNELS.values() if kernel == catalog.AUTO else [LOCAL_KERNELS[kernel]]
     modules = [f"{__package__}.cell", f"{__package__}.emulated"]
-    modules.append(f"{PACKAGE}.cp.{catalog.METHODS[method].impl.split(':')[0]}")
+    if own:  # every built-in method's module (a module of the package's cp/ folder)
+        cp_dir = Path(catalog.__file__).parent
+        impls = [m.impl.split(":")[0] for m in catalog.METHODS.values()]
+        modules += [f"{PACKAGE}.cp.{i}" for i in impls if (cp_dir / f"{i}.py").is_file()]
+    else:
+        modules.append(f"{PACKAGE}.cp.{catalog.METHODS[method].impl.split(':')[0]}")
     modules += [f"{PACKAGE}.kernels.{k.impl.split(':')[0]}" for k in kernels]
+    own_files = catalog.own_method_files(own)[1] if own else ()
     return {
-        "code": cell_code(modules),
+        "code": cell_code(modules, own_files),
         "libraries": {
             "torch": first_version(("torch",)),
             f"local kernel {kernel}": catalog.library_version(kernel),
