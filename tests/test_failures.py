@@ -482,8 +482,8 @@ def test_a_job_that_fails_leaves_its_cell_missing_and_the_run_still_draws_what_f
     missing = f"results/cells/int/kernel/{STUCK}.json"
     assert not (tmp_path / missing).exists()
     assert "drawing the tables and figures of the records on disk" in text
-    assert "1 without a record (their job did not finish; the next run runs them):" in text
-    assert f"  {missing}" in text
+    assert "1 without a record (their job failed or did not run):" in text
+    assert f"    {missing} (log: results/logs/cells/int/kernel/{STUCK}.log)" in text
     df = read_cells(results / "tables/cells.csv")
     assert len(df) == n - 1 and set(df["status"]) == {"ok"}
     caption = (results / "tables/int/tflops.caption.rst").read_text().replace("\\", "")

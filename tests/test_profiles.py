@@ -106,8 +106,9 @@ def snakemake_in_repo_root(*args: str) -> str:
     """`snakemake ARGS` as a user types it in the repository root, with the venv's bin on PATH."""
     env = {k: v for k, v in os.environ.items() if k != "SNAKEMAKE_PROFILE"}
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    # -F: every job in the dry run, also where `make run` has written the results already.
-    cmd = ["snakemake", *args, "-n", "-F"]
+    # -F: every job in the dry run, also where `make run` has written the results already;
+    # --quiet host: Snakemake's block per job, which the profiles leave out, is what is read here
+    cmd = ["snakemake", *args, "-n", "-F", "--quiet", "host"]
     p = subprocess.run(
         cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
     )
@@ -190,3 +191,25 @@ def test_distributed_cell_resources_become_the_right_allocation():
         "--cpus-per-task=1",
     } <= set(sbatch)
     assert not [a for a in sbatch if a.startswith(("--gpus=", "--ntasks-per-gpu", "--gres"))]
+
+
+@pytest.mark.parametrize(
+    "argv, logs",
+    [
+        ([], "results/logs/slurm"),
+        (["--config", "run=[paper_cp]", "output_dir=/scratch/me/out"], "/scratch/me/out/logs/slurm"),
+        (["--configfile", "mine.yaml"], "elsewhere/logs/slurm"),
+        (["--configfile", "mine.yaml", "--config", "output_dir=last"], "last/logs/slurm"),
+    ],
+)
+def test_slurm_logs_go_under_the_runs_output_folder(tmp_path, monkeypatch, argv, logs):
+    """Slurm's own logs of every job sit with the run's other logs, <output_dir>/logs/slurm,
+    read as Snakemake reads output_dir: config.yaml, then --configfile, then --config."""
+    fake_scontrol(tmp_path, monkeypatch, "accounting_storage/none")
+    (tmp_path / "config.yaml").write_text("output_dir: results\n")
+    (tmp_path / "mine.yaml").write_text("output_dir: elsewhere/\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["snakemake", "--profile", "slurm", *argv])
+    assert read_profile("slurm")["slurm-logdir"] == logs
+    profile = (REPO / "profiles" / "local" / "config.yaml").read_text()
+    assert "quiet: [rules]" in profile  # Snakemake's block per job is off; --quiet host brings it

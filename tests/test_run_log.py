@@ -1,5 +1,7 @@
-"""A run says what it finds: each finished cell logs one line (the cell, its status, its TFLOP/s or
-why not) on Snakemake's log, with how many of the run's cells have a record so far."""
+"""A run says what it finds: each finished cell logs one line (its grid and cell, its status and
+seconds, its TFLOP/s or why not, the counts so far by status and the time left) on Snakemake's
+log, and the run ends with a summary: counts by status per grid, where the outputs are, what to
+run next."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ GRID = kernel_grid(
     description="log tests",
     also=[{"kernels": ["fa2"]}],  # GPU-only: an `unavailable` record here
 )
-LINE = re.compile(r"^cell (\S+): (\w+)(?: \((.*)\))?; (\d+) of (\d+) cells recorded$", re.M)
+LINE = re.compile(
+    r"^log: (\S+): (\w+) in [\d.]+ s(?: \((.*)\))? \| (\d+) of (\d+) done \(([^)]*)\)(; about .* left)?$",
+    re.M,
+)
 
 
 @pytest.mark.slow
@@ -23,21 +28,28 @@ def test_each_finished_cell_logs_its_outcome_and_the_progress(tmp_path):
     cmd = snakemake_cmd(workdir, "--cores", "2", snakefile=workdir / "code/Snakefile")
     p = run_bounded(cmd, 600, env=package_env())
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    lines = LINE.findall(p.stdout + p.stderr)
-    by_cell = {path.split("/cells/log/kernel/")[1]: rest for path, *rest in lines}
+    out = p.stdout + p.stderr
+    lines = LINE.findall(out)
+    by_cell = {cell: rest for cell, *rest in lines}
     assert set(by_cell) == {
-        "naive/causal/s64-h2x1-d16-float32-fwd.json",
-        "sdpa/causal/s64-h2x1-d16-float32-fwd.json",
-        "fa2/causal/s64-h2x1-d16-float32-fwd.json",
+        "naive/causal/s64-h2x1-d16-float32-fwd",
+        "sdpa/causal/s64-h2x1-d16-float32-fwd",
+        "fa2/causal/s64-h2x1-d16-float32-fwd",
     }
-    for cell, (status, details, _, total) in by_cell.items():
+    for cell, (status, details, _, total, _, _) in by_cell.items():
         assert total == "3"
         if cell.startswith("fa2/"):
             assert status == "unavailable" and "fa2 runs only on cuda" in details, details
         else:
             assert status == "ok" and re.fullmatch(r"[\d.e+-]+ TFLOP/s", details), details
-    done = [int(d) for *_, d, _ in lines]  # records on disk as each cell ended (two at a time)
-    assert done == sorted(done) and done[-1] == 3
+    done = [int(x[3]) for x in lines]  # each cell told once, as it ended
+    assert done == [1, 2, 3]
+    assert lines[-1][5] in ("2 ok, 1 unavailable", "1 unavailable, 2 ok")
+    assert "about" in lines[0][6] and lines[-1][6] == ""  # the time left, until none is
+    # the closing summary: counts per grid, the outputs, what to run next
+    assert "summary:" in out and "  log: 2 ok, 1 unavailable" in out
+    assert "tidy tables: results/tables/cells.csv, results/tables/samples.csv" in out
+    assert "next: python -m attnbench advise --cells results/tables/cells.csv" in out
     # the cell's own log ends with the same verdict
     log = workdir / "results/logs/cells/log/kernel/sdpa/causal/s64-h2x1-d16-float32-fwd.log"
     assert re.search(r"^ok: \S+sdpa/causal/s64\S+ \([\d.e+-]+ TFLOP/s\)$", log.read_text(), re.M)

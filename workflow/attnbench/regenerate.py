@@ -28,6 +28,7 @@ from .report.collect import (
     samples_path,
     write_cells,
 )
+from .terminal import bar
 
 
 def other_grid_records(out: Path, grids) -> list[str]:
@@ -157,9 +158,9 @@ def regenerate(cfg: dict, grids=None, jobs: int = 1, say=print) -> Drawn:
     tasks = drawing_tasks(cfg, drawn, out, missing)
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
-            list(pool.map(_part, tasks))
+            list(bar(pool.map(_part, tasks), len(tasks), "tables and figures"))
     else:
-        for t in tasks:
+        for t in bar(tasks, len(tasks), "tables and figures"):
             _part(t)
     say(
         f"tables and figures of {', '.join(drawn)} ({len(tasks)} tasks, {jobs} processes) in "

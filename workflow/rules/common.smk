@@ -2,6 +2,7 @@
 import json
 import os
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -48,26 +49,25 @@ wildcard_constraints:
     point=r"[A-Za-z0-9_.\-]+",
 
 
-RECORDED = set()  # the run's record paths on disk, counted at the first finished cell
+CELL_RULES = ("kernel_cell", "cp_cell")
+PROGRESS = None  # attnbench.progress.Progress of this run, made at its first finished cell
 
 
 def cell_finished(job):
-    """The line a finished cell's job logs: the cell, what it found, and how many of the run's
-    cells have a record now (a long run's progress in cells, not in Snakemake's steps)."""
-    from attnbench.record.record import outcome_details
+    """The line a finished cell's job logs (attnbench.progress): the cell, its status and seconds,
+    the counts so far by status, the time left."""
+    global PROGRESS
+    from attnbench.progress import Progress
 
-    if job.rule.name not in ("kernel_cell", "cp_cell"):
+    if job.rule.name not in CELL_RULES:
         return None
-    path = str(job.output[0])
-    if not RECORDED:
-        RECORDED.update(p for p in CELLS if os.path.exists(p))
-    RECORDED.add(path)
-    record = json.loads(Path(path).read_text())
-    details = outcome_details(record)
-    return (
-        f"cell {path}: {record['status']}{f' ({details})' if details else ''}; "
-        f"{len(RECORDED)} of {len(CELLS)} cells recorded"
-    )
+    if PROGRESS is None:
+        try:  # the cells this run set out to make: its DAG's cell jobs
+            todo = sum(j.rule.name in CELL_RULES for j in job.dag.needrun_jobs())
+        except Exception:  # noqa: BLE001 - without the DAG: the cells without a current record
+            todo = len(records_not_on_disk()) + len(OUTDATED)
+        PROGRESS = Progress(CELLS, max(todo, 1), started=RUN_STARTED)
+    return PROGRESS.line(str(job.output[0]))
 
 
 def cell_of(wc, family=None):
@@ -277,6 +277,9 @@ def cp_resource(name):
 # ---------------------------------------------------------------- the run's start and end
 
 
+RUN_STARTED = time.monotonic()  # the time left is counted from the start (attnbench.progress)
+
+
 def start_run():
     """Before the first job: take the output folder's lock (refused, naming the holder, while
     another run writes there), then write the files the jobs read their parameters from."""
@@ -294,12 +297,12 @@ def end_run(ok):
     """After the last job: where the run did not finish, draw what did (the tidy table, tables and
     figures from the records on disk, their captions listing the missing cells); then the closing
     summary (every crashed and missing cell), and the lock is released."""
-    from attnbench.record.unfinished import unfinished
+    from attnbench.progress import closing_summary
 
     try:
         if not ok:
             draw_what_finished()
-        for line in unfinished(CELLS).lines():
+        for line in closing_summary(CELLS, OUT):
             logger.info(line)
     finally:
         LOCK.release()

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from ..masks import CP_MASKS, Mask
+from ..terminal import bar
 from . import catalog, run
 
 DEFAULT_KERNELS = {
@@ -165,7 +166,9 @@ def main(argv=None):
     named = {catalog.resolve_method(m).name for m in a.methods or ()}
     methods = [m for n, m in catalog.METHODS.items() if not named or n in named]
     rows, t0 = [], time.perf_counter()
-    for method, deg in method_configs(world, a.device, a.split_documents, methods):
+    configs = list(method_configs(world, a.device, a.split_documents, methods))
+    shown = configs if session.rank else bar(configs, len(configs), "verify")  # rank 0's bar
+    for method, deg in shown:
         torch_cp = not catalog.uses_local_kernel(method)
         # torch's context_parallel pads nothing: its sequence is a multiple of 2R
         length = seqlen - seqlen % (2 * world) if torch_cp else seqlen

@@ -16,6 +16,7 @@ import pandas as pd
 from ..masks import Mask
 from ..masks.lengths import choose_histogram
 from ..report.collect import collect
+from ..terminal import bar
 from .kernel_time import KernelTime
 from .network import Network
 from .overhead import calibrate, leave_one_out, measured_samples
@@ -95,26 +96,28 @@ def prediction_rows(cfg, mc, s: Setting, directions, kt, progress=print) -> pd.D
     ]
     methods = [m for m in dict.fromkeys(listed) if m in MODELLED_METHODS]
     rows = []
-    for tpg in grid["tokens_per_gpu"]:
-        for mask_name in grid["masks"]:
-            for n in mc["gpus"]:
-                masks = realised_masks(
-                    mask_name,
-                    tpg * n,
-                    mc["mask_samples"],
-                    mc["seed"],
-                    grid.get("mask_params", {}),
-                    histograms_for(cfg, tpg * n),
-                    s.heads_q,
-                    s.heads_kv,
-                )
-                for d in directions:
-                    for m in methods:
-                        preds = [
-                            predict(m, n, mk, s, d, kt, net, mc["max_ring_ranks"]) for mk in masks
-                        ]
-                        rows.append(summary_row(preds, mask_name, tpg, n, net))
-                progress(f"{mask_name} {tpg} tokens/GPU, {n} GPUs")
+    points = [
+        (tpg, mask_name, n)
+        for tpg in grid["tokens_per_gpu"]
+        for mask_name in grid["masks"]
+        for n in mc["gpus"]
+    ]
+    for tpg, mask_name, n in bar(points, len(points), "CP model"):
+        masks = realised_masks(
+            mask_name,
+            tpg * n,
+            mc["mask_samples"],
+            mc["seed"],
+            grid.get("mask_params", {}),
+            histograms_for(cfg, tpg * n),
+            s.heads_q,
+            s.heads_kv,
+        )
+        for d in directions:
+            for m in methods:
+                preds = [predict(m, n, mk, s, d, kt, net, mc["max_ring_ranks"]) for mk in masks]
+                rows.append(summary_row(preds, mask_name, tpg, n, net))
+        progress(f"{mask_name} {tpg} tokens/GPU, {n} GPUs")
     return pd.DataFrame(rows)
 
 
