@@ -47,9 +47,11 @@ sys.path.insert(0, str(REPO / "workflow"))
 
 from attnbench import families  # noqa: E402
 from attnbench.cp import catalog, emulate  # noqa: E402
+from attnbench.cp.run import MethodRun  # noqa: E402
 from attnbench.grid.expand import histograms_for  # noqa: E402
+from attnbench.grid.spec import DKV_COMM_DTYPES, EMULATE_CONTENTS, SPLIT_DOCUMENTS, Problem  # noqa: E402
 from attnbench.harness.flops import attention_flops  # noqa: E402
-from attnbench.harness.inputs import data_seed, input_seed, mask_rng, torch_dtype  # noqa: E402
+from attnbench.harness.inputs import data_seed, input_seed, mask_rng  # noqa: E402
 from attnbench.harness.measure import quantiles, release_memory, synchronize  # noqa: E402
 from attnbench.harness.samples import spec_mask  # noqa: E402
 from attnbench.masks import Mask  # noqa: E402
@@ -63,11 +65,11 @@ DIRECTIONS = ("fwd", "bwd")
 
 def draw_mask(mask_name, seqlen, hq, hkv, d, dtype, seed=0):
     """The first timed sample's mask of a cell at this length (the grid's draw)."""
-    spec = dict(seed=seed, mask=mask_name, mask_params={}, seqlen=seqlen, heads_q=hq, heads_kv=hkv)
-    spec.update(head_dim=d, dtype=dtype)
     cfg = families.validate(yaml.safe_load((REPO / "config.yaml").read_text()))
     hist = histograms_for(cfg, mask_name, seqlen)
-    return spec_mask(spec, seqlen, mask_rng(data_seed(spec)), hist), data_seed(spec)
+    # the data seed is the same in every direction
+    problem = Problem(mask_name, {}, seqlen, hq, hkv, d, dtype, "fwd", seed, hist)
+    return spec_mask(problem, seqlen, mask_rng(data_seed(problem))), data_seed(problem)
 
 
 def share_of(mask: Mask, tokens: int) -> Mask:
@@ -492,14 +494,16 @@ def validate(a, device) -> list[dict]:
     return rows
 
 
-def primed_world(method, deg, kernel, mask, seed, a, direction, device, dkv="accumulator"):
+def primed_world(method, deg, kernel, mask, seed, a, direction, device, dkv=DKV_COMM_DTYPES[0]):
     """The world set up and run once in lockstep (every buffer as the real run leaves it):
     (world, inputs, (status, reason)), status None when every rank got there."""
-    dtype = torch_dtype(a.dtype)
-    contents = "peers" if a.contents == "auto" else a.contents
-    world = emulate.World(deg, kernel, dtype, a.head_dim, device, dkv, contents=contents)
-    world.load(method, mask, a.hq, a.hkv, a.head_dim, dtype, direction != "fwd")
-    inputs = world.inputs(seed, a.hq, a.hkv, a.head_dim, dtype)
+    contents = EMULATE_CONTENTS[0] if a.contents == "auto" else a.contents
+    run = MethodRun(
+        method, kernel, deg, a.hq, a.hkv, a.head_dim, a.dtype, direction != "fwd", dkv
+    )
+    world = emulate.World(run, device, contents)
+    world.load(mask)
+    inputs = world.inputs(seed)
     failed = world.agree("setup")
     if failed[0] is None:
         emulate.prime(world, inputs, direction)
@@ -541,8 +545,8 @@ def main(argv=None):
     p.add_argument(
         "--split-documents",
         nargs="+",
-        default=[catalog.SPLIT_DOCUMENTS[0]],
-        choices=catalog.SPLIT_DOCUMENTS,
+        default=[SPLIT_DOCUMENTS[0]],
+        choices=SPLIT_DOCUMENTS,
         help="which documents the ring cuts (cp.split_documents); several: each in turn",
     )
     p.add_argument("--heads", default="64:8")
@@ -556,7 +560,7 @@ def main(argv=None):
     p.add_argument(
         "--contents",
         default="auto",
-        choices=(*emulate.CONTENTS, "auto"),
+        choices=(*EMULATE_CONTENTS, "auto"),
         help="peers: lockstep world (N ranks' memory); synthetic: each rank alone; "
         "auto: peers, each rank alone where that runs out of memory (the output says so)",
     )

@@ -90,7 +90,7 @@ def small_world(method="ring_p2p", world=4, contents="peers", mask_name="causal_
     return w, w.inputs(SEED, HQ, HKV, D, DTYPE)
 
 
-@pytest.mark.parametrize("contents", emulate.CONTENTS)
+@pytest.mark.parametrize("contents", EMULATE_CONTENTS)
 def test_every_rank_is_timed_alone_with_its_transfers_off(contents):
     w, inputs = small_world(contents=contents)
     emulate.prime(w, inputs, "fwdbwd")

@@ -39,7 +39,7 @@ def say_outcome(record, out):
     print(f"{record['status']}: {out}" + (f" ({details})" if details else ""))
 
 
-def record_not_run(spec: dict, out: str, peak_path: str | None, a) -> None:
+def record_not_run(spec, out: str, peak_path: str | None, a) -> None:
     """The record of a cell whose process did not write one (attnbench.launch runs the command
     again to write it): stopped at its time budget (--timed-out-after: `timeout`), or ended without
     a record (--crashed: `crashed`, with how it ended and the last lines of its log). No timings. A
@@ -47,7 +47,7 @@ def record_not_run(spec: dict, out: str, peak_path: str | None, a) -> None:
     from .families import not_run_record
     from .record.record import write_record
 
-    if spec["device"] == "cuda":
+    if spec.device == "cuda":
         import torch  # noqa: F401  (the fingerprint then names the device)
     if Path(out).exists():
         print(f"{out} was written before the cell ended; kept")
@@ -75,34 +75,39 @@ def json_option(a, name: str):
         sys.exit(f"{a.cmd}: {e}")
 
 
-def hash_code_before_import(spec: dict) -> None:
+def hash_code_before_import(spec) -> None:
     """The code the record names (record.code, hashed once per process) is hashed now, before
     the cell imports it: a file edited while the cell waits for its GPU is not claimed as run."""
     from .families import family
 
-    family(spec["family"]).provenance(spec)
+    family(spec.family).provenance(spec)
 
 
-def cell_spec(a) -> dict:
-    """--spec: the cell's parameters."""
-    return json_option(a, "spec")
+def cell_spec(a):
+    """--spec: the cell's parameters (grid.spec.CellSpec); exits naming what is wrong."""
+    from .grid.spec import CellSpec
+
+    try:
+        return CellSpec.from_dict(json_option(a, "spec"))
+    except ValueError as e:
+        sys.exit(f"{a.cmd}: --spec: {e}")
 
 
-def cell_in_worker(spec: dict, a) -> None:
+def cell_in_worker(spec, a) -> None:
     """--worker-idle-s: claim the GPU, then let the GPU's warm worker measure (attnbench.worker)."""
     from . import STARTED, launch
     from .families import family
     from .worker import FAULT_ENVS, run_in_worker
 
     gpu = "cpu"
-    if spec["device"] == "cuda":
+    if spec.device == "cuda":
         gpu = ",".join(launch.claim_from_environment()) or os.environ.get(
             "CUDA_VISIBLE_DEVICES", ""
         )
     request = {
-        "spec": spec,
+        "spec": spec.to_dict(),
         # the code as this job finds it: a worker that imported other code refuses the cell
-        "code_sha256": family(spec["family"]).provenance(spec)["code"]["sha256"],
+        "code_sha256": family(spec.family).provenance(spec)["code"]["sha256"],
         "peak": a.peak,
         "out": a.out,
         "cwd": os.getcwd(),  # the worker may have been started by a run in another folder
@@ -135,7 +140,7 @@ def cmd_cell(a):
         torch.set_num_threads(a.threads)
     if measures:
         settle_vml()
-        claim_gpu_after_start(spec["device"], spec.get("kernel_class", spec["impl"]))
+        claim_gpu_after_start(spec.device, spec.entry)
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     record = run_cell(spec, peak, measure=measures)
     write_record(record, a.out)
@@ -151,7 +156,7 @@ def cmd_cp_cell(a):
     from .families.cp.cell import run_cp_cell
     from .families.cp.emulated import is_emulated, run_emulated_cell
 
-    claim_gpu_after_start(spec["device"])
+    claim_gpu_after_start(spec.device)
     peak = json.loads(Path(a.peak).read_text()) if a.peak else None
     # cp.emulate: the compute of every rank in this one process (families/cp/emulated.py)
     record = (run_emulated_cell if is_emulated(spec) else run_cp_cell)(spec, a.out, peak)

@@ -28,6 +28,7 @@ from . import status as S
 from .families import expand_cells, family
 from .grid.config import cell_timeout_s
 from .grid.expand import cell_path, output_root, stable_hash
+from .grid.spec import CellSpec
 from .record.code import code_changes
 
 # Why a record is outdated, in the order they are looked for (the first found is the reason).
@@ -93,7 +94,11 @@ def outdated_reason(record: dict, spec: dict | None, budget_s: float | None) -> 
     if "code" not in record:
         return CODE, "the record names no code (made before records did)"
     try:
-        now = family(cell["family"]).provenance(cell)
+        spec = CellSpec.from_dict(cell)
+    except ValueError as e:  # a cell of another version's shape
+        return CODE, f"its cell is not one this package makes ({e})"
+    try:
+        now = family(spec.family).provenance(spec)
     except (KeyError, ValueError) as e:  # a kernel or method the package no longer has
         return CODE, f"its kernel or method is not in the package now ({e})"
     if record["code"].get("sha256") != now["code"]["sha256"]:
@@ -128,7 +133,7 @@ def at_home(path, record: dict) -> bool:
         return False
     try:
         home = output_root(path, cell)
-    except KeyError:
+    except (KeyError, ValueError):  # not a cell's dict (grid.spec names what is wrong)
         return False
     return home is not None and record.get("cell_id") in (None, stable_hash(cell))
 

@@ -57,15 +57,15 @@ class WorkerError(RuntimeError):
     """The worker died running the cell, or could not be started: the job fails, no record."""
 
 
-def own_code_key(spec: dict) -> str:
+def own_code_key(kernel_class: str | None) -> str:
     """The hash of your own kernel's files ('module:Class' kernels; '' for a built-in one): part of
     its worker's key, as the package's code is."""
-    if "kernel_class" not in spec:
+    if not kernel_class:
         return ""
     from .kernels.catalog import own_kernel_files
     from .record.code import cell_code
 
-    return cell_code((), own_kernel_files(spec["kernel_class"])[1])["sha256"]
+    return cell_code((), own_kernel_files(kernel_class)[1])["sha256"]
 
 
 def socket_path(gpu: str, threads: int, own_code: str = "") -> Path:
@@ -106,7 +106,8 @@ def run_in_worker(request: dict, gpu: str, threads: int, idle_s: float) -> dict:
     """Hand a cell to the worker of `gpu` (starting it if needed); return its answer. A worker
     whose code is not the code this job hashed (request["code_sha256"]) refuses the cell and ends;
     a new one measures it."""
-    path = socket_path(gpu, threads, own_code_key(request["spec"]))
+    # the request's spec is a kernel cell's dict (grid.spec.CellSpec.to_dict)
+    path = socket_path(gpu, threads, own_code_key(request["spec"].get("kernel_class")))
     for _attempt in range(4):
         conn = _connect_or_start(path, gpu, threads, idle_s)
         with conn, conn.makefile("r") as reader:
@@ -221,14 +222,15 @@ def _measure(request: dict, served: int, started: str, state) -> dict:
 
     from .families import family
     from .families.kernel.cell import run_cell
+    from .grid.spec import CellSpec
     from .harness.measure import release_memory
     from .harness.process_state import ProcessState
     from .record.record import write_record
 
-    spec = request["spec"]
+    spec = CellSpec.from_dict(request["spec"])
     # the code as this process first read it (record.code hashes a file once per process, when
     # the file is first used, before it is imported), against the files as the job found them
-    mine = family(spec["family"]).provenance(spec)["code"]["sha256"]
+    mine = family(spec.family).provenance(spec)["code"]["sha256"]
     if request.get("code_sha256") not in (None, mine):
         raise StaleCode(
             f"this worker runs code whose hash is {mine[:12]}, the job's files hash to "

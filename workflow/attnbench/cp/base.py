@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ..grid.spec import DKV_COMM_DTYPES, Degrees
 from ..kernels.lse import accumulator_dtype
 from ..status import Unsupported
 from . import schedule
-from .catalog import Degrees, MethodInfo, mask_reason
+from .catalog import MethodInfo, mask_reason
 from .comm import Comm, Groups, Guard
 
 
@@ -36,8 +37,8 @@ class RankContext:
     kernel: object  # LocalKernel (None for torch_cp, which runs SDPA itself)
     # torch_cp: the SDPA backend to pin (sdpa_flash, sdpa_cudnn); torch_cp_auto: auto
     kernel_name: str | None = None
-    # the dtype dK/dV travel the ring in (catalog.DKV_COMM_DTYPES): accumulator or input
-    dkv_comm_dtype: str = "accumulator"
+    # the dtype dK/dV travel the ring in (grid.spec.DKV_COMM_DTYPES): accumulator or input
+    dkv_comm_dtype: str = DKV_COMM_DTYPES[0]
 
 
 class CPMethod:

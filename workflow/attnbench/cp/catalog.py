@@ -9,10 +9,11 @@ grid may also name a method of its own as 'module:Class' (resolve_method).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
+# a cell's CP settings and their vocabularies (defaults first) are the grid stage's (grid/spec.py)
+from ..grid.spec import DKV_COMM_DTYPES, PLACEMENTS, SPLIT_DOCUMENTS, Degrees
 from ..kernels.catalog import (
     KERNELS,
     LOCAL_KERNELS,
@@ -26,7 +27,6 @@ from ..kernels.catalog import (
 )
 from ..masks import CP_MASKS, pattern
 
-PLACEMENTS = ("contiguous", "strided")
 # The CP masks that are causal inside each document (their patterns' `causal`; the others are
 # bidirectional there)
 CAUSAL_MASKS = tuple(m for m in CP_MASKS if pattern(m).causal)
@@ -71,7 +71,7 @@ class Layout:
 
     def degrees(
         self, name, gpus, ulysses_degree, windows, placement, gpus_per_node, split_documents
-    ) -> "Degrees":
+    ) -> Degrees:
         """The degrees on `gpus` ranks; ValueError names a grid setting that does not divide them."""
         if self.ulysses == "all":
             return Degrees(gpus, 1, 1, placement, split_documents)
@@ -233,14 +233,6 @@ AUTO_ORDER = {
 # was); torch_cp_auto leaves the choice to SDPA (on an H200 it picks cuDNN).
 TORCH_CP_BACKENDS = ("sdpa_flash", "sdpa_cudnn")
 TORCH_CP_PINNED_DEFAULT = "sdpa_flash"
-# cp.dkv_comm_dtype: the dtype dK/dV travel the ring in (accumulator: float32, float64 for float64
-# inputs; input: the inputs' dtype, bfloat16 on GPUs); every rank still sums in the accumulator.
-# (Which of these settings a cell id carries: grid.expand.cp_suffix.)
-DKV_COMM_DTYPES = ("accumulator", "input")
-# cp.split_documents: which documents the ring family cuts over its ranks (cp/layout.py). all: every
-# document, zigzag (the paper's layout, and every record before this setting); as_needed: only as
-# many of the longest as the load balance needs, the others kept whole on one ring rank.
-SPLIT_DOCUMENTS = ("all", "as_needed")
 
 
 def method(name: str) -> MethodInfo:
@@ -311,45 +303,6 @@ def ring_dkv_methods() -> tuple[str, ...]:
 # ---------------------------------------------------------------- degrees
 
 
-@dataclass(frozen=True)
-class Degrees:
-    """N = U x R ranks: Ulysses degree U, ring degree R split into W windows; rank placement;
-    which documents the ring cuts (SPLIT_DOCUMENTS)."""
-
-    ulysses: int
-    ring: int
-    windows: int = 1
-    placement: str = "contiguous"
-    split_documents: str = "all"
-
-    @property
-    def world(self) -> int:
-        return self.ulysses * self.ring
-
-    @property
-    def window_size(self) -> int:
-        return self.ring // self.windows
-
-    def coords(self, rank: int) -> tuple[int, int]:
-        """(ring rank r, Ulysses rank u) of a global rank. contiguous: a Ulysses group is U
-        consecutive ranks (inside a node); strided: its members are R ranks apart."""
-        if self.placement == "contiguous":
-            return rank // self.ulysses, rank % self.ulysses
-        return rank % self.ring, rank // self.ring
-
-    def rank(self, r: int, u: int) -> int:
-        r, u = r % self.ring, u % self.ulysses
-        return r * self.ulysses + u if self.placement == "contiguous" else u * self.ring + r
-
-    def to_json(self) -> dict:
-        """Its fields; split_documents only when not `all` (the cells and records made before
-        it existed keep their spec)."""
-        out = dataclasses.asdict(self)
-        if out["split_documents"] == SPLIT_DOCUMENTS[0]:
-            del out["split_documents"]
-        return out
-
-
 def default_windows(ring: int) -> int:
     """LoongTrain: the largest divisor of R that is <= sqrt(R)."""
     return max(w for w in range(1, math.isqrt(ring) + 1) if ring % w == 0)
@@ -364,9 +317,9 @@ def degrees(
     gpus: int,
     ulysses_degree="auto",
     windows="auto",
-    placement="contiguous",
+    placement=PLACEMENTS[0],
     gpus_per_node: int = 8,
-    split_documents: str = "all",
+    split_documents: str = SPLIT_DOCUMENTS[0],
 ) -> Degrees:
     """The degrees a method runs with on `gpus` ranks (its layout's rule); ValueError names an
     impossible setting."""

@@ -20,16 +20,17 @@ import math
 import re
 from pathlib import Path
 
+from ..grid.spec import CellSpec
 from ..harness.flops import DIRECTION_FACTOR
 from . import catalog
 
 _LENGTH = re.compile(r"^s(\d+)-")
 
 
-def choose_local_kernel(spec: dict, root: Path | None, device_name: str | None) -> dict:
+def choose_local_kernel(spec: CellSpec, root: Path | None, device_name: str | None) -> dict:
     """{"local_kernel": what runs, "setting": what the grid named, "reason": why, and for `auto`
     "candidates": every local kernel considered, with its evidence or why it was left out}."""
-    setting, method = spec["cp"]["local_kernel"], spec["impl"]
+    setting, method = spec.cp.local_kernel, spec.impl
     out = {"setting": setting}
     if setting != catalog.AUTO:
         return {**out, "local_kernel": setting, "reason": "named by the grid"}
@@ -45,13 +46,13 @@ def choose_local_kernel(spec: dict, root: Path | None, device_name: str | None) 
     return {**out, **_fastest(spec, root, device_name)}
 
 
-def _fastest(spec, root, device_name) -> dict:
-    device, direction, mask = spec["device"], spec["direction"], spec["mask"]
+def _fastest(spec: CellSpec, root, device_name) -> dict:
+    device, direction, mask = spec.device, spec.problem.direction, spec.problem.mask
     order = catalog.AUTO_ORDER[(device, "fwd" if direction == "fwd" else "bwd")]
     considered, runnable = [], []
     for name in order:
         why = catalog.kernel_reason(name, mask, direction, device) or catalog.unavailable_reason(
-            spec["impl"], name, device, direction
+            spec.impl, name, device, direction
         )
         if why:
             considered.append({"local_kernel": name, "left_out": why})
@@ -102,10 +103,10 @@ def _parts(info, direction: str) -> list:
     return list(info.evidence.get(direction, ()))
 
 
-def _evidence(spec, name, root, device_name) -> list:
+def _evidence(spec: CellSpec, name, root, device_name) -> list:
     """One entry per part of the local kernel's cost: the record found, or what is missing."""
     info = catalog.local_kernel(name)
-    parts = _parts(info, spec["direction"])
+    parts = _parts(info, spec.problem.direction)
     if root is None or not parts:
         return []
     return [_record_for(spec, impls.split("|"), d, Path(root), device_name) for impls, d in parts]
@@ -115,17 +116,15 @@ def _masks(mask: str) -> list:
     return [mask, mask.removesuffix("_long")] if mask.endswith("_long") else [mask]
 
 
-def _record_for(spec, impls, direction, root, device_name) -> dict:
+def _record_for(spec: CellSpec, impls, direction, root, device_name) -> dict:
     """The kernel record of one part at the length closest to the cell's tokens per GPU."""
     cells = root / "cells"
-    grids = spec["cp"].get("kernel_grids") or sorted(
+    grids = spec.cp.kernel_grids or sorted(
         p.name for p in cells.glob("*") if (p / "kernel").is_dir()
     )
-    target = spec["tokens_per_gpu"]
-    point = (
-        f"h{spec['heads_q']}x{spec['heads_kv']}-d{spec['head_dim']}-{spec['dtype']}-{direction}"
-    )
-    for mask in _masks(spec["mask"]):
+    target, p = spec.tokens_per_gpu, spec.problem
+    point = f"h{p.heads_q}x{p.heads_kv}-d{p.head_dim}-{p.dtype}-{direction}"
+    for mask in _masks(p.mask):
         files = []
         for g in grids:
             for rank, impl in enumerate(impls):
@@ -145,7 +144,7 @@ def _record_for(spec, impls, direction, root, device_name) -> dict:
     return {
         "impl": "|".join(impls),
         "direction": direction,
-        "missing": f"no ok kernel record of {'|'.join(impls)} {'/'.join(_masks(spec['mask']))} "
+        "missing": f"no ok kernel record of {'|'.join(impls)} {'/'.join(_masks(p.mask))} "
         f"{point} on {device_name}",
     }
 

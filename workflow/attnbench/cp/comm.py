@@ -19,8 +19,8 @@ from collections import defaultdict
 import torch
 import torch.distributed as dist
 
+from ..grid.spec import Degrees
 from ..status import CellOutcome, is_oom
-from .catalog import Degrees
 
 
 def nbytes(t) -> int:

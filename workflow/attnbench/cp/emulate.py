@@ -53,14 +53,23 @@ import numpy as np
 import torch
 
 from .. import status as S
+from ..grid.spec import EMULATE_CONTENTS
 from ..harness.cpu_math import settle_vml
-from ..harness.inputs import local_inputs
 from ..harness.measure import quantiles, synchronize, time_ms
-from . import catalog, run
-from .base import RankContext, load
+from ..kernels.local_kernel import load as load_kernel
+from . import catalog
+from .base import RankContext
 from .comm import Comm, Groups, Guard, Pending
-
-CONTENTS = ("peers", "synthetic")
+from .run import (
+    MethodRun,
+    checked,
+    first_failure,
+    load_method,
+    on_cpu,
+    outcome,
+    rank_inputs,
+    run_counted,
+)
 
 
 class Aborted(RuntimeError):
@@ -225,26 +234,22 @@ def _group_maker():
 class World:
     """N virtual ranks of one degrees on one device: their contexts, and running them.
 
-    world.load(...) builds each rank's method; world.run(fn) calls fn(rank, rc) on every rank in
+    world.load(mask) builds each rank's method; world.run(fn) calls fn(rank, rc) on every rank in
     lockstep (contents="peers") or one rank after the other (contents="synthetic"), returning
     the results in rank order; world.agree(where) is run.agree over the virtual ranks."""
 
     def __init__(
         self,
-        deg: catalog.Degrees,
-        kernel_name: str | None,
-        dtype,
-        head_dim: int,
+        run: MethodRun,
         device,
-        dkv_comm_dtype: str = "accumulator",
-        load_kernel_too: bool = True,
-        contents: str = "peers",
+        contents: str = EMULATE_CONTENTS[0],
         timeout_s: float = 600.0,
     ):
-        if contents not in CONTENTS:
-            raise ValueError(f"contents {contents!r}: one of {CONTENTS}")
+        if contents not in EMULATE_CONTENTS:
+            raise ValueError(f"contents {contents!r}: one of {EMULATE_CONTENTS}")
         settle_vml()  # as run.init does for real ranks
-        self.deg, self.device, self.contents = deg, torch.device(device), contents
+        deg = run.degrees
+        self.method_run, self.deg, self.device, self.contents = run, deg, torch.device(device), contents
         self.hub = Hub(deg.world, timeout_s)
         self.rcs = []
         for r in range(deg.world):
@@ -255,13 +260,13 @@ class World:
                 else SyntheticComm(self.device)
             )
             kernel = None
-            if kernel_name is not None and load_kernel_too:
-                kernel = run.load_kernel(
-                    catalog.local_kernel(kernel_name), self.device, dtype, head_dim
+            if run.loads_kernel:
+                kernel = load_kernel(
+                    catalog.local_kernel(run.kernel), self.device, run.torch_dtype, run.head_dim
                 )
             self.rcs.append(
                 RankContext(
-                    r, self.device, deg, groups, comm, Guard(), kernel, kernel_name, dkv_comm_dtype
+                    r, self.device, deg, groups, comm, Guard(), kernel, run.kernel, run.dkv_comm_dtype
                 )
             )
         self.methods = [None] * deg.world
@@ -308,115 +313,66 @@ class World:
 
     def agree(self, where: str) -> tuple[str | None, str | None]:
         """run.agree over the virtual ranks; every guard's error is cleared."""
-        everyone = [run.outcome(rc.guard, r, where) for r, rc in enumerate(self.rcs)]
+        everyone = [outcome(rc.guard, r, where) for r, rc in enumerate(self.rcs)]
         for rc in self.rcs:
             rc.guard.error = None
-        return run.first_failure(everyone)
+        return first_failure(everyone)
 
-    def load(self, method_name: str, mask, hq, hkv, d, dtype, backward: bool) -> list:
+    def load(self, mask) -> list:
         """Every rank's method for this mask, set up (persistent buffers); a refusal or an oom
         is in that rank's guard (world.agree says it)."""
-        info = catalog.method(method_name)
 
         def build(r, rc):
             try:
-                method = load(info, rc, mask, hq, hkv, d, dtype)
+                method = load_method(self.method_run, rc, mask)
             except S.CellOutcome as e:
                 rc.guard.error = e
                 return None
             if rc.guard.go:
                 with rc.guard:
-                    method.setup(backward)
+                    method.setup(self.method_run.backward)
             return method
 
         self.methods = [build(r, rc) for r, rc in enumerate(self.rcs)]
         return self.methods
 
-    def inputs(self, seed, hq, hkv, d, dtype) -> list:
+    def inputs(self, seed: int) -> list:
         """Every rank's q, k, v, dout at its own positions (harness.inputs.local_inputs)."""
         out = []
         for m, rc in zip(self.methods, self.rcs):
             got = None
             if m is not None and rc.guard.go:
                 with rc.guard:
-                    got = local_inputs(seed, m.positions, hq, hkv, d, dtype, self.device)
+                    got = rank_inputs(self.method_run, seed, m.positions, self.device)
             out.append(got)
         return out
 
 
-def results(
-    method_name: str,
-    kernel_name: str,
-    deg,
-    mask,
-    seed,
-    hq,
-    hkv,
-    d,
-    dtype,
-    backward: bool,
-    device="cpu",
-    dkv_comm_dtype: str = "accumulator",
-) -> tuple[str | None, str | None, list | None]:
+def results(run: MethodRun, mask, seed: int, device="cpu") -> tuple:
     """One lockstep run of every rank, as run.check_method runs them: (status, reason, every
     rank's results on the CPU: positions, out, lse, dq, dk, dv, bytes); status None when all ran."""
-    world = World(
-        deg,
-        kernel_name,
-        dtype,
-        d,
-        device,
-        dkv_comm_dtype,
-        load_kernel_too=catalog.uses_local_kernel(method_name),
-    )
-    world.load(method_name, mask, hq, hkv, d, dtype, backward)
-    inputs = world.inputs(seed, hq, hkv, d, dtype)
+    world = World(run, device)
+    world.load(mask)
+    inputs = world.inputs(seed)
 
     def once(r, rc):
         method = world.methods[r]
         if method is None:
             return None
-        return run.on_cpu(run.run_counted(method, rc, inputs[r], backward))
+        return on_cpu(run_counted(method, rc, inputs[r], run.backward))
 
     gathered = world.run(once)
     st, reason = world.agree("the correctness run")
     return st, reason, (gathered if st is None else None)
 
 
-def check_method(
-    method_name: str,
-    kernel_name: str,
-    deg,
-    mask,
-    seed,
-    hq,
-    hkv,
-    d,
-    dtype,
-    backward: bool,
-    factor: float,
-    device="cpu",
-    dkv_comm_dtype: str = "accumulator",
-) -> dict:
+def check_method(run: MethodRun, mask, seed: int, factor: float, device="cpu") -> dict:
     """run.check_method on N virtual ranks: every rank's rows of one lockstep run (results())
     against float64 (run.compare, the gate), on `device`."""
-    st, reason, gathered = results(
-        method_name,
-        kernel_name,
-        deg,
-        mask,
-        seed,
-        hq,
-        hkv,
-        d,
-        dtype,
-        backward,
-        device,
-        dkv_comm_dtype,
-    )
+    st, reason, gathered = results(run, mask, seed, device)
     if st is not None:
         return {"status": st, "reason": reason}
-    return run.checked(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device)
+    return checked(gathered, mask, seed, run, factor, device)
 
 
 # ---------------------------------------------------------------- timing

@@ -7,7 +7,7 @@ on one rank is thus a run of rows whose real tokens come first and padding last 
 holds padding, chunk 2R-1-r is all padding). With R = 1 there is nothing to balance: a
 document stays whole and unpadded (its two "chunks" are its halves).
 
-Documents kept whole (`split_documents: as_needed`, cp.catalog.SPLIT_DOCUMENTS): only as many
+Documents kept whole (`split_documents: as_needed`, grid.spec.SPLIT_DOCUMENTS): only as many
 documents are cut as the load balance needs (`documents_to_split`); every other document lives
 whole on one ring rank, so no chunk of it meets another rank's keys and its attention is one
 rectangle in the diagonal step, the bare kernel's. The cut documents come first on every rank,
@@ -31,7 +31,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .catalog import SPLIT_DOCUMENTS
+from ..grid.spec import SPLIT_DOCUMENTS
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,9 @@ def documents_to_split(lengths, ring: int, tolerance: float = BALANCE_TOLERANCE)
 
 
 class ShardLayout:
-    def __init__(self, doc_lengths, ring: int, ulysses: int = 1, split_documents: str = "all"):
+    def __init__(
+        self, doc_lengths, ring: int, ulysses: int = 1, split_documents: str = SPLIT_DOCUMENTS[0]
+    ):
         if ring < 1 or ulysses < 1:
             raise ValueError(f"ring and Ulysses degrees must be >= 1, got R={ring}, U={ulysses}")
         lengths = [int(x) for x in doc_lengths]

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import datetime
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from .. import status as S
+from ..grid.spec import DKV_COMM_DTYPES, CellSpec, Degrees
 from ..harness.cpu_math import settle_vml
 from ..harness.gate import judge, lse_bound
-from ..harness.inputs import local_inputs
+from ..harness.inputs import local_inputs, torch_dtype
 from ..harness.reference import reference_attention
 from ..kernels.base import bhsd_view, to_thd
 from ..kernels.local_kernel import load as load_kernel
@@ -27,6 +29,50 @@ TIMEOUT = None  # the job's process-group timeout (init), also given to every gr
 CHECK_OOM = (
     "check_oom"  # a verdict's status when the float64 check itself ran out of memory (rank 0)
 )
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    """What every rank runs: `method` over the local kernel `kernel` (the one that runs: a cell's
+    choice; for torch_cp the SDPA backend it pins) at its `degrees`, on heads_q:heads_kv heads of
+    head_dim in `dtype` (a name of harness.inputs.DTYPES), forward only or with the backward, dK/dV
+    travelling the ring in dkv_comm_dtype. A cell builds it from its spec (of_cell), verify per
+    case; the distributed and the emulated runs take it."""
+
+    method: str
+    kernel: str | None
+    degrees: Degrees
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    dtype: str
+    backward: bool
+    dkv_comm_dtype: str = DKV_COMM_DTYPES[0]
+
+    @classmethod
+    def of_cell(cls, spec: CellSpec, kernel: str | None) -> MethodRun:
+        """The cell's method, settings and shapes, over `kernel` (its choice of local kernel)."""
+        p, c = spec.problem, spec.cp
+        return cls(
+            spec.impl,
+            kernel,
+            c.degrees,
+            p.heads_q,
+            p.heads_kv,
+            p.head_dim,
+            p.dtype,
+            p.backward,
+            c.dkv_comm_dtype,
+        )
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return torch_dtype(self.dtype)
+
+    @property
+    def loads_kernel(self) -> bool:
+        """Whether the ranks load the local kernel (torch's context_parallel runs SDPA itself)."""
+        return self.kernel is not None and catalog.uses_local_kernel(self.method)
 
 
 # ---------------------------------------------------------------- process group
@@ -56,22 +102,19 @@ class Session:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self._groups = {}
 
-    def context(
-        self,
-        deg: catalog.Degrees,
-        kernel_name: str | None,
-        dtype,
-        head_dim,
-        load_kernel_too=True,
-        dkv_comm_dtype: str = "accumulator",
-    ) -> RankContext:
+    def context(self, run: MethodRun) -> RankContext:
+        """This rank's context for the run: its degrees' groups (made once per degrees), a fresh
+        communicator and guard, and the local kernel loaded."""
+        deg = run.degrees
         if deg.world != self.world:
             raise ValueError(f"degrees {deg} need {deg.world} ranks, the job has {self.world}")
         if deg not in self._groups:
             self._groups[deg] = Groups(deg, self.rank, TIMEOUT)
         kernel = None
-        if kernel_name is not None and load_kernel_too:
-            kernel = load_kernel(catalog.local_kernel(kernel_name), self.device, dtype, head_dim)
+        if run.loads_kernel:
+            kernel = load_kernel(
+                catalog.local_kernel(run.kernel), self.device, run.torch_dtype, run.head_dim
+            )
         return RankContext(
             self.rank,
             self.device,
@@ -80,8 +123,8 @@ class Session:
             Comm(self.device),
             Guard(),
             kernel,
-            kernel_name,
-            dkv_comm_dtype,
+            run.kernel,
+            run.dkv_comm_dtype,
         )
 
 
@@ -136,43 +179,22 @@ def run_once(method, inputs, backward: bool) -> dict:
     return res
 
 
-def check_method(
-    session: Session,
-    method_name: str,
-    kernel_name: str,
-    deg,
-    mask,
-    seed,
-    hq,
-    hkv,
-    d,
-    dtype,
-    backward: bool,
-    factor: float,
-    dkv_comm_dtype: str = "accumulator",
-) -> dict:
-    """Run the method once on this rank and compare every rank's results with the float64
-    reference (computed on rank 0). Every rank returns the same dict: status and errors."""
-    info = catalog.method(method_name)
-    rc = session.context(
-        deg,
-        kernel_name,
-        dtype,
-        d,
-        load_kernel_too=catalog.uses_local_kernel(method_name),
-        dkv_comm_dtype=dkv_comm_dtype,
-    )
+def check_method(session: Session, run: MethodRun, mask, seed: int, factor: float) -> dict:
+    """Run the method once on this rank, on `mask` and the inputs of `seed`, and compare every
+    rank's results with the float64 reference (computed on rank 0; the gate's `factor`). Every
+    rank returns the same dict: status and errors."""
+    rc = session.context(run)
     try:
-        method = load(info, rc, mask, hq, hkv, d, dtype)
+        method = load_method(run, rc, mask)
     except S.CellOutcome as e:
         rc.guard.error = e
         method = None
     if method is not None:
         if rc.guard.go:
             with rc.guard:
-                method.setup(backward)
-        inputs = local_inputs(seed, method.positions, hq, hkv, d, dtype, session.device)
-        res = run_counted(method, rc, inputs, backward)
+                method.setup(run.backward)
+        inputs = rank_inputs(run, seed, method.positions, session.device)
+        res = run_counted(method, rc, inputs, run.backward)
     st, reason = agree(rc.guard, "the correctness run")
     if st is not None:
         return {"status": st, "reason": reason}
@@ -180,12 +202,23 @@ def check_method(
     dist.all_gather_object(gathered, on_cpu(res))
     verdict = None
     if session.rank == 0:
-        verdict = checked(
-            gathered, mask, seed, hq, hkv, d, dtype, backward, factor, session.device
-        )
+        verdict = checked(gathered, mask, seed, run, factor, session.device)
     box = [verdict]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def load_method(run: MethodRun, rc: RankContext, mask):
+    """The run's method built on this rank for `mask` (cp.base.load)."""
+    info = catalog.method(run.method)
+    return load(info, rc, mask, run.heads_q, run.heads_kv, run.head_dim, run.torch_dtype)
+
+
+def rank_inputs(run: MethodRun, seed: int, positions, device) -> tuple:
+    """q, k, v, dout at a rank's global positions (harness.inputs.local_inputs)."""
+    return local_inputs(
+        seed, positions, run.heads_q, run.heads_kv, run.head_dim, run.torch_dtype, device
+    )
 
 
 def run_counted(method, rc: RankContext, inputs, backward: bool) -> dict:
@@ -205,10 +238,10 @@ def on_cpu(res: dict) -> dict:
     return {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in res.items()}
 
 
-def checked(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device) -> dict:
+def checked(gathered, mask, seed: int, run: MethodRun, factor: float, device) -> dict:
     """compare(), with an out-of-memory error of the float64 check itself as CHECK_OOM."""
     try:
-        return compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device)
+        return compare(gathered, mask, seed, run, factor, device)
     except Exception as e:  # noqa: BLE001 - the reference's OOM is the check's, not the method's
         if not S.is_oom(e):
             raise
@@ -238,13 +271,13 @@ def naive_in_dtype(q, k, v, dout, visible):
     )
 
 
-def compare(gathered, mask, seed, hq, hkv, d, dtype, backward, factor, device="cpu") -> dict:
+def compare(gathered, mask, seed: int, run: MethodRun, factor: float, device="cpu") -> dict:
     """Every rank's rows (out, lse, dq, dk, dv) through the gate (gate.judge) against float64,
     with naive attention in the same dtype on the same rows as the yardstick and the LSE's
     float32 bound. The references run on `device` (float64 on a GPU for GPU cells), then move
     to the CPU."""
-    S_ = mask.seqlen
-    q, k, v, dout = local_inputs(seed, np.arange(S_), hq, hkv, d, dtype, device)
+    S_, dtype, d, backward = mask.seqlen, run.torch_dtype, run.head_dim, run.backward
+    q, k, v, dout = rank_inputs(run, seed, np.arange(S_), device)
     ref_out, ref_lse, ref_grads = reference_attention(q, k, v, mask, dout if backward else None)
     lse_tol = lse_bound(ref_lse, q, k, d**-0.5)
     vis = mask.dense(device)

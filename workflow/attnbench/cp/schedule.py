@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .catalog import Degrees, kv_replication
+from ..grid.spec import Degrees
+from .catalog import kv_replication
 
 PATTERNS = ("p2p", "all_to_all", "all_gather", "reduce_scatter")
 

@@ -22,9 +22,10 @@ import sys
 import time
 
 import numpy as np
-import torch
 import torch.distributed as dist
 
+from ..grid.spec import DKV_COMM_DTYPES, PLACEMENTS, SPLIT_DOCUMENTS
+from ..harness.inputs import DTYPES
 from ..masks import CP_MASKS, Mask
 from ..terminal import bar
 from . import catalog, run
@@ -75,7 +76,7 @@ def masks_of(deg, world: int, seqlen: int, seed: int) -> list:
     return docs + [Mask(m.name, seqlen, short) for m in docs]
 
 
-def method_configs(world: int, device: str, splits=catalog.SPLIT_DOCUMENTS, methods=None):
+def method_configs(world: int, device: str, splits=SPLIT_DOCUMENTS, methods=None):
     """(method, Degrees) pairs to run, read off each method's layout (catalog.Layout): the methods
     (default: every one registered) that run on `device` and on `world` ranks. Documents split as
     `all`: a method of a fixed layout at its own degrees, then one whose Ulysses degree the grid
@@ -95,7 +96,7 @@ def method_configs(world: int, device: str, splits=catalog.SPLIT_DOCUMENTS, meth
             yield m.name, catalog.degrees(m.name, world)
         for u in (d for d in range(1, world + 1) if world % d == 0):
             two_d = 1 < u < world
-            for placement in catalog.PLACEMENTS if two_d else ("contiguous",):
+            for placement in PLACEMENTS if two_d else ("contiguous",):
                 for m in chosen:
                     yield m.name, catalog.degrees(m.name, world, u, placement=placement)
     if "as_needed" in splits and world > 1:
@@ -137,19 +138,21 @@ def main(argv=None):
     p.add_argument("--head-dim", type=int, help="default 16 on CPU, 64 on GPU")
     p.add_argument(
         "--dkv-comm-dtype",
-        default=catalog.DKV_COMM_DTYPES[0],
-        choices=catalog.DKV_COMM_DTYPES,
+        default=DKV_COMM_DTYPES[0],
+        choices=DKV_COMM_DTYPES,
         help="the dtype dK/dV travel the ring in (accumulator: float32)",
     )
     p.add_argument(
         "--split-documents",
         nargs="+",
-        default=list(catalog.SPLIT_DOCUMENTS),
-        choices=catalog.SPLIT_DOCUMENTS,
+        default=list(SPLIT_DOCUMENTS),
+        choices=SPLIT_DOCUMENTS,
         help="as_needed: also the ring methods with documents kept whole where balance allows",
     )
     p.add_argument("--tokens-per-rank", type=int, default=40)
-    p.add_argument("--dtype", default=None, help="default float32 on CPU, bfloat16 on GPU")
+    p.add_argument(
+        "--dtype", default=None, choices=DTYPES, help="default float32 on CPU, bfloat16 on GPU"
+    )
     p.add_argument("--factor", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout-s", type=int, default=120)
@@ -159,7 +162,7 @@ def main(argv=None):
     world = session.world
     hq, hkv = (int(x) for x in a.heads.split(":"))
     head_dim = a.head_dim or DEFAULT_HEAD_DIM[a.device]
-    dtype = getattr(torch, a.dtype or ("float32" if a.device == "cpu" else "bfloat16"))
+    dtype = a.dtype or ("float32" if a.device == "cpu" else "bfloat16")
     seqlen = a.tokens_per_rank * world + 3  # never a multiple of 2R: the sequence itself is padded
     kernels = a.kernels or DEFAULT_KERNELS[a.device]
     # in the registry's order, your own last
@@ -190,7 +193,7 @@ def main(argv=None):
                     "mask": mask.name,
                     "seqlen": length,
                     "heads": [hq, hkv],
-                    "dtype": str(dtype).split(".")[-1],
+                    "dtype": dtype,
                     "backward": backward,
                     "dkv_comm_dtype": a.dkv_comm_dtype,
                     "split_documents": deg.split_documents,
@@ -212,21 +215,10 @@ def main(argv=None):
                 elif unsupported:
                     row.update(status="unsupported", reason=unsupported)
                 else:
-                    v = run.check_method(
-                        session,
-                        method,
-                        kname,
-                        deg,
-                        mask,
-                        a.seed,
-                        hq,
-                        hkv,
-                        head_dim,
-                        dtype,
-                        backward,
-                        a.factor,
-                        a.dkv_comm_dtype,
+                    case = run.MethodRun(
+                        method, kname, deg, hq, hkv, head_dim, dtype, backward, a.dkv_comm_dtype
                     )
+                    v = run.check_method(session, case, mask, a.seed, a.factor)
                     row.update(
                         status=v["status"],
                         reason=v.get("reason"),

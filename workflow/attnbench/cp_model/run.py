@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..grid.spec import DKV_COMM_DTYPES, SPLIT_DOCUMENTS
 from ..masks import Mask
 from ..masks.lengths import choose_histogram
 from ..report.collect import collect
@@ -253,9 +254,9 @@ def measured_cells(df: pd.DataFrame, grid: str, kernel: str | None) -> pd.DataFr
         return df.iloc[0:0]
     same = True if kernel is None or "local_kernel" not in df else df["local_kernel"] == kernel
     if "dkv_comm_dtype" in df:
-        same = same & df["dkv_comm_dtype"].fillna("accumulator").eq("accumulator")
+        same = same & df["dkv_comm_dtype"].fillna(DKV_COMM_DTYPES[0]).eq(DKV_COMM_DTYPES[0])
     if "split_documents" in df:
-        same = same & df["split_documents"].fillna("all").eq("all")
+        same = same & df["split_documents"].fillna(SPLIT_DOCUMENTS[0]).eq(SPLIT_DOCUMENTS[0])
     return df[
         (df["grid"] == grid)
         & (df["family"] == "cp")

@@ -29,6 +29,8 @@ from functools import partial
 from importlib import import_module
 from pathlib import Path
 
+from ..grid.spec import CellSpec
+
 # name in config.yaml -> its folder (imported on first use, so a rule loads only its family)
 FAMILIES = {
     "kernel": "kernel",
@@ -105,7 +107,7 @@ def load_config(path, overrides: dict | None = None, base=None) -> dict:
 
 
 def not_run_record(
-    spec: dict,
+    spec: CellSpec,
     peak: dict | None,
     timed_out_after_s: float | None = None,
     crash: dict | None = None,
@@ -115,34 +117,25 @@ def not_run_record(
     attnbench.launch, and the last lines of its log). The family's skeleton gives the rest (CP's:
     also its tables' columns)."""
     from .. import status as S
-    from ..harness.environment import fingerprint
-    from ..record.record import now
+    from ..record.record import finish_record
 
-    record = family(spec["family"]).record_skeleton(spec)
+    record = family(spec.family).record_skeleton(spec)
+    record["started_at"] = None
     if crash is None:
-        record.update(
-            status=S.TIMEOUT,
-            time_budget_s=timed_out_after_s,
-            status_reason=f"still running after {timed_out_after_s:g} s, the grid's time budget "
-            "(cell_timeout_s); stopped",
+        status, details = S.TIMEOUT, {"time_budget_s": timed_out_after_s}
+        reason = (
+            f"still running after {timed_out_after_s:g} s, the grid's time budget "
+            "(cell_timeout_s); stopped"
         )
     else:
         last = next(
             (line.strip() for line in reversed(crash.get("log_tail", [])) if line.strip()), ""
         )
-        record.update(
-            status=S.CRASHED,
-            crash=crash,
-            status_reason=f"its process {crash['how']} without writing a record"
-            + (f"; its log ends: {last[:300]}" if last else ""),
+        status, details = S.CRASHED, {"crash": crash}
+        reason = f"its process {crash['how']} without writing a record" + (
+            f"; its log ends: {last[:300]}" if last else ""
         )
-    record.update(
-        started_at=None,
-        matmul_peak=peak,
-        environment=fingerprint(spec["device"]),
-        finished_at=now(),
-    )
-    return record
+    return finish_record(record, status, reason, peak, spec.device, details=details)
 
 
 def expand_grid(cfg: dict, gname: str) -> list[dict]:

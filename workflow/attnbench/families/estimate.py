@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..grid.expand import cell_path
+from ..grid.spec import CellSpec
 from ..harness.samples import checked_samples, n_samples
 
 PER_SAMPLE = ("mask", "inputs", "prepare", "memory")
@@ -53,18 +54,20 @@ def cell_seconds(record: dict, cell: dict) -> float | None:
     timing to scale."""
     samples = record.get("samples") or []
     old = record.get("cell", {})
-    n_new = n_samples(cell)
+    spec = CellSpec.from_dict(cell)
+    n_new = n_samples(spec.problem, spec.measurement)
     if not samples or not all("phases_s" in s for s in samples):
         wall = record.get("wall_s")
         return None if wall is None else wall * n_new / max(1, len(samples) or 1)
     phases = [s["phases_s"] for s in samples]
     calls_old = old.get("warmup", 0) + old.get("reps", 1)
-    calls_new = cell.get("warmup", 0) + cell.get("reps", 1)
+    calls_new = spec.measurement.warmup + spec.measurement.reps
     mean = lambda k: sum(p.get(k, 0.0) for p in phases) / len(phases)  # noqa: E731
     checks = [p["check"] for p in phases if "check" in p]
     per_sample = mean("timed") * calls_new / max(1, calls_old) + sum(map(mean, PER_SAMPLE))
     check = (sum(checks) / len(checks)) if checks else 0.0
-    return phases[0].get("first_call", 0.0) + n_new * per_sample + checked_samples(cell) * check
+    checked = checked_samples(spec.problem, spec.measurement)
+    return phases[0].get("first_call", 0.0) + n_new * per_sample + checked * check
 
 
 def estimate(cells: list[dict], out: Path) -> Estimate:

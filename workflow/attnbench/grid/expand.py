@@ -11,6 +11,14 @@ import json
 
 from .. import masks as M
 from ..masks.lengths import choose_histogram
+from .spec import (
+    DKV_COMM_DTYPES,
+    EMULATE_CONTENTS,
+    SPLIT_DOCUMENTS,
+    Check,
+    CPSettings,
+    Measurement,
+)
 
 AXES = (
     "kernels",
@@ -27,8 +35,6 @@ AXES = (
     "avg_block",
     "density",
 )
-# The settings of a grid every cell carries as they are.
-COMMON_KEYS = ("device", "samples", "warmup", "reps", "seed", "check")
 
 
 def stable_hash(obj, n=16) -> str:
@@ -36,18 +42,23 @@ def stable_hash(obj, n=16) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
 
-def common_fields(grid: dict) -> dict:
-    return {k: grid[k] for k in COMMON_KEYS}
+def measurement(grid: dict) -> Measurement:
+    """How every cell of the grid is measured (its schema-defaulted settings)."""
+    c = grid["check"]
+    check = Check(c["max_seqlen"], c["tolerance_factor"], c["samples"])
+    return Measurement(grid["samples"], grid["warmup"], grid["reps"], check)
 
 
 def grid_cells(cfg: dict, gname: str, product_cells) -> list[dict]:
-    """A grid's cells: `product_cells(cfg, gname, product, common fields)` of each of its products,
-    one cell per record path (a cell that two products name keeps its first place)."""
+    """A grid's cells: `product_cells(cfg, gname, product, measurement)` (grid.spec.CellSpec) of
+    each of its products, as dicts, one cell per record path (a cell that two products name keeps
+    its first place)."""
     grid = cfg["grids"][gname]
-    common = common_fields(grid)
+    how = measurement(grid)
     cells = {}
     for prod in grid_products(grid):
-        for cell in product_cells(cfg, gname, prod, common):
+        for spec in product_cells(cfg, gname, prod, how):
+            cell = spec.to_dict()
             cells[cell_path(cell)] = cell
     return list(cells.values())
 
@@ -103,28 +114,24 @@ def histograms_for(cfg, mask, seqlen):
 
 # A cp cell whose local kernel is its device's entry here carries none in its id: the ids cells had
 # before a grid could name the local kernel per cell, so that their records stay valid. Any other
-# local kernel (`auto` included), dK/dV sent in another dtype than the accumulator's and documents
-# split otherwise than all are part of the id (cp.catalog holds the names).
+# local kernel (`auto` included), and every CP setting away from its default (grid.spec: dK/dV sent
+# in another dtype than the accumulator's, documents split otherwise than all, ...) are part of it.
 UNSUFFIXED_LOCAL_KERNEL = {"cpu": "cpu_flash", "cuda": "sdpa_flash"}
-UNSUFFIXED_DKV = "accumulator"
 
 
 def cp_suffix(cell: dict) -> str:
-    c = cell.get("cp", {})
-    out = ""
-    if (
-        c.get("local_kernel", UNSUFFIXED_LOCAL_KERNEL[cell["device"]])
-        != UNSUFFIXED_LOCAL_KERNEL[cell["device"]]
-    ):
-        out += f"-k{c['local_kernel']}"
-    if c.get("dkv_comm_dtype", UNSUFFIXED_DKV) != UNSUFFIXED_DKV:
-        out += f"-dkv{c['dkv_comm_dtype']}"
-    if c.get("split_documents", "all") != "all":
-        out += f"-split{c['split_documents']}"
-    if c.get("degrees_named"):  # an also: entry named the factorisation (USP 2x4 beside 4x2)
-        out += f"-u{c['ulysses']}r{c['ring']}w{c['windows']}"
-    if c.get("emulate"):  # every rank's compute emulated in one process (never a measurement)
-        out += "-emu" + ("" if c.get("emulate_contents", "peers") == "peers" else "synthetic")
+    c = CPSettings.from_dict(cell["cp"])
+    deg, out = c.degrees, ""
+    if c.local_kernel != UNSUFFIXED_LOCAL_KERNEL[cell["device"]]:
+        out += f"-k{c.local_kernel}"
+    if c.dkv_comm_dtype != DKV_COMM_DTYPES[0]:
+        out += f"-dkv{c.dkv_comm_dtype}"
+    if deg.split_documents != SPLIT_DOCUMENTS[0]:
+        out += f"-split{deg.split_documents}"
+    if c.degrees_named:  # an also: entry named the factorisation (USP 2x4 beside 4x2)
+        out += f"-u{deg.ulysses}r{deg.ring}w{deg.windows}"
+    if c.emulate:  # every rank's compute emulated in one process (never a measurement)
+        out += "-emu" + ("" if c.emulate_contents == EMULATE_CONTENTS[0] else "synthetic")
     return out
 
 

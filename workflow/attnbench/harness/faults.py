@@ -8,15 +8,20 @@ import re
 import time
 
 from ..grid.expand import point_id
+from ..grid.spec import CellSpec
 
 CRASH_ENV = "ATTNBENCH_CRASH_CELLS"
 
 
-def crash_if_asked(spec):
+def _name(spec: CellSpec) -> str:
+    return f"{spec.impl}/{spec.problem.mask}/{point_id(spec.to_dict())}"
+
+
+def crash_if_asked(spec: CellSpec):
     """Fault injection for tests of failure handling: a cell whose '{impl}/{mask}/{point}' matches
     the regex in $ATTNBENCH_CRASH_CELLS dies like a crashed kernel (no record, failed job)."""
     pattern = os.environ.get(CRASH_ENV)
-    name = f"{spec['impl']}/{spec['mask']}/{point_id(spec)}"
+    name = _name(spec)
     if pattern and re.search(pattern, name):
         raise RuntimeError(f"crash injected by {CRASH_ENV}={pattern!r} into {name}")
 
@@ -24,11 +29,11 @@ def crash_if_asked(spec):
 HANG_ENV = "ATTNBENCH_HANG_CELLS"
 
 
-def hang_if_asked(spec, keep_alive=None):
+def hang_if_asked(spec: CellSpec, keep_alive=None):
     """Fault injection for tests of the time budget: a cell whose '{impl}/{mask}/{point}' matches
     the regex in $ATTNBENCH_HANG_CELLS never ends (calling keep_alive, e.g. a barrier, meanwhile)."""
     pattern = os.environ.get(HANG_ENV)
-    name = f"{spec['impl']}/{spec['mask']}/{point_id(spec)}"
+    name = _name(spec)
     if not (pattern and re.search(pattern, name)):
         return
     print(f"hanging: {HANG_ENV}={pattern!r} matches {name}", flush=True)

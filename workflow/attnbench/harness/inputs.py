@@ -3,8 +3,9 @@
 How a sample's data is seeded (the same grid point gets the same masks and inputs in every
 family, on every kernel and method, in every direction):
 
-- `data_seed(cell)` hashes the grid's `seed` with what fixes the data: mask, mask parameters,
-  length, heads, head dimension, dtype; not the kernel, method, direction, family or GPU count.
+- `data_seed(problem)` hashes the grid's `seed` with what fixes the data (the cell's problem,
+  grid.spec.Problem): mask, mask parameters, length, heads, head dimension, dtype; not the kernel,
+  method, direction, family or GPU count.
 - The masks of a cell's samples are drawn one after another from `mask_rng(data_seed)`; a
   correctness check at a shorter length draws its mask from `check_mask_rng(data_seed, index,
   seqlen)`, so it does not disturb the timed samples' sequence.
@@ -22,15 +23,17 @@ import json
 
 import numpy as np
 
+from ..grid.spec import Problem
+
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 INPUT_BLOCK = 4096  # rows generated per seeded block (same rows whatever the sharding)
 TENSORS = ("q", "k", "v", "dout")
 DATA_KEYS = ("seed", "mask", "mask_params", "seqlen", "heads_q", "heads_kv", "head_dim", "dtype")
 
 
-def data_seed(spec) -> int:
+def data_seed(problem: Problem) -> int:
     """Same seed for every kernel, method and direction of a grid point: same masks, same inputs."""
-    text = json.dumps({k: spec.get(k) for k in DATA_KEYS}, sort_keys=True, default=str)
+    text = json.dumps({k: getattr(problem, k) for k in DATA_KEYS}, sort_keys=True, default=str)
     return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16)
 
 

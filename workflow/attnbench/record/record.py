@@ -1,18 +1,22 @@
-"""The record skeleton every cell fills, kernel or context-parallel: its identity, what ran, the
-data seed, the cell-level statistics from the samples, and the atomic, strict-JSON write."""
+"""The record every cell fills, kernel or context-parallel: its start (identity, what ran, the data
+seed), the cell-level statistics from the samples, its end (status, statistics, device, times:
+finish_record, the same for every family and for a cell stopped or crashed), and the atomic,
+strict-JSON write."""
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 from ..grid.expand import stable_hash
+from ..grid.spec import CellSpec
 from ..harness.inputs import data_seed
-from ..status import IMPLAUSIBLE, OK, implausible_reason
+from ..status import IMPLAUSIBLE, OK, TIMED, implausible_reason
 
 SCHEMA_VERSION = 1
 
@@ -21,23 +25,57 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def base_record(spec, implementation: dict, provenance: dict) -> dict:
+def base_record(spec: CellSpec, implementation: dict, provenance: dict) -> dict:
     """The fields every record starts with; `implementation` describes what ran, `provenance` the
     code and libraries it ran with (the family says both: its `provenance(spec)`)."""
+    cell = spec.to_dict()
     return {
         "schema_version": SCHEMA_VERSION,
-        "cell_id": stable_hash(spec),
-        "config_sha256": stable_hash(
-            spec, 64
-        ),  # the cell's whole effective config (cell_id is its short form)
-        "cell": spec,
+        "cell_id": stable_hash(cell),
+        # the cell's whole effective config (cell_id is its short form)
+        "config_sha256": stable_hash(cell, 64),
+        "cell": cell,
         "kernel": implementation,
         "code": provenance["code"],  # record.code.cell_code: what attnbench.currency compares
         "libraries": provenance["libraries"],
-        "data_seed": data_seed(spec),
+        "data_seed": data_seed(spec.problem),
         "started_at": now(),
         "samples": [],
     }
+
+
+def finish_record(
+    record: dict,
+    status: str,
+    reason: str | None,
+    peak: dict | None,
+    device: str,
+    gpus: int = 1,
+    t0: float | None = None,
+    details: dict | None = None,
+    summary=None,
+) -> dict:
+    """The end of every record: its status and reason (with `details` of the status between
+    them: a timeout's budget, a crash's end), the statistics of its samples where it was timed
+    (summarise; per GPU over `gpus`), the family's `summary(record)` (a CP cell's columns), the
+    device's matmul ceiling, the machine, when it finished and how long the cell took since `t0`
+    (its time.perf_counter(); none for a cell whose own process wrote no record). Your own kernel's or method's code
+    modified from its commit marks the machine's git state dirty."""
+    record["status"] = status
+    record.update(details or {})
+    record["status_reason"] = reason
+    if status in TIMED and record["samples"]:  # an incorrect one may have none
+        summarise(record, peak, gpus)
+    if summary is not None:
+        summary(record)
+    record["matmul_peak"] = peak
+    record["environment"] = environment(device)
+    if record["kernel"].get("source", {}).get("git") in ("modified", "untracked"):
+        record["environment"]["git_dirty"] = True  # your own code is not the commit's
+    record["finished_at"] = now()
+    if t0 is not None:
+        record["wall_s"] = time.perf_counter() - t0
+    return record
 
 
 def summarise(record, peak, gpus: int = 1):

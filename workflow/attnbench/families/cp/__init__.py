@@ -27,7 +27,7 @@ TABLES = "report"
 FIGURES = "figures"
 
 
-def record_skeleton(spec: dict) -> dict:
+def record_skeleton(spec) -> dict:
     """The record with what ran (method and local kernel) and the CP tables' columns."""
     from ...record.record import base_record
     from .cell import cp_summary, implementation

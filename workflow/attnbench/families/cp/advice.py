@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ...cp.catalog import BARE_KERNEL
+from ...grid.spec import DKV_COMM_DTYPES, SPLIT_DOCUMENTS
 from ...report.advice import HEADS_ETC, AdviceFamily
 from ...report.collect import emulated
 from ...report.labels import seqlen_label
@@ -36,9 +37,9 @@ def cp_names(df: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
     setting = _text(df, "local_kernel_setting", "")
     ran = _text(df, "local_kernel", "")
     setting = setting.where(setting != "", ran)
-    dkv = _text(df, "dkv_comm_dtype", "accumulator")
+    dkv = _text(df, "dkv_comm_dtype", DKV_COMM_DTYPES[0])
     degrees = pd.Series([_degrees(r) for _, r in df.iterrows()], index=df.index, dtype=object)
-    split = _text(df, "split_documents", "all")
+    split = _text(df, "split_documents", SPLIT_DOCUMENTS[0])
     emu = emulated(df)
     base = []
     for i, impl in df["impl"].items():

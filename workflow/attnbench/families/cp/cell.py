@@ -14,6 +14,7 @@ area, padding never counts) / (max-rank time x N).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import time
@@ -24,11 +25,12 @@ import torch.distributed as dist
 
 from ... import status as S
 from ...cp import catalog, run
-from ...cp.base import load
 from ...cp.choose import choose_local_kernel
+from ...cp.run import MethodRun
 from ...grid.expand import output_root
+from ...grid.spec import CellSpec
 from ...harness.faults import crash_if_asked, hang_if_asked
-from ...harness.inputs import check_mask_rng, input_seed, local_inputs, mask_rng, torch_dtype
+from ...harness.inputs import check_mask_rng, input_seed, mask_rng
 from ...harness.measure import peak_memory, quantiles, sample_timings, synchronize, time_ms
 from ...harness.samples import (
     CheckOutOfMemory,
@@ -37,7 +39,7 @@ from ...harness.samples import (
     n_samples,
     spec_mask,
 )
-from ...record.record import base_record, environment, now, summarise, write_record
+from ...record.record import base_record, finish_record, write_record
 from .provenance import provenance
 
 MEMORY_LIMIT_ENV = "ATTNBENCH_CP_MEMORY_LIMIT"
@@ -58,11 +60,11 @@ def limit_memory_if_asked(rank: int):
     resource.setrlimit(resource.RLIMIT_AS, (vm + int(extra), resource.RLIM_INFINITY))
 
 
-def implementation(spec, choice: dict | None = None) -> dict:
+def implementation(spec: CellSpec, choice: dict | None = None) -> dict:
     """What ran: the method and the local kernel (`choice`: choose.choose_local_kernel's; without
     it, the kernel the grid named, e.g. for a cell stopped before it chose)."""
     info = method_info(spec)
-    choice = choice or {"setting": spec["cp"]["local_kernel"], "local_kernel": None}
+    choice = choice or {"setting": spec.cp.local_kernel, "local_kernel": None}
     kern = choice["local_kernel"] or choice["setting"]
     known = kern in catalog.LOCAL_KERNELS and catalog.uses_local_kernel(info.name)
     out = {
@@ -78,32 +80,17 @@ def implementation(spec, choice: dict | None = None) -> dict:
     }
     if "reason" in choice:
         out["local_kernel_choice"] = {k: v for k, v in choice.items() if k != "setting"}
-    if "method_class" in spec:  # your own method: which code, exactly
+    if spec.own_class:  # your own method: which code, exactly
         from ...harness.environment import own_kernel_source
 
-        out["source"] = own_kernel_source(spec["method_class"])
+        out["source"] = own_kernel_source(spec.own_class)
     return out
 
 
-def method_info(spec) -> catalog.MethodInfo:
-    """The cell's method: a built-in one, or your own (imported from spec['method_class'] and
+def method_info(spec: CellSpec) -> catalog.MethodInfo:
+    """The cell's method: a built-in one, or your own (imported from spec.own_class and
     registered under its name in this process)."""
-    return catalog.resolve_method(spec.get("method_class", spec["impl"]))
-
-
-def degrees_of(spec) -> catalog.Degrees:
-    c = spec["cp"]
-    return catalog.Degrees(
-        c["ulysses"],
-        c["ring"],
-        c["windows"],
-        c["placement"],
-        c.get("split_documents", catalog.SPLIT_DOCUMENTS[0]),
-    )
-
-
-def dkv_comm_dtype(spec) -> str:
-    return spec["cp"].get("dkv_comm_dtype", catalog.DKV_COMM_DTYPES[0])
+    return catalog.resolve_method(spec.entry)
 
 
 def device_name(device: str) -> str:
@@ -115,36 +102,37 @@ def device_name(device: str) -> str:
     return cpu_model()
 
 
-def choose(spec, out_path) -> dict:
+def choose(spec: CellSpec, out_path) -> dict:
     """The local kernel this cell runs (choose.choose_local_kernel), from the records under the
     output folder the cell's record goes to."""
     name = None
-    if spec["cp"]["local_kernel"] == catalog.AUTO and method_info(spec).runs_local_kernel:
-        if spec["device"] != "cuda" or torch.cuda.is_available():
-            name = device_name(spec["device"])
-    return choose_local_kernel(spec, output_root(out_path, spec), name)
+    if spec.cp.local_kernel == catalog.AUTO and method_info(spec).runs_local_kernel:
+        if spec.device != "cuda" or torch.cuda.is_available():
+            name = device_name(spec.device)
+    return choose_local_kernel(spec, output_root(out_path, spec.to_dict()), name)
 
 
-def static_outcome(spec, kernel):
+def static_outcome(spec: CellSpec, kernel: str | None):
     """(status, reason) known before anything runs (the same on every rank), or (None, None).
     `kernel`: the local kernel the cell runs (None: auto found none that can)."""
     if kernel is None:
         return S.UNSUPPORTED, "no local kernel can run this cell (local_kernel_choice says why)"
-    reason = catalog.unavailable_reason(spec["impl"], kernel, spec["device"], spec["direction"])
+    p = spec.problem
+    reason = catalog.unavailable_reason(spec.impl, kernel, spec.device, p.direction)
     if reason:
         return S.UNAVAILABLE, reason
-    if spec["device"] == "cuda" and not torch.cuda.is_available():
+    if spec.device == "cuda" and not torch.cuda.is_available():
         return S.UNAVAILABLE, "no CUDA device is visible"
     reason = catalog.unsupported_reason(
-        spec["impl"],
+        spec.impl,
         kernel,
-        spec["mask"],
-        spec["direction"],
-        spec["device"],
-        degrees_of(spec),
-        spec["heads_q"],
-        spec["heads_kv"],
-        dkv_comm_dtype(spec),
+        p.mask,
+        p.direction,
+        spec.device,
+        spec.cp.degrees,
+        p.heads_q,
+        p.heads_kv,
+        spec.cp.dkv_comm_dtype,
     )
     if reason:
         return S.UNSUPPORTED, reason
@@ -176,24 +164,25 @@ def _max_over_ranks(values, device):
     return t.tolist()
 
 
-def measure_sample(session, rc, spec, index, mask) -> dict:
-    dtype, device, d = torch_dtype(spec["dtype"]), session.device, spec["head_dim"]
-    hq, hkv, direction = spec["heads_q"], spec["heads_kv"], spec["direction"]
-    backward = direction != "fwd"
-    info = method_info(spec)
-    seed = input_seed(spec["_data_seed"], index, spec["seqlen"])
+def measure_sample(session, rc, spec: CellSpec, mrun: MethodRun, seed: int, index, mask) -> dict:
+    """Sample `index` on every rank: its timings (the maximum over ranks per repetition), the
+    compute-only and communication-only runs, memory and bytes per rank."""
+    device, p, how = session.device, spec.problem, spec.measurement
+    direction = p.direction
     g = rc.guard
 
     method = None
     try:
-        method = load(info, rc, mask, hq, hkv, d, dtype)
+        method = run.load_method(mrun, rc, mask)
     except S.CellOutcome as e:
         g.error = e
     inputs = None
     if method is not None and g.go:
         with g:
-            method.setup(backward)
-            inputs = local_inputs(seed, method.positions, hq, hkv, d, dtype, device)
+            method.setup(mrun.backward)
+            inputs = run.rank_inputs(
+                mrun, input_seed(seed, index, p.seqlen), method.positions, device
+            )
             if direction == "bwd":
                 method.forward(*inputs[:3])  # once, outside the timed region
     _agree(rc, "setup")
@@ -217,17 +206,17 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
         dist.barrier()
         synchronize(device)
 
-    times = time_ms(call, spec["warmup"], spec["reps"], device, before=before)
+    times = time_ms(call, how.warmup, how.reps, device, before=before)
     _agree(rc, "timing")
     max_times = _max_over_ranks(times, device)
 
     split = {}
-    if spec["cp"]["breakdown"] and session.world > 1 and catalog.uses_local_kernel(spec["impl"]):
+    if spec.cp.breakdown and session.world > 1 and catalog.uses_local_kernel(spec.impl):
         rc.comm.enabled = False  # compute-only: the same schedule, no transfer
-        t_compute = time_ms(call, 1, spec["reps"], device, before=before)
+        t_compute = time_ms(call, 1, how.reps, device, before=before)
         rc.comm.enabled = True
         g.compute = False  # communication-only: the same transfers, no computation
-        t_comm = time_ms(call, 1, spec["reps"], device, before=before)
+        t_comm = time_ms(call, 1, how.reps, device, before=before)
         g.compute = True
         _agree(rc, "the compute-only / communication-only runs")
         split = {
@@ -260,7 +249,7 @@ def measure_sample(session, rc, spec, index, mask) -> dict:
     ranks = _gather(mine)
 
     sample = {
-        **sample_timings(index, mask, d, direction, max_times, ranks=session.world),
+        **sample_timings(index, mask, p.head_dim, direction, max_times, ranks=session.world),
         "peak_mem_bytes": max((r["peak_mem_bytes"] or 0) for r in ranks)
         if ranks[0]["peak_mem_bytes"] is not None
         else None,
@@ -315,83 +304,65 @@ def bytes_summary(ranks) -> dict:
     }
 
 
-def check_sample(session, spec, index, histograms) -> dict:
+def check_sample(session, spec: CellSpec, mrun: MethodRun, seed: int, index: int) -> dict:
     """Correctness at an affordable length: every rank's out, lse, dq, dk, dv vs float64."""
+    factor = spec.measurement.check.tolerance_factor
 
-    def check(mask, seed):
-        return run.check_method(
-            session,
-            spec["impl"],
-            spec["cp"]["local_kernel"],
-            degrees_of(spec),
-            mask,
-            seed,
-            spec["heads_q"],
-            spec["heads_kv"],
-            spec["head_dim"],
-            torch_dtype(spec["dtype"]),
-            spec["direction"] != "fwd",
-            spec["check"]["tolerance_factor"],
-            dkv_comm_dtype(spec),
-        )
+    def check(mask, inputs_seed):
+        return run.check_method(session, mrun, mask, inputs_seed, factor)
 
-    return check_halving(spec, index, histograms, check)
+    return check_halving(spec, seed, index, check)
 
 
-def check_halving(spec, index, histograms, check) -> dict:
-    """check(mask, seed) -> verdict at the check's length; when the float64 check runs out of
-    memory, again at half the length (never the method's oom). The distributed and the emulated
-    cells share it."""
-    s, too_long = min(spec["seqlen"], spec["check"]["max_seqlen"]), []
+def check_halving(spec: CellSpec, seed: int, index: int, check) -> dict:
+    """check(mask, input seed) -> verdict at the check's length; when the float64 check runs out
+    of memory, again at half the length (never the method's oom). The distributed and the
+    emulated cells share it."""
+    p = spec.problem
+    s, too_long = min(p.seqlen, spec.measurement.check.max_seqlen), []
     while True:
-        if not catalog.uses_local_kernel(spec["impl"]):  # torch's context_parallel pads nothing
-            s -= s % (2 * spec["gpus"])
+        if not catalog.uses_local_kernel(spec.impl):  # torch's context_parallel pads nothing
+            s -= s % (2 * spec.gpus)
         if s < 1:
             raise CheckOutOfMemory(
                 f"the float64 check ran out of memory at every length down to {too_long[-1]}"
             )
-        mask = _check_mask(spec, index, s, histograms)
-        verdict = check(mask, input_seed(spec["_data_seed"], index, s))
+        mask = _check_mask(spec, seed, index, s)
+        verdict = check(mask, input_seed(seed, index, s))
         if verdict["status"] != run.CHECK_OOM:
             break
         too_long.append(s)
         s //= 2
-    verdict["mask_params"] = mask.params if s != spec["seqlen"] else "same as the timed sample"
+    verdict["mask_params"] = mask.params if s != p.seqlen else "same as the timed sample"
     if too_long:
         verdict["out_of_memory_at_seqlen"] = too_long
     return verdict
 
 
-def _check_mask(spec, index, s, histograms):
+def _check_mask(spec: CellSpec, seed: int, index: int, s: int):
     """At the cell's own length, the timed sample's mask (the index-th draw); else one of its own."""
-    if s == spec["seqlen"]:
-        rng, draws = mask_rng(spec["_data_seed"]), index + 1
+    if s == spec.problem.seqlen:
+        rng, draws = mask_rng(seed), index + 1
     else:
-        rng, draws = check_mask_rng(spec["_data_seed"], index, s), 1
+        rng, draws = check_mask_rng(seed, index, s), 1
     for _ in range(draws):
-        mask = spec_mask(spec, s, rng, histograms)
+        mask = spec_mask(spec.problem, s, rng)
     return mask
 
 
-def measure(record, session, spec, peak):
-    spec = {**spec, "_data_seed": record["data_seed"]}
-    rc = session.context(
-        degrees_of(spec),
-        spec["cp"]["local_kernel"],
-        torch_dtype(spec["dtype"]),
-        spec["head_dim"],
-        load_kernel_too=catalog.uses_local_kernel(spec["impl"]),
-        dkv_comm_dtype=dkv_comm_dtype(spec),
-    )
+def measure(record, session, spec: CellSpec, kernel: str) -> tuple:
+    """Every sample of the cell over `kernel` (its chosen local kernel): (status, reason)."""
+    mrun = MethodRun.of_cell(spec, kernel)
+    rc = session.context(mrun)
     limit_memory_if_asked(session.rank)  # after the groups (and their threads) exist
-    rng = mask_rng(record["data_seed"])
-    hist = spec.get("histograms")
+    p, how, seed = spec.problem, spec.measurement, record["data_seed"]
+    rng = mask_rng(seed)
     try:
-        for i in range(n_samples(spec)):
-            mask = spec_mask(spec, spec["seqlen"], rng, hist)
-            sample = measure_sample(session, rc, spec, i, mask)
-            if i < checked_samples(spec):
-                verdict = check_sample(session, spec, i, hist)
+        for i in range(n_samples(p, how)):
+            mask = spec_mask(p, p.seqlen, rng)
+            sample = measure_sample(session, rc, spec, mrun, seed, i, mask)
+            if i < checked_samples(p, how):
+                verdict = check_sample(session, spec, mrun, seed, i)
                 if verdict["status"] not in (S.OK, S.INCORRECT):
                     raise Failed(verdict["status"], verdict["reason"])
                 sample["check"] = verdict
@@ -401,7 +372,7 @@ def measure(record, session, spec, peak):
     return checked_outcome(record["samples"])
 
 
-def cp_summary(record, spec):
+def cp_summary(record, spec: CellSpec):
     """Cell-level CP facts (medians over samples), and the tidy-table columns. The local kernel
     is the one that ran (record["kernel"]), its setting the grid's (auto or a name)."""
     samples = record["samples"]
@@ -411,20 +382,14 @@ def cp_summary(record, spec):
         values = [s.get(key) for s in samples]
         return float(np.median(values)) if samples and all(v is not None for v in values) else None
 
-    c = spec["cp"]
+    c, deg = spec.cp, spec.cp.degrees
     out = {
-        "degrees": {
-            "ulysses": c["ulysses"],
-            "ring": c["ring"],
-            "windows": c["windows"],
-            "placement": c["placement"],
-            "split_documents": c.get("split_documents", catalog.SPLIT_DOCUMENTS[0]),
-        },
+        "degrees": dataclasses.asdict(deg),  # every field, split_documents at its default too
         "local_kernel": ran,
-        "local_kernel_setting": c["local_kernel"],
-        "dkv_comm_dtype": dkv_comm_dtype(spec),
-        "nodes": c["nodes"],
-        "nproc_per_node": c["nproc_per_node"],
+        "local_kernel_setting": c.local_kernel,
+        "dkv_comm_dtype": c.dkv_comm_dtype,
+        "nodes": c.nodes,
+        "nproc_per_node": c.nproc_per_node,
     }
     if samples:
         out.update(
@@ -443,17 +408,17 @@ def cp_summary(record, spec):
         )
     record["cp"] = out
     record["table_extra"] = {
-        "method": spec["impl"],
+        "method": spec.impl,
         "local_kernel": ran,
-        "local_kernel_setting": c["local_kernel"],
-        "dkv_comm_dtype": dkv_comm_dtype(spec),
-        "ulysses_degree": c["ulysses"],
-        "ring_degree": c["ring"],
-        "windows": c["windows"],
-        "placement": c["placement"],
-        "split_documents": c.get("split_documents", catalog.SPLIT_DOCUMENTS[0]),
-        "nodes": c["nodes"],
-        "tokens_per_gpu": spec["tokens_per_gpu"],
+        "local_kernel_setting": c.local_kernel,
+        "dkv_comm_dtype": c.dkv_comm_dtype,
+        "ulysses_degree": deg.ulysses,
+        "ring_degree": deg.ring,
+        "windows": deg.windows,
+        "placement": deg.placement,
+        "split_documents": deg.split_documents,
+        "nodes": c.nodes,
+        "tokens_per_gpu": spec.tokens_per_gpu,
         "tflops_per_gpu": record.get("tflops"),
         **{
             k: out.get(k)
@@ -471,7 +436,7 @@ def cp_summary(record, spec):
     }
 
 
-def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
+def run_cp_cell(spec: CellSpec, out_path, peak: dict | None = None):
     crash_if_asked(spec)
     t0 = time.perf_counter()
     rank = int(os.environ.get("RANK", 0))
@@ -481,22 +446,23 @@ def run_cp_cell(spec: dict, out_path, peak: dict | None = None):
     status, reason = static_outcome(spec, choice["local_kernel"])
     session = None
     if status is None:
-        device = run.init(spec["device"], spec["cp"]["timeout_s"])
+        device = run.init(spec.device, spec.cp.timeout_s)
         session = run.Session(device)
         hang_if_asked(
             spec, keep_alive=dist.barrier
         )  # a hang inside the process group, collectives running
         # what runs: the chosen local kernel (the record's cell keeps the grid's setting)
-        chosen = {**spec, "cp": {**spec["cp"], "local_kernel": choice["local_kernel"]}}
-        status, reason = measure(record, session, chosen, peak)
-    record["status"], record["status_reason"] = status, reason
-    if status in S.TIMED:
-        summarise(record, peak, gpus=spec["gpus"])
-    cp_summary(record, spec)
-    record["matmul_peak"] = peak
-    record["environment"] = environment(spec["device"])
-    record["finished_at"] = now()
-    record["wall_s"] = time.perf_counter() - t0
+        status, reason = measure(record, session, spec, choice["local_kernel"])
+    finish_record(
+        record,
+        status,
+        reason,
+        peak,
+        spec.device,
+        gpus=spec.gpus,
+        t0=t0,
+        summary=lambda r: cp_summary(r, spec),
+    )
     if rank == 0:
         write_record(record, out_path)
     if session is not None:

@@ -23,8 +23,10 @@ import torch
 
 from ... import status as S
 from ...cp import catalog, emulate
+from ...cp.run import MethodRun
+from ...grid.spec import CellSpec
 from ...harness.faults import crash_if_asked
-from ...harness.inputs import input_seed, mask_rng, torch_dtype
+from ...harness.inputs import input_seed, mask_rng
 from ...harness.measure import quantiles, release_memory, sample_timings
 from ...harness.samples import (
     checked_outcome,
@@ -32,7 +34,7 @@ from ...harness.samples import (
     n_samples,
     spec_mask,
 )
-from ...record.record import base_record, environment, now, summarise, write_record
+from ...record.record import base_record, finish_record, write_record
 from . import cell as C
 from .provenance import provenance
 
@@ -40,26 +42,8 @@ MARK = "emulated"  # the word tables and figures put beside every emulated numbe
 WHAT = "compute of every rank emulated on one device (no transfer, no overlap): not a distributed measurement"
 
 
-def is_emulated(spec: dict) -> bool:
-    return bool(spec.get("cp", {}).get("emulate", False))
-
-
-def contents(spec) -> str:
-    return spec["cp"].get("emulate_contents", emulate.CONTENTS[0])
-
-
-def _world(spec, device) -> emulate.World:
-    return emulate.World(
-        C.degrees_of(spec),
-        spec["cp"]["local_kernel"],
-        torch_dtype(spec["dtype"]),
-        spec["head_dim"],
-        device,
-        C.dkv_comm_dtype(spec),
-        load_kernel_too=catalog.uses_local_kernel(spec["impl"]),
-        contents=contents(spec),
-        timeout_s=spec["cp"]["timeout_s"],
-    )
+def is_emulated(spec: CellSpec) -> bool:
+    return spec.cp is not None and spec.cp.emulate
 
 
 def _agree(world, where):
@@ -68,14 +52,13 @@ def _agree(world, where):
         raise C.Failed(st, reason)
 
 
-def measure_sample(spec, index, mask, device) -> dict:
-    dtype, d = torch_dtype(spec["dtype"]), spec["head_dim"]
-    hq, hkv, direction = spec["heads_q"], spec["heads_kv"], spec["direction"]
-    seed = input_seed(spec["_data_seed"], index, spec["seqlen"])
-    world = _world(spec, device)
-    world.load(spec["impl"], mask, hq, hkv, d, dtype, direction != "fwd")
+def measure_sample(spec: CellSpec, mrun: MethodRun, seed: int, index: int, mask, device) -> dict:
+    """Sample `index` on the emulated ranks: the lockstep run, then each rank timed alone."""
+    p, how, direction = spec.problem, spec.measurement, spec.problem.direction
+    world = emulate.World(mrun, device, spec.cp.emulate_contents, spec.cp.timeout_s)
+    world.load(mask)
     _agree(world, "setup")
-    inputs = world.inputs(seed, hq, hkv, d, dtype)
+    inputs = world.inputs(input_seed(seed, index, p.seqlen))
     _agree(world, "setup")
     emulate.prime(world, inputs, direction)  # every buffer as the real run leaves it
     _agree(world, "the lockstep run")
@@ -88,7 +71,7 @@ def measure_sample(spec, index, mask, device) -> dict:
         }
         for rc in world.rcs
     ]
-    times = emulate.time_ranks(world, inputs, direction, spec["warmup"], spec["reps"])
+    times = emulate.time_ranks(world, inputs, direction, how.warmup, how.reps)
     _agree(world, "timing")
     summ = emulate.summary(times)
     ranks = []
@@ -106,7 +89,9 @@ def measure_sample(spec, index, mask, device) -> dict:
         }
         ranks.append(one)
     sample = {
-        **sample_timings(index, mask, d, direction, summ["max_over_ranks_ms"], ranks=world.size),
+        **sample_timings(
+            index, mask, p.head_dim, direction, summ["max_over_ranks_ms"], ranks=world.size
+        ),
         "peak_mem_bytes": None,
         "peak_mem_increment_bytes": None,
         "mem_source": f"not measured: {world.size} emulated ranks share one device",
@@ -124,38 +109,27 @@ def measure_sample(spec, index, mask, device) -> dict:
     return sample
 
 
-def check_sample(spec, index, histograms, device) -> dict:
+def check_sample(spec: CellSpec, mrun: MethodRun, seed: int, index: int, device) -> dict:
     """cell.check_sample on the emulated ranks (emulate.check_method)."""
+    factor = spec.measurement.check.tolerance_factor
 
-    def check(mask, seed):
-        return emulate.check_method(
-            spec["impl"],
-            spec["cp"]["local_kernel"],
-            C.degrees_of(spec),
-            mask,
-            seed,
-            spec["heads_q"],
-            spec["heads_kv"],
-            spec["head_dim"],
-            torch_dtype(spec["dtype"]),
-            spec["direction"] != "fwd",
-            spec["check"]["tolerance_factor"],
-            device,
-            C.dkv_comm_dtype(spec),
-        )
+    def check(mask, inputs_seed):
+        return emulate.check_method(mrun, mask, inputs_seed, factor, device)
 
-    return {**C.check_halving(spec, index, histograms, check), "emulated": True}
+    return {**C.check_halving(spec, seed, index, check), "emulated": True}
 
 
-def measure(record, spec, device):
-    spec = {**spec, "_data_seed": record["data_seed"]}
-    rng, hist = mask_rng(record["data_seed"]), spec.get("histograms")
+def measure(record, spec: CellSpec, kernel: str, device) -> tuple:
+    """Every sample of the cell over `kernel` (its chosen local kernel): (status, reason)."""
+    mrun = MethodRun.of_cell(spec, kernel)
+    p, how, seed = spec.problem, spec.measurement, record["data_seed"]
+    rng = mask_rng(seed)
     try:
-        for i in range(n_samples(spec)):
-            mask = spec_mask(spec, spec["seqlen"], rng, hist)
-            sample = measure_sample(spec, i, mask, device)
-            if i < checked_samples(spec):
-                verdict = check_sample(spec, i, hist, device)
+        for i in range(n_samples(p, how)):
+            mask = spec_mask(p, p.seqlen, rng)
+            sample = measure_sample(spec, mrun, seed, i, mask, device)
+            if i < checked_samples(p, how):
+                verdict = check_sample(spec, mrun, seed, i, device)
                 if verdict["status"] not in (S.OK, S.INCORRECT):
                     raise C.Failed(verdict["status"], verdict["reason"])
                 sample["check"] = verdict
@@ -165,7 +139,7 @@ def measure(record, spec, device):
     return checked_outcome(record["samples"])
 
 
-def emulated_summary(record, spec):
+def emulated_summary(record, spec: CellSpec):
     """cell.cp_summary, with what makes the record an emulation's: `emulated`, its
     contents, the slowest rank's median time and the spread over ranks (medians over samples)."""
     C.cp_summary(record, spec)
@@ -177,7 +151,7 @@ def emulated_summary(record, spec):
 
     extra = {
         "emulated": True,
-        "emulated_contents": contents(spec),
+        "emulated_contents": spec.cp.emulate_contents,
         "slowest_rank_ms": med("slowest_rank_ms"),
         "rank_spread": med("rank_spread"),
     }
@@ -185,7 +159,7 @@ def emulated_summary(record, spec):
     record["table_extra"].update(extra)
 
 
-def run_emulated_cell(spec: dict, out_path, peak: dict | None = None):
+def run_emulated_cell(spec: CellSpec, out_path, peak: dict | None = None):
     """The emulated cell's record (cell.run_cp_cell's steps, one process, no process group)."""
     crash_if_asked(spec)
     t0 = time.perf_counter()
@@ -195,22 +169,24 @@ def run_emulated_cell(spec: dict, out_path, peak: dict | None = None):
         spec, {**C.implementation(spec, choice), "emulated": True}, provenance(spec)
     )
     status, reason = C.static_outcome(spec, choice["local_kernel"])
-    if status is None and not catalog.uses_local_kernel(spec["impl"]):
+    if status is None and not catalog.uses_local_kernel(spec.impl):
         status, reason = (
             S.UNSUPPORTED,
-            f"{spec['impl']} runs torch's own collectives: it cannot be emulated in one process",
+            f"{spec.impl} runs torch's own collectives: it cannot be emulated in one process",
         )
     if status is None:
-        device = torch.device("cuda") if spec["device"] == "cuda" else torch.device("cpu")
-        chosen = {**spec, "cp": {**spec["cp"], "local_kernel": choice["local_kernel"]}}
-        status, reason = measure(record, chosen, device)
-    record["status"], record["status_reason"] = status, reason
-    if status in S.TIMED:
-        summarise(record, peak, gpus=spec["gpus"])
-    emulated_summary(record, spec)
-    record["matmul_peak"] = peak
-    record["environment"] = environment(spec["device"])
-    record["finished_at"] = now()
-    record["wall_s"] = time.perf_counter() - t0
+        device = torch.device("cuda") if spec.device == "cuda" else torch.device("cpu")
+        # what runs: the chosen local kernel (the record's cell keeps the grid's setting)
+        status, reason = measure(record, spec, choice["local_kernel"], device)
+    finish_record(
+        record,
+        status,
+        reason,
+        peak,
+        spec.device,
+        gpus=spec.gpus,
+        t0=t0,
+        summary=lambda r: emulated_summary(r, spec),
+    )
     write_record(record, out_path)
     return record

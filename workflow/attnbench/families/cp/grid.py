@@ -19,6 +19,8 @@ import itertools
 from ... import masks as M
 from ...cp import catalog
 from ...grid import expand as expansion  # the shared expansion (this module defines `expand`)
+from ...grid.spec import SPLIT_DOCUMENTS, CellSpec, CPSettings, Degrees, Measurement, Problem
+from ...harness.samples import boundary_check_seqlen
 
 
 def _cp(grid, prod=None) -> dict:
@@ -52,15 +54,16 @@ def method_names(prod) -> list[str]:
 def check_length_problems(cfg, grid, prod, at) -> list[str]:
     """Document masks whose checks (at check.max_seqlen) draw no document boundary, so that a
     method wrong at the boundaries passes; named with the length at which they do."""
-    from ...harness.samples import boundary_check_seqlen
-
     out, cap = [], grid["check"]["max_seqlen"]
+    how = expansion.measurement(grid)
+    direction = prod["direction"][0]  # the checks' data is the same in every direction
     masks = [m for m in prod["masks"] if M.pattern(m).uses_documents]
     points = itertools.product(
         masks, prod["tokens_per_gpu"], prod["gpus"], prod["heads"], prod["head_dim"], prod["dtype"]
     )
     for mask, tpg, gpus, (hq, hkv), d, dtype in points:
         seqlen = tpg * gpus
+        hist = expansion.histograms_for(cfg, mask, seqlen)
         by_length = {}  # the check's length -> the methods checked at it
         for method in method_names(prod):
             by_length.setdefault(check_seqlen(method, seqlen, gpus, cap), []).append(method)
@@ -68,15 +71,10 @@ def check_length_problems(cfg, grid, prod, at) -> list[str]:
             if s >= seqlen:
                 continue
             for mp in expansion.mask_param_points(mask, grid, prod):
-                spec = {
-                    **{k: grid[k] for k in ("seed", "check", "samples")},
-                    **dict(mask=mask, mask_params=mp, seqlen=seqlen, heads_q=hq, heads_kv=hkv),
-                    **dict(head_dim=d, dtype=dtype),
-                }
-                hist = expansion.histograms_for(cfg, mask, seqlen)
+                problem = Problem(mask, mp, seqlen, hq, hkv, d, dtype, direction, grid["seed"], hist)
                 m0 = methods[0]
                 longer = lambda n: check_seqlen(m0, seqlen, gpus, 2 * n)  # noqa: E731, B023
-                need = boundary_check_seqlen(spec, s, hist, longer)
+                need = boundary_check_seqlen(problem, how, s, longer)
                 if need != s:
                     out.append(
                         f"{at}: {', '.join(methods)} on mask {mask} at {gpus} x {tpg} tokens: "
@@ -117,7 +115,7 @@ def grid_problems(grid, prod, at) -> list[str]:
     for key in ("tokens_per_gpu", "gpus"):
         if key not in prod:
             problems.append(f"{at}: family cp needs '{key}'")
-    kern = c.get("local_kernel", catalog.AUTO)
+    kern = c["local_kernel"]
     if kern != catalog.AUTO:
         if kern not in catalog.LOCAL_KERNELS:
             problems.append(
@@ -129,8 +127,8 @@ def grid_problems(grid, prod, at) -> list[str]:
                 f"{at}.cp.local_kernel: {kern} runs only on {', '.join(catalog.LOCAL_KERNELS[kern].devices)}"
                 f", not on the grid's device {device}"
             )
-    split = c.get("split_documents", catalog.SPLIT_DOCUMENTS[0])
-    if split != catalog.SPLIT_DOCUMENTS[0]:
+    split = c["split_documents"]
+    if split != SPLIT_DOCUMENTS[0]:
         for m in names:
             if not catalog.method(m).shard_layout:
                 sharded = [n for n, info in catalog.METHODS.items() if info.shard_layout]
@@ -139,8 +137,7 @@ def grid_problems(grid, prod, at) -> list[str]:
                     f"so split_documents {split} would not apply to it (it applies to "
                     f"{', '.join(sharded)})"
                 )
-    gpn = c.get("gpus_per_node", 8)
-    emulated = c.get("emulate", False)
+    gpn, emulated = c["gpus_per_node"], c["emulate"]
     if emulated:  # one process runs every rank: only our methods (cp.emulate)
         for m in names:
             if not catalog.method(m).runs_local_kernel:
@@ -180,53 +177,34 @@ def _head_split_problems(method, gpus, i, deg, c, prod, at) -> list[str]:
         else:
             fits = [u for u in range(1, gpus + 1) if gpus % u == 0 and splits(u)]
             valid = f"cp.ulysses_degree that split {hq}:{hkv} heads on {gpus} GPUs: {', '.join(map(str, fits))}"
-            named = c.get("ulysses_degree", "auto")
+            named = c["ulysses_degree"]
             where = f"{at}.cp.ulysses_degree ({named}: {deg.ulysses} on {gpus} GPUs)"
         out.append(f"{where}: {method} cannot split heads[{j}] = {hq}:{hkv}: {why}; valid {valid}")
     return out
 
 
-def _degrees(method, gpus, c) -> catalog.Degrees:
+def _degrees(method, gpus, c) -> Degrees:
     return catalog.degrees(
         method,
         gpus,
-        c.get("ulysses_degree", "auto"),
-        c.get("windows", "auto"),
-        c.get("placement", "contiguous"),
-        c.get("gpus_per_node", 8),
-        c.get("split_documents", catalog.SPLIT_DOCUMENTS[0]),
+        c["ulysses_degree"],
+        c["windows"],
+        c["placement"],
+        c["gpus_per_node"],
+        c["split_documents"],
     )
-
-
-def _cell_cp(c: dict, own: dict) -> dict:
-    """The cp settings a cell carries beyond its degrees: the local kernel as named, and the
-    settings that only some cells have (so the others keep the spec, and the id, they had):
-    among them a Ulysses degree or windows that an `also:` entry names itself (`own`), so that
-    two factorisations of the same GPUs (USP 2x4 and 4x2) are two cells."""
-    out = {"local_kernel": c["local_kernel"]}
-    if "ulysses_degree" in own or "windows" in own:
-        out["degrees_named"] = True
-    if c["local_kernel"] == catalog.AUTO and c.get("kernel_grids"):
-        out["kernel_grids"] = list(c["kernel_grids"])
-    if c.get("dkv_comm_dtype", catalog.DKV_COMM_DTYPES[0]) != catalog.DKV_COMM_DTYPES[0]:
-        out["dkv_comm_dtype"] = c["dkv_comm_dtype"]
-    if c.get("emulate"):  # every rank's compute in one process (families/cp/emulated.py)
-        out["emulate"] = True
-        if c.get("emulate_contents", "peers") != "peers":
-            out["emulate_contents"] = c["emulate_contents"]
-    return out
 
 
 def expand(cfg, gname) -> list[dict]:
     return expansion.grid_cells(cfg, gname, _product_cells)
 
 
-def _product_cells(cfg, gname, prod, common):
+def _product_cells(cfg, gname, prod, how: Measurement):
     """The cells of one product of a cp grid."""
     grid = cfg["grids"][gname]
     device = grid["device"]
     c = _cp(grid, prod)
-    own = _cell_cp(c, prod.get("cp", {}))
+    own = prod.get("cp", {})  # the product's own settings (an also: entry's)
     for entry, mask, tpg, gpus, (hq, hkv), d, dtype, direction in itertools.product(
         prod["methods"],
         prod["masks"],
@@ -239,39 +217,32 @@ def _product_cells(cfg, gname, prod, common):
     ):
         # your own method: cells use its registered name, and carry its import path for the
         # processes that run and draw them
-        own_method = {"method_class": entry} if ":" in entry else {}
         method = catalog.resolve_method(entry).name
-        deg = _degrees(method, gpus, c)
         nodes = -(-gpus // c["gpus_per_node"]) if device == "cuda" else 1
-        if own.get("emulate"):
+        if c["emulate"]:
             nodes = 1  # one process on one device emulates the `gpus` ranks
+        settings = CPSettings(
+            _degrees(method, gpus, c),
+            c["local_kernel"],
+            c["gpus_per_node"],
+            nodes,
+            1 if c["emulate"] else gpus // nodes,
+            c["breakdown"],
+            c["timeout_s"],
+            # auto's evidence grids (only auto reads them)
+            tuple(c["kernel_grids"]) if c["local_kernel"] == catalog.AUTO else (),
+            c["dkv_comm_dtype"],
+            # a Ulysses degree or windows an `also:` entry names itself: two factorisations of
+            # the same GPUs (USP 2x4 and 4x2) are two cells
+            "ulysses_degree" in own or "windows" in own,
+            c["emulate"],
+            c["emulate_contents"],
+        )
         seqlen = tpg * gpus
+        hist = expansion.histograms_for(cfg, mask, seqlen)
         for mp in expansion.mask_param_points(mask, grid, prod):
-            yield {
-                "grid": gname,
-                "family": "cp",
-                "impl": method,
-                **own_method,
-                "mask": mask,
-                "mask_params": mp,
-                "seqlen": seqlen,
-                "tokens_per_gpu": tpg,
-                "heads_q": hq,
-                "heads_kv": hkv,
-                "head_dim": d,
-                "dtype": dtype,
-                "direction": direction,
-                "gpus": gpus,
-                **common,
-                "histograms": expansion.histograms_for(cfg, mask, seqlen),
-                "cp": {
-                    "local_kernel": own["local_kernel"],
-                    **deg.to_json(),
-                    "gpus_per_node": c["gpus_per_node"],
-                    "nodes": nodes,
-                    "nproc_per_node": 1 if own.get("emulate") else gpus // nodes,
-                    "breakdown": c["breakdown"],
-                    "timeout_s": c["timeout_s"],
-                    **{k: v for k, v in own.items() if k != "local_kernel"},
-                },
-            }
+            problem = Problem(mask, mp, seqlen, hq, hkv, d, dtype, direction, grid["seed"], hist)
+            own_class = entry if ":" in entry else None
+            yield CellSpec(
+                gname, "cp", method, device, gpus, problem, how, own_class, tpg, settings
+            )

@@ -7,14 +7,15 @@ import copy
 from functools import cache
 from pathlib import Path
 
+from ...grid.spec import CellSpec
 
-def provenance(spec: dict) -> dict:
+
+def provenance(spec: CellSpec) -> dict:
     """The code a cell runs (its cell modules, what they import, the method's module and the
     local kernels' adapters, which are loaded by name: every local kernel for `auto`; for your
     own method, its package's files and every built-in method, any of which it may build on) and
     the libraries whose versions it depends on: record.code, compared by attnbench.currency."""
-    own = spec.get("method_class", "")
-    return copy.deepcopy(_provenance(spec["impl"], spec["cp"]["local_kernel"], own))
+    return copy.deepcopy(_provenance(spec.impl, spec.cp.local_kernel, spec.own_class or ""))
 
 
 @cache  # the same for every cell of a method and local kernel

@@ -28,7 +28,8 @@ TABLES = "tables"
 FIGURES = "figures"
 
 
-def record_skeleton(spec: dict) -> dict:
+def record_skeleton(spec) -> dict:
+    """The record a cell (grid.spec.CellSpec) starts with."""
     from ...record.record import base_record
     from .cell import implementation
 

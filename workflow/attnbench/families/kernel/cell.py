@@ -10,8 +10,15 @@ import time
 
 from ... import launch
 from ... import status as S
+from ...grid.spec import CellSpec
 from ...harness.faults import crash_if_asked, hang_if_asked
-from ...harness.inputs import check_mask_rng, input_seed, make_inputs, mask_rng, torch_dtype
+from ...harness.inputs import (
+    check_mask_rng,
+    input_seed,
+    make_inputs,
+    mask_rng,
+    torch_dtype,
+)
 from ...harness.samples import (
     CheckOutOfMemory,
     check_seqlen,
@@ -23,12 +30,12 @@ from ...harness.samples import (
 )
 from ...kernels import catalog
 from ...kernels.import_memo import known_to_load, remember_loads
-from ...record.record import base_record, environment, now, summarise
+from ...record.record import base_record, finish_record
 from .provenance import provenance
 
 
-def implementation(spec) -> dict:
-    """What a kernel cell runs: the kernel of the catalog named by spec['impl']."""
+def implementation(spec: CellSpec) -> dict:
+    """What a kernel cell runs: the kernel of the catalog named by spec.impl (or your own)."""
     info = kernel_info(spec)
     out = {
         "name": info.name,
@@ -37,22 +44,21 @@ def implementation(spec) -> dict:
         "library_version": catalog.library_version(info),
         "notes": dict(info.notes),
     }
-    if "kernel_class" in spec:  # your own kernel: which code, exactly
+    if spec.own_class:  # your own kernel: which code, exactly
         from ...harness.environment import own_kernel_source
 
-        out["source"] = own_kernel_source(spec["kernel_class"])
+        out["source"] = own_kernel_source(spec.own_class)
     return out
 
 
-def kernel_info(spec) -> "catalog.KernelInfo":
-    """The cell's kernel: a built-in one, or your own (imported from spec['kernel_class'])."""
-    return catalog.resolve(spec.get("kernel_class", spec["impl"]))
+def kernel_info(spec: CellSpec) -> "catalog.KernelInfo":
+    """The cell's kernel: a built-in one, or your own (imported from spec.own_class)."""
+    return catalog.resolve(spec.entry)
 
 
-def installed_reason(info, spec) -> str | None:
+def installed_reason(info, device: str) -> str | None:
     """Why the kernel cannot run here, known without touching a device (its devices, its
     library), or None."""
-    device = spec["device"]
     if device not in info.devices:
         return f"{info.name} runs only on {', '.join(info.devices)}, not on {device}"
     missing = catalog.missing_module(info)
@@ -61,14 +67,16 @@ def installed_reason(info, spec) -> str | None:
     return None
 
 
-def ends_without_gpu(spec) -> bool:
+def ends_without_gpu(spec: CellSpec) -> bool:
     """A cell that will only write why it cannot run (library missing, mask unsupported): it
     needs no GPU, so it does not wait for one (claim_gpu_after_start). Libraries an earlier job
     saw load here are not imported again (kernels/import_memo.py)."""
     info = kernel_info(spec)
-    if spec["device"] in info.devices and known_to_load(info):
+    if spec.device in info.devices and known_to_load(info):
         return bool(unsupported(info, spec))
-    return bool(installed_reason(info, spec) or unsupported(info, spec) or import_failure(info))
+    return bool(
+        installed_reason(info, spec.device) or unsupported(info, spec) or import_failure(info)
+    )
 
 
 def import_failure(info) -> str | None:
@@ -92,22 +100,16 @@ def import_failure(info) -> str | None:
     return None
 
 
-def unsupported(info, spec) -> str | None:
+def unsupported(info, spec: CellSpec) -> str | None:
+    p = spec.problem
     return catalog.unsupported_reason(
-        info,
-        spec["mask"],
-        spec["direction"],
-        spec["device"],
-        spec["heads_q"],
-        spec["heads_kv"],
-        spec.get("mask_params"),
+        info, p.mask, p.direction, spec.device, p.heads_q, p.heads_kv, p.mask_params
     )
 
 
-def availability_reason(info, spec) -> str | None:
+def availability_reason(info, device: str) -> str | None:
     """Why the kernel cannot run on this machine at all (library or device), or None."""
-    device = spec["device"]
-    reason = installed_reason(info, spec)
+    reason = installed_reason(info, device)
     if reason:
         return reason
     if device == "cuda":
@@ -171,24 +173,27 @@ def check_correctness(kernel, fn, mask, q, k, v, dout, direction, factor) -> dic
 # ---------------------------------------------------------------- the cell
 
 
-def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
+def measure_sample(kernel, spec: CellSpec, seed: int, index: int, rng) -> dict:
+    """Sample `index`: its mask (the next draw of rng), inputs (of the cell's data seed), timings,
+    memory, and for a checked sample its check."""
     import torch
 
     from ...harness.measure import DeviceClock, peak_memory, sample_timings, time_ms
     from ...kernels.base import from_thd
 
-    hq, hkv, d, direction = spec["heads_q"], spec["heads_kv"], spec["head_dim"], spec["direction"]
+    p, how, device = spec.problem, spec.measurement, spec.device
+    d, direction = p.head_dim, p.direction
     clock = DeviceClock(device)
     with clock.phase("mask"):
-        mask = spec_mask(spec, spec["seqlen"], rng, histograms)
+        mask = spec_mask(p, p.seqlen, rng)
     with clock.phase("inputs"):
         q, k, v, dout = make_inputs(
-            input_seed(spec["_data_seed"], index, spec["seqlen"]),
-            spec["seqlen"],
-            hq,
-            hkv,
+            input_seed(seed, index, p.seqlen),
+            p.seqlen,
+            p.heads_q,
+            p.heads_kv,
             d,
-            dtype,
+            torch_dtype(p.dtype),
             device,
         )
     with clock.phase("prepare"):
@@ -238,22 +243,20 @@ def measure_sample(kernel, spec, index, rng, dtype, device, histograms) -> dict:
     if direction == "fwd":
         well_formed(first, leaves[0], lay)
     with clock.phase("timed", busy=True):
-        times = time_ms(call, spec["warmup"], spec["reps"], device, before=before)
+        times = time_ms(call, how.warmup, how.reps, device, before=before)
     with clock.phase("memory", busy=True):
         if before:
             before()
         mem = peak_memory(call, device)
     sample = {**sample_timings(index, mask, d, direction, times), **mem}
-    if index < checked_samples(spec):
-        s_check = check_seqlen(spec)
-        if s_check != spec["seqlen"]:
+    if index < checked_samples(p, how):
+        s_check = check_seqlen(p, how.check.max_seqlen)
+        if s_check != p.seqlen:
             del fn, leaves, dout_l, call, q, k, v, dout
             out = graph = None  # the forward's graph, as either backward kept it
-        timed = (mask, q, k, v, dout, fn) if s_check == spec["seqlen"] else None
+        timed = (mask, q, k, v, dout, fn) if s_check == p.seqlen else None
         with clock.phase("check", busy=True):
-            sample["check"] = check_sample(
-                kernel, spec, index, s_check, timed, dtype, device, histograms
-            )
+            sample["check"] = check_sample(kernel, spec, seed, index, s_check, timed)
     sample["device_busy_ms"], sample["phases_s"] = clock.ms, clock.phases
     return sample
 
@@ -279,42 +282,30 @@ def well_formed(out, q, layout: str):
     return out
 
 
-def check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms) -> dict:
+def check_sample(kernel, spec: CellSpec, seed: int, index: int, s_check: int, timed) -> dict:
     """The gate at `s_check` (on the timed sample's mask and inputs when `timed` holds them);
     when the check itself runs out of memory, again at a shorter length (never the kernel's oom)."""
-    hq, hkv, d = spec["heads_q"], spec["heads_kv"], spec["head_dim"]
+    p, device = spec.problem, spec.device
     too_long = []
     while True:
         try:
-            if s_check == spec["seqlen"]:
+            if s_check == p.seqlen:
                 mask, q, k, v, dout, fn = timed
             else:
-                crng = check_mask_rng(spec["_data_seed"], index, s_check)
-                mask = spec_mask(spec, s_check, crng, histograms)
+                mask = spec_mask(p, s_check, check_mask_rng(seed, index, s_check))
                 q, k, v, dout = make_inputs(
-                    input_seed(spec["_data_seed"], index, s_check),
+                    input_seed(seed, index, s_check),
                     s_check,
-                    hq,
-                    hkv,
-                    d,
-                    dtype,
+                    p.heads_q,
+                    p.heads_kv,
+                    p.head_dim,
+                    torch_dtype(p.dtype),
                     device,
                 )
                 fn = kernel.prepare(mask)
-            chk = check_correctness(
-                kernel,
-                fn,
-                mask,
-                q,
-                k,
-                v,
-                dout,
-                spec["direction"],
-                spec["check"]["tolerance_factor"],
-            )
-            chk["mask_params"] = (
-                mask.params if s_check != spec["seqlen"] else "same as the timed sample"
-            )
+            factor = spec.measurement.check.tolerance_factor
+            chk = check_correctness(kernel, fn, mask, q, k, v, dout, p.direction, factor)
+            chk["mask_params"] = mask.params if s_check != p.seqlen else "same as the timed sample"
             if too_long:
                 chk["out_of_memory_at_seqlen"] = too_long
             return chk
@@ -328,7 +319,7 @@ def check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms)
             import torch
 
             torch.cuda.empty_cache()
-        shorter = shorter_check_seqlen(spec, s_check)
+        shorter = shorter_check_seqlen(p, s_check)
         if shorter is None:
             raise CheckOutOfMemory(
                 f"the correctness check ran out of memory at every length down to {s_check}: "
@@ -338,7 +329,7 @@ def check_sample(kernel, spec, index, s_check, timed, dtype, device, histograms)
         s_check = shorter
 
 
-def run_cell(spec: dict, peak: dict | None = None, measure: bool = True) -> dict:
+def run_cell(spec: CellSpec, peak: dict | None = None, measure: bool = True) -> dict:
     """Measure one cell; return its record. Raises only on a crash (no record then).
     measure=False: the job holds no GPU (ends_without_gpu): the record says why the cell cannot
     run, and a kernel that loads after all is an error, never measured without its GPU."""
@@ -348,7 +339,7 @@ def run_cell(spec: dict, peak: dict | None = None, measure: bool = True) -> dict
     record = base_record(spec, implementation(spec), code)
     info = kernel_info(spec)
     t0 = time.perf_counter()
-    outcome = availability_reason(info, spec)
+    outcome = availability_reason(info, spec.device)
     status, reason = (S.UNAVAILABLE, outcome) if outcome else (None, None)
     if status is None:
         reason = unsupported(info, spec)
@@ -357,22 +348,14 @@ def run_cell(spec: dict, peak: dict | None = None, measure: bool = True) -> dict
         reason = import_failure(info)
         if reason is None:
             raise RuntimeError(
-                f"{spec['impl']}: the job judged that this cell ends without a GPU, but its "
+                f"{spec.impl}: the job judged that this cell ends without a GPU, but its "
                 "kernel loads: not measuring it without holding the GPU"
             )
         status = S.UNAVAILABLE
     if status is None:
-        status, reason = _measure(record, info, spec, peak)
+        status, reason = _measure(record, info, spec)
     launch.release_gpus()  # the rest writes the record: the next cell may take the GPU
-    record["status"], record["status_reason"] = status, reason
-    if status in S.TIMED and record["samples"]:  # an incorrect one may have none (well_formed)
-        summarise(record, peak)
-    record["matmul_peak"] = peak
-    record["environment"] = environment(spec["device"])
-    if record["kernel"].get("source", {}).get("git") in ("modified", "untracked"):
-        record["environment"]["git_dirty"] = True  # your kernel's code is not the commit's
-    record["finished_at"] = now()
-    record["wall_s"] = time.perf_counter() - t0
+    finish_record(record, status, reason, peak, spec.device, t0=t0)
     record.update(process_timing())
     return record
 
@@ -384,39 +367,37 @@ def process_timing() -> dict:
     return {"process_s": time.time() - STARTED, "gpu_wait_s": launch.CLAIM_WAIT_S}
 
 
-def _measure(record, info, spec, peak):
+def _measure(record, info, spec: CellSpec):
     from ...kernels.base import load
 
-    dtype, device = torch_dtype(spec["dtype"]), spec["device"]
-    spec = {**spec, "_data_seed": record["data_seed"]}
+    p = spec.problem
     kernel = load(
         info,
-        device=device,
-        dtype=dtype,
-        heads_q=spec["heads_q"],
-        heads_kv=spec["heads_kv"],
-        head_dim=spec["head_dim"],
+        device=spec.device,
+        dtype=torch_dtype(p.dtype),
+        heads_q=p.heads_q,
+        heads_kv=p.heads_kv,
+        head_dim=p.head_dim,
     )
-    rng = mask_rng(record["data_seed"])
     try:
-        return _measure_samples(record, kernel, spec, rng, dtype, device)
+        return _measure_samples(record, kernel, spec)
     finally:  # how the library was loaded, also when it could not be
         record["kernel"]["notes"].update(getattr(kernel, "load_notes", {}))
 
 
-def _measure_samples(record, kernel, spec, rng, dtype, device):
+def _measure_samples(record, kernel, spec: CellSpec):
     import torch
 
+    seed = record["data_seed"]
+    rng = mask_rng(seed)
     try:
-        for i in range(n_samples(spec)):
-            record["samples"].append(
-                measure_sample(kernel, spec, i, rng, dtype, device, spec.get("histograms"))
-            )
+        for i in range(n_samples(spec.problem, spec.measurement)):
+            record["samples"].append(measure_sample(kernel, spec, seed, i, rng))
     except S.CellOutcome as e:
         return e.status, e.reason
     except Exception as e:  # noqa: BLE001 - anything else that is an OOM is a record, the rest a crash
         if S.is_oom(e) and not isinstance(e, CheckOutOfMemory):
-            if device == "cuda":
+            if spec.device == "cuda":
                 torch.cuda.empty_cache()
             return (
                 S.OOM,

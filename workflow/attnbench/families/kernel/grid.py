@@ -7,6 +7,8 @@ import itertools
 
 from ... import masks as M
 from ...grid import expand as expansion  # the shared expansion (this module defines `expand`)
+from ...grid.spec import CellSpec, Measurement, Problem
+from ...harness.samples import boundary_check_seqlen, check_seqlen, mask_features
 from ...kernels import catalog
 from ...report.outputs import grid_axis
 
@@ -60,34 +62,30 @@ def check_length_problems(cfg, grid, prod, at) -> list[str]:
     """Cells checked at a length (check.max_seqlen) too short to see their mask: a window one
     key too wide, blocks or document boundaries that the check's mask would not have, so that a
     kernel wrong there passes. Named with the length that would see them."""
-    from ...harness.samples import boundary_check_seqlen, check_seqlen, mask_features
-
     out, cap = [], grid["check"]["max_seqlen"]
+    how = expansion.measurement(grid)
+    direction = prod["direction"][0]  # the checks' data is the same in every direction
     points = itertools.product(
         prod["masks"], prod["seqlen"], prod["heads"], prod["head_dim"], prod["dtype"]
     )
     for mask, seqlen, (hq, hkv), d, dtype in points:
+        hist = expansion.histograms_for(cfg, mask, seqlen)
         for mp in expansion.mask_param_points(mask, grid, prod):
-            spec = {
-                **{k: grid[k] for k in ("seed", "check", "samples")},
-                **dict(mask=mask, mask_params=mp, seqlen=seqlen, heads_q=hq, heads_kv=hkv),
-                **dict(head_dim=d, dtype=dtype),
-            }
-            s = check_seqlen(spec)
+            problem = Problem(mask, mp, seqlen, hq, hkv, d, dtype, direction, grid["seed"], hist)
+            s = check_seqlen(problem, cap)
             if s >= seqlen:
                 continue  # checked whole
             settings = ", ".join(f"{k} {v}" for k, v in mp.items())
             where = f"{at}: mask {mask}{f' ({settings})' if mp else ''} at seqlen {seqlen}"
-            for feature, need in mask_features(spec):
+            for feature, need in mask_features(problem):
                 if s < need:
                     out.append(
                         f"{where} is checked at {s} tokens (check.max_seqlen {cap}), fewer than "
                         f"{feature} needs: set check.max_seqlen to at least {need}"
                     )
             if M.pattern(mask).uses_documents:
-                hist = expansion.histograms_for(cfg, mask, seqlen)
-                longer = lambda n: check_seqlen(spec, 2 * n)  # noqa: E731
-                need = boundary_check_seqlen(spec, s, hist, longer)
+                longer = lambda n: check_seqlen(problem, 2 * n)  # noqa: E731, B023
+                need = boundary_check_seqlen(problem, how, s, longer)
                 if need != s:
                     out.append(
                         f"{where} is checked at {s} tokens (check.max_seqlen {cap}), where none of "
@@ -101,7 +99,7 @@ def expand(cfg, gname) -> list[dict]:
     return expansion.grid_cells(cfg, gname, _product_cells)
 
 
-def _product_cells(cfg, gname, prod, common):
+def _product_cells(cfg, gname, prod, how: Measurement):
     """The cells of one product of a kernel grid."""
     grid = cfg["grids"][gname]
     for impl, mask, seqlen, (hq, hkv), d, dtype, direction in itertools.product(
@@ -115,23 +113,9 @@ def _product_cells(cfg, gname, prod, common):
     ):
         # your own kernel: cells use its registered name, and carry its import path for the
         # processes that run and draw them
-        own = {"kernel_class": impl} if ":" in impl else {}
+        own = impl if ":" in impl else None
         name = catalog.resolve(impl).name
+        hist = expansion.histograms_for(cfg, mask, seqlen)
         for mp in expansion.mask_param_points(mask, grid, prod):
-            yield {
-                "grid": gname,
-                "family": grid["family"],
-                "impl": name,
-                **own,
-                "mask": mask,
-                "mask_params": mp,
-                "seqlen": seqlen,
-                "heads_q": hq,
-                "heads_kv": hkv,
-                "head_dim": d,
-                "dtype": dtype,
-                "direction": direction,
-                "gpus": 1,
-                **common,
-                "histograms": expansion.histograms_for(cfg, mask, seqlen),
-            }
+            problem = Problem(mask, mp, seqlen, hq, hkv, d, dtype, direction, grid["seed"], hist)
+            yield CellSpec(gname, grid["family"], name, grid["device"], 1, problem, how, own)

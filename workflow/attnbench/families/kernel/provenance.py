@@ -6,12 +6,14 @@ from __future__ import annotations
 import copy
 from functools import cache
 
+from ...grid.spec import CellSpec
 
-def provenance(spec: dict) -> dict:
+
+def provenance(spec: CellSpec) -> dict:
     """The code a cell runs (its cell module, what that imports, and the kernel's adapter, which
     is loaded by name; your own kernel's files) and the libraries whose versions it depends on
     (torch and the kernel's): record.code, compared by attnbench.currency."""
-    return copy.deepcopy(_provenance(spec.get("kernel_class", spec["impl"])))
+    return copy.deepcopy(_provenance(spec.entry))
 
 
 @cache  # the same for every cell of a kernel (thousands in a sweep)
