@@ -498,9 +498,7 @@ def primed_world(method, deg, kernel, mask, seed, a, direction, device, dkv=DKV_
     """The world set up and run once in lockstep (every buffer as the real run leaves it):
     (world, inputs, (status, reason)), status None when every rank got there."""
     contents = EMULATE_CONTENTS[0] if a.contents == "auto" else a.contents
-    run = MethodRun(
-        method, kernel, deg, a.hq, a.hkv, a.head_dim, a.dtype, direction != "fwd", dkv
-    )
+    run = MethodRun(method, kernel, deg, a.hq, a.hkv, a.head_dim, a.dtype, direction != "fwd", dkv)
     world = emulate.World(run, device, contents)
     world.load(mask)
     inputs = world.inputs(seed)

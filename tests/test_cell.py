@@ -10,6 +10,7 @@ import pytest
 import torch
 from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel import cell as C
+from attnbench.grid.spec import CellSpec
 from attnbench.harness import faults as F
 from attnbench.kernels import catalog
 from attnbench.kernels.naive import Naive
@@ -46,7 +47,7 @@ class CausalWhateverTheMask(Naive):
 
 def test_ok_record_has_everything(cells):
     spec = pick(cells, "sdpa", "causal_document", 256, "bwd")
-    r = C.run_cell(spec, {"matmul_peak_tflops": 1.0})
+    r = C.run_cell(CellSpec.from_dict(spec), {"matmul_peak_tflops": 1.0})
     assert r["status"] == "ok" and r["status_reason"] is None
     assert r["cell"] == spec and len(r["cell_id"]) == 16
     assert len(r["samples"]) == spec["samples"]["document"]
@@ -81,7 +82,7 @@ def test_ok_record_has_everything(cells):
 def test_record_says_where_its_time_went(cells, tmp_path):
     """Phases add up to no more than the cell's wall time; the busy part is the timed, memory and
     check phases, which the throughput benchmark turns into a busy share."""
-    r = C.run_cell(pick(cells, "naive", "causal", 256, "bwd"))
+    r = C.run_cell(CellSpec.from_dict(pick(cells, "naive", "causal", 256, "bwd")))
     phases = [s["phases_s"] for s in r["samples"]]
     assert all(
         set(p) == {"mask", "inputs", "prepare", "first_call", "timed", "memory", "check"}
@@ -115,16 +116,16 @@ def test_record_says_where_its_time_went(cells, tmp_path):
 
 
 def test_unsupported_and_unavailable_are_records(cells):
-    r = C.run_cell(pick(cells, "flex", "causal", 256, "bwd"))
+    r = C.run_cell(CellSpec.from_dict(pick(cells, "flex", "causal", 256, "bwd")))
     assert r["status"] == "unsupported" and "no bwd on cpu" in r["status_reason"]
-    r = C.run_cell(pick(cells, "fa3", "causal"))
+    r = C.run_cell(CellSpec.from_dict(pick(cells, "fa3", "causal")))
     assert r["status"] == "unavailable" and "runs only on cuda" in r["status_reason"]
     assert "tflops" not in r and r["samples"] == []
 
 
 def test_same_seed_same_masks_across_kernels(cells):
-    a = C.run_cell(pick(cells, "naive", "prefix_lm_document", 256, "fwd"))
-    b = C.run_cell(pick(cells, "sdpa_math", "prefix_lm_document", 256, "bwd"))
+    a = C.run_cell(CellSpec.from_dict(pick(cells, "naive", "prefix_lm_document", 256, "fwd")))
+    b = C.run_cell(CellSpec.from_dict(pick(cells, "sdpa_math", "prefix_lm_document", 256, "bwd")))
     assert a["data_seed"] == b["data_seed"]
     assert [s["mask_params"] for s in a["samples"]] == [s["mask_params"] for s in b["samples"]]
 
@@ -139,13 +140,18 @@ def test_incorrect_kernel_is_flagged_and_timed(cells, monkeypatch):
         {"cpu": ("fwd", "bwd")},
     )
     monkeypatch.setitem(catalog.KERNELS, "buggy", info)
-    r = C.run_cell(with_impl(pick(cells, "naive", "full"), "buggy"))
+    r = C.run_cell(CellSpec.from_dict(with_impl(pick(cells, "naive", "full"), "buggy")))
     assert (
         r["status"] == "incorrect" and "disagree with the float64 reference" in r["status_reason"]
     )
     assert r["tflops"] > 0 and r["max_rel_err"] > 0.1
     # the same kernel on the mask it really computes is fine
-    assert C.run_cell(with_impl(pick(cells, "naive", "causal"), "buggy"))["status"] == "ok"
+    assert (
+        C.run_cell(CellSpec.from_dict(with_impl(pick(cells, "naive", "causal"), "buggy")))[
+            "status"
+        ]
+        == "ok"
+    )
 
 
 def test_reduced_length_correctness_check(cells):
@@ -157,7 +163,7 @@ def test_reduced_length_correctness_check(cells):
         "bwd",
         check={"max_seqlen": 200, "tolerance_factor": 5, "samples": 1},
     )
-    r = C.run_cell(spec)
+    r = C.run_cell(CellSpec.from_dict(spec))
     chk = r["samples"][0]["check"]
     assert r["status"] == "ok" and chk["seqlen"] == 192  # a multiple of the 64-token block
     assert sum(chk["mask_params"]["doc_lengths"]) == 192
@@ -213,7 +219,7 @@ def test_document_masks_check_three_samples(cells):
         samples = {"document": document, "single": single}
         spec = pick(cells, "sdpa", mask, samples=samples, warmup=0, reps=1)
         assert spec["check"]["samples"] == 1
-        return [("check" in s) for s in C.run_cell(spec)["samples"]]
+        return [("check" in s) for s in C.run_cell(CellSpec.from_dict(spec))["samples"]]
 
     assert checked("causal_document", 4, 1) == [True, True, True, False]
     assert checked("causal_document", 2, 1) == [True, True]  # fewer than 3: all of them

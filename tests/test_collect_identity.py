@@ -11,6 +11,7 @@ import pytest
 from attnbench.families import expand_cells, validate
 from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.expand import cell_path
+from attnbench.grid.spec import CellSpec
 from attnbench.record.record import write_record
 from attnbench.report.collect import RecordError, collect, write_cells
 from bounded import run_bounded
@@ -26,7 +27,7 @@ def root(tmp_path):
     cfg = validate(config_running({"c": GRID}))
     root = tmp_path / "results"
     for cell in expand_cells(cfg):
-        write_record(run_cell(cell), root / cell_path(cell))
+        write_record(run_cell(CellSpec.from_dict(cell)), root / cell_path(cell))
     return root
 
 

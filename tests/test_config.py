@@ -6,6 +6,7 @@ import pytest
 from attnbench.families import expand_cells, load_config, validate
 from attnbench.grid.config import ConfigError
 from attnbench.grid.expand import point_id
+from attnbench.grid.spec import CellSpec
 
 
 def bad(base, edit):
@@ -212,7 +213,7 @@ def test_a_file_of_own_grids_is_read_over_config_yaml(repo, tmp_path):
     cfg = load_config(own, base=repo / "config.yaml")
     assert {"mine", "smoke", "h200_sweep"} <= set(cfg["grids"])  # config.yaml's grids beside
     for spec in expand_cells(cfg):
-        write_record(run_cell(spec), tmp_path / "out" / cell_path(spec))
+        write_record(run_cell(CellSpec.from_dict(spec)), tmp_path / "out" / cell_path(spec))
     p = attnbench_cli("regenerate", "--config", str(own), "--jobs", "1", cwd=repo)
     assert p.returncode == 0, p.stdout + p.stderr
     assert (tmp_path / "out" / "tables" / "mine" / "tflops.md").is_file()
@@ -311,8 +312,9 @@ def test_the_config_draws_the_check_masks_the_cell_draws(base):
         )
     )
     (spec, *_) = [c for c in expand_cells(cfg) if c["direction"] == "fwd"]
-    record = run_cell(spec)
-    drawn = check_masks(spec, 256, spec["histograms"])
+    cell = CellSpec.from_dict(spec)
+    record = run_cell(cell)
+    drawn = check_masks(cell.problem, cell.measurement, 256)
     assert [s["check"]["mask_params"]["doc_lengths"] for s in record["samples"]] == [
         m.params["doc_lengths"] for m in drawn
     ]

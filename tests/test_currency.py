@@ -18,6 +18,7 @@ from attnbench import currency
 from attnbench.families import expand_cells, validate
 from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.expand import cell_path
+from attnbench.grid.spec import CellSpec
 from attnbench.record.record import write_record
 from commands import REPO, package_env
 from tinygrids import config_running, kernel_grid
@@ -30,7 +31,7 @@ def made(tmp_path_factory):
     (cell,) = expand_cells(cfg)
     root = tmp_path_factory.mktemp("currency") / "results"
     path = root / cell_path(cell)
-    write_record(run_cell(cell), path)
+    write_record(run_cell(CellSpec.from_dict(cell)), path)
     return cell, path, json.loads(path.read_text())
 
 

@@ -9,6 +9,7 @@ from attnbench.families import expand_cells, load_config, write_figures, write_t
 from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.config import ConfigError
 from attnbench.grid.expand import cell_path
+from attnbench.grid.spec import CellSpec
 from attnbench.kernels import catalog
 from attnbench.record.record import write_record
 from attnbench.report.collect import collect
@@ -51,7 +52,7 @@ def test_own_kernel_is_measured_checked_and_drawn(repo, tmp_path):
     own = [c for c in cells if c["impl"] == "row_block_sdpa"]
     assert len(own) == 6 and all(c["kernel_class"] == OWN for c in own)
     for spec in cells:
-        record = run_cell(spec)
+        record = run_cell(CellSpec.from_dict(spec))
         write_record(record, tmp_path / cell_path(spec))
         if spec["impl"] == "row_block_sdpa":
             if spec["mask"] == "sliding_window":  # not in the masks its info claims
@@ -127,7 +128,7 @@ def test_the_record_names_the_code_that_ran(repo):
 
     cfg = config(repo, {**GRID, "masks": ["causal"], "direction": ["fwd"]})
     spec = next(c for c in expand_cells(cfg) if c["impl"] == "row_block_sdpa")
-    record = run_cell(spec)
+    record = run_cell(CellSpec.from_dict(spec))
     src = record["kernel"]["source"]
     assert src == own_kernel_source(OWN)
     assert src["module"] == "tests.custom_kernel" and src["class"] == "RowBlockSDPA"
@@ -152,7 +153,7 @@ def test_an_untracked_kernel_file_makes_the_record_dirty(repo):
     try:
         cfg = config(repo, {**GRID, "masks": ["causal"], "direction": ["fwd"]})
         spec = next(c for c in expand_cells(cfg) if c["impl"] == "row_block_sdpa")
-        record = run_cell(spec)
+        record = run_cell(CellSpec.from_dict(spec))
         assert record["kernel"]["source"]["git"] == "untracked"
         assert record["environment"]["git_dirty"] is True
     finally:
@@ -239,12 +240,12 @@ def test_a_kernel_whose_graph_frees_itself_gets_a_new_forward_before_each_backwa
     if check_max_seqlen:
         grid["check"] = {"max_seqlen": check_max_seqlen}
     (spec,) = expand_cells(config(repo, grid))
-    record = run_cell(spec)
+    record = run_cell(CellSpec.from_dict(spec))
     assert record["status"] == "ok", record.get("status_reason")
     assert all(len(s["time_ms"]) == GRID["reps"] for s in record["samples"])
     custom_kernel.BackwardOnceSDPA.backward_once = False
     try:
         with pytest.raises(RuntimeError, match="backward of this forward ran already"):
-            run_cell(spec)
+            run_cell(CellSpec.from_dict(spec))
     finally:
         custom_kernel.BackwardOnceSDPA.backward_once = True

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from attnbench.families import expand_cells, load_config, plan_lines, validate
 from attnbench.grid.config import ConfigError
+from attnbench.grid.spec import CellSpec
 from attnbench.harness.inputs import mask_rng
 from attnbench.harness.samples import n_samples, spec_mask
 
@@ -24,9 +25,10 @@ def test_prefix_and_window_masks_draw_afresh_per_sample(name, base, repo):
     assert M.pattern(name).sample_class == "document"
     cfg = load_config(repo / "config.yaml")
     cell = next(c for c in expand_cells(cfg, ["smoke"]) if c["mask"] == name)
-    assert n_samples(cell) == cell["samples"]["document"] == 2
+    spec = CellSpec.from_dict(cell)
+    assert n_samples(spec.problem, spec.measurement) == cell["samples"]["document"] == 2
     rng = mask_rng(7)
-    first, second = (spec_mask(cell, cell["seqlen"], rng, None).params for _ in range(2))
+    first, second = (spec_mask(spec.problem, cell["seqlen"], rng).params for _ in range(2))
     assert first != second  # two draws, not one mask timed twice
 
 

@@ -22,6 +22,7 @@ from attnbench.families import expand_cells, validate
 from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.config import ConfigError, cell_timeout_s
 from attnbench.grid.expand import cell_path
+from attnbench.grid.spec import CellSpec
 from attnbench.harness.faults import HANG_ENV
 from attnbench.record.record import write_record
 from attnbench.record.validate import record_problems
@@ -505,7 +506,7 @@ def test_collect_stops_at_a_corrupted_or_foreign_json_naming_it_and_changes_noth
     cfg = validate(config_running({"c": GRID}))
     root = tmp_path / "results"
     for cell in expand_cells(cfg):
-        write_record(run_cell(cell), root / cell_path(cell))
+        write_record(run_cell(CellSpec.from_dict(cell)), root / cell_path(cell))
     good = records(root)
     assert len(good) == 2
     table = tmp_path / "cells.csv"

@@ -28,6 +28,7 @@ from attnbench.kernels import catalog, flex
 from attnbench.kernels.base import from_thd, load, to_thd
 from attnbench.harness.reference import reference_attention, rel_err
 from attnbench.harness.cpu_math import settle_vml
+from attnbench.grid.spec import CellSpec
 
 settle_vml()  # as every computing process of the pipeline does
 
@@ -55,7 +56,7 @@ flex.Flex.build_block_mask = lambda self, mask: flex.block_mask_from_layout(mask
 spec = next(c for c in expand_cells(load_config("config.yaml"), ["smoke_sparse"])
             if (c["impl"], c["mask"]) == ("flex", "block_sparse"))
 spec.update(seqlen=S, head_dim=D, mask_params={**spec["mask_params"], **cfg})
-record = C.run_cell(spec)
+record = C.run_cell(CellSpec.from_dict(spec))
 print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "adapter": adapter, "raw": raw,
                   "gate": record["status"], "gate_reason": record.get("status_reason")}))
 """

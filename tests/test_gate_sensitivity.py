@@ -15,8 +15,9 @@ import attnbench.masks as M
 import numpy as np
 import pytest
 import torch
-from attnbench.cp.run import compare, local_inputs
+from attnbench.cp.run import MethodRun, compare, local_inputs
 from attnbench.families.kernel.cell import check_correctness
+from attnbench.grid.spec import Degrees
 from attnbench.harness import gate
 from attnbench.harness.inputs import make_inputs
 from attnbench.harness.perturb import SCALED, perturbations, scaled_head
@@ -201,11 +202,18 @@ def gathered_from(mask, seed, dtype, wrong=None, ranks=2):
     return out
 
 
+def ring_of_2(dtype) -> MethodRun:
+    """What the gathered results stand for: Ring P2P on 2 ranks, with its backward (compare reads
+    the heads, head dim, dtype and direction)."""
+    name = str(dtype).removeprefix("torch.")
+    return MethodRun("ring_p2p", "cpu_flash", Degrees(1, 2), HQ, HKV, D, name, backward=True)
+
+
 @pytest.mark.parametrize("mask_name", list(M.CP_MASKS))
 def test_cp_compare_uses_the_gate_and_flags_a_perturbed_mask(mask_name, histograms):
     mask = sample(mask_name, histograms)
     for dtype in DTYPES:
-        right = compare(gathered_from(mask, 5, dtype), mask, 5, HQ, HKV, D, dtype, True, 5.0)
+        right = compare(gathered_from(mask, 5, dtype), mask, 5, ring_of_2(dtype), 5.0)
         assert right["passed"], (mask_name, dtype, right["ranks"])
         assert right["criterion"] == {
             "tensors": "row_max_rel",
@@ -217,7 +225,7 @@ def test_cp_compare_uses_the_gate_and_flags_a_perturbed_mask(mask_name, histogra
         ):  # the kernel path above shows float32; bf16, the harder case, here
             continue
         for w in perturbations(mask):
-            v = compare(gathered_from(mask, 5, dtype, w), mask, 5, HQ, HKV, D, dtype, True, 5.0)
+            v = compare(gathered_from(mask, 5, dtype, w), mask, 5, ring_of_2(dtype), 5.0)
             assert not v["passed"], (w.name, dtype)
             assert v["errors"]["lse"] > v["ranks"][0]["tolerance"]["lse"], (
                 w.name,
@@ -230,11 +238,11 @@ def test_cp_compare_uses_the_gate_and_flags_a_perturbed_mask(mask_name, histogra
 def test_a_head_or_row_permutation_of_the_lse_fails(mask_name, histograms):
     mask = sample(mask_name, histograms)
     dtype = torch.bfloat16
-    assert compare(gathered_from(mask, 5, dtype), mask, 5, HQ, HKV, D, dtype, True, 5.0)["passed"]
+    assert compare(gathered_from(mask, 5, dtype), mask, 5, ring_of_2(dtype), 5.0)["passed"]
     for permute in (lambda x: x.roll(1, dims=0), lambda x: x.roll(1, dims=1)):  # heads, rows
         g = gathered_from(mask, 5, dtype, ranks=1)
         g[0]["lse"] = permute(g[0]["lse"])
-        v = compare(g, mask, 5, HQ, HKV, D, dtype, True, 5.0)
+        v = compare(g, mask, 5, ring_of_2(dtype), 5.0)
         assert not v["passed"] and v["errors"]["lse"] > 100 * v["ranks"][0]["tolerance"]["lse"]
         # the other results are untouched and pass: the LSE alone decides
         assert all(

@@ -2,8 +2,11 @@
 inputs in a kernel cell and a context-parallel cell, and a CP rank's shard is exactly its rows
 of the whole-sequence tensors."""
 
+from dataclasses import replace
+
 import numpy as np
 import torch
+from attnbench.grid.spec import CellSpec, Check, CPSettings, Degrees, Measurement, Problem
 from attnbench.harness.inputs import (
     INPUT_BLOCK,
     check_mask_rng,
@@ -14,44 +17,24 @@ from attnbench.harness.inputs import (
     mask_rng,
 )
 
-POINT = {
-    "seed": 0,
-    "mask": "causal_document",
-    "mask_params": {},
-    "seqlen": INPUT_BLOCK + 96,
-    "heads_q": 4,
-    "heads_kv": 2,
-    "head_dim": 8,
-    "dtype": "float32",
-}
+POINT = Problem("causal_document", {}, INPUT_BLOCK + 96, 4, 2, 8, "float32", "fwd", seed=0)
+HOW = Measurement({"document": 2, "single": 1}, 1, 3, Check(512, 5, 1))
 
 
 def test_a_kernel_cell_and_a_cp_cell_at_one_point_share_the_data_seed():
-    kernel = {
-        **POINT,
-        "grid": "k",
-        "family": "kernel",
-        "impl": "flex",
-        "direction": "fwd",
-        "gpus": 1,
-    }
-    cp = {
-        **POINT,
-        "grid": "c",
-        "family": "cp",
-        "impl": "ring_p2p",
-        "direction": "bwd",
-        "gpus": 4,
-        "tokens_per_gpu": POINT["seqlen"] // 4,
-        "cp": {"local_kernel": "math"},
-    }
-    assert data_seed(kernel) == data_seed(cp)
-    assert data_seed({**kernel, "seqlen": 2048}) != data_seed(kernel)
-    assert data_seed({**kernel, "seed": 1}) != data_seed(kernel)
+    kernel = CellSpec("k", "kernel", "flex", "cpu", 1, POINT, HOW)
+    cp_settings = CPSettings(Degrees(1, 4), "math", 8, 1, 4, True, 60)
+    cp_problem = replace(POINT, direction="bwd")
+    cp = CellSpec(
+        "c", "cp", "ring_p2p", "cpu", 4, cp_problem, HOW, None, POINT.seqlen // 4, cp_settings
+    )
+    assert data_seed(kernel.problem) == data_seed(cp.problem)
+    assert data_seed(replace(POINT, seqlen=2048)) != data_seed(POINT)
+    assert data_seed(replace(POINT, seed=1)) != data_seed(POINT)
 
 
 def test_a_shard_is_its_rows_of_the_whole_sequence():
-    seed, s = input_seed(data_seed(POINT), 0, POINT["seqlen"]), POINT["seqlen"]
+    seed, s = input_seed(data_seed(POINT), 0, POINT.seqlen), POINT.seqlen
     whole = make_inputs(seed, s, 4, 2, 8, torch.float32, "cpu")
     # zigzag-like shard across the block boundary, with padding (-1: a zero row)
     positions = np.array([0, 5, INPUT_BLOCK - 1, INPUT_BLOCK, s - 1, -1])
@@ -65,7 +48,7 @@ def test_a_shard_is_its_rows_of_the_whole_sequence():
 
 def test_samples_lengths_and_tensors_get_their_own_values():
     base = data_seed(POINT)
-    s = POINT["seqlen"]
+    s = POINT.seqlen
     q0, k0, v0, d0 = make_inputs(input_seed(base, 0, s), 64, 2, 2, 8, torch.float32, "cpu")
     q1 = make_inputs(input_seed(base, 1, s), 64, 2, 2, 8, torch.float32, "cpu")[0]
     q_short = make_inputs(input_seed(base, 0, 64), 64, 2, 2, 8, torch.float32, "cpu")[0]

@@ -7,6 +7,7 @@ import pytest
 import torch
 from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel import cell as C
+from attnbench.grid.spec import CellSpec
 from attnbench.kernels import catalog
 from attnbench.kernels.ffa import decode_ffa, ffa_ranges
 from attnbench.kernels.flash_attn import VARLEN_KEYWORDS, flash_call_args
@@ -178,9 +179,11 @@ def test_gpu_kernels_are_unavailable_here(impl, repo):
     spec = next(
         c for c in expand_cells(cfg, ["smoke"]) if c["impl"] == "naive" and c["mask"] == "causal"
     )
-    r = C.run_cell({**spec, "impl": impl})
+    r = C.run_cell(CellSpec.from_dict({**spec, "impl": impl}))
     assert r["status"] == "unavailable" and "runs only on cuda" in r["status_reason"]
-    on_cuda = C.run_cell({**spec, "impl": impl, "device": "cuda", "dtype": "bfloat16"})
+    on_cuda = C.run_cell(
+        CellSpec.from_dict({**spec, "impl": impl, "device": "cuda", "dtype": "bfloat16"})
+    )
     assert on_cuda["status"] == "unavailable"
     missing = catalog.missing_module(catalog.get(impl))
     if missing:

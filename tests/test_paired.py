@@ -5,6 +5,7 @@ records of two kernels over the same three sampled document masks."""
 import pandas as pd
 import pytest
 from attnbench import families
+from attnbench.grid.spec import CellSpec
 from attnbench.report import advice, advice_text
 from attnbench.report.collect import (
     SAMPLE_COLUMNS,
@@ -116,7 +117,7 @@ def document_records(tmp_path_factory):
     records = {}
     for c in cells:
         p = out / cell_path(c)
-        r = run_cell(c, {"matmul_peak_tflops": None})
+        r = run_cell(CellSpec.from_dict(c), {"matmul_peak_tflops": None})
         write_record(r, p)
         records[str(p)] = r
     return out, records

@@ -7,6 +7,7 @@ import pytest
 from attnbench import families
 from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel.cell import run_cell
+from attnbench.grid.spec import CellSpec
 from attnbench.record.record import write_record
 from attnbench.record.validate import read_record
 from attnbench.report import advice
@@ -21,18 +22,18 @@ def spec(repo):
 
 
 def test_a_cell_above_the_ceiling_by_more_than_5_percent_is_implausible(spec, tmp_path):
-    r = run_cell(spec, {"matmul_peak_tflops": 1e-6})
+    r = run_cell(CellSpec.from_dict(spec), {"matmul_peak_tflops": 1e-6})
     assert r["status"] == IMPLAUSIBLE
     assert "above the device's measured matmul ceiling" in r["status_reason"]
     assert r["tflops"] > 0 and r["samples"]  # the timings stay, for whoever looks
     write_record(r, tmp_path / "r.json")
     assert read_record(tmp_path / "r.json")["status"] == IMPLAUSIBLE  # a valid record
-    ok = run_cell(spec, {"matmul_peak_tflops": 1e6})
+    ok = run_cell(CellSpec.from_dict(spec), {"matmul_peak_tflops": 1e6})
     assert ok["status"] == OK
 
 
 def test_a_record_made_before_the_guard_is_judged_when_collected(spec, tmp_path):
-    r = run_cell(spec, {"matmul_peak_tflops": 1e6})
+    r = run_cell(CellSpec.from_dict(spec), {"matmul_peak_tflops": 1e6})
     r["matmul_peak"] = {"matmul_peak_tflops": r["tflops"] / 1.2}  # as an older cell recorded it
     path = tmp_path / "cells" / "x.json"
     from attnbench.grid.expand import cell_path

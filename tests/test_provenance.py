@@ -10,6 +10,7 @@ import torch
 from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel import cell as C
 from attnbench.grid.expand import cell_path
+from attnbench.grid.spec import CellSpec
 from attnbench.harness.environment import code_files, code_hash, tree_sha256
 from attnbench.harness.inputs import make_inputs
 from attnbench.kernels import catalog
@@ -84,12 +85,12 @@ def test_a_record_and_its_row_carry_the_code_and_config_hashes(cells, tmp_path):
     """An unavailable cell is still a record, and it names its code and config like any other."""
     spec = next(c for c in cells if c["impl"] == "fa3")
     other = {**spec, "reps": spec["reps"] + 1}
-    record, record2 = C.run_cell(spec), C.run_cell(other)
+    record, record2 = C.run_cell(CellSpec.from_dict(spec)), C.run_cell(CellSpec.from_dict(other))
     assert record["environment"]["code_sha256"] == code_hash()["code_sha256"]
     assert (
         len(record["config_sha256"]) == 64 and record["config_sha256"] != record2["config_sha256"]
     )
-    assert C.run_cell(dict(spec))["config_sha256"] == record["config_sha256"]
+    assert C.run_cell(CellSpec.from_dict(dict(spec)))["config_sha256"] == record["config_sha256"]
     path = tmp_path / cell_path(spec)  # a record is read only at its cell's path
     R.write_record(record, path)
     row = collect([path]).iloc[0]
@@ -140,7 +141,7 @@ def test_the_row_names_the_library_that_ran_not_the_first_installed(cells, tmp_p
     """vsa's record lists the vsa wheel (installed, but not loadable with torch 2.11); its kernels ran
     from fastvideo-kernel, which notes.library names: the tidy table (and the captions) say so."""
     spec = next(c for c in cells if c["impl"] == "fa3")
-    record = C.run_cell(spec)
+    record = C.run_cell(CellSpec.from_dict(spec))
     path = tmp_path / cell_path(spec)
     R.write_record(record, path)
     assert collect([path]).iloc[0]["library_version"] == record["kernel"]["library_version"]
@@ -156,7 +157,9 @@ def test_the_row_names_the_library_that_ran_not_the_first_installed(cells, tmp_p
 
 
 def test_a_record_names_the_cpu_in_full(cells):
-    record = C.run_cell(next(c for c in cells if c["impl"] == "naive" and c["seqlen"] == 128))
+    record = C.run_cell(
+        CellSpec.from_dict(next(c for c in cells if c["impl"] == "naive" and c["seqlen"] == 128))
+    )
     cpu = record["environment"]["cpu"]
     block = open("/proc/cpuinfo").read().split("\n\n")[0]
     first = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in block.splitlines())}
@@ -184,7 +187,7 @@ def test_the_record_names_the_sdpa_backend_that_ran(cells, impl, mask, op):
     from torch.profiler import profile
 
     spec = next(c for c in cells if (c["impl"], c["mask"], c["direction"]) == (impl, mask, "fwd"))
-    backend = C.run_cell(spec)["kernel"]["notes"]["sdpa_backend"]
+    backend = C.run_cell(CellSpec.from_dict(spec))["kernel"]["notes"]["sdpa_backend"]
     kern = load(
         catalog.get(impl), device="cpu", dtype=torch.float32, heads_q=4, heads_kv=2, head_dim=32
     )

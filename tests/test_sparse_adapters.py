@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from attnbench.families.kernel import cell as C
+from attnbench.grid.spec import CellSpec
 from attnbench.kernels import catalog
 from attnbench.kernels.base import load
 from attnbench.kernels.fa2_sparse import FA2_SPARSE_BLOCK, call_arguments
@@ -89,7 +90,7 @@ def test_absent_library_gives_an_unavailable_record(impl, repo):
     spec = next(
         c for c in expand_grid(cfg, "h200_sparse") if c["impl"] == impl and c["direction"] == "fwd"
     )
-    r = C.run_cell(spec)
+    r = C.run_cell(CellSpec.from_dict(spec))
     assert r["status"] == "unavailable"
     assert f"needs the Python module {LIBRARIES[impl]!r}" in r["status_reason"]
     assert r["samples"] == [] and r["kernel"]["library_version"] == "missing"
@@ -360,7 +361,7 @@ def test_a_library_that_loads_only_after_torch_is_judged_as_the_measuring_proces
 
 
 def test_a_cell_judged_to_end_without_a_gpu_is_never_measured(tmp_path, monkeypatch, repo):
-    """run_cell(measure=False): the library's import failure is the record; a kernel that loads
+    """run_cell(CellSpec.from_dict(measure=False)): the library's import failure is the record; a kernel that loads
     after all is an error, not a measurement without the GPU's lock."""
     import sys
 
@@ -378,14 +379,14 @@ def test_a_cell_judged_to_end_without_a_gpu_is_never_measured(tmp_path, monkeypa
     cells = expand_grid(load_config(repo / "config.yaml"), "smoke_sparse")
     smoke = next(c for c in cells if c["impl"] == "fa2_sparse")
     spec = {**smoke, "device": "cuda", "mask_params": {**smoke["mask_params"], "block_size": 128}}
-    record = cell.run_cell(spec, measure=False)
+    record = cell.run_cell(CellSpec.from_dict(spec), measure=False)
     assert record["status"] == "unavailable" and not record["samples"]
     assert "importing block_sparse_attn failed: libc10.so" in record["status_reason"]
     naive = next(c for c in cells if c["impl"] == "naive")
     with pytest.raises(
         RuntimeError, match="kernel loads: not measuring it without holding the GPU"
     ):
-        cell.run_cell(naive, measure=False)
+        cell.run_cell(CellSpec.from_dict(naive), measure=False)
 
 
 def test_fa2_sparse_refuses_64_token_blocks_before_importing_it():
@@ -498,7 +499,7 @@ def test_the_record_says_how_vsa_was_loaded(tmp_path, monkeypatch, repo):
     small = dict(seqlen=256, heads_q=2, heads_kv=2, head_dim=16, device="cpu")
     monkeypatch.setattr(C, "availability_reason", lambda info, spec: None)
     monkeypatch.setattr(catalog, "unsupported_reason", lambda *a, **k: None)  # CUDA-only kernel
-    r = C.run_cell({**spec, **small})
+    r = C.run_cell(CellSpec.from_dict({**spec, **small}))
     assert r["status"] == "unavailable" and "libcudart.so.12" in r["status_reason"]
     assert "libcudart.so.12" in r["kernel"]["notes"]["cuda_runtime"]
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 from attnbench.families import expand_grid, load_config
 from attnbench.families.kernel import cell as C
+from attnbench.grid.spec import CellSpec
 from attnbench.harness.reference import reference_attention, rel_err
 from attnbench.kernels import base, catalog
 from attnbench.kernels.naive import Naive
@@ -66,7 +67,7 @@ def test_every_kernel_of_a_grid_point_receives_the_identical_mask(
     Recorder.seen = []
     records = {}
     for spec in specs:
-        r = C.run_cell({**spec, **small})
+        r = C.run_cell(CellSpec.from_dict({**spec, **small}))
         assert r["status"] == "ok", r["status_reason"]
         records[(spec["impl"], spec["direction"])] = r
     assert {name for name, _ in Recorder.seen} == kernels and len(Recorder.seen) == 2 * len(specs)

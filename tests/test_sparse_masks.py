@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from attnbench.families.kernel import cell as C
+from attnbench.grid.spec import CellSpec
 from attnbench.harness.flops import attention_flops
 
 HQ, HKV = 4, 2
@@ -73,7 +74,7 @@ def test_cell_record_flops_and_realised_density(repo):
 
     cells = expand_grid(load_config(repo / "config.yaml"), "smoke_sparse")
     spec = next(c for c in cells if c["impl"] == "naive" and c["mask"] == "variable_block_sparse")
-    r = C.run_cell(spec)
+    r = C.run_cell(CellSpec.from_dict(spec))
     assert r["status"] == "ok", r["status_reason"]
     for s in r["samples"]:
         m = M.Mask(spec["mask"], spec["seqlen"], s["mask_params"])

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 from attnbench import families
+from attnbench.grid.spec import CellSpec
 from commands import REPO, planned_jobs, tool_env
 from tinygrids import config_running, kernel_grid, snakemake_on_copy, workflow_copy
 
@@ -315,7 +316,7 @@ def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
 
     (other,) = expand_cells(validate(config_running({"other": kernel_grid(kernels=["naive"])})))
     other_record = workdir / "results" / cell_path(other)
-    write_record(run_cell(other), other_record)
+    write_record(run_cell(CellSpec.from_dict(other)), other_record)
     table = workdir / "results/tables/cells.csv"
     original = table.read_text()
     env = tool_env()

@@ -2,12 +2,12 @@
 degrees for the world (USP and LoongTrain as 2-D factorisations where the world has one,
 LoongTrain with two windows at 8), on the four CP masks (full, causal and the two document masks)."""
 
-import torch
 from attnbench.cp import catalog
+from attnbench.cp.run import MethodRun
 from attnbench.cp.verify import masks_for
 
 HQ, HKV, D = 8, 2, 16
-DTYPE = torch.float32
+DTYPE = "float32"
 KERNEL = "cpu_flash"
 SEED = 0
 MASKS = ("full", "causal", "full_document", "causal_document")
@@ -23,6 +23,11 @@ def degrees(world: int):
         yield "loongtrain", catalog.degrees("loongtrain", world, ulysses_degree=1, windows=2)
     if world == 8:
         yield "loongtrain", catalog.degrees("loongtrain", world, ulysses_degree=2, windows=2)
+
+
+def run_of(method: str, deg) -> MethodRun:
+    """The method at `deg` over KERNEL on the cases' heads, head dim and dtype, with its backward."""
+    return MethodRun(method, KERNEL, deg, HQ, HKV, D, DTYPE, backward=True)
 
 
 def cases(world: int):

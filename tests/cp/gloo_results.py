@@ -14,20 +14,19 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from attnbench.cp import catalog, run  # noqa: E402
-from attnbench.cp.base import load  # noqa: E402
-from attnbench.harness.inputs import local_inputs  # noqa: E402
-from emulate_cases import DTYPE, HKV, HQ, KERNEL, SEED, D, cases  # noqa: E402
+from attnbench.cp import run  # noqa: E402
+from emulate_cases import SEED, cases, run_of  # noqa: E402
 
 
 def main(out: str):
     session = run.Session(run.init("cpu", 120))
     saved = {}
     for name, method_name, deg, mask in cases(session.world):
-        rc = session.context(deg, KERNEL, DTYPE, D)
-        method = load(catalog.method(method_name), rc, mask, HQ, HKV, D, DTYPE)
+        mrun = run_of(method_name, deg)
+        rc = session.context(mrun)
+        method = run.load_method(mrun, rc, mask)
         method.setup(True)
-        inputs = local_inputs(SEED, method.positions, HQ, HKV, D, DTYPE, session.device)
+        inputs = run.rank_inputs(mrun, SEED, method.positions, session.device)
         res = run.on_cpu(run.run_counted(method, rc, inputs, True))
         gathered = [None] * session.world
         dist.all_gather_object(gathered, res)

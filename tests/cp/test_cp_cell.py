@@ -10,6 +10,7 @@ import pytest
 from attnbench.families import expand_cells, validate
 from attnbench.families.cp.cell import MEMORY_LIMIT_ENV, run_cp_cell
 from attnbench.grid.expand import cell_path
+from attnbench.grid.spec import CellSpec
 from attnbench.harness import faults as F
 from attnbench.harness.environment import cpu_model
 from bounded import run_bounded
@@ -124,16 +125,26 @@ def test_statuses_known_before_any_rank_starts(base, tmp_path):
     # heads that 3 ranks cannot split: check-config refuses such a grid, and a cell built without
     # it (by hand, or from an older config) still ends `unsupported` before any rank starts
     r = run_cp_cell(
-        {**spec(base, methods=["ulysses"], gpus=[3], heads=[[3, 1]]), "heads_q": 4, "heads_kv": 2},
+        CellSpec.from_dict(
+            {
+                **spec(base, methods=["ulysses"], gpus=[3], heads=[[3, 1]]),
+                "heads_q": 4,
+                "heads_kv": 2,
+            }
+        ),
         tmp_path / "u.json",
     )
     assert (
         r["status"] == "unsupported"
         and r["status_reason"] == "Ulysses degree 3 does not divide the 4 query heads"
     )
-    r = run_cp_cell(spec(base, methods=["torch_cp"], masks=["causal"]), tmp_path / "t.json")
+    r = run_cp_cell(
+        CellSpec.from_dict(spec(base, methods=["torch_cp"], masks=["causal"])), tmp_path / "t.json"
+    )
     assert r["status"] == "unavailable" and "torch_cp runs only on cuda" in r["status_reason"]
-    r = run_cp_cell(spec(base, cp={"local_kernel": "flex"}), tmp_path / "f.json")
+    r = run_cp_cell(
+        CellSpec.from_dict(spec(base, cp={"local_kernel": "flex"})), tmp_path / "f.json"
+    )
     assert r["status"] == "unsupported" and "flex has no fwdbwd on cpu" in r["status_reason"]
     assert json.loads((tmp_path / "f.json").read_text())["samples"] == []
 
@@ -141,7 +152,7 @@ def test_statuses_known_before_any_rank_starts(base, tmp_path):
 def test_a_crash_writes_no_record(base, tmp_path, monkeypatch):
     monkeypatch.setenv(F.CRASH_ENV, "ring_p2p/causal_document_long/")
     with pytest.raises(RuntimeError, match="crash injected"):
-        run_cp_cell(spec(base), tmp_path / "c.json")
+        run_cp_cell(CellSpec.from_dict(spec(base)), tmp_path / "c.json")
     assert not (tmp_path / "c.json").exists()
 
 

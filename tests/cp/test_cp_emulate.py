@@ -12,12 +12,13 @@ import torch
 from attnbench.cp import catalog, emulate
 from attnbench.families import expand_cells, validate, write_figures, write_tables
 from attnbench.grid.expand import cell_path
+from attnbench.grid.spec import EMULATE_CONTENTS
 from attnbench.harness.measure import release_memory
 from attnbench.masks import Mask
 from attnbench.report.collect import collect, write_cells
 from bounded import run_bounded
 from commands import REPO, launched, package_env
-from emulate_cases import DTYPE, HKV, HQ, KERNEL, MASKS, SEED, D, cases
+from emulate_cases import HQ, MASKS, SEED, cases, run_of
 from tinygrids import config_running, cp_grid
 
 NAMES = ("out", "lse", "dq", "dk", "dv")
@@ -41,7 +42,7 @@ def test_emulated_results_are_the_gloo_worlds(gloo):
     chooses: within a few float32 roundings there."""
     world, real = gloo
     for name, method, deg, mask in cases(world):
-        st, reason, got = emulate.results(method, KERNEL, deg, mask, SEED, HQ, HKV, D, DTYPE, True)
+        st, reason, got = emulate.results(run_of(method, deg), mask, SEED)
         assert st is None, (name, reason)
         for r, (mine, theirs) in enumerate(zip(got, real[name], strict=True)):
             assert (mine["positions"] == theirs["positions"]).all(), (name, r)
@@ -65,7 +66,7 @@ def test_every_rank_passes_the_float64_check(world):
         step = 2 if world < 8 else 4
         if (MASKS.index(mask.name) + sorted(set(methods)).index(which) + world) % step:
             continue
-        v = emulate.check_method(method, KERNEL, deg, mask, SEED, HQ, HKV, D, DTYPE, True, 5.0)
+        v = emulate.check_method(run_of(method, deg), mask, SEED, 5.0)
         assert v["status"] == "ok" and v["passed"] and v["every_row_once"], (name, v)
         assert v["bytes_match_analytic"] and set(v["errors"]) == set(NAMES), name
         assert v["work_pairs_total"] == v["mask_area_all_heads"] * HQ, name
@@ -77,7 +78,7 @@ def test_documents_kept_whole_pass_the_float64_check_emulated(method):
     deg = catalog.degrees(method, 4, 2 if method == "usp" else "auto", split_documents="as_needed")
     for docs in ([4] * 24 + [1, 1, 1], [40, 7, 3, 30, 12, 5]):
         mask = Mask("causal_document", sum(docs), {"doc_lengths": docs})
-        v = emulate.check_method(method, KERNEL, deg, mask, SEED, HQ, HKV, D, DTYPE, True, 5.0)
+        v = emulate.check_method(run_of(method, deg), mask, SEED, 5.0)
         assert v["status"] == "ok" and v["passed"] and v["bytes_match_analytic"], (docs, v)
         assert v["work_pairs_total"] == v["mask_area_all_heads"] * HQ
 
@@ -85,9 +86,9 @@ def test_documents_kept_whole_pass_the_float64_check_emulated(method):
 def small_world(method="ring_p2p", world=4, contents="peers", mask_name="causal_document"):
     deg = catalog.degrees(method, world)
     mask = Mask(mask_name, 16 * world + 3, {"doc_lengths": [20, 7, 16 * world - 24]})
-    w = emulate.World(deg, KERNEL, DTYPE, D, "cpu", contents=contents)
-    w.load(method, mask, HQ, HKV, D, DTYPE, True)
-    return w, w.inputs(SEED, HQ, HKV, D, DTYPE)
+    w = emulate.World(run_of(method, deg), "cpu", contents=contents)
+    w.load(mask)
+    return w, w.inputs(SEED)
 
 
 @pytest.mark.parametrize("contents", EMULATE_CONTENTS)

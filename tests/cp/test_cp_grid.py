@@ -5,9 +5,9 @@ import copy
 import pytest
 from attnbench.cp import catalog
 from attnbench.families import expand_cells, load_config, validate
-from attnbench.families.cp.cell import degrees_of
 from attnbench.grid.config import ConfigError
 from attnbench.grid.expand import cell_path
+from attnbench.grid.spec import CellSpec
 
 TINY = {
     "family": "cp",
@@ -146,8 +146,9 @@ def test_documents_split_as_needed_is_its_own_cell_and_a_bad_value_is_named(base
     assert set(cells) == {"-kauto.json", "-kauto-splitas_needed.json"}
     assert cells["-kauto-splitas_needed.json"]["cp"]["split_documents"] == "as_needed"
     assert "split_documents" not in cells["-kauto.json"]["cp"]
-    assert degrees_of(cells["-kauto-splitas_needed.json"]).split_documents == "as_needed"
-    assert degrees_of(cells["-kauto.json"]).split_documents == "all"
+    degrees = {k: CellSpec.from_dict(c).cp.degrees for k, c in cells.items()}
+    assert degrees["-kauto-splitas_needed.json"].split_documents == "as_needed"
+    assert degrees["-kauto.json"].split_documents == "all"
     msg = problems(base, cp={"split_documents": "some"})
     assert "split_documents" in msg and "as_needed" in msg
     with pytest.raises(ValueError, match="unknown split_documents 'x'; valid: all, as_needed"):

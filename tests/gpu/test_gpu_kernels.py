@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from attnbench.families.kernel import cell as C
+from attnbench.grid.spec import CellSpec
 from attnbench.harness import inputs as I
 from attnbench.kernels import catalog
 from attnbench.kernels.base import load
@@ -119,10 +120,12 @@ def test_oom_is_a_record_and_the_next_cell_runs(histograms):
     while 64 * s * s * 2 < 2 * free:  # naive scores alone exceed twice the free memory
         s *= 2
     r = C.run_cell(
-        {**base, "impl": "naive", "seqlen": s, "check": {**base["check"], "samples": 0}}
+        CellSpec.from_dict(
+            {**base, "impl": "naive", "seqlen": s, "check": {**base["check"], "samples": 0}}
+        )
     )
     assert r["status"] == "oom", r.get("status_reason")
-    r = C.run_cell({**base, "impl": "sdpa_flash", "seqlen": 4096})
+    r = C.run_cell(CellSpec.from_dict({**base, "impl": "sdpa_flash", "seqlen": 4096}))
     assert r["status"] == "ok" and r["tflops"] > 0
     assert r["peak_mem_increment_bytes"] > 0 and r["mem_source"] == "cuda_allocator"
 

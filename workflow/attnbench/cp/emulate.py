@@ -249,7 +249,12 @@ class World:
             raise ValueError(f"contents {contents!r}: one of {EMULATE_CONTENTS}")
         settle_vml()  # as run.init does for real ranks
         deg = run.degrees
-        self.method_run, self.deg, self.device, self.contents = run, deg, torch.device(device), contents
+        self.method_run, self.deg, self.device, self.contents = (
+            run,
+            deg,
+            torch.device(device),
+            contents,
+        )
         self.hub = Hub(deg.world, timeout_s)
         self.rcs = []
         for r in range(deg.world):
@@ -266,7 +271,15 @@ class World:
                 )
             self.rcs.append(
                 RankContext(
-                    r, self.device, deg, groups, comm, Guard(), kernel, run.kernel, run.dkv_comm_dtype
+                    r,
+                    self.device,
+                    deg,
+                    groups,
+                    comm,
+                    Guard(),
+                    kernel,
+                    run.kernel,
+                    run.dkv_comm_dtype,
                 )
             )
         self.methods = [None] * deg.world

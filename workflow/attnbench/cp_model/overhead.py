@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..grid.spec import CellSpec
 from ..masks import Mask
 from .predict import predict
 
@@ -109,7 +110,7 @@ def measured_samples(measured) -> list[dict]:
     for _, r in measured[measured["gpus"] > 1].iterrows():
         rec = json.loads(Path(r["record"]).read_text())
         c = rec["cell"]
-        emulated = bool(c.get("cp", {}).get("emulate"))
+        emulated = CellSpec.from_dict(c).cp.emulate
         for smp in rec["samples"]:
             compute = smp.get("time_ms_median" if emulated else "compute_only_ms_median")
             if compute is None:

@@ -71,7 +71,9 @@ def check_length_problems(cfg, grid, prod, at) -> list[str]:
             if s >= seqlen:
                 continue
             for mp in expansion.mask_param_points(mask, grid, prod):
-                problem = Problem(mask, mp, seqlen, hq, hkv, d, dtype, direction, grid["seed"], hist)
+                problem = Problem(
+                    mask, mp, seqlen, hq, hkv, d, dtype, direction, grid["seed"], hist
+                )
                 m0 = methods[0]
                 longer = lambda n: check_seqlen(m0, seqlen, gpus, 2 * n)  # noqa: E731, B023
                 need = boundary_check_seqlen(problem, how, s, longer)
