@@ -5,9 +5,10 @@ and the whole cell (`CellSpec`).
 They are built once: where a grid expands (the families build a CellSpec per cell and keep its
 `to_dict()`) and where a record starts (`CellSpec.from_dict` of the spec the cell reads). The
 dict is what a record stores under "cell", hashes into its id (grid.expand) and what a cell's
-spec file holds: `to_dict()` gives it with its keys sorted, as the spec file has them, and leaves
-out a CP setting at its default, as cells did before the setting existed (so their ids hold).
-The defaults live here, once: each vocabulary's first entry.
+spec file holds: `to_dict()` gives it with its keys (and its check's and cp's) sorted, as the spec
+file has them, the values it holds (mask_params, samples, histograms) as they were given, and
+leaves out a CP setting at its default, as cells did before the setting existed (so their ids
+hold). The defaults live here, once: each vocabulary's first entry.
 """
 
 from __future__ import annotations
