@@ -197,7 +197,10 @@ def test_distributed_cell_resources_become_the_right_allocation():
     "argv, logs",
     [
         ([], "results/logs/slurm"),
-        (["--config", "run=[paper_cp]", "output_dir=/scratch/me/out"], "/scratch/me/out/logs/slurm"),
+        (
+            ["--config", "run=[paper_cp]", "output_dir=/scratch/me/out"],
+            "/scratch/me/out/logs/slurm",
+        ),
         (["--configfile", "mine.yaml"], "elsewhere/logs/slurm"),
         (["--configfile", "mine.yaml", "--config", "output_dir=last"], "last/logs/slurm"),
     ],

@@ -207,7 +207,7 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
         "all",
     }
     # another family's code is no input here (a kernel grid)
-    assert plan_after_edit(workdir, "families/cp/report.py") == {}
+    assert plan_after_edit(workdir, "families/cp/tables.py") == {}
     # A style setting is a parameter of the figure rule only.
     for style in ("figures: {dpi: 80}", "figures: {bar_seqlen: 64}"):
         (workdir / "style.yaml").write_text(style + "\n")
