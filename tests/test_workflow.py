@@ -325,7 +325,7 @@ def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
             "-m",
             "attnbench",
             "regenerate",
-            "--config",
+            "--configfile",
             "config.yaml",
             "--report",
             "--snakefile",
@@ -360,7 +360,7 @@ def test_cells_missing_after_a_partial_regenerate_are_still_run(workdir):
     aside = workdir / "aside.json"
     shutil.move(record, aside)
     env = tool_env()
-    regenerate = [sys.executable, "-m", "attnbench", "regenerate", "--config", "config.yaml"]
+    regenerate = [sys.executable, "-m", "attnbench", "regenerate", "--configfile", "config.yaml"]
     try:
         p = subprocess.run(
             regenerate, cwd=workdir, capture_output=True, text=True, env=env, timeout=600

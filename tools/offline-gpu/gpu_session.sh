@@ -169,7 +169,7 @@ mkdir -p "$outdir/cp_verify"
 # outdated: attnbench.currency), in one Snakemake run
 missing_cells() {
   local name=$1 left=$2 lengths=$3 opts=$4 targets; shift 4
-  targets=$(python -m attnbench records --grids "$name" --seqlen $lengths $opts --overrides "{\"output_dir\": \"$outdir\"}")
+  targets=$(python -m attnbench records --grids "$name" --seqlen $lengths $opts --config "output_dir=$outdir")
   [ -n "$targets" ] || return 0
   log "$name S in {$lengths} $opts: $(echo "$targets" | wc -l) cells, ${left} s left"
   # the targets before --config, which would take them for more config entries
@@ -288,7 +288,7 @@ fi
 if has paired; then  # the smallest estimated cells first, what fits the budget (tools/offline-gpu/README.md)
   budget=${T_PAIRED:-480}
   targets=$(python -m attnbench records --grids h200_paired --budget-s "$((budget - 60))" \
-    --overrides "{\"output_dir\": \"$outdir\"}")
+    --config "output_dir=$outdir")
   if [ -n "$targets" ]; then
     log "h200_paired: $(echo "$targets" | wc -l) cells, estimated to fit $((budget - 60)) s (${budget} s budget)"
     timeout -s INT "$budget" snakemake $targets --profile profiles/local --cores "$(nproc)" \
@@ -355,7 +355,7 @@ fi
 
 # tables and figures are drawn afterwards from the records (make figures), not in device time
 if has regen; then
-  timeout 120 python -m attnbench regenerate --grids h200 h200_sparse h200_cp h200_sweep --overrides "{\"output_dir\": \"$outdir\"}" 2>&1 | tail -5 | tee -a "$out/session.txt"
+  timeout 120 python -m attnbench regenerate --grids h200 h200_sparse h200_cp h200_sweep --config "output_dir=$outdir" 2>&1 | tail -5 | tee -a "$out/session.txt"
 elif has dobench; then
   python -m attnbench collect --root "$outdir/cells" --out "$outdir/tables/cells.csv" | tail -1
 fi

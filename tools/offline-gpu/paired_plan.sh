@@ -8,10 +8,9 @@ set -eu
 outdir=${1:-results/h200}
 call_s=${CALL_S:-480}
 python=${PYTHON:-.venv/bin/python}
-overrides="{\"output_dir\": \"$outdir\"}"
-"$python" -m attnbench check-config config.yaml --overrides "{\"output_dir\": \"$outdir\", \"run\": [\"h200_paired\"]}"
-"$python" -m attnbench records --grids h200_paired --calls "$((call_s - 60))" --overrides "$overrides"
-first=$("$python" -m attnbench records --grids h200_paired --budget-s "$((call_s - 60))" --overrides "$overrides")
+"$python" -m attnbench check-config --config "output_dir=$outdir" "run=[h200_paired]"
+"$python" -m attnbench records --grids h200_paired --calls "$((call_s - 60))" --config "output_dir=$outdir"
+first=$("$python" -m attnbench records --grids h200_paired --budget-s "$((call_s - 60))" --config "output_dir=$outdir")
 echo "dry run of call 1 ($(echo "$first" | wc -l) cells):"
 PATH=$(dirname "$python"):$PATH snakemake $first -n --profile profiles/local --cores 2 \
   --config "run=[h200_paired]" "output_dir=$outdir" 2>&1 | grep -A12 "^Job stats" | head -14

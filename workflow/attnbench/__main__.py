@@ -1,4 +1,8 @@
-"""Command line: python -m attnbench {cell,cp-cell,peak,collect,tables,figures,check-config,regenerate,predict,advise} ..."""
+"""attnbench: attention kernels and context-parallel methods, measured cell by cell.
+
+Run the grids with `snakemake` (README); these commands are what its rules call, and what a user
+asks the results: `advise` (which kernel, which method), `check-config`, `regenerate`, `predict`.
+Settings as Snakemake takes them: --configfile FILE (over config.yaml), --config KEY=VALUE."""
 
 from __future__ import annotations
 
@@ -231,18 +235,12 @@ def cmd_regenerate(a):
     """Tidy table, tables, figures (and the report) from the records already on disk; runs no cell."""
     import time
 
-    from .families import load_config
-    from .grid.config import ConfigError
     from .regenerate import regenerate
     from .report.collect import RecordError, ReportError
     from .run_lock import RunLock, RunLocked
 
     t0 = time.perf_counter()
-    try:
-        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        sys.exit(2)
+    cfg = config_of(a)
     try:
         with RunLock(cfg["output_dir"]):  # not while a run writes the same folder
             drawn = regenerate(cfg, a.grids, a.jobs)
@@ -291,19 +289,13 @@ def write_report(cfg: dict, grids: list, report: Path, snakefile: str):
 
 
 def cmd_check_config(a):
-    from .families import load_config
-    from .grid.config import ConfigError
-
-    try:
-        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        sys.exit(2)
+    cfg = config_of(a, [a.file] if a.file else [])
     from .families import expand_cells, plan_lines
     from .grid.config import config_files
 
+    files = [*([a.file] if a.file else []), *a.configfile] or [WORKFLOW_CONFIG]
     cells = expand_cells(cfg)
-    read = " over ".join(str(f) for f in reversed(config_files(a.config, WORKFLOW_CONFIG)))
+    read = " over ".join(str(f) for f in reversed(config_files(files, WORKFLOW_CONFIG)))
     print(f"config ok ({read}): {len(cells)} cells in grids {', '.join(cfg['run'])}")
     from .currency import config_report
 
@@ -320,14 +312,10 @@ def cmd_records(a):
     from collections import Counter
 
     from .currency import of_config
-    from .families import expand_cells, load_config
-    from .grid.config import ConfigError
+    from .families import expand_cells
     from .grid.expand import cell_path
 
-    try:
-        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
-    except ConfigError as e:
-        sys.exit(f"{e}")
+    cfg = config_of(a)
     out = Path(cfg["output_dir"])
     keep = cfg["outdated_records"] == "keep"
     outdated = set() if keep else {Path(o.path) for o in of_config(cfg, a.grids)[0]}
@@ -361,11 +349,9 @@ def cmd_predict(a):
     """The CP throughput model (cp_model/): a grid's table, validation, checks and figures
     (--grid); the published benchmarks (--validate); or a user's own question."""
     from .cp_model.run import run_predict
-    from .families import load_config
-    from .grid.config import ConfigError
 
+    cfg = config_of(a)
     try:
-        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
         if a.validate or not a.grid:
             return predict_question(a, cfg)
         out = Path(a.output_dir or cfg["output_dir"])
@@ -378,7 +364,7 @@ def cmd_predict(a):
             cfg.get("figures", {}),
             progress=lambda m: print(m, file=sys.stderr),
         )
-    except (ConfigError, ValueError) as e:
+    except ValueError as e:
         sys.exit(f"predict: {e}")
     print("\n".join(res["files"]))
     print(
@@ -430,7 +416,7 @@ def cmd_advise(a):
     cells = Path(a.cells) if a.cells else None
     try:
         if cells is None:
-            cells = Path(config_or_exit(a.config, None)["output_dir"]) / "tables" / "cells.csv"
+            cells = Path(config_of(a)["output_dir"]) / "tables" / "cells.csv"
         df, samples = read_tables(cells)
         wanted = {k: getattr(a, k) for k in ADVISE_FILTERS}
         q = Question(wanted, a.format, a.verbose, a.all, a.overview)
@@ -447,7 +433,7 @@ def modelled_answers(a, cells: Path):
     def respond(q, gpus):
         from .cp_model.advise import modelled
 
-        cfg = config_or_exit(a.config, None)
+        cfg = config_of(a)
         return modelled(cfg, cells.resolve().parent.parent, a.local_kernel, a.network)(q, gpus)
 
     return respond
@@ -466,15 +452,26 @@ ADVISE_FILTERS = (
 )
 
 
-def config_or_exit(path, overrides):
-    """The validated config, or its error on stderr and exit 2."""
+def config_of(a, files=()):
+    """The validated config of a command's --configfile files (and `files` before them) over
+    config.yaml, with its --config KEY=VALUE settings over all, as Snakemake reads them; a
+    config error, or an old spelling, on stderr and exit 2 (every command alike)."""
     from .families import load_config
-    from .grid.config import ConfigError
+    from .grid.config import ConfigError, key_values
 
     try:
-        return load_config(path, overrides, WORKFLOW_CONFIG)
+        if getattr(a, "overrides", None) is not None:
+            raise ConfigError(
+                [
+                    "--overrides is no option any more: give settings as --config KEY=VALUE "
+                    "(values as YAML, e.g. --config output_dir=results/h200), or in a file read "
+                    "over config.yaml with --configfile FILE, as snakemake takes them"
+                ]
+            )
+        paths = [*files, *a.configfile] or [WORKFLOW_CONFIG]
+        return load_config(paths, key_values(a.config), WORKFLOW_CONFIG)
     except ConfigError as e:
-        print(e, file=sys.stderr)
+        print(f"{a.cmd}: {e}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -499,12 +496,34 @@ CRASHED_HELP = (
 SPEC_HELP = "the cell's parameters: a JSON file (as the workflow passes them), or inline JSON"
 
 
+def config_options(c) -> None:
+    """--configfile and --config, as Snakemake takes them (and the old spelling, refused)."""
+    c.add_argument(
+        "--configfile",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a YAML file of settings read over config.yaml (repeat it: later files over "
+        "earlier ones), as snakemake --configfile",
+    )
+    c.add_argument(
+        "--config",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="settings over the files, each value YAML (e.g. output_dir=results/h200 "
+        "'run=[h200_sweep]'), as snakemake --config",
+    )
+    c.add_argument(
+        "--overrides", help=argparse.SUPPRESS
+    )  # the old spelling: refused, naming these
+
+
 def _grids_parser(sub, name, what, fn):
-    """A command over grids of a config file (by default the grids of its run list)."""
-    c = sub.add_parser(name, help=what)
-    c.add_argument("--config", default="config.yaml")
-    c.add_argument("--grids", nargs="*", help="default: the config's run list")
-    c.add_argument("--overrides", help="JSON merged over the config file")
+    """A command over grids of a config (by default the grids of its run list)."""
+    c = sub.add_parser(name, help=what, description=what)
+    config_options(c)
+    c.add_argument("--grids", nargs="*", help="these grids (default: the config's run list)")
     c.set_defaults(fn=fn)
     return c
 
@@ -512,8 +531,8 @@ def _grids_parser(sub, name, what, fn):
 def _report_parser(sub, name, what, fn, grid_config_help):
     """A command that reads the tidy table and writes one grid's report files (tables, figures)."""
     c = sub.add_parser(name, help=what)
-    c.add_argument("--cells", required=True)
-    c.add_argument("--out-dir", required=True)
+    c.add_argument("--cells", required=True, help="the tidy table (samples.csv beside it)")
+    c.add_argument("--out-dir", required=True, help="the folder the grid's files go to")
     c.add_argument("--grid", help="only this grid's cells")
     c.add_argument("--grid-config", help=grid_config_help)
     c.set_defaults(fn=fn)
@@ -521,12 +540,29 @@ def _report_parser(sub, name, what, fn, grid_config_help):
 
 
 def main(argv=None):
+    p = parser()
+    a = p.parse_args(argv)
+    if a.cmd is None:  # bare `attnbench`: what it can do
+        p.print_help()
+        return
+    a.fn(a)
+
+
+def parser() -> argparse.ArgumentParser:
+    """Every command, its options and their help."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("attnbench")
+    except PackageNotFoundError:  # a bare checkout, not installed
+        release = "not installed"
     p = argparse.ArgumentParser(prog="attnbench", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p.add_argument("--version", action="version", version=f"attnbench {release}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     c = sub.add_parser("cell", help="run one kernel cell and write its JSON record")
     c.add_argument("--spec", required=True, help=SPEC_HELP)
     c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
-    c.add_argument("--out", required=True)
+    c.add_argument("--out", required=True, help="where the cell's record is written")
     c.add_argument("--threads", type=int, help="CPU threads for torch (Snakemake's threads)")
     c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
     c.add_argument("--crashed", metavar="JSON", help=CRASHED_HELP)
@@ -548,14 +584,14 @@ def main(argv=None):
     c.add_argument("--crashed", metavar="JSON", help=CRASHED_HELP)
     c.set_defaults(fn=cmd_cp_cell)
     c = sub.add_parser("peak", help="measure the device's dense matmul ceiling")
-    c.add_argument("--device", required=True)
-    c.add_argument("--dtype", required=True)
-    c.add_argument("--out", required=True)
+    c.add_argument("--device", required=True, help="cpu or cuda")
+    c.add_argument("--dtype", required=True, help="the matmul's dtype, e.g. bfloat16")
+    c.add_argument("--out", required=True, help="the JSON file written")
     c.set_defaults(fn=cmd_peak)
     c = sub.add_parser("collect", help="cell records -> one tidy CSV")
-    c.add_argument("records", nargs="*")
+    c.add_argument("records", nargs="*", help="record files")
     c.add_argument("--root", help="collect every record under this folder instead")
-    c.add_argument("--out", required=True)
+    c.add_argument("--out", required=True, help="the tidy table (CSV) written")
     c.set_defaults(fn=cmd_collect)
     _report_parser(
         sub,
@@ -572,9 +608,15 @@ def main(argv=None):
         "the grid's config as JSON (checks the expected files were written)",
     )
     c.add_argument("--style", help="figure style settings as JSON")
-    c = sub.add_parser("check-config", help="validate a config file and count its cells")
-    c.add_argument("config")
-    c.add_argument("--overrides", help="JSON merged over the file (like snakemake --config)")
+    c = sub.add_parser(
+        "check-config",
+        help="validate a config before any cell runs: its grids, cells, records outdated and "
+        "the device time its records estimate",
+    )
+    c.add_argument(
+        "file", nargs="?", help="a config file read over config.yaml (the same as --configfile)"
+    )
+    config_options(c)
     c.set_defaults(fn=cmd_check_config)
     c = _grids_parser(
         sub,
@@ -625,8 +667,7 @@ def main(argv=None):
         "predict",
         help="CP throughput model to 1024 GPUs for one cp grid (cp_model in config.yaml)",
     )
-    c.add_argument("--config", default="config.yaml")
-    c.add_argument("--overrides", help="JSON merged over the config")
+    config_options(c)
     c.add_argument("--grid", help="a cp grid named in cp_model.grids: its tables and figures")
     c.add_argument(
         "--validate", action="store_true", help="the model against published CP benchmarks"
@@ -636,18 +677,18 @@ def main(argv=None):
         help="where the records are (default: the config's output_dir; a question's: "
         "cp_model.records_dir)",
     )
-    c.add_argument("--tables-dir")
-    c.add_argument("--figures-dir")
-    c.add_argument("--no-figures", action="store_true")
+    c.add_argument("--tables-dir", help="default: <output_dir>/tables/<grid>")
+    c.add_argument("--figures-dir", help="default: <output_dir>/figures/<grid>")
+    c.add_argument("--no-figures", action="store_true", help="the tables only")
     q = c.add_argument_group("a question of your own (docs/cp-model.md)")
     q.add_argument("--question", help="a YAML file of question keys (the options below override)")
     q.add_argument("--mask", help="full, causal, full_document, causal_document, ...")
-    q.add_argument("--gpus", type=int)
-    q.add_argument("--tokens-per-gpu", type=parse_length)
+    q.add_argument("--gpus", type=int, help="GPUs (the world size)")
+    q.add_argument("--tokens-per-gpu", type=parse_length, help="e.g. 8K (or --seqlen)")
     q.add_argument("--seqlen", type=parse_length, help="the whole sequence (or --tokens-per-gpu)")
     q.add_argument("--heads", help="query:KV heads, e.g. 32:8 (default 64:8)")
-    q.add_argument("--head-dim", type=int)
-    q.add_argument("--dtype")
+    q.add_argument("--head-dim", type=int, help="default 128")
+    q.add_argument("--dtype", help="default bfloat16")
     q.add_argument("--direction", help="fwd, bwd or train (fwd + bwd)")
     q.add_argument("--network", help="a preset of cp_model.networks")
     q.add_argument("--local-kernel", help="the local kernel whose records time the chunks")
@@ -719,10 +760,9 @@ def main(argv=None):
         help="--gpus beyond the measured: the CP model's network preset (default cp_model's)",
     )
     c.add_argument("--cells", help="the tidy table (default: <output_dir>/tables/cells.csv)")
-    c.add_argument("--config", default="config.yaml", help="gives output_dir without --cells")
+    config_options(c)  # output_dir without --cells; the CP model's settings for --gpus
     c.set_defaults(fn=cmd_advise)
-    a = p.parse_args(argv)
-    a.fn(a)
+    return p
 
 
 if __name__ == "__main__":

@@ -103,11 +103,12 @@ def validate(cfg: dict) -> dict:
     return validate_with(cfg, product_problems)
 
 
-def load_config(path, overrides: dict | None = None, base=None) -> dict:
-    """`path` validated with every family's checks (over `base`: grid.config.config_files)."""
+def load_config(paths, overrides: dict | None = None, base=None) -> dict:
+    """`paths` (one config file or several) validated with every family's checks (over `base`:
+    grid.config.config_files)."""
     from ..grid.config import load_config as load_with
 
-    return load_with(path, product_problems, overrides, base)
+    return load_with(paths, product_problems, overrides, base)
 
 
 def not_run_record(
