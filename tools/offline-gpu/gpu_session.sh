@@ -287,8 +287,16 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
 fi
 if has paired; then  # the smallest estimated cells first, what fits the budget (tools/offline-gpu/README.md)
   budget=${T_PAIRED:-480}
-  targets=$(python -m attnbench records --grids h200_paired --budget-s "$((budget - 60))" \
-    --config "output_dir=$outdir")
+  if ls .paired_calls/call*.txt > /dev/null 2>&1; then  # the plan made before the calls (paired_plan.sh)
+    targets=""  # the first planned call that has a cell without a record: those cells
+    for f in .paired_calls/call*.txt; do
+      targets=$(while read -r p; do [ -f "$p" ] || echo "$p"; done < "$f")
+      [ -n "$targets" ] && break
+    done
+  else  # planned here from the records of the same points in the tree
+    targets=$(python -m attnbench records --grids h200_paired --budget-s "$((budget - 60))" \
+      --config "output_dir=$outdir")
+  fi
   if [ -n "$targets" ]; then
     log "h200_paired: $(echo "$targets" | wc -l) cells, estimated to fit $((budget - 60)) s (${budget} s budget)"
     timeout -s INT "$budget" snakemake $targets --profile profiles/local --cores "$(nproc)" \

@@ -329,13 +329,16 @@ def cmd_records(a):
         and (a.all or not (out / cell_path(cell)).exists() or out / cell_path(cell) in outdated)
     ]
     if a.calls:
-        from .families.estimate import calls
+        from .families.estimate import calls, write_calls
 
-        for i, (batch, s) in enumerate(calls(cells, out, a.calls), 1):
+        plan = calls(cells, out, a.calls)
+        for i, (batch, s) in enumerate(plan, 1):
             kinds = Counter(f"{c['impl']} {c['mask']} {c['seqlen']}" for c in batch)
             print(
                 f"call {i}: {len(batch)} cells, estimated {s:.0f} s; e.g. {', '.join(list(kinds)[:3])}"
             )
+        if a.calls_dir:
+            print(f"written: {', '.join(map(str, write_calls(plan, out, Path(a.calls_dir))))}")
         return
     if a.smallest_first or a.budget_s is not None:
         from .families.estimate import smallest_first
@@ -662,6 +665,11 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         metavar="SECONDS",
         help="print the plan instead: the missing cells, smallest first, in calls of SECONDS each",
+    )
+    c.add_argument(
+        "--calls-dir",
+        help="with --calls: also write each call's record paths to DIR/callNN.txt (a device call "
+        "that carries them needs no records to plan from)",
     )
     c = sub.add_parser(
         "predict",

@@ -131,3 +131,18 @@ def calls(cells: list[dict], out: Path, call_s: float) -> list[tuple[list[dict],
         plan.append((batch, total))
     plan.sort(key=lambda p: any(cell_estimate(c, out) is None for c in p[0]))
     return plan
+
+
+def write_calls(plan, out: Path, folder: Path) -> list[Path]:
+    """Each call's record paths, one file per call (callNN.txt, in order), replacing the folder's."""
+    from ..grid.expand import cell_path
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("call*.txt"):
+        old.unlink()
+    paths = []
+    for i, (batch, _) in enumerate(plan, 1):
+        path = folder / f"call{i:02d}.txt"
+        path.write_text("".join(f"{out / cell_path(c)}\n" for c in batch))
+        paths.append(path)
+    return paths
