@@ -100,7 +100,7 @@ def test_records_lists_missing_and_outdated_cells(made, tmp_path):
         config = {**cfg, "grids": {"c": {**grid, **edit}}}
         (tmp_path / "mine.yaml").write_text(json.dumps(config))
         p = subprocess.run(
-            [sys.executable, "-m", "attnbench", "records", "--config", "mine.yaml"],
+            [sys.executable, "-m", "attnbench", "records", "--configfile", "mine.yaml"],
             cwd=tmp_path,
             capture_output=True,
             text=True,

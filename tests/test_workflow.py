@@ -139,8 +139,10 @@ def test_what_reruns_on_which_edit(workdir):
         plan = plan_after_edit(workdir, module)
         assert set(plan) == everything and plan["kernel_cell"] == N_CELLS, module
     # code no cell imports: none
+    # (the paired answers: the advice table, and the winner map and speedups it draws)
     assert plan_after_edit(workdir, "report/advice.py") == {
         "tables_tiny": 1,
+        "figures_tiny": 1,
         "all": 1,
     }
     assert "kernel_cell" not in plan_after_edit(workdir, "worker.py")

@@ -424,8 +424,9 @@ def cmd_advise(a):
         wanted = {k: getattr(a, k) for k in ADVISE_FILTERS}
         q = Question(wanted, a.format, a.verbose, a.all, a.overview)
         print(respond(df, samples, advice_of, q, modelled_answers(a, cells)))
-    except AdviceError as e:
-        print(f"advise: {e} (in {cells})", file=sys.stderr)
+    except AdviceError as e:  # naming the table, where the message does not already
+        where = "" if str(cells) in str(e) else f" (in {cells})"
+        print(f"advise: {e}{where}", file=sys.stderr)
         sys.exit(2)
 
 
