@@ -33,7 +33,8 @@
 #   paired   the h200_paired grid (T_PAIRED): the missing cells in order of the time the records of the same
 #            points estimate, smallest first, as many as fit the budget (`attnbench records --budget-s`),
 #            in one Snakemake run; every call measures whole cells and brings them back
-#            (take_call_results.sh), the next call goes on with the next smallest
+#            (take_call_results.sh), the next call goes on with the next smallest; PAIRED_SKIP="KERNEL..."
+#            leaves out the kernels whose library comes in a later call
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
 #            GPU-minute (benchmarks/harness_throughput.py) into OUTPUT_DIR/throughput/
 #   gputests the GPU tests (T_GPUTESTS; GPUTESTS="pytest arguments", quotes kept) into OUTPUT_DIR/pytest_gpu.txt
@@ -287,12 +288,14 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
 fi
 if has paired; then  # the smallest estimated cells first, what fits the budget (tools/offline-gpu/README.md)
   budget=${T_PAIRED:-480}
-  if ls .paired_calls/call*.txt > /dev/null 2>&1; then  # the plan made before the calls (paired_plan.sh)
-    targets=""  # the first planned call that has a cell without a record: those cells
-    for f in .paired_calls/call*.txt; do
-      targets=$(while read -r p; do [ -f "$p" ] || echo "$p"; done < "$f")
-      [ -n "$targets" ] && break
-    done
+  if [ -f .paired_calls/order.tsv ]; then  # the plan made before the calls (paired_plan.sh)
+    # the planned cells without a record, in the plan's order, while their estimates fit the
+    # budget less a minute; PAIRED_SKIP="KERNEL..." leaves out kernels not installed yet
+    targets=$(awk -v room="$((budget - 60))" -v skip=" ${PAIRED_SKIP:-} " '{
+        k = $2; sub(/.*\/kernel\//, "", k); sub(/\/.*/, "", k)
+        if (index(skip, " " k " ") || (getline line < $2) > 0) { close($2); next }
+        if (sum + $1 > room) exit
+        sum += $1; print $2 }' .paired_calls/order.tsv)
   else  # planned here from the records of the same points in the tree
     targets=$(python -m attnbench records --grids h200_paired --budget-s "$((budget - 60))" \
       --config "output_dir=$outdir")
