@@ -669,8 +669,9 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--calls-dir",
-        help="with --calls: also write each call's record paths to DIR/callNN.txt (a device call "
-        "that carries them needs no records to plan from)",
+        help="with --calls: also write each call's record paths to DIR/callNN.txt, and every cell's "
+        "estimate and path in order to DIR/order.tsv (a device call that carries them needs no "
+        "records to plan from)",
     )
     c = sub.add_parser(
         "predict",
