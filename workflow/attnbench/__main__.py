@@ -43,26 +43,16 @@ def say_outcome(record, out):
     print(f"{record['status']}: {out}" + (f" ({details})" if details else ""))
 
 
-def record_not_run(spec: dict, out: str, peak_path: str | None, a) -> None:
-    """The record of a cell whose process did not write one (attnbench.launch runs the command
-    again to write it): stopped at its time budget (--timed-out-after: `timeout`), or ended without
-    a record (--crashed: `crashed`, with how it ended and the last lines of its log). No timings. A
-    record the cell's own run had already written (it was stopped while exiting) is kept."""
-    from .families import not_run_record
-    from .record.record import write_record
+def record_not_run(spec: dict, a) -> None:
+    """--timed-out-after / --crashed: the record of a cell whose process did not write one."""
+    from .record.not_run import write_not_run
 
-    if spec["device"] == "cuda":
-        import torch  # noqa: F401  (the fingerprint then names the device)
-    if Path(out).exists():
-        print(f"{out} was written before the cell ended; kept")
-        return
-    peak = json.loads(Path(peak_path).read_text()) if peak_path else None
-    if a.timed_out_after is not None:
-        record = not_run_record(spec, peak, timed_out_after_s=a.timed_out_after)
+    crash = json.loads(a.crashed) if a.crashed is not None else None
+    record = write_not_run(spec, a.out, a.peak, a.timed_out_after, crash)
+    if record is None:
+        print(f"{a.out} was written before the cell ended; kept")
     else:
-        record = not_run_record(spec, peak, crash=json.loads(a.crashed))
-    write_record(record, out)
-    say_outcome(record, out)
+        say_outcome(record, a.out)
 
 
 def json_option(a, name: str):
@@ -128,7 +118,7 @@ def cmd_cell(a):
 
     spec = cell_spec(a)
     if a.timed_out_after is not None or a.crashed is not None:
-        return record_not_run(spec, a.out, a.peak, a)
+        return record_not_run(spec, a)
     hash_code_before_import(spec)
     measures = not ends_without_gpu(spec)
     if measures and a.worker_idle_s:
@@ -150,7 +140,7 @@ def cmd_cp_cell(a):
     """One rank of a distributed cell (start it with python -m attnbench.launch)."""
     spec = cell_spec(a)
     if a.timed_out_after is not None or a.crashed is not None:
-        return record_not_run(spec, a.out, a.peak, a)
+        return record_not_run(spec, a)
     hash_code_before_import(spec)
     from .families.cp.cell import run_cp_cell
     from .families.cp.emulated import is_emulated, run_emulated_cell
@@ -235,8 +225,8 @@ def cmd_regenerate(a):
     """Tidy table, tables, figures (and the report) from the records already on disk; runs no cell."""
     import time
 
-    from .regenerate import regenerate
     from .report.collect import RecordError, ReportError
+    from .report.regenerate import regenerate, write_report
     from .run_lock import RunLock, RunLocked
 
     t0 = time.perf_counter()
@@ -253,39 +243,12 @@ def cmd_regenerate(a):
     if a.report is not None:
         t2 = time.perf_counter()
         report = Path(a.report) if a.report else Path(cfg["output_dir"]) / "report.html"
-        write_report(cfg, list(drawn.grids), report, a.snakefile)
+        try:
+            write_report(cfg, list(drawn.grids), report, a.snakefile)
+        except ReportError as e:
+            sys.exit(str(e))
         print(f"report -> {report} in {time.perf_counter() - t2:.1f} s")
     print(f"regenerated in {time.perf_counter() - t0:.1f} s")
-
-
-def write_report(cfg: dict, grids: list, report: Path, snakefile: str):
-    """`snakemake --report` over the same config (the grids regenerated), running nothing."""
-    import subprocess
-    import tempfile
-
-    import yaml
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump({**cfg, "run": list(grids)}, f)
-    try:
-        cmd = [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "--snakefile",
-            snakefile,
-            "--configfile",
-            f.name,
-            "--cores",
-            "1",
-            "--report",
-            str(report),
-        ]
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode:
-            sys.exit(f"snakemake --report failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
-    finally:
-        Path(f.name).unlink()
 
 
 def cmd_check_config(a):
