@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
 from attnbench.families import advice_of, load_config  # noqa: E402
-from attnbench.report.advice import grid_answers  # noqa: E402
+from attnbench.report.advice import answers  # noqa: E402
 from attnbench.report.collect import read_cells, read_samples  # noqa: E402
 from attnbench.report.paired import Comparison, compare  # noqa: E402
 
@@ -30,9 +30,7 @@ NEW, OLD = "h200_paired", "h200_sweep"
 
 
 def by_point(df, samples, grid) -> dict:
-    g = df[df["grid"] == grid]
-    fam = advice_of(str(g["family"].iloc[0]))
-    found, _ = grid_answers(g, grid, fam, samples)
+    found = answers(df[df["grid"] == grid], advice_of, samples)
     return {(a.point["mask"], int(a.point["seqlen"]), a.direction): a for a in found}
 
 
