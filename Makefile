@@ -51,9 +51,11 @@ format: $(VENV)/.lint-installed
 
 # Tidy table, tables, figures and their captions again from the records on disk (no cell runs);
 # `make report` also writes the HTML report (<output_dir>/report.html, or REPORT=path).
-# Other grids: make figures GRIDS="paper_kernels" CONFIG_OVERRIDES='{"output_dir": "results/h200"}'
-REGENERATE = $(BIN)/python -m attnbench regenerate --config config.yaml $(if $(GRIDS),--grids $(GRIDS)) \
-	$(if $(CONFIG_OVERRIDES),--overrides '$(CONFIG_OVERRIDES)') --jobs $(CORES)
+# Other grids, your own file of settings, settings over it (as snakemake --configfile / --config):
+#   make figures GRIDS="h200_sweep" CONFIG="output_dir=results/h200"
+#   make report CONFIGFILE=mine.yaml
+REGENERATE = $(BIN)/python -m attnbench regenerate $(if $(CONFIGFILE),--configfile $(CONFIGFILE)) \
+	$(if $(GRIDS),--grids $(GRIDS)) $(if $(CONFIG),--config $(CONFIG)) --jobs $(CORES)
 
 figures: $(VENV)/.installed
 	$(REGENERATE)

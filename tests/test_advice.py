@@ -563,7 +563,7 @@ def test_gpus_no_grid_measured_are_answered_by_the_cp_model_labelled_with_its_er
     of its own, with its validated error; a question it cannot answer names what it needs."""
     cells = repo / "results" / "h200" / "tables" / "cells.csv"
     args = ["--gpus", "2", "8", "--mask", "causal", "--seqlen", "128K", "--direction", "fwd"]
-    advise(cells, *args, "--config", str(repo / "config.yaml"))
+    advise(cells, *args, "--configfile", str(repo / "config.yaml"))
     out = capsys.readouterr().out
     measured, modelled = out.split("[modelled: the CP model's prediction")
     assert measured.startswith("h200_cp (cp), causal, S=128K (131072), 65536 tokens/GPU x 2 GPUs")
@@ -571,7 +571,7 @@ def test_gpus_no_grid_measured_are_answered_by_the_cp_model_labelled_with_its_er
     assert "fastest predicted:" in modelled and "error: validated on" in modelled
     assert "published full/causal points" in modelled
     with pytest.raises(SystemExit) as e:
-        advise(cells, "--gpus", "8", "--config", str(repo / "config.yaml"))
+        advise(cells, "--gpus", "8", "--configfile", str(repo / "config.yaml"))
     assert e.value.code == 2
     assert "--gpus 8: no grid measured 8 GPUs; the CP model answers it given --mask" in (
         capsys.readouterr().err

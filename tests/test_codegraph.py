@@ -19,10 +19,10 @@ def test_figure_rules_read_the_tidy_table_code_and_their_family_only():
     cp = rel(code_files(*families.command_modules("cp", "FIGURES")))
     # the tidy table's reader is code of every figure rule (it was missing from the hand-made lists)
     assert {"report/collect.py", "report/plotting.py", "report/style.py"} <= kernel & cp
-    assert "families/kernel/figures.py" in kernel and "families/cp/report.py" in cp
+    assert "families/kernel/figures.py" in kernel and "families/cp/figures.py" in cp
     # a kernel-only module is no input of the CP figure rule, and the other way round
     assert "families/kernel/figures.py" not in cp and "families/kernel/tables.py" not in cp
-    assert "families/cp/report.py" not in kernel
+    assert "families/cp/figures.py" not in kernel and "families/cp/tables.py" not in kernel
     # no rule of the report depends on a cell's measuring code
     for measuring in ("families/kernel/cell.py", "families/cp/cell.py", "harness/measure.py"):
         assert measuring not in kernel | cp
@@ -39,9 +39,9 @@ def test_table_and_figure_rules_differ_where_their_code_does():
 def test_imports_inside_functions_and_package_inits_count():
     # an entry's imports inside functions count (families/__init__.py imports the drivers there)
     assert "attnbench.report.tables" in modules_used("attnbench.families")
-    # importing attnbench.families.cp.report runs the packages' __init__.py files too, with what
+    # importing attnbench.families.cp.tables runs the packages' __init__.py files too, with what
     # they import at module level (cp's provenance), not what their functions import (its grid)
-    used = set(modules_used("attnbench.families.cp.report"))
+    used = set(modules_used("attnbench.families.cp.tables"))
     assert {
         "attnbench",
         "attnbench.families",

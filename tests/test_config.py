@@ -214,7 +214,7 @@ def test_a_file_of_own_grids_is_read_over_config_yaml(repo, tmp_path):
     assert {"mine", "smoke", "h200_sweep"} <= set(cfg["grids"])  # config.yaml's grids beside
     for spec in expand_cells(cfg):
         write_record(run_cell(CellSpec.from_dict(spec)), tmp_path / "out" / cell_path(spec))
-    p = attnbench_cli("regenerate", "--config", str(own), "--jobs", "1", cwd=repo)
+    p = attnbench_cli("regenerate", "--configfile", str(own), "--jobs", "1", cwd=repo)
     assert p.returncode == 0, p.stdout + p.stderr
     assert (tmp_path / "out" / "tables" / "mine" / "tflops.md").is_file()
 
@@ -413,3 +413,35 @@ def test_a_file_that_is_not_utf8_is_one_clear_line(tmp_path, repo):
     p2 = attnbench_cli("check-config", str(p), cwd=repo)
     assert p2.returncode == 2 and "Traceback" not in p2.stderr
     assert "not UTF-8 text" in p2.stderr
+
+
+def test_the_command_line_takes_snakemakes_words_and_names_them_for_the_old_ones(repo, tmp_path):
+    """--configfile FILE (repeatable, later over earlier) and --config KEY=VALUE (YAML values),
+    as Snakemake; --overrides and --config FILE are refused naming them; bare `attnbench` prints
+    its help, and there is --version."""
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("output_dir: from_a\n")
+    second.write_text("output_dir: from_b\nrun: [smoke]\n")
+    p = attnbench_cli(
+        "records", "--configfile", str(first), "--configfile", str(second), "--all", cwd=repo
+    )
+    assert p.returncode == 0 and p.stdout.splitlines()[0].startswith("from_b/cells/smoke/"), (
+        p.stderr
+    )
+    p = attnbench_cli(
+        "records", "--configfile", str(second), "--config", "output_dir=over", "run=[smoke_cp]",
+        "--all", cwd=repo,
+    )  # fmt: skip
+    assert p.returncode == 0 and p.stdout.splitlines()[0].startswith("over/cells/smoke_cp/")
+    for args, says in (
+        (["--overrides", '{"output_dir": "x"}'], "--overrides is no option any more: give settings as --config KEY=VALUE"),
+        (["--config", str(first)], f"--config {first}: expected KEY=VALUE, as snakemake --config; a file of settings is --configfile {first}"),
+        (["--config", "output_dir=["], "--config output_dir=[: its value is not YAML"),
+    ):  # fmt: skip
+        for command in ("regenerate", "records", "check-config", "predict"):
+            p = attnbench_cli(command, *args, cwd=repo)
+            assert p.returncode == 2 and says in p.stderr, (command, p.stderr)
+            assert "Traceback" not in p.stderr
+    p = attnbench_cli(cwd=repo)
+    assert p.returncode == 0 and "usage: attnbench" in p.stdout and "advise" in p.stdout
+    assert attnbench_cli("--version", cwd=repo).stdout.startswith("attnbench ")

@@ -101,7 +101,7 @@ def test_records_lists_missing_and_outdated_cells(made, tmp_path):
         config = {**cfg, "grids": {"c": {**grid, **edit}}}
         (tmp_path / "mine.yaml").write_text(json.dumps(config))
         p = subprocess.run(
-            [sys.executable, "-m", "attnbench", "records", "--config", "mine.yaml"],
+            [sys.executable, "-m", "attnbench", "records", "--configfile", "mine.yaml"],
             cwd=tmp_path,
             capture_output=True,
             text=True,
@@ -131,8 +131,8 @@ def test_committed_h200_records_are_drawn_as_they_are_and_said_outdated(tmp_path
             "regenerate",
             "--grids",
             "h200",
-            "--overrides",
-            json.dumps({"output_dir": str(out)}),
+            "--config",
+            f"output_dir={out}",
         ],
         cwd=REPO,
         capture_output=True,
@@ -154,9 +154,9 @@ def test_committed_h200_records_are_drawn_as_they_are_and_said_outdated(tmp_path
             "-m",
             "attnbench",
             "check-config",
-            "config.yaml",
-            "--overrides",
-            json.dumps({"output_dir": str(out), "run": ["h200"]}),
+            "--config",
+            f"output_dir={out}",
+            "run=[h200]",
         ],
         cwd=REPO,
         capture_output=True,

@@ -108,3 +108,23 @@ def test_check_config_counts_cells_estimates_gpu_time_and_notes_few_draws(repo):
     assert any("note: h200_sweep draws 3 masks per point" in x for x in lines)
     assert not any("note: h200_paired" in x for x in lines)
     assert "smoke: 177 cells" in lines  # a CPU grid: no device time to estimate
+
+
+def test_the_call_plan_lists_every_cell_once_in_order_with_its_estimate(repo, tmp_path):
+    from attnbench.families.estimate import calls, write_calls
+
+    out = repo / "results" / "h200"
+    cfg = load_config(repo / "config.yaml", {"output_dir": str(out)})
+    cells = expand_cells(cfg, ["h200_paired"])
+    plan = calls(cells, out, 420)
+    written = write_calls(plan, out, tmp_path)
+    assert [p.name for p in written][-1] == "order.tsv"
+    by_call = [p.read_text().splitlines() for p in written[:-1]]
+    order = [line.split("\t") for line in (tmp_path / "order.tsv").read_text().splitlines()]
+    # the order is the calls' files one after the other: each cell once
+    assert [path for _, path in order] == [p for lines in by_call for p in lines]
+    assert len(order) == len(cells) == len({path for _, path in order})
+    seconds = {path: float(s) for s, path in order}
+    for lines in by_call:  # a call of several cells keeps within its seconds
+        if len(lines) > 1:
+            assert sum(seconds[p] for p in lines) <= 420

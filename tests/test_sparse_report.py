@@ -6,7 +6,8 @@ import itertools
 import pandas as pd
 import pytest
 from attnbench import families as outputs
-from attnbench.families.sparse import report as sparse_report
+from attnbench.families.sparse import figures as sparse_figures
+from attnbench.families.sparse import tables as sparse_tables
 from attnbench.report import plotting
 from attnbench.report.outputs import ADVICE_STEM as ADVICE
 from attnbench.report.plotting import DEFAULT_STYLE
@@ -96,7 +97,7 @@ def tidy_table() -> pd.DataFrame:
 
 
 def test_tables_are_the_listed_files_with_statuses_and_dense_ratio(tmp_path):
-    paths = sparse_report.tables(tidy_table(), tmp_path)
+    paths = sparse_tables.tables(tidy_table(), tmp_path)
     # the family's own tables: the advice every grid also lists, and each table's page for the
     # report, are written by the tables driver
     own = [
@@ -128,8 +129,8 @@ def test_tables_are_the_listed_files_with_statuses_and_dense_ratio(tmp_path):
 
 
 def test_dense_ratio_pairs_equal_area_only():
-    sparse, dense = sparse_report.split(tidy_table())
-    r = sparse_report.dense_ratio(sparse, dense)
+    sparse, dense = sparse_tables.split(tidy_table())
+    r = sparse_tables.dense_ratio(sparse, dense)
     assert (
         set(r["density"]) == {0.5}
         and set(r["seqlen"]) == {32768, 65536}
@@ -149,8 +150,8 @@ def test_dense_ratio_pairs_equal_area_only():
 
 
 def test_dense_ratio_uses_only_correct_cells_and_says_what_is_within_spread():
-    sparse, dense = sparse_report.split(tidy_table())
-    r = sparse_report.dense_ratio(sparse, dense).set_index(
+    sparse, dense = sparse_tables.split(tidy_table())
+    r = sparse_tables.dense_ratio(sparse, dense).set_index(
         ["kernel", "blocks", "seqlen", "direction"]
     )
     # the fastest dense cell at 23170 forward is flashmask's 900, but it is incorrect: sdpa_flash is the
@@ -175,12 +176,12 @@ def test_dense_ratio_uses_only_correct_cells_and_says_what_is_within_spread():
 
 
 def test_dense_references_are_drawn_at_their_own_length():
-    sparse, dense = sparse_report.split(tidy_table())
+    sparse, dense = sparse_tables.split(tidy_table())
     at_half = sparse[sparse["density"] == 0.5]
-    ref = sparse_report.equal_area_references(dense, at_half)
+    ref = sparse_tables.equal_area_references(dense, at_half)
     assert set(ref["seqlen"]) == {23170, 46341}  # their own lengths, not the sparse ones
     assert dict(zip(ref["seqlen"], ref["equal_area_seqlen"])) == {23170: 32768, 46341: 65536}
-    fig, drawn = sparse_report._figure(at_half, ref, "seqlen", "tflops", "TFLOP/s", "t")
+    fig, drawn = sparse_figures._figure(at_half, ref, "seqlen", "tflops", "TFLOP/s", "t")
     assert set(drawn["dense_x"]) == {23170, 46341}
     # the axis names the sparse lengths; a dense length is named by its label, not by a tick
     ax = fig.axes[0]
@@ -192,16 +193,16 @@ def test_dense_references_are_drawn_at_their_own_length():
 
 def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):
     df = tidy_table()
-    paths = sparse_report.figures(df, tmp_path, DEFAULT_STYLE)
+    paths = sparse_figures.figures(df, tmp_path, DEFAULT_STYLE)
     assert sorted(p.name for p in paths) == sorted(
         outputs.figure_names(GRID, DEFAULT_STYLE["formats"])
     )
     assert all(p.stat().st_size > 0 for p in paths)
-    sparse, dense = sparse_report.split(df)
+    sparse, dense = sparse_tables.split(df)
     sparse["mem_gib"] = sparse["peak_mem_bytes"] / 2**30
     at_half = sparse[sparse["density"] == 0.5]
-    ref = sparse_report.equal_area_references(dense, at_half)
-    _, drawn = sparse_report._figure(at_half, ref, "seqlen", "tflops", "TFLOP/s", "t")
+    ref = sparse_tables.equal_area_references(dense, at_half)
+    _, drawn = sparse_figures._figure(at_half, ref, "seqlen", "tflops", "TFLOP/s", "t")
     assert drawn["panels"] == 3 * 2 * 2  # (B=64, B=128, var A=256) x (GQA, MHA) x (fwd, bwd)
     missing = drawn["missing"][("var A=256", "64:8", "fwd")]
     assert missing == {
@@ -215,7 +216,7 @@ def test_figures_draw_every_panel_and_mark_what_did_not_run(tmp_path):
     # incorrect flashmask cell
     assert drawn["dense_points"] == (2 * 2 + 1) * 3
     at_dense = sparse[(sparse["seqlen"] == 65536)]
-    _, drawn = sparse_report._figure(
+    _, drawn = sparse_figures._figure(
         at_dense.assign(x=at_dense["density"]), None, "x", "tflops", "TFLOP/s", "t", xlog=False
     )
     assert (
@@ -235,9 +236,9 @@ def test_a_kernel_that_ran_at_some_lengths_is_named_with_the_others(tmp_path):
         & (df["heads_kv"] == 64)
     )
     df.loc[at, ["status", "tflops"]] = ["unsupported", None]
-    sparse, _ = sparse_report.split(df)
+    sparse, _ = sparse_tables.split(df)
     at_half = sparse[sparse["density"] == 0.5]
-    fig, drawn = sparse_report._figure(at_half, None, "seqlen", "tflops", "TFLOP/s", "t")
+    fig, drawn = sparse_figures._figure(at_half, None, "seqlen", "tflops", "TFLOP/s", "t")
     missing = drawn["missing"][("B=64", "64:64", "fwd")]
     assert missing["unsupported"] == ["flashinfer (at 32K, 64K)"]
     assert drawn["missing"][("B=128", "64:64", "fwd")]["unsupported"] == []
@@ -252,7 +253,7 @@ def test_cells_without_a_measurement_are_listed_with_their_reasons(tmp_path):
     vsa = df["impl"] == "vsa"
     df["status_reason"] = None
     df.loc[vsa, "status_reason"] = "vsa: importing vsa failed: undefined symbol: ncclX"
-    sparse_report.tables(df, tmp_path)
+    sparse_tables.tables(df, tmp_path)
     text = (tmp_path / "sparse_not_measured.md").read_text()
     lines = [ln for ln in text.splitlines() if ln.startswith("|")]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
@@ -270,7 +271,7 @@ def test_cells_without_a_measurement_are_listed_with_their_reasons(tmp_path):
 def test_each_sampled_layout_is_a_dot_where_a_cell_has_several():
     df = tidy_table().reset_index(drop=True)
     df["cell_id"] = [f"c{i}" for i in range(len(df))]
-    sparse, dense = sparse_report.split(df)
+    sparse, dense = sparse_tables.split(df)
     at_half = sparse[(sparse["density"] == 0.5) & sparse["status"].isin(["ok", "incorrect"])]
     two = at_half[at_half["impl"] == "flex"]  # two layouts drawn for each flex cell
     samples = pd.DataFrame(
@@ -281,7 +282,7 @@ def test_each_sampled_layout_is_a_dot_where_a_cell_has_several():
         ]
     )
     draws = plotting.per_draw(samples)
-    fig, drawn = sparse_report._figure(
+    fig, drawn = sparse_figures._figure(
         sparse[sparse["density"] == 0.5], None, "seqlen", "tflops", "TFLOP/s", "t", draws=draws
     )
     assert drawn["draw_dots"] == 2 * len(two)

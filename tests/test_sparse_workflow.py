@@ -83,7 +83,7 @@ def test_kernels_of_a_grid_point_got_the_same_masks(run):
 
 @pytest.mark.slow
 def test_editing_the_sparse_report_reruns_only_its_tables_and_figures(run):
-    code = run / "code/workflow/attnbench/families/sparse/report.py"
+    code = run / "code/workflow/attnbench/families/sparse/tables.py"
     original = code.read_text()
     code.write_text(original + "\n# an edit\n")
     try:

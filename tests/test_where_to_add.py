@@ -408,13 +408,11 @@ def add_a_cp_local_kernel(c: Copy, tmp: Path):
 FAMILY = '''"""Family `probe`: kernel cells, with a table and a figure of its own."""
 
 from ..kernel import grid as kernel_grid
-from ..kernel import record_skeleton  # noqa: F401  (the family interface)
+from ..kernel import provenance, record_skeleton  # noqa: F401  (the family interface)
 from ..kernel.grid import expand  # noqa: F401
 
 NAME = "probe"
 CELL_COMMAND = "cell"
-TABLES = "tables"
-FIGURES = "figures"
 
 
 def problems(cfg, grid, prod, at):
@@ -448,7 +446,7 @@ import matplotlib.pyplot as plt
 from ...report.plotting import save
 
 
-def figures(df, out, style, only=None):
+def figures(df, out, style, only=None, inputs=None):
     if only is not None and "probe_tflops" not in only:
         return []
     fig, ax = plt.subplots()
@@ -456,7 +454,7 @@ def figures(df, out, style, only=None):
     return save(fig, out, "probe_tflops", style)
 
 
-def figure_captions(df, style):
+def figure_captions(df, style, inputs=None):
     return {"probe_tflops": "TFLOP/s per kernel."}
 '''
 FAMILY_ADVICE = '''"""The probe family's answers: the kernel family's, under its name."""

@@ -140,8 +140,10 @@ def test_what_reruns_on_which_edit(workdir):
         plan = plan_after_edit(workdir, module)
         assert set(plan) == everything and plan["kernel_cell"] == N_CELLS, module
     # code no cell imports: none
+    # (the paired answers: the advice table, and the winner map and speedups it draws)
     assert plan_after_edit(workdir, "report/advice.py") == {
         "tables_tiny": 1,
+        "figures_tiny": 1,
         "all": 1,
     }
     assert "kernel_cell" not in plan_after_edit(workdir, "worker.py")
@@ -208,7 +210,7 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
         "all",
     }
     # another family's code is no input here (a kernel grid)
-    assert plan_after_edit(workdir, "families/cp/report.py") == {}
+    assert plan_after_edit(workdir, "families/cp/tables.py") == {}
     # A style setting is a parameter of the figure rule only.
     for style in ("figures: {dpi: 80}", "figures: {bar_seqlen: 64}"):
         (workdir / "style.yaml").write_text(style + "\n")
@@ -326,7 +328,7 @@ def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
             "-m",
             "attnbench",
             "regenerate",
-            "--config",
+            "--configfile",
             "config.yaml",
             "--report",
             "--snakefile",
@@ -361,7 +363,7 @@ def test_cells_missing_after_a_partial_regenerate_are_still_run(workdir):
     aside = workdir / "aside.json"
     shutil.move(record, aside)
     env = tool_env()
-    regenerate = [sys.executable, "-m", "attnbench", "regenerate", "--config", "config.yaml"]
+    regenerate = [sys.executable, "-m", "attnbench", "regenerate", "--configfile", "config.yaml"]
     try:
         p = subprocess.run(
             regenerate, cwd=workdir, capture_output=True, text=True, env=env, timeout=600

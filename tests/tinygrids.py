@@ -81,8 +81,13 @@ def mask_params(block: int, window: int, long_doc_range, density=0.4, avg_block=
 
 
 def snakemake_on_copy(workdir: Path, *args, env=None, timeout=600) -> subprocess.CompletedProcess:
-    """Snakemake on the workflow's code copy in workdir/code (see workflow_copy), two cores."""
-    cmd = snakemake_cmd(workdir, "--cores", "2", *args, snakefile=workdir / "code/Snakefile")
+    """Snakemake on the workflow's code copy in workdir/code (see workflow_copy), two cores. A dry
+    run (-n) shows Snakemake's block per job (--quiet host), which the profiles leave out: the
+    tests read its plan from them."""
+    quiet = ["--quiet", "host"] if "-n" in args else []
+    cmd = snakemake_cmd(
+        workdir, "--cores", "2", *args, *quiet, snakefile=workdir / "code/Snakefile"
+    )
     return subprocess.run(
         cmd, capture_output=True, text=True, env=tool_env(**(env or {})), timeout=timeout
     )

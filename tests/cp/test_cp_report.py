@@ -4,7 +4,7 @@ numbers, not measurements)."""
 import pandas as pd
 import pytest
 from attnbench.cp.catalog import METHODS
-from attnbench.families.cp.report import breakdown_table, tflops_table, vs_single_gpu_table
+from attnbench.families.cp.tables import breakdown_table, tflops_table, vs_single_gpu_table
 
 CP_COLOURS = {m: info.colour for m, info in METHODS.items()}
 
@@ -198,7 +198,7 @@ def test_overlap_is_shown_only_where_communication_is_not_negligible():
 def test_variants_of_a_method_are_rows_of_their_own_and_meet_the_bare_kernel_that_ran_theirs():
     """A method run with two dK/dV dtypes (or local-kernel settings) gets one name per variant;
     its share is against the bare cell that ran the same local kernel."""
-    from attnbench.families.cp.report import with_variants
+    from attnbench.families.cp.tables import with_variants
 
     def lk(r, ran, setting="auto", dkv="accumulator"):
         return {**r, "local_kernel": ran, "local_kernel_setting": setting, "dkv_comm_dtype": dkv}
@@ -231,7 +231,7 @@ def test_documents_split_as_needed_is_a_variant_of_its_own_in_tables_and_advice(
     """cp.split_documents: a method run both ways gets one name per way, in the tables
     (with_variants) and in the advice (cp_names); records that predate the setting are `all`."""
     from attnbench.families.cp.advice import cp_names
-    from attnbench.families.cp.report import with_variants
+    from attnbench.families.cp.tables import with_variants
 
     df = pd.DataFrame(
         [

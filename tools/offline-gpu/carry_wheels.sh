@@ -36,6 +36,8 @@ if [ "${BASE:-1}" != 0 ]; then
   fetch ninja
   # what earlier sessions' machines built (tools/offline-gpu/take_call_results.sh keeps it): no build next time
   ls .gpu_cache/wheels/*.whl > /dev/null 2>&1 && cp .gpu_cache/wheels/*.whl "$dest/"
+  # and those kept in the repository by an earlier session (take_call_results.sh)
+  ls tools/offline-gpu/built/*.whl > /dev/null 2>&1 && cp -n tools/offline-gpu/built/*.whl "$dest/"
   [ -d .gpu_cache/flashinfer_aot ] && mkdir -p "$dest/flashinfer_aot" && cp -r .gpu_cache/flashinfer_aot/. "$dest/flashinfer_aot/"
 fi
 for pin in ${PINS:-}; do fetch "$pin"; done

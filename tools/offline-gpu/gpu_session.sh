@@ -33,7 +33,8 @@
 #   paired   the h200_paired grid (T_PAIRED): the missing cells in order of the time the records of the same
 #            points estimate, smallest first, as many as fit the budget (`attnbench records --budget-s`),
 #            in one Snakemake run; every call measures whole cells and brings them back
-#            (take_call_results.sh), the next call goes on with the next smallest
+#            (take_call_results.sh), the next call goes on with the next smallest; PAIRED_SKIP="KERNEL..."
+#            leaves out the kernels whose library comes in a later call
 #   sweep    the h200_sweep grid, shortest lengths first (T_SWEEP), then its busy share and cells per
 #            GPU-minute (benchmarks/harness_throughput.py) into OUTPUT_DIR/throughput/
 #   gputests the GPU tests (T_GPUTESTS; GPUTESTS="pytest arguments", quotes kept) into OUTPUT_DIR/pytest_gpu.txt
@@ -169,7 +170,7 @@ mkdir -p "$outdir/cp_verify"
 # outdated: attnbench.currency), in one Snakemake run
 missing_cells() {
   local name=$1 left=$2 lengths=$3 opts=$4 targets; shift 4
-  targets=$(python -m attnbench records --grids "$name" --seqlen $lengths $opts --overrides "{\"output_dir\": \"$outdir\"}")
+  targets=$(python -m attnbench records --grids "$name" --seqlen $lengths $opts --config "output_dir=$outdir")
   [ -n "$targets" ] || return 0
   log "$name S in {$lengths} $opts: $(echo "$targets" | wc -l) cells, ${left} s left"
   # the targets before --config, which would take them for more config entries
@@ -287,8 +288,18 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
 fi
 if has paired; then  # the smallest estimated cells first, what fits the budget (tools/offline-gpu/README.md)
   budget=${T_PAIRED:-480}
-  targets=$(python -m attnbench records --grids h200_paired --budget-s "$((budget - 60))" \
-    --overrides "{\"output_dir\": \"$outdir\"}")
+  if [ -f .paired_calls/order.tsv ]; then  # the plan made before the calls (paired_plan.sh)
+    # the planned cells without a record, in the plan's order, while their estimates fit the
+    # budget less a minute; PAIRED_SKIP="KERNEL..." leaves out kernels not installed yet
+    targets=$(awk -v room="$((budget - 60))" -v skip=" ${PAIRED_SKIP:-} " '{
+        k = $2; sub(/.*\/kernel\//, "", k); sub(/\/.*/, "", k)
+        if (index(skip, " " k " ") || (getline line < $2) > 0) { close($2); next }
+        if (sum + $1 > room) exit
+        sum += $1; print $2 }' .paired_calls/order.tsv)
+  else  # planned here from the records of the same points in the tree
+    targets=$(python -m attnbench records --grids h200_paired --budget-s "$((budget - 60))" \
+      --config "output_dir=$outdir")
+  fi
   if [ -n "$targets" ]; then
     log "h200_paired: $(echo "$targets" | wc -l) cells, estimated to fit $((budget - 60)) s (${budget} s budget)"
     timeout -s INT "$budget" snakemake $targets --profile profiles/local --cores "$(nproc)" \
@@ -355,7 +366,7 @@ fi
 
 # tables and figures are drawn afterwards from the records (make figures), not in device time
 if has regen; then
-  timeout 120 python -m attnbench regenerate --grids h200 h200_sparse h200_cp h200_sweep --overrides "{\"output_dir\": \"$outdir\"}" 2>&1 | tail -5 | tee -a "$out/session.txt"
+  timeout 120 python -m attnbench regenerate --grids h200 h200_sparse h200_cp h200_sweep --config "output_dir=$outdir" 2>&1 | tail -5 | tee -a "$out/session.txt"
 elif has dobench; then
   python -m attnbench collect --root "$outdir/cells" --out "$outdir/tables/cells.csv" | tail -1
 fi

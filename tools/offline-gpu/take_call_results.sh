@@ -47,6 +47,9 @@ if ls "$at"/built_wheels.tar.part* > /dev/null 2>&1; then
 fi
 if [ -f "$wheels_tar" ]; then
   mkdir -p .gpu_cache/wheels && tar xf "$wheels_tar" -C .gpu_cache/wheels
+  # kept in the repository too (a later session starts without .gpu_cache/): slim_tree.sh keeps
+  # them out of a call's tree, carry_wheels.sh carries them in .whl/
+  mkdir -p tools/offline-gpu/built && tar xf "$wheels_tar" -C tools/offline-gpu/built
   echo "built wheels kept: $(tar tf "$wheels_tar" | tr '\n' ' ')"
 fi
 if ls "$at"/flashinfer_aot.tgz.part* > /dev/null 2>&1; then

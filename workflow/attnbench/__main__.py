@@ -1,4 +1,8 @@
-"""Command line: python -m attnbench {cell,cp-cell,peak,collect,tables,figures,check-config,regenerate,predict,advise} ..."""
+"""attnbench: attention kernels and context-parallel methods, measured cell by cell.
+
+Run the grids with `snakemake` (README); these commands are what its rules call, and what a user
+asks the results: `advise` (which kernel, which method), `check-config`, `regenerate`, `predict`.
+Settings as Snakemake takes them: --configfile FILE (over config.yaml), --config KEY=VALUE."""
 
 from __future__ import annotations
 
@@ -39,26 +43,16 @@ def say_outcome(record, out):
     print(f"{record['status']}: {out}" + (f" ({details})" if details else ""))
 
 
-def record_not_run(spec, out: str, peak_path: str | None, a) -> None:
-    """The record of a cell whose process did not write one (attnbench.launch runs the command
-    again to write it): stopped at its time budget (--timed-out-after: `timeout`), or ended without
-    a record (--crashed: `crashed`, with how it ended and the last lines of its log). No timings. A
-    record the cell's own run had already written (it was stopped while exiting) is kept."""
-    from .families import not_run_record
-    from .record.record import write_record
+def record_not_run(spec, a) -> None:
+    """--timed-out-after / --crashed: the record of a cell whose process did not write one."""
+    from .record.not_run import write_not_run
 
-    if spec.device == "cuda":
-        import torch  # noqa: F401  (the fingerprint then names the device)
-    if Path(out).exists():
-        print(f"{out} was written before the cell ended; kept")
-        return
-    peak = json.loads(Path(peak_path).read_text()) if peak_path else None
-    if a.timed_out_after is not None:
-        record = not_run_record(spec, peak, timed_out_after_s=a.timed_out_after)
+    crash = json.loads(a.crashed) if a.crashed is not None else None
+    record = write_not_run(spec, a.out, a.peak, a.timed_out_after, crash)
+    if record is None:
+        print(f"{a.out} was written before the cell ended; kept")
     else:
-        record = not_run_record(spec, peak, crash=json.loads(a.crashed))
-    write_record(record, out)
-    say_outcome(record, out)
+        say_outcome(record, a.out)
 
 
 def json_option(a, name: str):
@@ -129,7 +123,7 @@ def cmd_cell(a):
 
     spec = cell_spec(a)
     if a.timed_out_after is not None or a.crashed is not None:
-        return record_not_run(spec, a.out, a.peak, a)
+        return record_not_run(spec, a)
     hash_code_before_import(spec)
     measures = not ends_without_gpu(spec)
     if measures and a.worker_idle_s:
@@ -151,7 +145,7 @@ def cmd_cp_cell(a):
     """One rank of a distributed cell (start it with python -m attnbench.launch)."""
     spec = cell_spec(a)
     if a.timed_out_after is not None or a.crashed is not None:
-        return record_not_run(spec, a.out, a.peak, a)
+        return record_not_run(spec, a)
     hash_code_before_import(spec)
     from .families.cp.cell import run_cp_cell
     from .families.cp.emulated import is_emulated, run_emulated_cell
@@ -236,18 +230,12 @@ def cmd_regenerate(a):
     """Tidy table, tables, figures (and the report) from the records already on disk; runs no cell."""
     import time
 
-    from .families import load_config
-    from .grid.config import ConfigError
-    from .regenerate import regenerate
     from .report.collect import RecordError, ReportError
+    from .report.regenerate import regenerate, write_report
     from .run_lock import RunLock, RunLocked
 
     t0 = time.perf_counter()
-    try:
-        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        sys.exit(2)
+    cfg = config_of(a)
     try:
         with RunLock(cfg["output_dir"]):  # not while a run writes the same folder
             drawn = regenerate(cfg, a.grids, a.jobs)
@@ -260,55 +248,22 @@ def cmd_regenerate(a):
     if a.report is not None:
         t2 = time.perf_counter()
         report = Path(a.report) if a.report else Path(cfg["output_dir"]) / "report.html"
-        write_report(cfg, list(drawn.grids), report, a.snakefile)
+        try:
+            write_report(cfg, list(drawn.grids), report, a.snakefile)
+        except ReportError as e:
+            sys.exit(str(e))
         print(f"report -> {report} in {time.perf_counter() - t2:.1f} s")
     print(f"regenerated in {time.perf_counter() - t0:.1f} s")
 
 
-def write_report(cfg: dict, grids: list, report: Path, snakefile: str):
-    """`snakemake --report` over the same config (the grids regenerated), running nothing."""
-    import subprocess
-    import tempfile
-
-    import yaml
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump({**cfg, "run": list(grids)}, f)
-    try:
-        cmd = [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "--snakefile",
-            snakefile,
-            "--configfile",
-            f.name,
-            "--cores",
-            "1",
-            "--report",
-            str(report),
-        ]
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode:
-            sys.exit(f"snakemake --report failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
-    finally:
-        Path(f.name).unlink()
-
-
 def cmd_check_config(a):
-    from .families import load_config
-    from .grid.config import ConfigError
-
-    try:
-        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        sys.exit(2)
+    cfg = config_of(a, [a.file] if a.file else [])
     from .families import expand_cells, plan_lines
     from .grid.config import config_files
 
+    files = [*([a.file] if a.file else []), *a.configfile] or [WORKFLOW_CONFIG]
     cells = expand_cells(cfg)
-    read = " over ".join(str(f) for f in reversed(config_files(a.config, WORKFLOW_CONFIG)))
+    read = " over ".join(str(f) for f in reversed(config_files(files, WORKFLOW_CONFIG)))
     print(f"config ok ({read}): {len(cells)} cells in grids {', '.join(cfg['run'])}")
     from .currency import config_report
 
@@ -325,14 +280,10 @@ def cmd_records(a):
     from collections import Counter
 
     from .currency import of_config
-    from .families import expand_cells, load_config
-    from .grid.config import ConfigError
+    from .families import expand_cells
     from .grid.expand import cell_path
 
-    try:
-        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
-    except ConfigError as e:
-        sys.exit(f"{e}")
+    cfg = config_of(a)
     out = Path(cfg["output_dir"])
     keep = cfg["outdated_records"] == "keep"
     outdated = set() if keep else {Path(o.path) for o in of_config(cfg, a.grids)[0]}
@@ -346,13 +297,16 @@ def cmd_records(a):
         and (a.all or not (out / cell_path(cell)).exists() or out / cell_path(cell) in outdated)
     ]
     if a.calls:
-        from .families.estimate import calls
+        from .families.estimate import calls, write_calls
 
-        for i, (batch, s) in enumerate(calls(cells, out, a.calls), 1):
+        plan = calls(cells, out, a.calls)
+        for i, (batch, s) in enumerate(plan, 1):
             kinds = Counter(f"{c['impl']} {c['mask']} {c['seqlen']}" for c in batch)
             print(
                 f"call {i}: {len(batch)} cells, estimated {s:.0f} s; e.g. {', '.join(list(kinds)[:3])}"
             )
+        if a.calls_dir:
+            print(f"written: {', '.join(map(str, write_calls(plan, out, Path(a.calls_dir))))}")
         return
     if a.smallest_first or a.budget_s is not None:
         from .families.estimate import smallest_first
@@ -366,11 +320,9 @@ def cmd_predict(a):
     """The CP throughput model (cp_model/): a grid's table, validation, checks and figures
     (--grid); the published benchmarks (--validate); or a user's own question."""
     from .cp_model.run import run_predict
-    from .families import load_config
-    from .grid.config import ConfigError
 
+    cfg = config_of(a)
     try:
-        cfg = load_config(a.config, json_option(a, "overrides"), WORKFLOW_CONFIG)
         if a.validate or not a.grid:
             return predict_question(a, cfg)
         out = Path(a.output_dir or cfg["output_dir"])
@@ -383,7 +335,7 @@ def cmd_predict(a):
             cfg.get("figures", {}),
             progress=lambda m: print(m, file=sys.stderr),
         )
-    except (ConfigError, ValueError) as e:
+    except ValueError as e:
         sys.exit(f"predict: {e}")
     print("\n".join(res["files"]))
     print(
@@ -435,13 +387,14 @@ def cmd_advise(a):
     cells = Path(a.cells) if a.cells else None
     try:
         if cells is None:
-            cells = Path(config_or_exit(a.config, None)["output_dir"]) / "tables" / "cells.csv"
+            cells = Path(config_of(a)["output_dir"]) / "tables" / "cells.csv"
         df, samples = read_tables(cells)
         wanted = {k: getattr(a, k) for k in ADVISE_FILTERS}
         q = Question(wanted, a.format, a.verbose, a.all, a.overview)
         print(respond(df, samples, advice_of, q, modelled_answers(a, cells)))
-    except AdviceError as e:
-        print(f"advise: {e} (in {cells})", file=sys.stderr)
+    except AdviceError as e:  # naming the table, where the message does not already
+        where = "" if str(cells) in str(e) else f" (in {cells})"
+        print(f"advise: {e}{where}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -452,7 +405,7 @@ def modelled_answers(a, cells: Path):
     def respond(q, gpus):
         from .cp_model.advise import modelled
 
-        cfg = config_or_exit(a.config, None)
+        cfg = config_of(a)
         return modelled(cfg, cells.resolve().parent.parent, a.local_kernel, a.network)(q, gpus)
 
     return respond
@@ -471,15 +424,26 @@ ADVISE_FILTERS = (
 )
 
 
-def config_or_exit(path, overrides):
-    """The validated config, or its error on stderr and exit 2."""
+def config_of(a, files=()):
+    """The validated config of a command's --configfile files (and `files` before them) over
+    config.yaml, with its --config KEY=VALUE settings over all, as Snakemake reads them; a
+    config error, or an old spelling, on stderr and exit 2 (every command alike)."""
     from .families import load_config
-    from .grid.config import ConfigError
+    from .grid.config import ConfigError, key_values
 
     try:
-        return load_config(path, overrides, WORKFLOW_CONFIG)
+        if getattr(a, "overrides", None) is not None:
+            raise ConfigError(
+                [
+                    "--overrides is no option any more: give settings as --config KEY=VALUE "
+                    "(values as YAML, e.g. --config output_dir=results/h200), or in a file read "
+                    "over config.yaml with --configfile FILE, as snakemake takes them"
+                ]
+            )
+        paths = [*files, *a.configfile] or [WORKFLOW_CONFIG]
+        return load_config(paths, key_values(a.config), WORKFLOW_CONFIG)
     except ConfigError as e:
-        print(e, file=sys.stderr)
+        print(f"{a.cmd}: {e}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -504,12 +468,34 @@ CRASHED_HELP = (
 SPEC_HELP = "the cell's parameters: a JSON file (as the workflow passes them), or inline JSON"
 
 
+def config_options(c) -> None:
+    """--configfile and --config, as Snakemake takes them (and the old spelling, refused)."""
+    c.add_argument(
+        "--configfile",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a YAML file of settings read over config.yaml (repeat it: later files over "
+        "earlier ones), as snakemake --configfile",
+    )
+    c.add_argument(
+        "--config",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="settings over the files, each value YAML (e.g. output_dir=results/h200 "
+        "'run=[h200_sweep]'), as snakemake --config",
+    )
+    c.add_argument(
+        "--overrides", help=argparse.SUPPRESS
+    )  # the old spelling: refused, naming these
+
+
 def _grids_parser(sub, name, what, fn):
-    """A command over grids of a config file (by default the grids of its run list)."""
-    c = sub.add_parser(name, help=what)
-    c.add_argument("--config", default="config.yaml")
-    c.add_argument("--grids", nargs="*", help="default: the config's run list")
-    c.add_argument("--overrides", help="JSON merged over the config file")
+    """A command over grids of a config (by default the grids of its run list)."""
+    c = sub.add_parser(name, help=what, description=what)
+    config_options(c)
+    c.add_argument("--grids", nargs="*", help="these grids (default: the config's run list)")
     c.set_defaults(fn=fn)
     return c
 
@@ -517,8 +503,8 @@ def _grids_parser(sub, name, what, fn):
 def _report_parser(sub, name, what, fn, grid_config_help):
     """A command that reads the tidy table and writes one grid's report files (tables, figures)."""
     c = sub.add_parser(name, help=what)
-    c.add_argument("--cells", required=True)
-    c.add_argument("--out-dir", required=True)
+    c.add_argument("--cells", required=True, help="the tidy table (samples.csv beside it)")
+    c.add_argument("--out-dir", required=True, help="the folder the grid's files go to")
     c.add_argument("--grid", help="only this grid's cells")
     c.add_argument("--grid-config", help=grid_config_help)
     c.set_defaults(fn=fn)
@@ -526,12 +512,29 @@ def _report_parser(sub, name, what, fn, grid_config_help):
 
 
 def main(argv=None):
+    p = parser()
+    a = p.parse_args(argv)
+    if a.cmd is None:  # bare `attnbench`: what it can do
+        p.print_help()
+        return
+    a.fn(a)
+
+
+def parser() -> argparse.ArgumentParser:
+    """Every command, its options and their help."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("attnbench")
+    except PackageNotFoundError:  # a bare checkout, not installed
+        release = "not installed"
     p = argparse.ArgumentParser(prog="attnbench", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p.add_argument("--version", action="version", version=f"attnbench {release}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     c = sub.add_parser("cell", help="run one kernel cell and write its JSON record")
     c.add_argument("--spec", required=True, help=SPEC_HELP)
     c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
-    c.add_argument("--out", required=True)
+    c.add_argument("--out", required=True, help="where the cell's record is written")
     c.add_argument("--threads", type=int, help="CPU threads for torch (Snakemake's threads)")
     c.add_argument("--timed-out-after", type=float, metavar="SECONDS", help=TIMED_OUT_HELP)
     c.add_argument("--crashed", metavar="JSON", help=CRASHED_HELP)
@@ -553,14 +556,14 @@ def main(argv=None):
     c.add_argument("--crashed", metavar="JSON", help=CRASHED_HELP)
     c.set_defaults(fn=cmd_cp_cell)
     c = sub.add_parser("peak", help="measure the device's dense matmul ceiling")
-    c.add_argument("--device", required=True)
-    c.add_argument("--dtype", required=True)
-    c.add_argument("--out", required=True)
+    c.add_argument("--device", required=True, help="cpu or cuda")
+    c.add_argument("--dtype", required=True, help="the matmul's dtype, e.g. bfloat16")
+    c.add_argument("--out", required=True, help="the JSON file written")
     c.set_defaults(fn=cmd_peak)
     c = sub.add_parser("collect", help="cell records -> one tidy CSV")
-    c.add_argument("records", nargs="*")
+    c.add_argument("records", nargs="*", help="record files")
     c.add_argument("--root", help="collect every record under this folder instead")
-    c.add_argument("--out", required=True)
+    c.add_argument("--out", required=True, help="the tidy table (CSV) written")
     c.set_defaults(fn=cmd_collect)
     _report_parser(
         sub,
@@ -577,9 +580,15 @@ def main(argv=None):
         "the grid's config as JSON (checks the expected files were written)",
     )
     c.add_argument("--style", help="figure style settings as JSON")
-    c = sub.add_parser("check-config", help="validate a config file and count its cells")
-    c.add_argument("config")
-    c.add_argument("--overrides", help="JSON merged over the file (like snakemake --config)")
+    c = sub.add_parser(
+        "check-config",
+        help="validate a config before any cell runs: its grids, cells, records outdated and "
+        "the device time its records estimate",
+    )
+    c.add_argument(
+        "file", nargs="?", help="a config file read over config.yaml (the same as --configfile)"
+    )
+    config_options(c)
     c.set_defaults(fn=cmd_check_config)
     c = _grids_parser(
         sub,
@@ -626,12 +635,17 @@ def main(argv=None):
         metavar="SECONDS",
         help="print the plan instead: the missing cells, smallest first, in calls of SECONDS each",
     )
+    c.add_argument(
+        "--calls-dir",
+        help="with --calls: also write each call's record paths to DIR/callNN.txt, and every cell's "
+        "estimate and path in order to DIR/order.tsv (a device call that carries them needs no "
+        "records to plan from)",
+    )
     c = sub.add_parser(
         "predict",
         help="CP throughput model to 1024 GPUs for one cp grid (cp_model in config.yaml)",
     )
-    c.add_argument("--config", default="config.yaml")
-    c.add_argument("--overrides", help="JSON merged over the config")
+    config_options(c)
     c.add_argument("--grid", help="a cp grid named in cp_model.grids: its tables and figures")
     c.add_argument(
         "--validate", action="store_true", help="the model against published CP benchmarks"
@@ -641,18 +655,18 @@ def main(argv=None):
         help="where the records are (default: the config's output_dir; a question's: "
         "cp_model.records_dir)",
     )
-    c.add_argument("--tables-dir")
-    c.add_argument("--figures-dir")
-    c.add_argument("--no-figures", action="store_true")
+    c.add_argument("--tables-dir", help="default: <output_dir>/tables/<grid>")
+    c.add_argument("--figures-dir", help="default: <output_dir>/figures/<grid>")
+    c.add_argument("--no-figures", action="store_true", help="the tables only")
     q = c.add_argument_group("a question of your own (docs/cp-model.md)")
     q.add_argument("--question", help="a YAML file of question keys (the options below override)")
     q.add_argument("--mask", help="full, causal, full_document, causal_document, ...")
-    q.add_argument("--gpus", type=int)
-    q.add_argument("--tokens-per-gpu", type=parse_length)
+    q.add_argument("--gpus", type=int, help="GPUs (the world size)")
+    q.add_argument("--tokens-per-gpu", type=parse_length, help="e.g. 8K (or --seqlen)")
     q.add_argument("--seqlen", type=parse_length, help="the whole sequence (or --tokens-per-gpu)")
     q.add_argument("--heads", help="query:KV heads, e.g. 32:8 (default 64:8)")
-    q.add_argument("--head-dim", type=int)
-    q.add_argument("--dtype")
+    q.add_argument("--head-dim", type=int, help="default 128")
+    q.add_argument("--dtype", help="default bfloat16")
     q.add_argument("--direction", help="fwd, bwd or train (fwd + bwd)")
     q.add_argument("--network", help="a preset of cp_model.networks")
     q.add_argument("--local-kernel", help="the local kernel whose records time the chunks")
@@ -724,10 +738,9 @@ def main(argv=None):
         help="--gpus beyond the measured: the CP model's network preset (default cp_model's)",
     )
     c.add_argument("--cells", help="the tidy table (default: <output_dir>/tables/cells.csv)")
-    c.add_argument("--config", default="config.yaml", help="gives output_dir without --cells")
+    config_options(c)  # output_dir without --cells; the CP model's settings for --gpus
     c.set_defaults(fn=cmd_advise)
-    a = p.parse_args(argv)
-    a.fn(a)
+    return p
 
 
 if __name__ == "__main__":

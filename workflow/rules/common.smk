@@ -228,9 +228,9 @@ def records_not_on_disk():
 def write_tidy_table(records, cells, samples, log):
     """The collect rule's work, in Python rather than a shell command: the records can be more
     than a command line holds. The tables are the union of every grid's records in the output
-    folder (attnbench.regenerate.tidy_table): one row per cell, with the `outdated` column, and
+    folder (attnbench.report.regenerate.tidy_table): one row per cell, with the `outdated` column, and
     one per cell and sample (the per-sample table the paired answers read)."""
-    from attnbench.regenerate import tidy_table
+    from attnbench.report.regenerate import tidy_table
     from attnbench.report.collect import RecordError, write_cells
 
     budgets = {g: cell_timeout_s(GRIDS[g]) for g in RUN}
@@ -309,7 +309,7 @@ def end_run(ok):
 
 
 def draw_what_finished():
-    from attnbench.regenerate import regenerate
+    from attnbench.report.regenerate import regenerate
 
     logger.info("some jobs failed: drawing the tables and figures of the records on disk")
     try:

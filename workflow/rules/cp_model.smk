@@ -31,7 +31,7 @@ for _g in [g for g in CFG.get("cp_model", {}).get("grids", {}) if g in CFG["grid
             grid=_g,
             overrides=as_file({"cp_model": CFG["cp_model"], "output_dir": OUT}),
         shell:
-            "python -m attnbench predict --grid {params.grid} --overrides {params.overrides:q}"
+            "python -m attnbench predict --grid {params.grid} --configfile {params.overrides:q}"
             " > {log:q} 2>&1"
 
 
@@ -50,9 +50,9 @@ rule cp_validation:
     conda:
         "../../envs/cpu.yaml"
     params:
-        overrides=json.dumps({"cp_model": CFG["cp_model"], "output_dir": OUT}),
+        overrides=as_file({"cp_model": CFG["cp_model"], "output_dir": OUT}),
     shell:
-        "python -m attnbench predict --validate --overrides {params.overrides:q} > {log} 2>&1"
+        "python -m attnbench predict --validate --configfile {params.overrides:q} > {log:q} 2>&1"
 
 
 # Bandwidth and latency per pattern on this machine (NCCL on GPUs, gloo on the CPU): the numbers a

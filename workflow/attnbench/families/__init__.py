@@ -6,8 +6,9 @@
     CELL_COMMAND             the `python -m attnbench` subcommand that runs one cell (`cell`: the
                              kernel rule runs it, kernels.smk; `cp-cell`: context_parallel.smk)
     record_skeleton(spec)    the record a cell starts with (as is for a cell stopped at its budget)
+    provenance(spec)         the code and libraries a cell runs with (record.code; currency.py)
     table_stems(grid), figure_stems(grid)            the files its tables and figures write
-    TABLES, FIGURES          its modules (in the folder) holding
+    tables.py, figures.py    its two modules (the same names in every family) holding
                              tables(df, out, samples) -> paths, table_captions(df) -> ({stem: text}, {stem: rst}),
                              figures(df, out, style, only, inputs) -> paths,
                              figure_captions(df, style, inputs) -> {stem: text}
@@ -60,20 +61,25 @@ def of_grid(grid: dict):
     return family(grid["family"])
 
 
+# Every family has the same two modules: its tables and its figures (the report's drivers of the
+# same names call them).
+PARTS = {"TABLES": "tables", "FIGURES": "figures"}
+
+
 def part_module(name: str, which: str) -> str:
     """The name of a family's TABLES or FIGURES module."""
-    fam = family(name)
-    return f"{fam.__name__}.{getattr(fam, which)}"
+    return f"{family(name).__name__}.{PARTS[which]}"
 
 
 def command_modules(name: str, which: str) -> list[str]:
     """The modules the `tables` (which: TABLES) or `figures` (FIGURES) command of a family's grid
-    runs beyond this one: the report's driver and the family's module (what the rule's code
-    inputs are computed from, attnbench.codegraph)."""
+    runs beyond this one: the report's driver and the family's module, and for tables the advice
+    every grid gets (what the rule's code inputs are computed from, attnbench.codegraph)."""
     report = f"{__package__.rsplit('.', 1)[0]}.report"
-    driver = {"TABLES": "tables", "FIGURES": "figures"}[which]
-    every_grid = [f"{report}.advice"] if which == "TABLES" else []  # write_tables writes it too
-    return [f"{report}.{driver}", part_module(name, which), *every_grid]
+    every_grid = (
+        [f"{report}.advice_text", f"{family(name).__name__}.advice"] if which == "TABLES" else []
+    )
+    return [f"{report}.{PARTS[which]}", part_module(name, which), *every_grid]
 
 
 def part(name: str, which: str):
@@ -99,11 +105,12 @@ def validate(cfg: dict) -> dict:
     return validate_with(cfg, product_problems)
 
 
-def load_config(path, overrides: dict | None = None, base=None) -> dict:
-    """`path` validated with every family's checks (over `base`: grid.config.config_files)."""
+def load_config(paths, overrides: dict | None = None, base=None) -> dict:
+    """`paths` (one config file or several) validated with every family's checks (over `base`:
+    grid.config.config_files)."""
     from ..grid.config import load_config as load_with
 
-    return load_with(path, product_problems, overrides, base)
+    return load_with(paths, product_problems, overrides, base)
 
 
 def not_run_record(

@@ -134,3 +134,29 @@ def calls(cells: list[dict], out: Path, call_s: float) -> list[tuple[list[dict],
         plan.append((batch, total))
     plan.sort(key=lambda p: any(cell_estimate(c, out) is None for c in p[0]))
     return plan
+
+
+def write_calls(plan, out: Path, folder: Path) -> list[Path]:
+    """Each call's record paths, one file per call (callNN.txt, in order), replacing the folder's,
+    and order.tsv: every cell's estimated seconds and record path, in the plan's order (a call
+    that finds some of a file's cells measured, or a kernel not installed yet, fills its budget
+    from the next cells instead)."""
+    from ..grid.expand import cell_path
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("call*.txt"):
+        old.unlink()
+    paths = []
+    for i, (batch, _) in enumerate(plan, 1):
+        path = folder / f"call{i:02d}.txt"
+        path.write_text("".join(f"{out / cell_path(c)}\n" for c in batch))
+        paths.append(path)
+    order = folder / "order.tsv"
+    order.write_text(
+        "".join(
+            f"{cell_estimate(c, out) or 0.0:.1f}\t{out / cell_path(c)}\n"
+            for batch, _ in plan
+            for c in batch
+        )
+    )
+    return [*paths, order]

@@ -284,19 +284,46 @@ def read_yaml(path) -> dict:
     return data or {}
 
 
-def config_files(path, base=None) -> list[Path]:
+def config_files(paths, base=None) -> list[Path]:
     """The files a config is read from, in order: `base` (the workflow's config.yaml, which
-    Snakemake's `configfile:` reads) where it exists, then `path` over it unless it is that same
-    file; as `snakemake --configfile path` reads a file of one's own grids over the defaults."""
+    Snakemake's `configfile:` reads) where it exists, then each of `paths` (one path or several)
+    over it, later ones over earlier ones, as `snakemake --configfile A B` reads files of one's
+    own settings over the defaults; `base` itself given again is not read twice."""
+    paths = [paths] if isinstance(paths, str | Path) else list(paths or [])
     files = [Path(base)] if base is not None and Path(base).is_file() else []
-    if not files or Path(path).resolve() != files[0].resolve():
-        files.append(Path(path))
+    for p in map(Path, paths):
+        if not files or p.resolve() not in {f.resolve() for f in files}:
+            files.append(p)
     return files
 
 
-def load_config(path, product_problems, overrides: dict | None = None, base=None) -> dict:
-    """The validated config of `path` (over `base`: config_files) with `overrides` over both."""
+def load_config(paths, product_problems, overrides: dict | None = None, base=None) -> dict:
+    """The validated config of `paths` (over `base`: config_files) with `overrides` over all."""
     cfg = {}
-    for f in config_files(path, base):
+    for f in config_files(paths, base):
         cfg = deep_merge(cfg, read_yaml(f))
     return validate(deep_merge(cfg, overrides or {}), product_problems)
+
+
+def key_values(items) -> dict:
+    """`KEY=VALUE` settings as `snakemake --config` takes them, each value read as YAML
+    (output_dir=results/h200, run=[h200_sweep], cp_model={network: h100_8x}); ConfigError naming
+    an item that is not one, and where it is a file, that a file goes with --configfile."""
+    out, problems = {}, []
+    for item in items or ():
+        key, eq, value = str(item).partition("=")
+        if not eq or not key:
+            hint = (
+                f"; a file of settings is --configfile {item}"
+                if Path(item).is_file()
+                else " (e.g. --config output_dir=results/h200 'run=[h200_sweep]')"
+            )
+            problems.append(f"--config {item}: expected KEY=VALUE, as snakemake --config{hint}")
+            continue
+        try:
+            out[key] = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError as e:
+            problems.append(f"--config {item}: its value is not YAML ({str(e).splitlines()[0]})")
+    if problems:
+        raise ConfigError(problems)
+    return out

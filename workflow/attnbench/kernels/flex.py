@@ -26,7 +26,10 @@ TILE = 128
 
 @functools.cache
 def compiled_flex():
-    # Past the recompile limit Dynamo would run flex eagerly (a different computation): fail instead.
+    # One compilation per mask_mod closure: a heterogeneous mask compiles once per draw, and 10
+    # draws passed Dynamo's default limit of 8 (causal_blockwise, h200_paired). Past the limit
+    # Dynamo would run flex eagerly (a different computation): fail instead.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     torch._dynamo.config.fail_on_recompile_limit_hit = True
     return torch.compile(flex_attention, dynamic=False)
 

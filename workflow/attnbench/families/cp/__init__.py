@@ -23,8 +23,6 @@ def problems(cfg, grid, prod, at) -> list[str]:
 
 NAME = "cp"
 CELL_COMMAND = "cp-cell"
-TABLES = "report"
-FIGURES = "figures"
 
 
 def record_skeleton(spec) -> dict:

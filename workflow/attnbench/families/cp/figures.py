@@ -31,7 +31,7 @@ from ...report.figures import Inputs
 from ...report.labels import STATUS_LABEL, order, seqlen_label
 from ...report.style import colour
 from ...status import TIMED
-from .report import (
+from .tables import (
     baseline_of,
     baselines,
     cp_panels,

@@ -24,8 +24,6 @@ def problems(cfg, grid, prod, at) -> list[str]:
 
 NAME = "kernel"
 CELL_COMMAND = "cell"
-TABLES = "tables"
-FIGURES = "figures"
 
 
 def record_skeleton(spec) -> dict:

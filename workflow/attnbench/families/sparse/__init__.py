@@ -10,8 +10,6 @@ from ..kernel.grid import expand  # noqa: F401
 
 NAME = "sparse"
 CELL_COMMAND = "cell"
-TABLES = "report"
-FIGURES = "report"
 
 
 def problems(cfg, grid, prod, at) -> list[str]:

@@ -10,14 +10,7 @@ from ...masks import SPARSE_MASKS
 from ...report.advice import HEADS_ETC, AdviceFamily
 from ...report.labels import seqlen_label
 from ..kernel.advice import named_by_impl
-
-
-def block_setting(r) -> str:
-    if r["mask"] == "variable_block_sparse" and pd.notna(r.get("avg_block")):
-        return f"var A={int(r['avg_block'])}"
-    if pd.notna(r.get("block_size")):
-        return f"B={int(r['block_size'])}"
-    return r["mask"]
+from .tables import block_setting
 
 
 def sparse_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:

@@ -17,18 +17,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from .currency import judge, outdated_column
-from .families import expand_cells, figure_stems, write_figures, write_tables
-from .grid.config import cell_timeout_s
-from .grid.expand import cell_path
-from .report.collect import (
+from ..currency import judge, outdated_column
+from ..families import expand_cells, figure_stems, write_figures, write_tables
+from ..grid.config import cell_timeout_s
+from ..grid.expand import cell_path
+from ..terminal import bar
+from .collect import (
+    ReportError,
     collect,
     collect_samples,
     read_records,
     samples_path,
     write_cells,
 )
-from .terminal import bar
 
 
 def other_grid_records(out: Path, grids) -> list[str]:
@@ -167,3 +168,24 @@ def regenerate(cfg: dict, grids=None, jobs: int = 1, say=print) -> Drawn:
         f"{time.perf_counter() - t1:.1f} s"
     )
     return Drawn(len(present), len(cells), other, missing, tuple(drawn), len(tasks))
+
+
+def write_report(cfg: dict, grids: list, report: Path, snakefile: str) -> None:
+    """`snakemake --report` over the same config (the grids regenerated), running nothing; a
+    ReportError carries Snakemake's output where it fails."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import yaml
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump({**cfg, "run": list(grids)}, f)
+    try:
+        cmd = [sys.executable, "-m", "snakemake", "--snakefile", snakefile]
+        cmd += ["--configfile", f.name, "--cores", "1", "--report", str(report)]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode:
+            raise ReportError(f"snakemake --report failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
+    finally:
+        Path(f.name).unlink()

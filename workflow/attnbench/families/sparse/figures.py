@@ -1,0 +1,215 @@
+"""Figures of family `sparse` (block-sparse grids), from the tidy table alone: TFLOP/s against
+length and density per block setting, dense references drawn as dashed lines at their own length,
+and memory. Files: exactly outputs.figure_stems for family sparse.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ...report.labels import order, seqlen_label
+from ...report.plotting import (
+    GIB,
+    collect_handles,
+    describe,
+    draw_dots,
+    grid_axes,
+    kernel_line,
+    legend_below,
+    note_below,
+    panel_notes,
+    per_draw,
+    save,
+    timed_line,
+)
+from ...status import TIMED
+from .tables import block_order, equal_area_references, main_density, split
+
+
+def _panels(sparse: pd.DataFrame):
+    """(blocks, heads, direction) of every panel that has sparse cells, blocks in order."""
+    present = set(zip(sparse["blocks"], sparse["heads"], sparse["direction"]))
+    combos = list(dict.fromkeys(zip(sparse["heads"], sparse["direction"])))
+    return [
+        (b, h, d) for b in block_order(sparse["blocks"]) for h, d in combos if (b, h, d) in present
+    ]
+
+
+def _length_tick(value) -> str:
+    return seqlen_label(int(value))
+
+
+def _density_tick(value) -> str:
+    return f"{value:.2g}"
+
+
+def _draw(
+    ax, d: pd.DataFrame, x: str, value: str, drawn: dict, dense: pd.DataFrame | None, tick, draws
+):
+    """One line per kernel, each draw of a cell with several as a dot at its x (`draws`:
+    plotting.per_draw); OOM as X on the axis floor; returns the kernels that did not run here,
+    by status: a name alone where none of its cells ran, "name (at 96K, 128K)" where some did
+    (`tick` names a point as the x axis does)."""
+    missing = {"unsupported": [], "unavailable": [], "timeout": [], "crashed": []}
+    for impl in order(d["impl"]):
+        g = d[d["impl"] == impl]
+        points, ooms = timed_line(ax, g, x, value, impl, impl, ms=4, lw=1.3, ring_ms=9)
+        drawn["points"] += points
+        drawn["oom_markers"] += ooms
+        ran = g[g["status"].isin(TIMED) & g[value].notna()]
+        if draws and len(ran):
+            tag = f"{impl}|{g['blocks'].iloc[0]}"
+            drawn["draw_dots"] += draw_dots(
+                ax, ran.assign(_x=ran[x].astype(float)), draws, impl, tag
+            )
+        for st in missing:  # the whole panel, or (named) the points where it did not run
+            at = g[g["status"] == st][x]
+            if len(g) and len(at) == len(g):
+                missing[st].append(impl)
+            elif len(at):
+                missing[st].append(f"{impl} (at {', '.join(tick(v) for v in sorted(set(at)))})")
+    if dense is not None:  # at their own length, labelled with the sparse length they match
+        ok = dense[(dense["status"] == "ok") & dense[value].notna()]
+        for impl in order(ok["impl"]):
+            line = ok[ok["impl"] == impl].sort_values(x)
+            label = f"{impl} (dense, full mask, at its own S)"
+            kernel_line(ax, line[x], line[value], impl, "--", ms=3, lw=1, label=label)
+            drawn["dense_points"] += len(line)
+            drawn["dense_x"] += list(line[x])
+        # one label per dense length, under its lowest point (the kernels there share it); neighbours
+        # alternate between two depths, as two lengths can sit closer than a label is wide
+        groups = ok.groupby(x) if "equal_area_seqlen" in ok else ()
+        for i, (at, same) in enumerate(groups):
+            ax.annotate(
+                f"area of {seqlen_label(int(same['equal_area_seqlen'].iloc[0]))}",
+                (at, same[value].min()),
+                textcoords="offset points",
+                xytext=(0, -10 - 8 * (i % 2)),
+                ha="center",
+                fontsize="xx-small",
+                color="dimgray",
+            )
+    return missing
+
+
+def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None, draws=None):
+    panels = _panels(sparse)
+    tick = (
+        _length_tick if xlog else _density_tick
+    )  # a point of the x axis, as named in ticks and notes
+    combos = len(set((h, d) for _, h, d in panels))
+    fig, axes = grid_axes(len(panels), ncols=combos if combos > 1 else min(4, len(panels)))
+    drawn = {
+        "panels": len(panels),
+        "points": 0,
+        "oom_markers": 0,
+        "draw_dots": 0,
+        "dense_points": 0,
+        "dense_x": [],
+        "missing": {},
+    }
+    for ax, (blocks, heads, direction) in zip(axes, panels):
+        d = sparse[
+            (sparse["blocks"] == blocks)
+            & (sparse["heads"] == heads)
+            & (sparse["direction"] == direction)
+        ]
+        ref = None
+        if dense is not None and len(dense):
+            ref = dense[(dense["heads"] == heads) & (dense["direction"] == direction)]
+        missing = _draw(ax, d, x, value, drawn, ref, tick, draws)
+        drawn["missing"][(blocks, heads, direction)] = missing
+        extra = f" | {subtitle(d)}" if subtitle and len(d) else ""
+        ax.set_title(f"{blocks} | {heads} | {direction}{extra}", fontsize="medium")
+        # ticks at the sparse cells' values only: a dense reference's own length is named by its
+        # "area of" label, and as a tick it collides with the sparse lengths beside it
+        xs = sorted(set(d[x].dropna()))
+        if xlog:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(xs, [tick(s) for s in xs])
+            ax.set_xlabel("sequence length (tokens)")
+        else:
+            ax.set_xticks(xs, [tick(s) for s in xs])
+            ax.set_xlabel("density (nominal fraction of key blocks kept)")
+        ax.minorticks_off()
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        notes = [f"{k}: {', '.join(v)}" for k, v in missing.items() if v]
+        top = ax.get_ylim()[1]
+        ax.set_ylim(0, top * (1 + 0.12 * (len(notes) + 1)))  # headroom for the notes
+        if notes:
+            panel_notes(ax, notes, wrap=True)
+    handles = collect_handles(axes)
+    legend_below(fig, handles, min(6, max(1, len(handles))), loc="lower center", y=-0.02)
+    fig.suptitle(title, y=1.0)
+    note = (
+        "X on the axis: out of memory; red ring: disagrees with the float64 reference; "
+        "panel text: kernels unsupported / not installed there"
+        + ("; dots: each sampled layout (draw) of a cell" if drawn["draw_dots"] else "")
+    )
+    if drawn["dense_points"]:
+        note += (
+            "\ndashed: a dense kernel on the full mask at its own length S', whose visible area S'^2 equals "
+            "the sparse masks' at the length named under its points"
+        )
+    note_below(fig, note, -0.06, bottom=0.06)
+    return fig, drawn
+
+
+def figures(df: pd.DataFrame, out_dir, style, only=None, inputs=None) -> list[Path]:
+    """All three figures at once (`only` is not used: they are drawn together)."""
+    out = Path(out_dir)
+    sparse, dense = split(df)
+    sparse["mem_gib"] = sparse["peak_mem_bytes"] / GIB
+    dense["mem_gib"] = dense["peak_mem_bytes"] / GIB
+    head = describe(df)
+    rho = main_density(sparse)
+    at_rho = sparse[sparse["density"] == rho] if rho is not None else sparse
+    paths = []
+    ref = equal_area_references(dense, at_rho)
+    draws = per_draw(inputs.samples if inputs else None)
+    fig, _ = _figure(
+        at_rho,
+        ref,
+        "seqlen",
+        "tflops",
+        "TFLOP/s",
+        f"Block-sparse throughput vs sequence length, density {rho} | {head}",
+        draws=draws,
+    )
+    paths += save(fig, out, "sparse_tflops_vs_seqlen", style)
+    s_max = (
+        sparse.groupby("blocks")["seqlen"].transform("max") if len(sparse) else sparse["seqlen"]
+    )
+    longest = sparse[sparse["seqlen"] == s_max]
+    fig, _ = _figure(
+        longest.assign(x=longest["density"]),
+        None,
+        "x",
+        "tflops",
+        "TFLOP/s",
+        f"Block-sparse throughput vs density at each setting's longest S | {head}",
+        xlog=False,
+        subtitle=lambda d: f"S={seqlen_label(int(d['seqlen'].max()))}",
+        draws=draws,
+    )
+    paths += save(fig, out, "sparse_tflops_vs_density", style)
+    src = set(df["mem_source"].dropna())
+    mem_label = "peak memory (GiB)" + (" [process RSS]" if src == {"process_rss"} else "")
+    fig, _ = _figure(
+        at_rho,
+        ref,
+        "seqlen",
+        "mem_gib",
+        mem_label,
+        f"Block-sparse peak memory vs sequence length, density {rho} | {head}",
+    )
+    paths += save(fig, out, "sparse_memory", style)
+    return paths
+
+
+def figure_captions(df: pd.DataFrame, style, inputs=None) -> dict:
+    """The report's captions of these figures give machine, data and software only."""
+    return {}
