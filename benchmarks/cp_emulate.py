@@ -49,7 +49,13 @@ from attnbench import families  # noqa: E402
 from attnbench.cp import catalog, emulate  # noqa: E402
 from attnbench.cp.run import MethodRun  # noqa: E402
 from attnbench.grid.expand import histograms_for  # noqa: E402
-from attnbench.grid.spec import DKV_COMM_DTYPES, EMULATE_CONTENTS, SPLIT_DOCUMENTS, Problem  # noqa: E402
+from attnbench.grid.spec import (  # noqa: E402
+    DKV_COMM_DTYPES,
+    EMULATE_CONTENTS,
+    SPLIT_DOCUMENTS,
+    CellSpec,
+    Problem,
+)
 from attnbench.harness.flops import attention_flops  # noqa: E402
 from attnbench.harness.inputs import data_seed, input_seed, mask_rng  # noqa: E402
 from attnbench.harness.measure import quantiles, release_memory, synchronize  # noqa: E402
@@ -425,14 +431,14 @@ def bench(a, device, method, deg, mask_name, world, baselines) -> dict:
 def validation_records(root: Path):
     for p in sorted((root / "cells" / "h200_cp" / "cp").glob("*/*/*.json")):
         r = json.loads(p.read_text())
-        spec = r["cell"]
-        if r.get("status") != "ok" or spec["gpus"] != 2 or not r["samples"]:
+        spec = CellSpec.from_dict(r["cell"])
+        if r.get("status") != "ok" or spec.gpus != 2 or not r["samples"]:
             continue
-        if not catalog.uses_local_kernel(spec["impl"]) or spec["impl"] == catalog.BARE_KERNEL:
+        if not catalog.uses_local_kernel(spec.impl) or spec.impl == catalog.BARE_KERNEL:
             continue
         if r["samples"][0].get("compute_only_ms_median") is None:
             continue
-        yield p, r
+        yield p, r, spec
 
 
 def validate(a, device) -> list[dict]:
@@ -440,33 +446,25 @@ def validate(a, device) -> list[dict]:
     kernel, degrees, warm-up and repetitions) and emulated at world 2: the emulated compute time
     (median of the per-repetition max over ranks) beside the record's measured compute-only."""
     rows = []
-    for path, r in validation_records(Path(a.validate)):
+    for path, r, spec in validation_records(Path(a.validate)):
         if a.cells and not re.search(a.cells, str(path)):
             continue
-        spec, sample = r["cell"], r["samples"][0]
-        c = spec["cp"]
-        deg = catalog.Degrees(c["ulysses"], c["ring"], c["windows"], c["placement"])
-        mask = Mask(spec["mask"], spec["seqlen"], sample["mask_params"], heads_q=spec["heads_q"])
-        seed = input_seed(r["data_seed"], 0, spec["seqlen"])
-        a.hq, a.hkv, a.head_dim, a.dtype = (
-            spec["heads_q"],
-            spec["heads_kv"],
-            spec["head_dim"],
-            spec["dtype"],
-        )
-        a.warmup, a.reps = spec["warmup"], spec["reps"]
+        p, sample = spec.problem, r["samples"][0]
+        deg = spec.cp.degrees
+        mask = Mask(p.mask, p.seqlen, sample["mask_params"], heads_q=p.heads_q)
+        seed = input_seed(r["data_seed"], 0, p.seqlen)
+        a.hq, a.hkv, a.head_dim, a.dtype = p.heads_q, p.heads_kv, p.head_dim, p.dtype
+        a.warmup, a.reps = spec.measurement.warmup, spec.measurement.reps
         kernel = r["kernel"]["local_kernel"]
-        world_args = dict(dkv=c.get("dkv_comm_dtype", "accumulator"))  # the record's dK/dV dtype
-        res = _time_record(
-            spec["impl"], deg, kernel, mask, seed, a, spec["direction"], device, world_args
-        )
+        world_args = dict(dkv=spec.cp.dkv_comm_dtype)  # the record's dK/dV dtype
+        res = _time_record(spec.impl, deg, kernel, mask, seed, a, p.direction, device, world_args)
         measured = sample["compute_only_ms_median"]
         row = {
             "cell": str(path.relative_to(a.validate)),
-            "method": spec["impl"],
-            "mask": spec["mask"],
-            "tokens_per_gpu": spec["tokens_per_gpu"],
-            "direction": spec["direction"],
+            "method": spec.impl,
+            "mask": p.mask,
+            "tokens_per_gpu": spec.tokens_per_gpu,
+            "direction": p.direction,
             "local_kernel": kernel,
             "measured_compute_only_ms": measured,
             "status": res["status"],

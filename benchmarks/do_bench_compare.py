@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from attnbench.grid.spec import CellSpec
 from attnbench.harness import inputs as I
 from attnbench.harness.measure import time_ms
 from attnbench.kernels import catalog
@@ -33,36 +34,37 @@ from attnbench.masks import Mask
 
 def rebuild_call(record):
     """The timed call of a record's first sample, exactly as the cell built it."""
-    spec, sample = record["cell"], record["samples"][0]
-    dtype = I.torch_dtype(spec["dtype"])
+    spec, sample = CellSpec.from_dict(record["cell"]), record["samples"][0]
+    p = spec.problem
+    dtype = I.torch_dtype(p.dtype)
     kernel = load(
-        catalog.get(spec["impl"]),
+        catalog.get(spec.impl),
         device="cuda",
         dtype=dtype,
-        heads_q=spec["heads_q"],
-        heads_kv=spec["heads_kv"],
-        head_dim=spec["head_dim"],
+        heads_q=p.heads_q,
+        heads_kv=p.heads_kv,
+        head_dim=p.head_dim,
     )
-    mask = Mask(spec["mask"], spec["seqlen"], sample["mask_params"], heads_q=spec["heads_q"])
+    mask = Mask(p.mask, p.seqlen, sample["mask_params"], heads_q=p.heads_q)
     q, k, v, dout = I.make_inputs(
-        I.input_seed(record["data_seed"], 0, spec["seqlen"]),
-        spec["seqlen"],
-        spec["heads_q"],
-        spec["heads_kv"],
-        spec["head_dim"],
+        I.input_seed(record["data_seed"], 0, p.seqlen),
+        p.seqlen,
+        p.heads_q,
+        p.heads_kv,
+        p.head_dim,
         dtype,
         "cuda",
     )
     fn = kernel.prepare(mask)
-    backward = spec["direction"] != "fwd"
+    backward = p.backward
     leaves = [from_thd(x, kernel.layout).requires_grad_(backward) for x in (q, k, v)]
     dout_l = from_thd(dout, kernel.layout)
-    if spec["direction"] == "fwd":
+    if p.direction == "fwd":
 
         def call():
             with torch.no_grad():
                 return fn(*leaves)
-    elif spec["direction"] == "bwd":
+    elif p.direction == "bwd":
         out = fn(*leaves)
 
         def call():

@@ -24,14 +24,21 @@ from .local_kernel import LocalKernel, RecomputeBackward
 TILE = 128
 
 
-@functools.cache
-def compiled_flex():
-    # One compilation per mask_mod closure: a heterogeneous mask compiles once per draw, and 10
-    # draws passed Dynamo's default limit of 8 (causal_blockwise, h200_paired). Past the limit
-    # Dynamo would run flex eagerly (a different computation): fail instead.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+def _compile_failing_past(recompile_limit: int):
+    """flex_attention compiled once per shape and mask_mod closure. Past the recompile limit
+    Dynamo would run flex eagerly (a different computation): fail instead."""
+    torch._dynamo.config.recompile_limit = max(
+        torch._dynamo.config.recompile_limit, recompile_limit
+    )
     torch._dynamo.config.fail_on_recompile_limit_hit = True
     return torch.compile(flex_attention, dynamic=False)
+
+
+@functools.cache
+def compiled_flex():
+    # A heterogeneous mask compiles once per draw, and 10 draws passed Dynamo's default limit of
+    # 8 (causal_blockwise, h200_paired).
+    return _compile_failing_past(64)
 
 
 def _indices(select):
@@ -131,13 +138,8 @@ class Flex(Kernel):
 
 @functools.cache
 def compiled_flex_local():
-    from torch.nn.attention.flex_attention import flex_attention
-
-    # One compilation per chunk shape / mask_mod closure (a few per ring); past the limit Dynamo
-    # would run flex eagerly, a different computation: fail instead, with room for a long ring.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
-    torch._dynamo.config.fail_on_recompile_limit_hit = True
-    return torch.compile(flex_attention, dynamic=False)
+    # A few compilations per ring (chunk shapes, mask_mod closures): room for a long ring.
+    return _compile_failing_past(256)
 
 
 class FlexLocal(RecomputeBackward, LocalKernel):
