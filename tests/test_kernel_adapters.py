@@ -252,7 +252,6 @@ def test_fa3_build_with_backward_and_windows_has_no_limits(tmp_path, monkeypatch
 
 
 def test_a_missing_alternative_is_named_in_the_record():
-    spec = {"impl": "fa3", "device": "cuda"}
     assert "'flash_attn_interface' or 'fa3_fwd_interface'" in C.availability_reason(
-        catalog.get("fa3"), spec
+        catalog.get("fa3"), "cuda"
     )
