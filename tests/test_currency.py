@@ -165,3 +165,54 @@ def test_committed_h200_records_are_drawn_as_they_are_and_said_outdated(tmp_path
         timeout=300,
     )
     assert f"{n} of {n} records on disk are outdated" in check.stdout, check.stdout + check.stderr
+
+
+def test_a_record_this_environment_cannot_run_is_kept_not_made_again(tmp_path):
+    """A CUDA record where torch is built without CUDA (CI, a laptop): its libraries are another
+    machine's and not judged; outdated by code, it is kept, since a run here could only replace
+    its measurement with `unavailable`. An `unavailable` record of it is made again."""
+    why = currency.missing_runtime("cuda")
+    if why is None:
+        pytest.skip("torch here has CUDA: its CUDA records are judged as any other")
+    assert "without CUDA" in why and currency.missing_runtime("cpu") is None
+    cfg = {
+        **config_running({"g": kernel_grid(kernels=["sdpa"], device="cuda", dtype=["bfloat16"])}),
+        "output_dir": str(tmp_path / "results"),
+    }
+    (tmp_path / "config.yaml").write_text(json.dumps(cfg))
+    (cell,) = expand_cells(validate(cfg))
+    path = tmp_path / "results" / cell_path(cell)
+    write_record(run_cell(CellSpec.from_dict(cell)), path)  # here: unavailable, no CUDA
+    unavailable = json.loads(path.read_text())
+    assert unavailable["status"] == "unavailable"
+    # the same record as an H200 would have written it, with its own torch
+    measured = {**unavailable, "status": "ok", "status_reason": None}
+    measured["libraries"] = {**measured["libraries"], "torch": "torch 2.11.0"}
+    assert currency.outdated_reason(measured, cell, 60) is None
+    measured["code"] = {**measured["code"], "sha256": "0" * 64}
+    measured["code"]["files"] = {**measured["code"]["files"], "attnbench/harness/measure.py": "0"}
+
+    def planned(record):
+        path.write_text(json.dumps(record))
+        (o,) = currency.judge({str(path): cell}, {"g": 60})
+        p = subprocess.run(
+            [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--quiet", "host"]
+            + ["--configfile", "config.yaml", "-s", str(REPO / "Snakefile"), str(path)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=package_env(),
+            timeout=300,
+        )
+        assert p.returncode == 0, p.stderr[-3000:]
+        listed = (tmp_path / "results/.attnbench/outdated.txt").read_text()
+        return o, "rule kernel_cell" in p.stdout + p.stderr, listed
+
+    o, runs, listed = planned(measured)
+    assert (o.kind, o.kept) == ("code", why) and not runs
+    assert f"kept: {path}: code: attnbench/harness/measure.py edited" in listed
+    assert currency.to_make_again([o], keep=False) == ([], [o])
+    assert "1 kept as they are, since this environment cannot run them" in currency.summary([o], 1)
+    o, runs, listed = planned({**unavailable, "code": measured["code"]})
+    assert (o.kind, o.kept) == ("code", None) and runs
+    assert listed.splitlines()[1] == f"{path}: code: attnbench/harness/measure.py edited"

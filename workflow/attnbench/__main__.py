@@ -272,21 +272,22 @@ def cmd_check_config(a):
 
 
 def cmd_records(a):
-    """Record paths of the grids' cells still missing or outdated (attnbench.currency; kept with
-    outdated_records: keep), as Snakemake targets: a session with little device time runs the
-    short lengths first (tools/offline-gpu/gpu_session.sh), so whatever it does not reach is the
-    longest cells; --smallest-first / --budget-s order and cut them by their estimated time, and
-    --calls S prints the plan of calls of S seconds instead."""
+    """Record paths of the grids' cells still missing or outdated (attnbench.currency; not those
+    it keeps: outdated_records: keep, or a device this environment cannot run), as Snakemake
+    targets: a session with little device time runs the short lengths first
+    (tools/offline-gpu/gpu_session.sh), so whatever it does not reach is the longest cells;
+    --smallest-first / --budget-s order and cut them by their estimated time, and --calls S
+    prints the plan of calls of S seconds instead."""
     from collections import Counter
 
-    from .currency import of_config
+    from .currency import of_config, to_make_again
     from .families import expand_cells
     from .grid.expand import cell_path
 
     cfg = config_of(a)
     out = Path(cfg["output_dir"])
-    keep = cfg["outdated_records"] == "keep"
-    outdated = set() if keep else {Path(o.path) for o in of_config(cfg, a.grids)[0]}
+    again, _ = to_make_again(of_config(cfg, a.grids)[0], cfg["outdated_records"] == "keep")
+    outdated = {Path(o.path) for o in again}
     cells = [
         cell
         for cell in expand_cells(cfg, a.grids)

@@ -15,13 +15,21 @@ A record is current when all of these hold, read from the record itself (never f
 Anything else makes it outdated, and a run makes it again (workflow/rules/common.smk), unless the
 config says `outdated_records: keep`; then the tidy table's `outdated` column and the captions say
 which records are outdated, and why. Records from before records named their code are outdated.
+
+An environment that cannot run a record's device at all (a CUDA record where torch has no CUDA:
+a laptop, CI) judges its config and code but not its libraries, which are another machine's, and
+never makes it again: a run there would replace a measurement with `unavailable`. It is kept,
+still named outdated where it is (`Outdated.kept`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from . import status as S
@@ -43,9 +51,32 @@ class Outdated:
     path: str
     kind: str  # one of KINDS
     detail: str
+    kept: str | None = None  # why no run in this environment makes it again (missing_runtime)
 
     def line(self) -> str:
         return f"{self.path}: {self.kind}: {self.detail}"
+
+
+@cache
+def missing_runtime(device: str) -> str | None:
+    """Why this Python environment cannot run cells on `device` at all, or None. CUDA needs a
+    torch built with it: torch/version.py's `cuda`, read without importing torch (the workflow's
+    planning reads it). A torch with CUDA on a machine without a GPU may still submit to GPU
+    nodes, so only the build is judged."""
+    if device != "cuda":
+        return None
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return "torch is not installed here"
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except OSError:
+        return None  # not knowable: judged as any other record
+    if re.search(r"^cuda\s*(:[^=]*)?=\s*None\s*$", text, re.M):
+        version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
+        torch = f"torch {version.group(1)}" if version else "torch"
+        return f"{torch} here is built without CUDA"
+    return None
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -104,7 +135,7 @@ def outdated_reason(record: dict, spec: dict | None, budget_s: float | None) -> 
     if record["code"].get("sha256") != now["code"]["sha256"]:
         changed = code_changes(record["code"], now["code"])
         return CODE, ", ".join(changed[:6]) + (" ..." if len(changed) > 6 else "")
-    if record.get("libraries") != now["libraries"]:
+    if record.get("libraries") != now["libraries"] and not missing_runtime(spec.device):
         old = record.get("libraries") or {}
         diff = [
             f"{k} {old.get(k, '(none)')} -> {now['libraries'].get(k, '(none)')}"
@@ -152,8 +183,24 @@ def judge(cells: dict, budgets: dict) -> list[Outdated]:
         grid = (spec or record.get("cell") or {}).get("grid")
         why = outdated_reason(record, spec, budgets.get(grid))
         if why:
-            out.append(Outdated(str(path), *why))
+            out.append(Outdated(str(path), *why, kept=kept_here(record)))
     return out
+
+
+def kept_here(record: dict) -> str | None:
+    """Why an outdated record is not made again in this environment: its device cannot run
+    here, and it holds more than `unavailable` (a crashed one holds nothing: it runs again)."""
+    if record.get("status") in (S.UNAVAILABLE, S.CRASHED):
+        return None
+    return missing_runtime((record.get("cell") or {}).get("device"))
+
+
+def to_make_again(outdated: list[Outdated], keep: bool) -> tuple[list[Outdated], list[Outdated]]:
+    """(made again, kept) of the outdated records: all kept under `outdated_records: keep`, else
+    those this environment cannot run (kept_here)."""
+    if keep:
+        return [], list(outdated)
+    return [o for o in outdated if not o.kept], [o for o in outdated if o.kept]
 
 
 def summary(outdated: list[Outdated], recorded: int, keep: bool = False) -> str:
@@ -167,12 +214,19 @@ def summary(outdated: list[Outdated], recorded: int, keep: bool = False) -> str:
         if kind in kinds:
             first = next(o for o in outdated if o.kind == kind)
             parts.append(f"{kinds[kind]} {kind} (e.g. {first.line()})")
-    what = (
-        "kept as they are (outdated_records: keep); the tidy table's `outdated` column and the "
-        "captions name them"
-        if keep
-        else "they run again"
-    )
+    again, kept = to_make_again(outdated, keep)
+    named = "the tidy table's `outdated` column and the captions name them"
+    if keep:
+        what = f"kept as they are (outdated_records: keep); {named}"
+    elif not kept:
+        what = "they run again"
+    else:
+        first = kept[0]
+        what = (
+            f"{len(kept)} kept as they are, since this environment cannot run them "
+            f"({first.kept}; e.g. {first.path}), and {named}; "
+            + (f"{len(again)} run again" if again else "none runs again")
+        )
     return (
         f"{len(outdated)} of {recorded} records on disk are outdated: {'; '.join(parts)}; {what}"
     )

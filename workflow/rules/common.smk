@@ -105,22 +105,23 @@ def as_file(obj):
 # than their record: Snakemake makes them again. Every other cell lists it too, as ancient (its
 # time is not compared), so that the set of a cell's inputs never changes.
 OUTDATED_LIST = f"{OUT}/.attnbench/outdated.txt"
-OUTDATED, KEPT = [], []  # KEPT: outdated records a run keeps (outdated_records: keep)
+# KEPT: outdated records a run keeps (outdated_records: keep; records this environment cannot run)
+OUTDATED, KEPT = [], []
 if workflow.is_main_process:
     OUTDATED = currency.judge(CELLS, {g: cell_timeout_s(GRIDS[g]) for g in RUN})
     KEEP_OUTDATED = CFG["outdated_records"] == "keep"
-    Path(OUTDATED_LIST).parent.mkdir(parents=True, exist_ok=True)
-    Path(OUTDATED_LIST).write_text(
-        f"# {datetime.now(timezone.utc).isoformat()} {len(OUTDATED)} outdated records; "
-        f"{'kept' if KEEP_OUTDATED else 'made again'}\n"
-        + "".join(f"{o.line()}\n" for o in OUTDATED)
-    )
     if OUTDATED:
         logger.warning(
             currency.summary(OUTDATED, sum(os.path.exists(p) for p in CELLS), KEEP_OUTDATED)
         )
-    if KEEP_OUTDATED:
-        KEPT, OUTDATED = OUTDATED, []
+    OUTDATED, KEPT = currency.to_make_again(OUTDATED, KEEP_OUTDATED)
+    Path(OUTDATED_LIST).parent.mkdir(parents=True, exist_ok=True)
+    Path(OUTDATED_LIST).write_text(
+        f"# {datetime.now(timezone.utc).isoformat()} {len(OUTDATED) + len(KEPT)} outdated "
+        f"records; {len(OUTDATED)} made again, {len(KEPT)} kept\n"
+        + "".join(f"{o.line()}\n" for o in OUTDATED)
+        + "".join(f"kept: {o.line()}\n" for o in KEPT)
+    )
 RERUN = {o.path for o in OUTDATED}
 
 
