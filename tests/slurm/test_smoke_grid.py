@@ -3,7 +3,8 @@ batches of cells as sbatch jobs, one cell crashed on purpose (a `crashed` record
 on), the rerun of exactly that cell, and the same tidy table, tables and figures as a local run.
 
 On a two-core machine the grid at one length took 345 s (105 cells in 6 batches), the rerun 56 s;
-forward only (57 cells in 4 batches) 290 s, the rerun 56 s.
+forward only (57 cells in 4 batches) 290 s; on four masks (25 cells in 4 batches) 104 s, the rerun
+32 s.
 The cluster has one node and no accounting, so the profile checks job states with squeue.
 """
 
