@@ -118,6 +118,15 @@ class MethodInfo(CPImplementation):
     runs_local_kernel: bool = True
     # it shards the documents with cp/layout.py's ShardLayout, so cp.split_documents applies to it
     shard_layout: bool = False
+    # how the CP model (cp_model/) times it past the GPUs measured: one of MODEL_SCHEDULES; None:
+    # not modelled
+    model_schedule: str | None = None
+
+
+# The CP model's schedules (cp/schedule.py): Ulysses all-to-alls around ring steps (hybrid_schedule:
+# Ulysses is R = 1, a ring U = 1), or K and V all-gathered once (allgather_schedule).
+HYBRID_SCHEDULE, ALLGATHER_SCHEDULE = "hybrid", "allgather"
+MODEL_SCHEDULES = (HYBRID_SCHEDULE, ALLGATHER_SCHEDULE)
 
 
 def _torch_cp(name, how, colour, marker, **kw) -> MethodInfo:
@@ -162,6 +171,7 @@ METHODS = {
             marker="o",
             layout=ULYSSES,
             shard_layout=True,
+            model_schedule=HYBRID_SCHEDULE,
         ),
         MethodInfo(
             "ring_p2p",
@@ -172,6 +182,7 @@ METHODS = {
             marker="s",
             ring_dkv=True,
             shard_layout=True,
+            model_schedule=HYBRID_SCHEDULE,
         ),
         MethodInfo(
             "ring_allgather",
@@ -181,6 +192,7 @@ METHODS = {
             colour="#ff7f00",
             marker="^",
             shard_layout=True,
+            model_schedule=ALLGATHER_SCHEDULE,
         ),
         MethodInfo(
             "usp",
@@ -192,6 +204,7 @@ METHODS = {
             layout=HYBRID,
             ring_dkv=True,
             shard_layout=True,
+            model_schedule=HYBRID_SCHEDULE,
         ),
         MethodInfo(
             "loongtrain",
@@ -203,6 +216,7 @@ METHODS = {
             layout=DOUBLE_RING,
             ring_dkv=True,
             shard_layout=True,
+            model_schedule=HYBRID_SCHEDULE,
         ),
         _torch_cp("torch_cp", "pinned to the backend the local kernel names", "#a65628", "P"),
         _torch_cp(

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cp.catalog import kv_replication
+from ..cp.catalog import ALLGATHER_SCHEDULE, kv_replication
+from ..cp.catalog import method as method_info
 
 LSE_MERGE_TEMPS = (
     7  # kernels/lse.py: hi, lo, safe_hi, new, safe_new, w_old, w_new (+ the bool `seen`)
@@ -176,7 +177,8 @@ def peak_memory(
     method: str, deg, geo, per_rank: dict, z: Sizes, direction: str, previous_output=False
 ) -> Memory:
     """The largest per-rank peak over the modelled ranks (`per_rank`: rank -> phases)."""
-    fn = _allgather if method == "ring_allgather" else _hybrid
+    allgather = method_info(method).model_schedule == ALLGATHER_SCHEDULE
+    fn = _allgather if allgather else _hybrid
     best, by_rank = None, {}
     for rank, phases in per_rank.items():
         resident, saved, peaks = fn(deg, geo, phases, z, direction)

@@ -30,7 +30,8 @@ ACC_BYTES = {
     "float32": 4,
     "float64": 8,
 }  # kernels.lse.accumulator_dtype's sizes
-MODELLED_METHODS = ("ulysses", "ring_p2p", "ring_allgather", "usp", "loongtrain")
+# the methods whose catalog entry names a model schedule, in the catalog's order
+MODELLED_METHODS = tuple(n for n, m in catalog.METHODS.items() if m.model_schedule)
 LOCAL = catalog.BARE_KERNEL  # the bare local kernel on one GPU: the baseline of "% of one GPU"
 
 
@@ -71,15 +72,14 @@ def rank_schedules(
     """({global rank: {phase: [Step]}}, Geometry): the methods' own schedules, their chunks
     given by the layout's numbers (geometry.py, the same zigzag rules as cp/chunks.py)."""
     causal = is_causal(mask.name)
-    geo = geometry(
-        document_lengths(mask), deg.ring, 1 if method == "ring_allgather" else deg.ulysses
-    )
+    allgather = catalog.method(method).model_schedule == catalog.ALLGATHER_SCHEDULE
+    geo = geometry(document_lengths(mask), deg.ring, 1 if allgather else deg.ulysses)
     attn = schedule.Attn(
         s.heads_q, s.heads_kv, s.head_dim, ELEM_BYTES[s.dtype], ACC_BYTES[s.dtype]
     )
     out = {}
     for r in rank_sample(deg.ring, max_ring_ranks):
-        if method == "ring_allgather":
+        if allgather:
             rank = deg.rank(r, 0)
             out[rank] = schedule.allgather_schedule(
                 deg.ring,
