@@ -430,8 +430,9 @@ LOCAL_KERNELS = {
 
 
 # Markers no kernel or method may take: a line's X on the axis floor marks a cell that ran out of
-# memory (report.style.OOM_MARKER).
-RESERVED_MARKERS = ("X", "x")
+# memory (report.style.OOM_MARKER draws it).
+OUT_OF_MEMORY_MARKER = "X"
+RESERVED_MARKERS = (OUT_OF_MEMORY_MARKER, OUT_OF_MEMORY_MARKER.lower())
 
 
 def style_problem(info, others: dict, distinct_colours: bool) -> str | None:

@@ -178,9 +178,9 @@ def timed_line(
         ax.plot(
             oom[x],
             np.zeros(len(oom)),
-            "X",
+            OOM_MARKER["marker"],
             color=colour(name),
-            ms=8,
+            ms=OOM_MARKER["ms"],
             clip_on=False,
             label=f"{name} OOM",
         )

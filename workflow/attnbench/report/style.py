@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 
 from ..cp.catalog import METHODS
-from ..kernels.catalog import KERNELS
+from ..kernels.catalog import KERNELS, OUT_OF_MEMORY_MARKER
 
 _FALLBACK_COLOURS = [
     "#393b79",
@@ -39,7 +39,7 @@ BAR_MARK = {
     "crashed": "crash",
     "incorrect": "wrong",  # an incorrect cell without a time (its output was malformed)
 }
-OOM_MARKER = {"marker": "X", "ms": 8, "mec": "black", "mew": 0.5}
+OOM_MARKER = {"marker": OUT_OF_MEMORY_MARKER, "ms": 8, "mec": "black", "mew": 0.5}
 TIMEOUT_MARKER = {"marker": "$T$", "ms": 8, "mec": "black", "mew": 0.3}
 INCORRECT_RING = {"marker": "o", "mfc": "none", "mec": "red", "ms": 10, "mew": 1.2}
 INCORRECT_HATCH = "////"
