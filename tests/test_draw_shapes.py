@@ -4,6 +4,8 @@ its shape, and check-config says how many cells a grid has, what its records est
 and where a GPU grid draws too few masks for a paired answer. No committed cell id changes."""
 
 import copy
+import json
+from datetime import datetime, timedelta, timezone
 
 import attnbench.masks as M
 import numpy as np
@@ -128,3 +130,33 @@ def test_the_call_plan_lists_every_cell_once_in_order_with_its_estimate(repo, tm
     for lines in by_call:  # a call of several cells keeps within its seconds
         if len(lines) > 1:
             assert sum(seconds[p] for p in lines) <= 420
+
+
+def test_each_cell_is_estimated_with_its_start_as_measured_between_records_of_one_worker(
+    repo, tmp_path
+):
+    """The time from one record's end to the next one's start in the same worker is each cell's
+    start; a long pause (the run waiting) is not, nor records of another worker."""
+    from attnbench.families.estimate import cell_estimate, cell_seconds, start_seconds
+
+    src = sorted((repo / "results/h200/cells/h200_paired/kernel/fa3/full").glob("*.json"))[0]
+    record = json.loads(src.read_text())
+    spans = [  # (worker pid, start, end) in seconds after a fixed moment
+        (1, 0, 10),
+        (1, 12, 20),  # 2 s after the first
+        (1, 23, 30),  # 3 s
+        (1, 200, 210),  # a pause of 170 s: not a start
+        (2, 11, 15),  # another worker: its own runs
+        (2, 15.5, 16),  # 0.5 s
+    ]
+    at = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    for i, (pid, a, b) in enumerate(spans):
+        one = dict(record, worker={"pid": pid, "cell": i})
+        one["started_at"] = (at + timedelta(seconds=a)).isoformat()
+        one["finished_at"] = (at + timedelta(seconds=b)).isoformat()
+        path = tmp_path / f"cells/g{i}/kernel/fa3/full" / src.name
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(one))
+    assert start_seconds(tmp_path) == (2 + 3 + 0.5) / 3
+    cell = {**record["cell"], "grid": "new"}
+    assert cell_estimate(cell, tmp_path) == cell_seconds(record, cell) + (2 + 3 + 0.5) / 3

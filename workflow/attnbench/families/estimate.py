@@ -5,12 +5,18 @@ A kernel record times its phases per sample (kernels/cell.py: mask, inputs, prep
 timed, memory, check). A new cell of the same point is estimated as the first call once, the timed
 phase scaled to its warm-ups + repetitions, the other phases per sample, the check per checked
 sample. Records without phases (context parallelism) are scaled by their wall time per sample.
-What no record informs is counted, not guessed."""
+Each cell also takes its start (its job, the hand-over to the warm worker, its record's writing),
+which no phase holds: the mean time between one record's end and the next one's start in the same
+worker, over the kernel records in the folder (start_seconds). What no record informs is counted,
+not guessed."""
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
 from pathlib import Path
 
 from ..grid.expand import cell_path
@@ -28,6 +34,7 @@ class Estimate:
     informed: int  # cells with a record of the same point to estimate from
     cells: int
     sources: tuple[str, ...]  # the grids whose records were used
+    start_s: float = 0.0  # each cell's start, included in seconds (start_seconds)
 
     def text(self) -> str:
         if not self.informed:
@@ -37,9 +44,40 @@ class Estimate:
         return (
             f"estimated {minutes:.0f} min of device time for {self.informed} of {self.cells} cells "
             f"(from records of the same points in {', '.join(self.sources)}: their per-sample "
-            "phases scaled to this grid's draws and repetitions)"
+            f"phases scaled to this grid's draws and repetitions, and {self.start_s:.1f} s per "
+            "cell to start it, as between records of one worker)"
             + (f"; {rest} cells have no such record" if rest else "")
         )
+
+
+# A longer pause between two records of one worker is not a cell's start (the run was waiting).
+MAX_START_S = 60.0
+
+
+@cache
+def start_seconds(out: Path) -> float:
+    """The mean seconds from one kernel record's end to the next one's start in the same warm
+    worker (same host and process), over the records under `out`: what running a cell costs
+    beyond its measured phases. 0.0 where no worker wrote two records in a row."""
+    runs = defaultdict(list)
+    for path in out.glob("cells/*/kernel/*/*/*.json"):
+        try:
+            r = json.loads(path.read_text())
+            worker = (r.get("environment", {}).get("host"), r["worker"]["pid"])
+            runs[worker].append(
+                (datetime.fromisoformat(r["started_at"]), datetime.fromisoformat(r["finished_at"]))
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a record, or not one a worker wrote
+    gaps = []
+    for spans in runs.values():
+        spans.sort()
+        gaps += [
+            g
+            for (_, end), (start, _) in zip(spans, spans[1:])
+            if 0 <= (g := (start - end).total_seconds()) <= MAX_START_S
+        ]
+    return sum(gaps) / len(gaps) if gaps else 0.0
 
 
 def _same_point(out: Path, cell: dict) -> list[Path]:
@@ -73,6 +111,7 @@ def cell_seconds(record: dict, cell: dict) -> float | None:
 def estimate(cells: list[dict], out: Path) -> Estimate:
     """The estimate of these cells from the records under `out` (an output folder)."""
     total, informed, sources = 0.0, 0, []
+    start = start_seconds(out)
     for cell in cells:
         for path in _same_point(out, cell):
             try:
@@ -81,21 +120,22 @@ def estimate(cells: list[dict], out: Path) -> Estimate:
                 continue
             s = cell_seconds(record, cell)
             if s is not None:
-                total, informed = total + s, informed + 1
+                total, informed = total + s + start, informed + 1
                 sources.append(path.parts[-5])
                 break
-    return Estimate(total, informed, len(cells), tuple(dict.fromkeys(sources)))
+    return Estimate(total, informed, len(cells), tuple(dict.fromkeys(sources)), start)
 
 
 def cell_estimate(cell: dict, out: Path) -> float | None:
-    """The estimated seconds of one cell from the first record of its point on disk, or None."""
+    """The estimated seconds of one cell, its start included, from the first record of its point
+    on disk, or None."""
     for path in _same_point(out, cell):
         try:
             s = cell_seconds(json.loads(path.read_text()), cell)
         except (OSError, ValueError):
             continue
         if s is not None:
-            return s
+            return s + start_seconds(out)
     return None
 
 
