@@ -23,14 +23,24 @@ PACKAGE = Path(G.__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def cells(repo):
-    cfg = load_config(repo / "config.yaml")
-    return {g: expand_cells(cfg, [g]) for g in cfg["grids"]}
+    """Every grid's cells: config.yaml's, and those of a committed run's own config (a
+    results/.../config.yaml read over config.yaml, e.g. your own CP method's)."""
+    out = {}
+    own = sorted((repo / "results").rglob("config.yaml"))
+    for cfg in [load_config(repo / "config.yaml")] + [
+        load_config(p, base=repo / "config.yaml") for p in own
+    ]:
+        out.update({g: expand_cells(cfg, [g]) for g in cfg["grids"]})
+    assert "own_cp" in out  # results/cpu/custom_cp_method's
+    return out
 
 
 @pytest.fixture(scope="module")
 def committed(repo):
-    """Every committed record: {path: record}."""
-    paths = sorted((repo / "results").rglob("cells/**/*.json"))
+    """Every committed record: {path: record} (not a run's spec files, .attnbench/specs/cells/)."""
+    paths = sorted(
+        p for p in (repo / "results").rglob("cells/**/*.json") if ".attnbench" not in p.parts
+    )
     return {p: json.loads(p.read_text()) for p in paths}
 
 
