@@ -133,3 +133,26 @@ def test_block_mask_at_48k_never_materialises_s_by_s(histograms):
     for i in (0, 100, 383):
         rows = m.dense(rows=(i * 128, (i + 1) * 128)).view(128, 384, 128).any(dim=(0, 2))
         assert torch.equal(dense_tiles[i].bool(), rows)
+
+
+def test_cpu_peak_memory_increment_is_never_negative_when_memory_is_freed_before_the_call(
+    monkeypatch,
+):
+    """The process' RSS can fall between reading a baseline and resetting the high-water mark
+    (another thread freeing memory): the baseline is read from the mark after its reset, so the
+    increment counts only what the call added. Here 256 MiB are freed just before the reset."""
+    import attnbench.harness.measure as measure
+
+    if not measure._reset_peak_rss():
+        pytest.skip("no /proc/self/clear_refs: CPU memory is not measured here")
+    held = {"buffer": torch.ones(64 * 2**20)}  # 256 MiB, touched
+    reset = measure._reset_peak_rss
+
+    def freed_then_reset():
+        held.clear()
+        return reset()
+
+    monkeypatch.setattr(measure, "_reset_peak_rss", freed_then_reset)
+    mem = measure.peak_memory(lambda: torch.ones(1024).sum(), "cpu")
+    assert mem["mem_source"] == "process_rss"
+    assert 0 <= mem["peak_mem_increment_bytes"] < 2**26, mem

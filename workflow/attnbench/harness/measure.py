@@ -160,8 +160,11 @@ def peak_memory(fn, device) -> dict:
             "peak_mem_increment_bytes": int(peak - before),
             "mem_source": "cuda_allocator",
         }
-    before = _proc_status_bytes("VmRSS")
-    if before is None or not _reset_peak_rss():
+    # The baseline is the high-water mark just after its reset (the RSS then), read from the same
+    # counter as the peak: an RSS read before the reset could exceed it (memory freed in between)
+    # and give a negative increment.
+    before = _proc_status_bytes("VmHWM") if _reset_peak_rss() else None
+    if before is None:
         fn()
         return {
             "peak_mem_bytes": None,
