@@ -160,9 +160,10 @@ def peak_memory(fn, device) -> dict:
             "peak_mem_increment_bytes": int(peak - before),
             "mem_source": "cuda_allocator",
         }
-    # The baseline is the high-water mark just after its reset (the RSS then), read from the same
-    # counter as the peak: an RSS read before the reset could exceed it (memory freed in between)
-    # and give a negative increment.
+    # The baseline is the high-water mark just after its reset (the RSS then). The kernel's RSS
+    # counters are approximate (per-thread caches synced now and then), so the mark read after the
+    # call can still fall a few pages below it when memory is freed: the call held at least what
+    # the process held as it began, hence the peak is at least the baseline.
     before = _proc_status_bytes("VmHWM") if _reset_peak_rss() else None
     if before is None:
         fn()
@@ -172,7 +173,7 @@ def peak_memory(fn, device) -> dict:
             "mem_source": "unavailable",
         }
     fn()
-    peak = _proc_status_bytes("VmHWM")
+    peak = max(_proc_status_bytes("VmHWM"), before)
     return {
         "peak_mem_bytes": peak,
         "peak_mem_increment_bytes": peak - before,
