@@ -30,6 +30,8 @@
 #            after checking that this torch draws the records' block layouts (OUTPUT_DIR/pytest_layouts.txt)
 #   cpx8     the h200_cp_x8 grid, 4 and 8 GPUs (T_CPX8), on a machine of 8
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
+#   grids    the grids named in GRIDS, one after the other (T_GRIDS each)
+#   vendor   the vendors' own benchmarks (benchmarks/vendor_calibration.py, T_VENDOR) into OUTPUT_DIR/vendor
 #   paired   the h200_paired grid (T_PAIRED): the missing cells in order of the time the records of the same
 #            points estimate, smallest first, as many as fit the budget (`attnbench records --budget-s`),
 #            in one Snakemake run; every call measures whole cells and brings them back
@@ -355,6 +357,20 @@ if has sparse; then  # in stages of lengths (SPARSE_STAGES, "|" between), each w
   fi
 fi
 has kernels && grid h200 "${T_KERNELS:-240}" --resources gpu=$((3 * gpus))
+# any grids by name (GRIDS="h100_calibration ..."), T_GRIDS s each; two GPU jobs per GPU: a point
+# job imports while another measures (each claims its GPU after its imports)
+if has grids; then
+  for g in ${GRIDS:-}; do grid "$g" "${T_GRIDS:-480}" --resources gpu=$((2 * gpus)); done
+fi
+# the vendors' own benchmarks (benchmarks/vendor_calibration.py) from the carried
+# .src/vendor_bench.tar.gz, into OUTPUT_DIR/vendor/ (T_VENDOR s)
+if has vendor && [ -f .src/vendor_bench.tar.gz ]; then
+  mkdir -p /tmp/vendor && tar xzf .src/vendor_bench.tar.gz -C /tmp/vendor
+  log "the vendors' benchmarks (${T_VENDOR:-300} s)"
+  timeout "$((${T_VENDOR:-300} + 60))" python benchmarks/vendor_calibration.py run --vendor /tmp/vendor/vendor_bench \
+    --out "$outdir/vendor" --budget-s "${T_VENDOR:-300}" ${VENDOR_OPTS:-} >> "$out/session.txt" 2>&1
+  log "vendor benchmarks: exit $?"
+fi
 
 if has sparsebench; then
   log "sparse backward bench (${T_SPARSEBENCH:-240} s)"

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from attnbench import currency, families, launch, run_lock, snakemake_fixes
 from attnbench.codegraph import code_files
 from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml, report_settings
-from attnbench.grid.expand import cell_path, stable_hash
+from attnbench.grid.expand import cell_path, point_id, stable_hash
 from attnbench.grid.json_files import json_file, spec_file, write_json_files, write_spec_files
 from attnbench.kernels import catalog
 from attnbench.report import outputs
@@ -49,7 +49,7 @@ wildcard_constraints:
     point=r"[A-Za-z0-9_.\-]+",
 
 
-CELL_RULES = ("kernel_cell", "cp_cell")
+CELL_RULES = ("kernel_cell", "point_record", "cp_cell")
 PROGRESS = None  # attnbench.progress.Progress of this run, made at its first finished cell
 
 
@@ -131,6 +131,68 @@ def record_of(wc, family=None):
 
 def outdated_input(wc, family=None):
     return OUTDATED_LIST if record_of(wc, family) in RERUN else ancient(OUTDATED_LIST)
+
+
+# Kernel cells measured side by side (grid key side_by_side: the cell spec's `side_by_side`): one
+# job per grid point measures them all (rule kernel_point) into one file of their records, which
+# rule point_record takes apart; the other kernel cells are a job each (rule kernel_cell).
+POINTS = {}  # the point's file of records -> its cells' record paths
+POINT_OF = {}  # a side-by-side cell's record path -> its point's file
+for _path, _c in CELLS.items():
+    if _c.get("side_by_side"):
+        _point = f"{OUT}/points/{_c['grid']}/{_c['family']}/{_c['mask']}/{point_id(_c)}.json"
+        POINTS.setdefault(_point, []).append(_path)
+        POINT_OF[_path] = _point
+SIDE_BY_SIDE_GRIDS = sorted({CELLS[p]["grid"] for p in POINT_OF})
+# the grid wildcard of each kernel rule: the side-by-side grids, or every other
+_NAMES = "|".join(SIDE_BY_SIDE_GRIDS) or "(?!)"
+SIDE_BY_SIDE_GRID = f"(?:{_NAMES})"
+SINGLE_CELL_GRID = f"(?!(?:{_NAMES})/)[A-Za-z0-9_\\-]+"
+
+
+def point_file(wc):
+    return f"{OUT}/points/{wc.grid}/{wc.family}/{wc.mask}/{wc.point}.json"
+
+
+def point_cells(wc):
+    """The cells of the point a point job measures (their specs), in the grid's kernel order."""
+    return [CELLS[p] for p in POINTS[point_file(wc)]]
+
+
+def point_outdated_input(wc):
+    """A point is measured again, all its contenders side by side, when any of its records is
+    outdated (attnbench.currency) or missing (deleted to measure it again)."""
+    cells = POINTS[point_file(wc)]
+    again = any(p in RERUN or not os.path.exists(p) for p in cells)
+    return OUTDATED_LIST if again and os.path.exists(point_file(wc)) else ancient(OUTDATED_LIST)
+
+
+def point_needs_gpu(wc):
+    return int(any(catalog.needs_device(catalog.get(c["impl"]), c) for c in point_cells(wc)))
+
+
+def _point_contents():
+    """What each point job reads (families/kernel/point.py): its cells' specs, records, budgets."""
+    from attnbench.families.kernel.point import Contender, point_file_content
+    from attnbench.grid.spec import CellSpec
+
+    return {
+        point: point_file_content(
+            point_id(CELLS[paths[0]]),
+            [
+                Contender(CellSpec.from_dict(CELLS[p]), p, cell_timeout_s(GRIDS[CELLS[p]["grid"]]))
+                for p in paths
+            ],
+        )
+        for point, paths in POINTS.items()
+    }
+
+
+POINT_FILES = _point_contents()
+
+
+def point_spec_file(wc):
+    return spec_file(OUT, point_file(wc))
 
 
 def cell_spec_file(wc, family=None):
@@ -292,6 +354,7 @@ def start_run():
         logger.warning(run_lock.taken_over_note(OUT, left))
     write_json_files(OUT, JSON_FILES.values())
     write_spec_files(OUT, CELLS)
+    write_spec_files(OUT, POINT_FILES)
 
 
 def end_run(ok):

@@ -1,4 +1,5 @@
-# One job per single-GPU cell (dense and block-sparse kernels), and the device's matmul ceiling.
+# Single-GPU kernel cells (dense and block-sparse): a job per cell, or a job per grid point whose
+# cells are measured side by side (grid key side_by_side); and the device's matmul ceiling.
 
 
 rule device_peak:
@@ -17,7 +18,8 @@ rule device_peak:
         # jobs, assigns none); with --resources gpu above the GPUs present, cells overlap their start-up
         "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import --"
         " python -m attnbench peak --device {wildcards.device} --dtype {wildcards.dtype}"
-        " --out {output:q} > {log:q} 2>&1"
+        # every measurement is kept per machine; the cells get the highest (attnbench.ceiling)
+        " --out {output:q} --keep {OUT:q}/device/machines > {log:q} 2>&1"
 
 
 rule kernel_cell:
@@ -30,6 +32,8 @@ rule kernel_cell:
         f"{OUT}/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.json",
     log:
         f"{OUT}/logs/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.log",
+    wildcard_constraints:
+        grid=SINGLE_CELL_GRID,
     # shortest cells first: a run cut short (a session's device time, a wall-clock limit) is
     # missing only its longest lengths
     priority: lambda wc: run_priority(cell_of(wc))
@@ -57,3 +61,52 @@ rule kernel_cell:
         " --time-limit-s {resources.cell_timeout_s} --record {output:q} --log {log:q} --"
         " python -m attnbench cell --spec {params.spec:q} --peak {input.peak:q} --threads {threads}"
         " --worker-idle-s {resources.worker_idle_s} --out {output:q} > {log:q} 2>&1"
+
+
+rule kernel_point:
+    input:
+        peak=lambda wc: ancient(peak_file(point_cells(wc)[0])),
+        # newer than the point's records where one is outdated or missing: all measured again
+        outdated=lambda wc: point_outdated_input(wc),
+    output:
+        f"{OUT}/points/{{grid}}/{{family}}/{{mask}}/{{point}}.json",
+    log:
+        f"{OUT}/logs/points/{{grid}}/{{family}}/{{mask}}/{{point}}.log",
+    wildcard_constraints:
+        grid=SIDE_BY_SIDE_GRID,
+    priority: lambda wc: run_priority(point_cells(wc)[0])
+    conda:
+        lambda wc: cell_env(point_cells(wc)[0])
+    threads: lambda wc: GRIDS[wc.grid]["cpu_threads"]
+    resources:
+        gpu=lambda wc: point_needs_gpu(wc),
+        batch_slots=1,
+        # a cell's time and budget for each contender (each contender keeps its own budget)
+        runtime=lambda wc, attempt: GRIDS[wc.grid]["runtime_min"] * len(point_cells(wc)) * attempt,
+        mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
+        point_timeout_s=lambda wc: cell_timeout_s(GRIDS[wc.grid]) * len(point_cells(wc)),
+    params:
+        point=lambda wc: point_spec_file(wc),
+    shell:
+        "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import"
+        " --time-limit-s {resources.point_timeout_s} --log {log:q} --"
+        " python -m attnbench point --point {params.point:q} --peak {input.peak:q} --threads {threads}"
+        " --log {log:q} --out {output:q} > {log:q} 2>&1"
+
+
+# One record out of its point's file: no measuring, on the machine that runs Snakemake.
+localrules:
+    point_record,
+
+
+rule point_record:
+    input:
+        lambda wc: POINT_OF[record_of(wc)],
+    output:
+        f"{OUT}/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.json",
+    wildcard_constraints:
+        grid=SIDE_BY_SIDE_GRID,
+    run:
+        from attnbench.families.kernel.point import write_point_record
+
+        write_point_record(input[0], output[0])

@@ -46,7 +46,16 @@ def measurement(grid: dict) -> Measurement:
     """How every cell of the grid is measured (its schema-defaulted settings)."""
     c = grid["check"]
     check = Check(c["max_seqlen"], c["tolerance_factor"], c["samples"])
-    return Measurement(grid["samples"], grid["warmup"], grid["reps"], check)
+    return Measurement(grid["samples"], grid["warmup"], grid["reps"], check, side_by_side(grid))
+
+
+def side_by_side(grid: dict) -> bool:
+    """Whether the grid's kernel cells are measured point by point, side by side (grid key
+    `side_by_side`; auto: on a GPU). CP cells are not: each is its own distributed job."""
+    if grid.get("family") == "cp":
+        return False
+    value = grid.get("side_by_side", "auto")
+    return grid.get("device") == "cuda" if value == "auto" else bool(value)
 
 
 def grid_cells(cfg: dict, gname: str, product_cells) -> list[dict]:

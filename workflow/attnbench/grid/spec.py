@@ -93,12 +93,15 @@ class Check:
 @dataclass(frozen=True)
 class Measurement:
     """How a cell is measured: masks drawn per sample class (`samples`: {class: count}, the
-    pattern's sample_class), warm-ups and repetitions per sample, and its check."""
+    pattern's sample_class), warm-ups and repetitions per sample, and its check; `side_by_side`:
+    with its point's other contenders, in one job, interleaved draw by draw (families/kernel/
+    point.py; absent from the dict when off, as cells had it before the setting existed)."""
 
     samples: dict
     warmup: int
     reps: int
     check: Check
+    side_by_side: bool = False
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,7 @@ class CellSpec:
         cp_cell = "cp" in d or "tokens_per_gpu" in d
         own = "method_class" if cp_cell else "kernel_class"
         required = cls.KEYS + (cls.CP_KEYS if cp_cell else ())
-        _take(d, required, (own,), "cell spec")
+        _take(d, required, (own, "side_by_side"), "cell spec")
         check = _take(d["check"], cls.CHECK_KEYS, (), "cell spec: check")
         return cls(
             d["grid"],
@@ -285,6 +288,7 @@ class CellSpec:
                 d["warmup"],
                 d["reps"],
                 Check(check["max_seqlen"], check["tolerance_factor"], check["samples"]),
+                bool(d.get("side_by_side", False)),
             ),
             d.get(own),
             d.get("tokens_per_gpu"),
@@ -318,6 +322,8 @@ class CellSpec:
         }
         if self.own_class is not None:
             out[self.own_key] = self.own_class
+        if m.side_by_side:
+            out["side_by_side"] = True
         if self.cp is not None:
             out["tokens_per_gpu"] = self.tokens_per_gpu
             out["cp"] = self.cp.to_dict()

@@ -12,6 +12,7 @@ from ... import launch
 from ... import status as S
 from ...grid.spec import CellSpec
 from ...harness.faults import crash_if_asked, hang_if_asked
+from ...harness.machine import snapshot
 from ...harness.inputs import (
     check_mask_rng,
     input_seed,
@@ -178,7 +179,7 @@ def measure_sample(kernel, spec: CellSpec, seed: int, index: int, rng) -> dict:
     memory, and for a checked sample its check."""
     import torch
 
-    from ...harness.measure import DeviceClock, peak_memory, sample_timings, time_ms
+    from ...harness.measure import DeviceClock, peak_memory, sample_timings, time_call
     from ...kernels.base import from_thd
 
     p, how, device = spec.problem, spec.measurement, spec.device
@@ -243,12 +244,12 @@ def measure_sample(kernel, spec: CellSpec, seed: int, index: int, rng) -> dict:
     if direction == "fwd":
         well_formed(first, leaves[0], lay)
     with clock.phase("timed", busy=True):
-        times = time_ms(call, how.warmup, how.reps, device, before=before)
+        timing = time_call(call, how.warmup, how.reps, device, before=before)
     with clock.phase("memory", busy=True):
         if before:
             before()
         mem = peak_memory(call, device)
-    sample = {**sample_timings(index, mask, d, direction, times), **mem}
+    sample = {**sample_timings(index, mask, d, direction, timing.device_ms), **timing.sample_fields(), **mem}
     if index < checked_samples(p, how):
         s_check = check_seqlen(p, how.check.max_seqlen)
         if s_check != p.seqlen:
@@ -353,7 +354,9 @@ def run_cell(spec: CellSpec, peak: dict | None = None, measure: bool = True) -> 
             )
         status = S.UNAVAILABLE
     if status is None:
+        record["machine"] = {"start": snapshot(spec.device)}
         status, reason = _measure(record, info, spec)
+        record["machine"]["end"] = snapshot(spec.device)
     launch.release_gpus()  # the rest writes the record: the next cell may take the GPU
     finish_record(record, status, reason, peak, spec.device, t0=t0)
     record.update(process_timing())

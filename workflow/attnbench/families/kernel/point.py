@@ -1,0 +1,299 @@
+"""A point's contenders measured side by side: every kernel cell of one grid point (heads, mask,
+length, dtype, direction) in one job, on one GPU, interleaved draw by draw in a rotating order
+(draw 0: A B C, draw 1: B C A, ...), so that a slow minute of the machine falls on all of them
+(docs/measurement.md, "Side by side").
+
+Records stay one per kernel, each as its own cell would write it, plus what the job shared: the
+point and its contenders, the kernel's place in each draw's order, the machine at the job's start
+and end, and the control calls timed before and after (harness.control: a drift past its limit
+flags every record).
+
+Two processes. The job's (`run_point`) starts a child that measures (`measure_point`) and reports
+each draw as it begins on a progress file. A contender that crashes the child (a segfault, an
+illegal memory access, an exception that is not an out-of-memory) gets a `crashed` record, and one
+that outlives its time budget (its grid's cell_timeout_s, counted over its own draws) a `timeout`
+one; a new child then measures the other contenders again from their first draw, side by side.
+The job writes one file, the point's records (a bundle); Snakemake's per-cell rule takes each
+record out of it (workflow/rules/kernels.smk).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from ... import status as S
+from ...grid.spec import CellSpec
+
+POLL_S = 0.2
+CHILD_OK, CHILD_CONTENDER_CRASHED = 0, 3
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One cell of the point: its spec, its record's path and its time budget (s)."""
+
+    spec: CellSpec
+    out: str
+    timeout_s: float
+
+    def to_dict(self) -> dict:
+        return {"spec": self.spec.to_dict(), "out": self.out, "timeout_s": self.timeout_s}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Contender:
+        return cls(CellSpec.from_dict(d["spec"]), d["out"], float(d["timeout_s"]))
+
+
+def read_point(path) -> tuple[str, list[Contender]]:
+    """The point file a job reads: its id and contenders."""
+    d = json.loads(Path(path).read_text())
+    return d["point"], [Contender.from_dict(c) for c in d["contenders"]]
+
+
+def point_file_content(point: str, contenders: list[Contender]) -> dict:
+    return {"point": point, "contenders": [c.to_dict() for c in contenders]}
+
+
+def rotation(names: list[str], draw: int) -> list[str]:
+    """The order of draw `draw`: the contenders' list turned by `draw` places."""
+    k = draw % len(names) if names else 0
+    return names[k:] + names[:k]
+
+
+# ------------------------------------------------------------------------- the child: measuring
+
+
+class _Running:
+    """A contender being measured: its record so far, its kernel, its draws' random stream."""
+
+    def __init__(self, c: Contender, record: dict, kernel, rng, t0: float):
+        self.c, self.record, self.kernel, self.rng, self.t0 = c, record, kernel, rng, t0
+        self.outcome: tuple[str, str | None] | None = None  # (status, reason) once it ends
+
+
+def _emit(progress, **event) -> None:
+    progress.write(json.dumps(event, default=str) + "\n")
+    progress.flush()
+
+
+def measure_point(contenders: list[Contender], peak: dict | None, progress) -> dict[str, dict]:
+    """Every contender's record (out -> record), measured side by side in this process."""
+    from ... import launch
+    from ...harness.control import drift, time_controls
+    from ...harness.inputs import mask_rng, torch_dtype
+    from ...harness.machine import snapshot
+    from ...harness.samples import CheckOutOfMemory, checked_outcome, n_samples
+    from ...kernels.base import load
+    from ...record.record import base_record, finish_record
+    from .cell import availability_reason, implementation, kernel_info, measure_sample, unsupported
+    from .provenance import provenance
+
+    device = contenders[0].spec.device
+    names = [c.spec.impl for c in contenders]
+    finished: dict[str, tuple[dict, str, str | None, float]] = {}
+    running: list[_Running] = []
+    for c in contenders:
+        spec, t0 = c.spec, time.perf_counter()
+        record = base_record(spec, implementation(spec), provenance(spec))
+        info = kernel_info(spec)
+        why = availability_reason(info, device)
+        status = S.UNAVAILABLE if why else None
+        if status is None:
+            why = unsupported(info, spec)
+            status = S.UNSUPPORTED if why else None
+        if status is not None:
+            finished[c.out] = (record, status, why, t0)
+            continue
+        p = spec.problem
+        kernel = load(info, device=device, dtype=torch_dtype(p.dtype), heads_q=p.heads_q,
+                      heads_kv=p.heads_kv, head_dim=p.head_dim)
+        running.append(_Running(c, record, kernel, mask_rng(record["data_seed"]), t0))
+    shared = {"machine": {}, "control": {}}
+    if running:
+        shared["machine"]["start"] = snapshot(device)
+        shared["control"]["before"] = time_controls(device)
+        by_name = {r.c.spec.impl: r for r in running}
+        draws = max(n_samples(r.c.spec.problem, r.c.spec.measurement) for r in running)
+        for i in range(draws):
+            for name in rotation([r.c.spec.impl for r in running], i):
+                r = by_name[name]
+                if r.outcome is not None:
+                    continue
+                _emit(progress, event="draw", out=r.c.out, impl=name, sample=i, t=time.time())
+                seed = r.record["data_seed"]
+                try:
+                    sample = measure_sample(r.kernel, r.c.spec, seed, i, r.rng)
+                    sample["order"] = rotation([x.c.spec.impl for x in running], i).index(name)
+                    r.record["samples"].append(sample)
+                except S.CellOutcome as e:
+                    r.outcome = (e.status, e.reason)
+                except Exception as e:  # noqa: BLE001 - an OOM is a record; anything else a crash
+                    if S.is_oom(e) and not isinstance(e, CheckOutOfMemory):
+                        _release(device)
+                        r.outcome = (S.OOM, f"out of memory at sample {i}: {str(e).splitlines()[0][:300]}")
+                    else:  # the process may be broken (a CUDA error poisons its context): end it
+                        _emit(progress, event="crashed", out=r.c.out, impl=name, sample=i,
+                              error=traceback.format_exc()[-3000:])
+                        sys.exit(CHILD_CONTENDER_CRASHED)
+        shared["control"]["after"] = time_controls(device)
+        shared["control"]["drift"] = drift(shared["control"]["before"], shared["control"]["after"])
+        shared["machine"]["end"] = snapshot(device)
+        for r in running:
+            if r.outcome is None:
+                r.outcome = checked_outcome(r.record["samples"])
+            r.record["kernel"]["notes"].update(getattr(r.kernel, "load_notes", {}))
+            finished[r.c.out] = (r.record, *r.outcome, r.t0)
+    launch.release_gpus()
+    out = {}
+    for c in contenders:
+        record, status, reason, t0 = finished[c.out]
+        record["side_by_side"] = {
+            "contenders": names,
+            "measured": [r.c.spec.impl for r in running],
+            "order": "rotating: draw i starts at the i-th contender",
+        }
+        if c.out in {r.c.out for r in running}:
+            record["machine"] = shared["machine"]
+            record["control"] = shared["control"]
+        out[c.out] = finish_record(record, status, reason, peak, device, t0=t0)
+    return out
+
+
+def _release(device) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def child_main(point_path: str, remaining: list[str], peak_path: str | None, progress_path: str,
+               threads: int | None) -> None:
+    """The child: measure the contenders named in `remaining` (record paths), append their
+    records to the progress file."""
+    from ...harness.cpu_math import settle_vml
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    settle_vml()
+    _, contenders = read_point(point_path)
+    mine = [c for c in contenders if c.out in set(remaining)]
+    peak = json.loads(Path(peak_path).read_text()) if peak_path else None
+    with open(progress_path, "a") as progress:
+        records = measure_point(mine, peak, progress)
+        for out, record in records.items():
+            _emit(progress, event="record", out=out, record=record)
+        _emit(progress, event="done")
+
+
+# ------------------------------------------------------------------------- the job: supervising
+
+
+@dataclass
+class _Watch:
+    """What the job knows of its child from the progress file."""
+
+    current: tuple[str, float] | None = None  # (record path, since) of the draw being measured
+    crashed: dict | None = None
+    done: bool = False
+
+
+def _read_events(progress_path: Path, offset: int) -> tuple[list[dict], int]:
+    with open(progress_path) as f:
+        f.seek(offset)
+        text = f.read()
+    complete = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in complete.splitlines() if line], offset + len(complete)
+
+
+def run_point(point_path: str, peak_path: str | None, threads: int | None, log_tail) -> dict[str, dict]:
+    """Every contender's record: measured side by side by children of this process, each
+    crashed or timed-out contender recorded as such and the others measured again without it."""
+    from ...launch import how_it_ended
+    from .. import not_run_record
+
+    _, contenders = read_point(point_path)
+    peak = json.loads(Path(peak_path).read_text()) if peak_path else None
+    by_out = {c.out: c for c in contenders}
+    records: dict[str, dict] = {}
+    spent = {c.out: 0.0 for c in contenders}  # seconds of each contender's draws so far
+    progress_path = Path(f"{point_path}.progress.{os.getpid()}")
+    while len(records) < len(contenders):
+        remaining = [c.out for c in contenders if c.out not in records]
+        progress_path.write_text("")
+        for out in remaining:  # measured again from their first draw
+            spent[out] = 0.0
+        cmd = [sys.executable, "-m", "attnbench", "point-child", "--point", point_path,
+               "--progress", str(progress_path), "--remaining", json.dumps(remaining)]
+        cmd += ["--peak", peak_path] if peak_path else []
+        cmd += ["--threads", str(threads)] if threads else []
+        child = subprocess.Popen(cmd)
+        watch, offset, got = _Watch(), 0, {}
+        while True:
+            events, offset = _read_events(progress_path, offset)
+            now = time.time()
+            for e in events:
+                if e["event"] == "draw":
+                    if watch.current:
+                        spent[watch.current[0]] += e["t"] - watch.current[1]
+                    watch.current = (e["out"], e["t"])
+                elif e["event"] == "crashed":
+                    watch.crashed = e
+                elif e["event"] == "record":
+                    got[e["out"]] = e["record"]
+                elif e["event"] == "done":
+                    watch.done = True
+            if watch.current and child.poll() is None:
+                out, since = watch.current
+                if spent[out] + now - since > by_out[out].timeout_s:
+                    child.kill()
+                    child.wait()
+                    budget = by_out[out].timeout_s
+                    records[out] = not_run_record(by_out[out].spec, peak, timed_out_after_s=budget)
+                    print(f"point: {out} still measuring after {budget:g} s, its time budget; stopped, "
+                          "the others measured again without it", flush=True)
+                    break
+            if child.poll() is not None:
+                events, offset = _read_events(progress_path, offset)
+                for e in events:
+                    if e["event"] == "record":
+                        got[e["out"]] = e["record"]
+                    elif e["event"] == "crashed":
+                        watch.crashed = e
+                    elif e["event"] == "done":
+                        watch.done = True
+                if watch.done and child.returncode == CHILD_OK:
+                    records.update(got)
+                elif watch.current or watch.crashed:
+                    out = (watch.crashed or {}).get("out") or watch.current[0]
+                    ended = how_it_ended(child.returncode)
+                    tail = (watch.crashed or {}).get("error", "").splitlines() or log_tail()
+                    records[out] = not_run_record(by_out[out].spec, peak, crash={**ended, "log_tail": tail[-20:]})
+                    print(f"point: {out} crashed its process ({ended['how']}); the others measured again "
+                          "without it", flush=True)
+                else:  # it died before any draw: nobody to blame, nothing to measure again
+                    raise RuntimeError(f"the point's measuring process {how_it_ended(child.returncode)['how']} "
+                                       "before its first draw")
+                break
+            time.sleep(POLL_S)
+    progress_path.unlink(missing_ok=True)
+    return records
+
+
+def write_point_record(point_records: str, out: str) -> None:
+    """The record at `out`, taken from its point's file of records (rule point_record)."""
+    from ...record.record import write_record
+
+    records = json.loads(Path(point_records).read_text())["records"]
+    if out not in records:
+        raise ValueError(f"{point_records} holds no record for {out}: the point was measured "
+                         f"with other contenders ({', '.join(records)}); run the workflow again")
+    write_record(records[out], out)
