@@ -6,6 +6,7 @@ import gc
 import re
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -98,6 +99,162 @@ def time_ms(fn, warmup: int, reps: int, device, flush: bool = True, before=None)
             fn()
             out.append((time.perf_counter() - t0) * 1e3)
     return out
+
+
+# How a GPU call is timed (docs/measurement.md, "Timing"): settled clocks first, then repetitions
+# back to back on the stream, then a few calls as a caller sees them.
+SETTLE_MIN_S = 0.25  # back-to-back calls before every timed window, at least
+SETTLE_MAX_S = 2.0  # ... and at most: a window that did not settle by then says so
+SETTLE_TOLERANCE = 0.01  # settled: two successive batches' per-call times within 1%
+SETTLE_BATCH_MS = 50.0  # the work in one batch of the settling calls
+WALL_REPS = 5  # calls timed as a caller sees them (host synchronised), for the host's overhead
+HEAD_START_MAX_MS = 50.0  # the longest the stream is held while the host queues the repetitions
+
+
+@dataclass
+class KernelTiming:
+    """One timed window of a call: the device's time per repetition (`device_ms`, what verdicts
+    and TFLOP/s use), the call's wall time as a caller sees it (`wall_ms`; None on a CPU, where
+    the two are one), how the GPU was settled before it and what NVML read during it."""
+
+    device_ms: list[float]
+    wall_ms: list[float] | None = None
+    settle: dict | None = None
+    head_start_ms: float | None = None
+    window: dict | None = None
+
+    @property
+    def host_overhead_ms(self) -> float | None:
+        """The caller's median time over the device's: launch and Python work a caller pays."""
+        if not self.wall_ms:
+            return None
+        return float(np.median(self.wall_ms) - np.median(self.device_ms))
+
+    def sample_fields(self) -> dict:
+        """What a sample records beyond its device times (sample_timings)."""
+        if self.wall_ms is None:
+            return {"timing": "host_clock"}
+        return {
+            "timing": "device_back_to_back",
+            "wall_ms": self.wall_ms,
+            "host_overhead_ms": self.host_overhead_ms,
+            "settle": self.settle,
+            "head_start_ms": self.head_start_ms,
+            "gpu_window": self.window,
+        }
+
+
+def _events(n: int):
+    return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+
+
+_SLEEP_CYCLES_PER_MS: dict = {}
+
+
+def sleep_cycles_per_ms(device) -> float:
+    """torch.cuda._sleep's cycles per millisecond on this GPU, measured once per process."""
+    key = str(torch.device(device))
+    if key not in _SLEEP_CYCLES_PER_MS:
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles)  # a first call loads it
+        start, end = _events(2)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _SLEEP_CYCLES_PER_MS[key] = cycles / max(start.elapsed_time(end), 1e-3)
+    return _SLEEP_CYCLES_PER_MS[key]
+
+
+def settle(fn, warmup: int, device) -> dict:
+    """Back-to-back calls until the GPU runs the call at its steady clocks and power, never from
+    idle: at least `warmup` calls and SETTLE_MIN_S, in batches of about SETTLE_BATCH_MS of work,
+    until two successive batches' per-call device times agree within SETTLE_TOLERANCE (else
+    SETTLE_MAX_S, and `settled` is false). Also measures what queueing one call costs the host."""
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        fn()
+    start, end = _events(2)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    per_call = max(start.elapsed_time(end), 1e-3)
+    n = max(1, int(SETTLE_BATCH_MS / per_call))
+    batches, enqueue, calls = [], [], warmup + 1
+    while True:
+        start, end = _events(2)
+        start.record()
+        h0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        enqueue.append((time.perf_counter() - h0) * 1e3 / n)
+        end.record()
+        end.synchronize()
+        batches.append(start.elapsed_time(end) / n)
+        calls += n
+        elapsed = time.perf_counter() - t0
+        settled = len(batches) >= 2 and abs(batches[-1] / batches[-2] - 1) <= SETTLE_TOLERANCE
+        if (settled and elapsed >= SETTLE_MIN_S) or elapsed >= SETTLE_MAX_S:
+            break
+    return {
+        "calls": calls,
+        "seconds": round(elapsed, 3),
+        "settled": settled,
+        "last_batches_ms": [round(b, 5) for b in batches[-2:]],
+        "enqueue_ms": float(np.median(enqueue)),
+    }
+
+
+def time_gpu_call(fn, warmup: int, reps: int, device, flush: bool = True, before=None) -> KernelTiming:
+    """The device's time of `reps` calls of fn() and a caller's time of WALL_REPS more, after the
+    GPU is settled (settle).
+
+    Device time: the repetitions are queued back to back with no host synchronisation between
+    them, each between two CUDA events, the L2 overwritten before each (outside its events), as
+    triton.testing.do_bench does. The stream is first held by a sleep long enough for the host
+    to queue every repetition (at most HEAD_START_MAX_MS), so that no repetition waits for the
+    host: the events measure the call's work on the GPU alone. Wall time: each call between two
+    synchronisations, as a caller that waits for its result sees it. `before()` runs before each
+    call, outside both (a backward's forward, where the graph frees itself)."""
+    from .machine import WindowSampler
+
+    state = settle(fn, warmup, device)
+    flusher = L2Flush(device) if flush else None
+    starts, ends = _events(reps), _events(reps)
+    head_start = min(HEAD_START_MAX_MS, 1.0 + 1.25 * reps * state["enqueue_ms"])
+    with WindowSampler(device) as window:
+        torch.cuda._sleep(int(head_start * sleep_cycles_per_ms(device)))
+        for i in range(reps):
+            if flusher:
+                flusher()
+            if before:
+                before()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        ends[-1].synchronize()
+        device_ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        wall = []
+        for _ in range(WALL_REPS):
+            if flusher:
+                flusher()
+            if before:
+                before()
+            synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(device)
+            wall.append((time.perf_counter() - t0) * 1e3)
+    return KernelTiming(device_ms, wall, state, head_start, window.summary)
+
+
+def time_call(fn, warmup: int, reps: int, device, before=None) -> KernelTiming:
+    """A kernel cell's timed window: time_gpu_call on a GPU; on a CPU, time_ms (the host is the
+    device there)."""
+    if torch.device(device).type == "cuda":
+        return time_gpu_call(fn, warmup, reps, device, before=before)
+    return KernelTiming(time_ms(fn, warmup, reps, device, before=before))
 
 
 class DeviceClock:
@@ -196,3 +353,16 @@ def matmul_peak_tflops(device, dtype, n: int | None = None, reps: int = 10) -> d
         "matmul_ms_best": best,
         "matmul_peak_tflops": 2.0 * n**3 / (best * 1e-3) / 1e12,
     }
+
+
+def matmul_ceiling(device, dtype, runs: int = 3, pause_s: float = 1.0) -> dict:
+    """The best of `runs` matmul_peak_tflops measurements, `pause_s` apart: load that comes and
+    goes on a shared machine lowers some of them, not the best (attnbench.ceiling keeps the best
+    over every run of the command too). Each run's TFLOP/s are listed."""
+    found = []
+    for i in range(runs):
+        if i:
+            time.sleep(pause_s)
+        found.append(matmul_peak_tflops(device, dtype))
+    best = max(found, key=lambda m: m["matmul_peak_tflops"])
+    return {**best, "runs_tflops": [m["matmul_peak_tflops"] for m in found]}

@@ -104,6 +104,11 @@ def summarise(record, peak, gpus: int = 1):
     record["peak_mem_bytes"] = max(mems) if mems else None
     record["peak_mem_increment_bytes"] = max(incs) if incs else None
     record["mem_source"] = samples[0].get("mem_source")
+    # the host's overhead (a caller's time over the device's) and the windows NVML saw throttled
+    overheads = [s["host_overhead_ms"] for s in samples if s.get("host_overhead_ms") is not None]
+    record["host_overhead_ms"] = float(np.median(overheads)) if overheads else None
+    windows = [s["gpu_window"] for s in samples if s.get("gpu_window")]
+    record["throttled"] = any(w["throttled"] for w in windows) if windows else None
     busy = [s["device_busy_ms"] for s in samples if "device_busy_ms" in s]
     record["device_busy_ms"] = sum(busy) if busy else None
     ceiling = (peak or {}).get("matmul_peak_tflops")
