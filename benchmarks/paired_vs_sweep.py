@@ -1,7 +1,7 @@
 """h200_paired's verdicts (10 draws per document or heterogeneous mask) against h200_sweep's (3
 draws) at the points both measure, on the kernels both have ok records of there.
 
-Per mask, length and direction (fwd, bwd, the training step) it prints the paired verdict of each
+Per mask, length, heads and direction (fwd, bwd, the training step) it prints the paired verdict of each
 grid (report.paired: a winner where every other kernel is slower on every draw, p20-p80 apart, else
 the tie of the kernels not slower than the fastest), the draws the fastest won, whether the two
 grids agree, and the per-draw spread (min-max of per-draw medians) of h200_paired's fastest.
@@ -30,8 +30,18 @@ NEW, OLD = "h200_paired", "h200_sweep"
 
 
 def by_point(df, samples, grid) -> dict:
+    """{(mask, length, heads, direction): answer}. The heads are part of the point: at 8K the
+    sweep measures MHA 64:64 beside GQA 64:8, and neither answers for the other."""
     found = answers(df[df["grid"] == grid], advice_of, samples)
-    return {(a.point["mask"], int(a.point["seqlen"]), a.direction): a for a in found}
+    return {
+        (
+            a.point["mask"],
+            int(a.point["seqlen"]),
+            f"{int(a.point['heads_q'])}:{int(a.point['heads_kv'])}",
+            a.direction,
+        ): a
+        for a in found
+    }
 
 
 def verdict(c: Comparison) -> str:
@@ -66,7 +76,7 @@ def main():
     # the kernels of h200_paired's grid: those without an ok record at a point are named there
     kernels = set(load_config(ROOT / "config.yaml")["grids"][NEW]["kernels"])
     rows = []
-    for key in sorted(new, key=lambda k: (k[0], k[1], ["fwd", "bwd", "train"].index(k[2]))):
+    for key in sorted(new, key=lambda k: (k[0], k[1], k[2], ["fwd", "bwd", "train"].index(k[3]))):
         if key not in old:
             continue
         na, oa = new[key], old[key]
@@ -82,6 +92,7 @@ def main():
                 key[0],
                 f"{key[1] // 1024}K",
                 key[2],
+                key[3],
                 verdict(nc),
                 verdict(oc),
                 agreement(nc, oc),
@@ -92,6 +103,7 @@ def main():
     head = (
         "mask",
         "S",
+        "heads",
         "dir",
         f"{NEW} (draws won)",
         f"{OLD} (draws won)",
@@ -107,7 +119,7 @@ def main():
     else:
         for r in rows:
             print("  ".join(r))
-    counts = {k: sum(r[5] == k for r in rows) for k in ("agree", "same fastest", "differ")}
+    counts = {k: sum(r[6] == k for r in rows) for k in ("agree", "same fastest", "differ")}
     print(f"\n{len(rows)} answers compared: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
 
 

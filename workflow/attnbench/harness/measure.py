@@ -171,9 +171,9 @@ def settle(fn, warmup: int, device) -> dict:
     idle: at least `warmup` calls and SETTLE_MIN_S, in batches of about SETTLE_BATCH_MS of work,
     until two successive batches' per-call device times agree within SETTLE_TOLERANCE (else
     SETTLE_MAX_S, and `settled` is false). Also measures what queueing one call costs the host."""
-    t0 = time.perf_counter()
-    for _ in range(warmup):
+    for _ in range(warmup):  # a first call's compilation or autotuning is not settling
         fn()
+    t0 = time.perf_counter()
     start, end = _events(2)
     start.record()
     fn()

@@ -4,11 +4,13 @@ and sample (results/tables/samples.csv, beside it: what a comparison draw by dra
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..ceiling import Ceiling, Ceilings
 from ..grid.expand import cell_path, output_root, stable_hash
 from ..record.validate import RecordError, read_record  # noqa: F401  (RecordError: what collect raises)
 from ..status import IMPLAUSIBLE, OK, implausible_reason
@@ -45,6 +47,10 @@ MEMORY_AND_CHECK = (
     "max_rel_err",
     "check_passed",
 )
+# How a GPU cell was measured (docs/measurement.md): a caller's time over the device's, whether a
+# timed window was throttled, whether its job's control calls drifted, side by side or alone, and
+# on which GPU (its UUID) at what median SM clock.
+MEASURING = ("host_overhead_ms", "throttled", "control_drift", "side_by_side", "gpu_uuid", "sm_clock_mhz")
 # Provenance: the machine and software a record was made on, when, and the hashes of the code
 # tree and the cell config that made it.
 MACHINE = ("host", "python", "triton", "cuda", "cudnn", "driver")
@@ -58,9 +64,14 @@ COLUMNS = [
     "status_reason",
     *TIMINGS,
     "matmul_peak_tflops",
+    # the ceiling the status was judged against: the record's own, or a higher one measured later
+    # on the same machine (attnbench.ceiling), and which
+    "ceiling_tflops",
+    "ceiling_from",
     *MEMORY_AND_CHECK,
     "samples",
     "mask_area_mean",
+    *MEASURING,
     "block_size",
     "avg_block",
     "density",
@@ -86,6 +97,23 @@ def _num(x):
     return x
 
 
+def measuring(record: dict) -> dict:
+    """The MEASURING columns of a record (None where it predates them, or ran on a CPU)."""
+    start = (record.get("machine") or {}).get("start") or {}
+    drift = (record.get("control") or {}).get("drift")
+    clocks = [
+        s["gpu_window"]["sm_clock_mhz"]["median"] for s in record.get("samples", []) if s.get("gpu_window")
+    ]
+    return {
+        "host_overhead_ms": record.get("host_overhead_ms"),
+        "throttled": record.get("throttled"),
+        "control_drift": drift["worst"] if drift else None,
+        "side_by_side": record["cell"]["impl"] in (record.get("side_by_side") or {}).get("measured", ()),
+        "gpu_uuid": start.get("uuid"),
+        "sm_clock_mhz": float(np.median(clocks)) if clocks else None,
+    }
+
+
 def library_ran(kernel: dict) -> str | None:
     """The library that ran the cell. A kernel that picks one of several packages when it loads
     (vsa: the vsa wheel, else fastvideo-kernel) names it in notes.library, 'name version (why not
@@ -94,7 +122,7 @@ def library_ran(kernel: dict) -> str | None:
     return ran.split(" (")[0] if ran else kernel.get("library_version")
 
 
-def row(record: dict, path: str) -> dict:
+def row(record: dict, path: str, ceilings: Ceilings | None = None) -> dict:
     cell, env = record["cell"], record.get("environment", {})
     samples = record.get("samples", [])
     mp = cell.get("mask_params", {})
@@ -112,6 +140,7 @@ def row(record: dict, path: str) -> dict:
         "matmul_peak_tflops": (record.get("matmul_peak") or {}).get("matmul_peak_tflops"),
         "samples": len(samples),
         "mask_area_mean": sum(s["mask_area"] for s in samples) / len(samples) if samples else None,
+        **measuring(record),
         "block_size": mp.get("block_size"),
         "avg_block": mp.get("avg_block"),
         "density": mp.get("density"),
@@ -131,10 +160,40 @@ def row(record: dict, path: str) -> dict:
         "config_sha256": record.get("config_sha256"),
     }
     r.update(record.get("table_extra", {}))  # family-specific columns (e.g. context parallelism)
-    why = implausible_reason(_num(r["tflops"]), r["matmul_peak_tflops"])
-    if why and r["status"] == OK:  # a record made before cells judged it: judged the same way
-        r["status"], r["status_reason"] = IMPLAUSIBLE, why
+    j = judged(record, path, ceilings or Ceilings())
+    r.update(status=j.status, status_reason=j.reason)
+    r["ceiling_tflops"] = j.ceiling.tflops if j.ceiling else None
+    r["ceiling_from"] = j.ceiling.source if j.ceiling else None
     return r
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A record's status in the tables, and the matmul ceiling that judged its plausibility."""
+
+    status: str
+    reason: str | None
+    ceiling: Ceiling | None
+
+
+def judged(record: dict, path: str, ceilings: Ceilings) -> Judged:
+    """The record's status against the highest matmul ceiling known for its machine in its
+    output folder (attnbench.ceiling). An ok record above it is implausible (also one made before
+    cells judged it); a record made implausible against a lower ceiling (one measured under load)
+    that is within this one reads ok, its reason saying so. The record itself keeps what it saw."""
+    status, reason = record["status"], record.get("status_reason")
+    ceiling = ceilings.judging(record, output_root(path, record["cell"]))
+    why = implausible_reason(_num(record.get("tflops")), ceiling.tflops) if ceiling else None
+    if why and status == OK:
+        status, reason = IMPLAUSIBLE, why
+    # only an ok cell is ever made implausible (record.summarise): its check passed
+    elif ceiling and not why and status == IMPLAUSIBLE and record.get("check_passed") is not False:
+        status = OK
+        reason = (
+            f"recorded implausible against a lower ceiling ({reason}); within the ceiling "
+            f"measured on this machine since ({ceiling.tflops:.4g} TFLOP/s, {ceiling.source})"
+        )
+    return Judged(status, reason, ceiling)
 
 
 # The per-sample table: the cell's identity, then one sampled mask (a draw) and its timings.
@@ -152,6 +211,10 @@ SAMPLE_COLUMNS = [
     "time_ms_p20",
     "time_ms_p80",
     "tflops",
+    # a caller's median time over the device's on this draw; the contender's place in the draw's
+    # order where the point was measured side by side (0: first)
+    "host_overhead_ms",
+    "order",
 ]
 SAMPLES_CSV = "samples.csv"
 
@@ -172,12 +235,14 @@ def _sample_stats(s: dict) -> tuple[float, float, float, int]:
     return float(med), float(p20), float(p80), len(times)
 
 
-def sample_rows(record: dict, path: str) -> list[dict]:
+def sample_rows(record: dict, path: str, ceilings: Ceilings | None = None) -> list[dict]:
     """One row per sample with timings. A timed record without per-sample data is read as one
-    sample (per_sample False, no fingerprint): its cell-level median and p20-p80."""
+    sample (per_sample False, no fingerprint): its cell-level median and p20-p80. The status is
+    the cells table's (judged)."""
     cell = record["cell"]
     head = {k: cell.get(k) for k in CELL_KEYS}
-    head.update(cell_id=record.get("cell_id"), status=record["status"])
+    status = judged(record, path, ceilings or Ceilings()).status
+    head.update(cell_id=record.get("cell_id"), status=status)
     gpus = int(cell.get("gpus") or 1)
     rows = []
     for s in record.get("samples", []):
@@ -198,6 +263,8 @@ def sample_rows(record: dict, path: str) -> list[dict]:
                 "time_ms_p20": p20,
                 "time_ms_p80": p80,
                 "tflops": flops / (med * 1e-3) / 1e12 / gpus if flops and med > 0 else None,
+                "host_overhead_ms": s.get("host_overhead_ms"),
+                "order": s.get("order"),
             }
         )
     if not rows and _num(record.get("time_ms_median")) is not None:
@@ -263,14 +330,16 @@ def collect(paths=(), root=None, records: dict | None = None) -> pd.DataFrame:
     """The tidy table of the given records (or of every *.json under root); stops, having
     written nothing, at a file that is not a record or not its cell's (RecordError naming it)."""
     records = read_records(paths, root) if records is None else records
-    df = pd.DataFrame([row(r, p) for p, r in records.items()])
+    ceilings = Ceilings()  # each machine's kept ceiling, read once
+    df = pd.DataFrame([row(r, p, ceilings) for p, r in records.items()])
     cols = COLUMNS + [c for c in df.columns if c not in COLUMNS]
     return _sorted(df.reindex(columns=cols), CELL_KEYS)
 
 
 def collect_samples(records: dict) -> pd.DataFrame:
     """The per-sample table of the records: one row per cell and timed sample."""
-    rows = [s for p, r in records.items() for s in sample_rows(r, p)]
+    ceilings = Ceilings()  # each machine's kept ceiling, read once
+    rows = [s for p, r in records.items() for s in sample_rows(r, p, ceilings)]
     return _sorted(pd.DataFrame(rows, columns=SAMPLE_COLUMNS), (*CELL_KEYS, "sample"))
 
 
