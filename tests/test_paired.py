@@ -16,7 +16,7 @@ from attnbench.report.collect import (
     samples_path,
     write_cells,
 )
-from attnbench.report.paired import Draw, Timed, compare, step
+from attnbench.report.paired import BANDS, SIGN_TEST, Draw, Timed, compare, step
 
 
 def timed(name, *draws, noise=0.02):
@@ -76,11 +76,33 @@ def test_contenders_are_compared_on_the_draws_they_share():
     assert c.unpaired == ("x",) and [s.name for s in c.standings] == ["a", "b"]
 
 
-def test_more_draws_never_make_a_verdict_easier():
-    # apart on three draws, within the noise on a fourth: no longer slower
+def test_with_few_draws_one_draw_within_the_noise_keeps_a_tie():
+    # apart on three draws, within the noise on a fourth: no longer slower (4 draws: too few for
+    # the sign test, so every draw's bands must be apart)
     three = compare([timed("a", 1.0, 2.0, 3.0), timed("b", 1.2, 2.4, 3.6)])
     four = compare([timed("a", 1.0, 2.0, 3.0, 4.0), timed("b", 1.2, 2.4, 3.6, 4.01)])
     assert three.winner and not four.winner
+    assert three.rule == four.rule == BANDS
+
+
+def test_with_many_draws_the_sign_test_decides_and_a_draw_in_the_noise_does_not_undo_it():
+    # slower on 9 of 10 draws (p 0.011), 9 of them by 20%: slower, though one draw is a tie;
+    # on 8 of 10 (p 0.055) it is not
+    a = [1.0 + i for i in range(10)]
+    nine = compare([timed("a", *a), timed("b", *(m * 1.2 for m in a[:9]), a[9] * 0.99)])
+    assert nine.rule == SIGN_TEST and nine.need == 9 and nine.winner.name == "a"
+    assert nine.standings[1].slower_on == 9 and nine.standings[1].p_value == pytest.approx(
+        11 / 1024
+    )
+    eight = compare([timed("a", *a), timed("b", *(m * 1.2 for m in a[:8]), *a[8:])])
+    assert eight.winner is None and eight.standings[1].slower_on == 8
+
+
+def test_the_fastest_has_ratio_one_and_no_evidence_against_it():
+    c = compare([timed("a", 1.0, 3.0, 10.0), timed("b", 1.1, 3.3, 11.0)])
+    best = c.fastest
+    assert (best.geomean, best.slower_on, best.p_value, best.slower) == (1.0, 0, 1.0, False)
+    assert c.standings[1].geomean == pytest.approx(1.1)
 
 
 # ---------------------------------------------------------------- real records

@@ -76,8 +76,10 @@ def test_the_expansion_gives_the_committed_records_their_ids(cells, committed):
     carry `side_by_side: true`, which the committed records, measured alone, do not; without that
     key the ids are theirs."""
     expanded = {cell_path(c): c for grid in cells.values() for c in grid}
-    alone = [{k: v for k, v in expanded[cell_path(r["cell"])].items() if k != "side_by_side"}
-             for r in committed.values()]
+    alone = [
+        {k: v for k, v in expanded[cell_path(r["cell"])].items() if k != "side_by_side"}
+        for r in committed.values()
+    ]
     same = [stable_hash(c) == r["cell_id"] for c, r in zip(alone, committed.values())]
     assert sum(same) >= len(same) - 9 and sum(same) > 3000
     side_by_side = [expanded[cell_path(r["cell"])].get("side_by_side") for r in committed.values()]

@@ -36,19 +36,25 @@ def causal_sdpa(seqlen, direction):
     return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
 
 
-@pytest.mark.parametrize("seqlen,direction,slack", [(1024, "fwd", 0.10), (1024, "bwd", 0.10),
-                                                     (32768, "fwd", 0.03), (32768, "bwd", 0.03)])
+@pytest.mark.parametrize(
+    "seqlen,direction,slack",
+    [(1024, "fwd", 0.10), (1024, "bwd", 0.10), (32768, "fwd", 0.03), (32768, "bwd", 0.03)],
+)
 def test_device_time_agrees_with_do_bench(seqlen, direction, slack):
     from triton.testing import do_bench
 
     fn = causal_sdpa(seqlen, direction)
     ours = measure.time_gpu_call(fn, warmup=5, reps=20, device="cuda")
     # do_bench right after, on the settled GPU; rep in ms of calls (at least 20 repetitions)
-    theirs = do_bench(fn, warmup=25, rep=max(100, int(20 * np.median(ours.device_ms))), return_mode="median")
+    theirs = do_bench(
+        fn, warmup=25, rep=max(100, int(20 * np.median(ours.device_ms))), return_mode="median"
+    )
     ratio = float(np.median(ours.device_ms)) / theirs
-    print(f"S={seqlen} {direction}: harness {np.median(ours.device_ms):.4f} ms, do_bench {theirs:.4f} ms, "
-          f"ratio {ratio:.3f}; wall {np.median(ours.wall_ms):.4f} ms, host overhead "
-          f"{ours.host_overhead_ms:.4f} ms; settle {ours.settle}; window {ours.window}")
+    print(
+        f"S={seqlen} {direction}: harness {np.median(ours.device_ms):.4f} ms, do_bench {theirs:.4f} ms, "
+        f"ratio {ratio:.3f}; wall {np.median(ours.wall_ms):.4f} ms, host overhead "
+        f"{ours.host_overhead_ms:.4f} ms; settle {ours.settle}; window {ours.window}"
+    )
     assert 1 - slack <= ratio <= 1 + slack
     assert ours.settle["settled"], ours.settle
     assert ours.wall_ms and min(ours.wall_ms) > 0
@@ -60,9 +66,13 @@ def test_a_window_records_the_gpu_and_the_host():
     fields = t.sample_fields()
     assert fields["timing"] == "device_back_to_back"
     assert len(fields["wall_ms"]) == measure.WALL_REPS
-    assert fields["host_overhead_ms"] == pytest.approx(np.median(t.wall_ms) - np.median(t.device_ms))
+    assert fields["host_overhead_ms"] == pytest.approx(
+        np.median(t.wall_ms) - np.median(t.device_ms)
+    )
     window = fields["gpu_window"]
-    assert window is not None, "nvidia-ml-py (pynvml) is installed on the GPU image: NVML must read"
+    assert window is not None, (
+        "nvidia-ml-py (pynvml) is installed on the GPU image: NVML must read"
+    )
     assert window["readings"] >= 2 and window["sm_clock_mhz"]["min"] > 0
     assert isinstance(window["throttled"], bool)
 

@@ -141,6 +141,31 @@ def cmd_cell(a):
     say_outcome(record, a.out)
 
 
+def cmd_point(a):
+    """A grid point's contenders side by side in one job (families/kernel/point.py): one file of
+    their records, which the workflow's per-cell rule takes apart."""
+    from . import launch
+    from .families.kernel.point import read_point, run_point
+    from .record.record import write_record
+
+    try:
+        point, contenders = read_point(a.point)
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"point: --point {a.point}: {e}")
+    claim_gpu_after_start(contenders[0].spec.device)
+    records = run_point(a.point, a.peak, a.threads, lambda: launch.log_tail(a.log))
+    launch.release_gpus()
+    write_record({"point": point, "records": records}, a.out)
+    for out, record in records.items():
+        say_outcome(record, out)
+
+
+def cmd_point_child(a):
+    from .families.kernel.point import child_main
+
+    child_main(a.point, json.loads(a.remaining), a.peak, a.progress, a.threads)
+
+
 def cmd_cp_cell(a):
     """One rank of a distributed cell (start it with python -m attnbench.launch)."""
     spec = cell_spec(a)
@@ -161,9 +186,10 @@ def cmd_cp_cell(a):
 def cmd_peak(a):
     import torch
 
+    from .ceiling import Machine, keep
     from .harness.environment import fingerprint
     from .harness.inputs import torch_dtype
-    from .harness.measure import matmul_peak_tflops
+    from .harness.measure import matmul_ceiling
     from .record.record import write_record
 
     device = a.device
@@ -175,9 +201,13 @@ def cmd_peak(a):
             "reason": "no CUDA device is visible",
         }
     else:
-        result = {"device": device, **matmul_peak_tflops(device, torch_dtype(a.dtype))}
+        result = {"device": device, **matmul_ceiling(device, torch_dtype(a.dtype))}
     env = fingerprint(device)
     result.update(device_name=env.get("device_name"), host=env.get("host"))
+    if a.keep and result["matmul_peak_tflops"]:
+        # a ceiling measured under load is low: the cells get the best this machine ever measured
+        machine = Machine(str(result["host"]), str(result["device_name"]), a.dtype)
+        result = keep(result, machine, a.keep)
     write_record(result, a.out)
     print(json.dumps(result))
 
@@ -383,6 +413,7 @@ def cmd_advise(a):
     whole advice. A question it cannot answer names the valid values (exit 2)."""
     from .families import advice_of
     from .report.advice import AdviceError
+    from .report.paired import Verdict, ruled_by
     from .report.question import Question, read_tables, respond
 
     cells = Path(a.cells) if a.cells else None
@@ -392,7 +423,10 @@ def cmd_advise(a):
         df, samples = read_tables(cells)
         wanted = {k: getattr(a, k) for k in ADVISE_FILTERS}
         q = Question(wanted, a.format, a.verbose, a.all, a.overview)
-        print(respond(df, samples, advice_of, q, modelled_answers(a, cells)))
+        # the verdict rule's settings: the config's report.verdict (defaults where none is here)
+        has_config = a.configfile or a.config or Path(WORKFLOW_CONFIG).is_file()
+        with ruled_by(Verdict.of(config_of(a) if has_config else None)):
+            print(respond(df, samples, advice_of, q, modelled_answers(a, cells)))
     except AdviceError as e:  # naming the table, where the message does not already
         where = "" if str(cells) in str(e) else f" (in {cells})"
         print(f"advise: {e}{where}", file=sys.stderr)
@@ -548,6 +582,24 @@ def parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(fn=cmd_cell)
     c = sub.add_parser(
+        "point", help="measure a grid point's kernel cells side by side; write their records"
+    )
+    c.add_argument(
+        "--point", required=True, help="the point's file: its contenders' specs and records"
+    )
+    c.add_argument("--peak", help="JSON file with the device's matmul ceiling")
+    c.add_argument("--out", required=True, help="the file of the point's records")
+    c.add_argument("--threads", type=int, help="CPU threads for torch (Snakemake's threads)")
+    c.add_argument("--log", help="the job's log, whose last lines a `crashed` record keeps")
+    c.set_defaults(fn=cmd_point)
+    c = sub.add_parser("point-child", help=argparse.SUPPRESS)  # point's measuring process
+    c.add_argument("--point", required=True)
+    c.add_argument("--remaining", required=True, help="JSON list of the record paths to measure")
+    c.add_argument("--progress", required=True)
+    c.add_argument("--peak")
+    c.add_argument("--threads", type=int)
+    c.set_defaults(fn=cmd_point_child)
+    c = sub.add_parser(
         "cp-cell", help="one rank of a context-parallel cell (under attnbench.launch / torchrun)"
     )
     c.add_argument("--spec", required=True, help=SPEC_HELP)
@@ -560,6 +612,12 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--device", required=True, help="cpu or cuda")
     c.add_argument("--dtype", required=True, help="the matmul's dtype, e.g. bfloat16")
     c.add_argument("--out", required=True, help="the JSON file written")
+    c.add_argument(
+        "--keep",
+        metavar="FOLDER",
+        help="add the measurement to this machine's file there (<output_dir>/device/machines) "
+        "and write the highest ceiling kept (attnbench.ceiling)",
+    )
     c.set_defaults(fn=cmd_peak)
     c = sub.add_parser("collect", help="cell records -> one tidy CSV")
     c.add_argument("records", nargs="*", help="record files")

@@ -13,13 +13,15 @@ rule device_peak:
         gpu=lambda wc: int(wc.device == "cuda"),
         runtime=lambda wc, attempt: 10 * attempt,
         mem_mb=lambda wc, attempt: 4000 * attempt,
+    params:
+        machines=f"{OUT}/device/machines",
     shell:
         # launch: on one machine the cell claims a GPU of its own once started (Snakemake counts GPU
         # jobs, assigns none); with --resources gpu above the GPUs present, cells overlap their start-up
         "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import --"
         " python -m attnbench peak --device {wildcards.device} --dtype {wildcards.dtype}"
         # every measurement is kept per machine; the cells get the highest (attnbench.ceiling)
-        " --out {output:q} --keep {OUT:q}/device/machines > {log:q} 2>&1"
+        " --out {output:q} --keep {params.machines:q} > {log:q} 2>&1"
 
 
 rule kernel_cell:
@@ -104,9 +106,11 @@ rule point_record:
         lambda wc: POINT_OF[record_of(wc)],
     output:
         f"{OUT}/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.json",
+    log:
+        f"{OUT}/logs/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.log",
     wildcard_constraints:
         grid=SIDE_BY_SIDE_GRID,
     run:
         from attnbench.families.kernel.point import write_point_record
 
-        write_point_record(input[0], output[0])
+        write_point_record(input[0], output[0], log[0])

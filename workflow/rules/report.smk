@@ -66,7 +66,7 @@ for _grid in RUN:
             grid=_grid,
             # the folder of the outputs, from them (Snakemake's lint: not a second, hardcoded path)
             outdir=lambda wc, output: os.path.dirname(output[0]),
-            grid_cfg=as_file(report_settings(GRIDS[_grid])),
+            grid_cfg=as_file(report_settings(GRIDS[_grid], CFG)),
         shell:
             "python -m attnbench tables --cells {input.cells:q} --out-dir {params.outdir:q}"
             " --grid {params.grid} --grid-config {params.grid_cfg:q} > {log:q} 2>&1"
@@ -91,7 +91,7 @@ for _grid in RUN:
             # the folder of the outputs, from them (Snakemake's lint: not a second, hardcoded path)
             outdir=lambda wc, output: os.path.dirname(output[0]),
             style=as_file(CFG["figures"]),
-            grid_cfg=as_file(report_settings(GRIDS[_grid])),
+            grid_cfg=as_file(report_settings(GRIDS[_grid], CFG)),
         shell:
             "python -m attnbench figures --cells {input.cells:q} --out-dir {params.outdir:q}"
             " --grid {params.grid} --style {params.style:q} --grid-config {params.grid_cfg:q}"

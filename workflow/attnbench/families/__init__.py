@@ -244,9 +244,11 @@ def register_own_classes(grid_cfg: dict | None) -> None:
 def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -> list[Path]:
     """The grid's tables, written by its family, and a report caption per table
     (report.tables.write_tables; `where`: grid, family, missing: the record paths of the grid's
-    cells without a record, which the captions list)."""
+    cells without a record, which the captions list); the answers by grid_cfg's `report:`
+    settings (grid.config.report_settings)."""
     from ..report.advice_text import write_advice
     from ..report.collect import read_samples
+    from ..report.paired import Verdict, ruled_by
     from ..report.tables import write_tables as write_with
 
     def advice(df, out, grid, name):  # every grid's: the paired answers, from both tidy tables
@@ -254,7 +256,7 @@ def write_tables(cells_csv, out_dir, *, grid_cfg: dict | None = None, **where) -
 
     register_own_classes(grid_cfg)
     tables_of = partial(part, which="TABLES")
-    with naming_the_input("tables", cells_csv, where):
+    with naming_the_input("tables", cells_csv, where), ruled_by(Verdict.of(grid_cfg)):
         return write_with(
             cells_csv, out_dir, tables_of, grid_cfg=grid_cfg, every_grid=advice, **where
         )
@@ -264,11 +266,12 @@ def write_figures(cells_csv, out_dir, style=None, *, grid_cfg: dict | None = Non
     """The grid's figures, drawn by its family, and their captions (report.figures.write_figures;
     `where`: grid, only, strict, missing)."""
     from ..report.figures import write_figures as write_with
+    from ..report.paired import Verdict, ruled_by
 
     register_own_classes(grid_cfg)
     promised = figure_stems(grid_cfg) if grid_cfg is not None else None
     figures_of = partial(part, which="FIGURES")
-    with naming_the_input("figures", cells_csv, where):
+    with naming_the_input("figures", cells_csv, where), ruled_by(Verdict.of(grid_cfg)):
         return write_with(
             cells_csv, out_dir, figures_of, style, promised, grid_cfg=grid_cfg, **where
         )

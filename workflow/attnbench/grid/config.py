@@ -160,10 +160,44 @@ def cell_timeout_s(grid: dict) -> int:
 RESOURCE_KEYS = ("runtime_min", "cell_timeout_s", "mem_mb", "cpu_threads", "worker_idle_s")
 
 
-def report_settings(grid: dict) -> dict:
+def report_settings(grid: dict, cfg: dict | None = None) -> dict:
     """The grid's settings the tables and figures are drawn from: all but RESOURCE_KEYS, so that
-    giving cells more time, memory or threads regenerates no table or figure."""
-    return {k: v for k, v in grid.items() if k not in RESOURCE_KEYS}
+    giving cells more time, memory or threads regenerates no table or figure; and, given the whole
+    config, its `report:` settings (the verdict rule every answer is decided by), so that changing
+    them redraws them."""
+    out = {k: v for k, v in grid.items() if k not in RESOURCE_KEYS}
+    if cfg is not None:
+        out["report"] = copy.deepcopy(cfg.get("report", {}))
+    return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _report_problems(cfg) -> list[str]:
+    """report.verdict: each setting within its range (report.paired.Verdict), named with the bad
+    value and the valid range."""
+    from ..report.paired import ALPHA_RANGE, THRESHOLD_RANGE
+
+    report = cfg.get("report")
+    verdict = report.get("verdict") if isinstance(report, dict) else None
+    if not isinstance(verdict, dict):  # the schema names what is wrong with it
+        return []
+    problems = []
+    alpha, threshold = verdict.get("alpha"), verdict.get("threshold")
+    if _number(alpha) and not ALPHA_RANGE[0] < alpha < ALPHA_RANGE[1]:
+        problems.append(
+            f"report.verdict.alpha: {alpha} is out of range; valid: above {ALPHA_RANGE[0]:g} and "
+            f"below {ALPHA_RANGE[1]:g} (the sign test's one-sided significance level, e.g. 0.05)"
+        )
+    if _number(threshold) and not (THRESHOLD_RANGE[0] <= threshold <= THRESHOLD_RANGE[1]):
+        problems.append(
+            f"report.verdict.threshold: {threshold} is out of range; valid: "
+            f"{THRESHOLD_RANGE[0]:g} to {THRESHOLD_RANGE[1]:g} (a ratio: 1.02 calls B slower "
+            "from 2% on, 1 from any difference)"
+        )
+    return problems
 
 
 # A grid's tables and figures draw one number per kernel (or method), mask, length, heads and
@@ -203,7 +237,7 @@ def validate(cfg: dict, product_problems) -> dict:
     if "doc_length_histograms" not in cfg:  # the package's data, validated like a config's own
         cfg["doc_length_histograms"] = packaged_histograms()
     problems = _non_finite(cfg)
-    problems += _schema_problems(cfg) + _name_problems(cfg)
+    problems += _schema_problems(cfg) + _name_problems(cfg) + _report_problems(cfg)
     if not problems:
         problems = _semantic_problems(cfg, product_problems)
     if problems:

@@ -68,7 +68,10 @@ def _text(v) -> str:
 def reading(nv, h) -> dict:
     """One reading of the GPU's state."""
     clock = nv.nvmlDeviceGetClockInfo
-    bits = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+    bits = (
+        getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+    )
     bits = bits(h)
     return {
         "sm_clock_mhz": clock(h, nv.NVML_CLOCK_SM),
@@ -111,7 +114,11 @@ def summary(readings: list[dict]) -> dict | None:
     seen = sorted({x for r in readings for x in r["reasons"]}, key=list(REASON_BITS).index)
     return {
         "readings": len(readings),
-        "sm_clock_mhz": {"min": min(clocks), "median": statistics.median(clocks), "max": max(clocks)},
+        "sm_clock_mhz": {
+            "min": min(clocks),
+            "median": statistics.median(clocks),
+            "max": max(clocks),
+        },
         "mem_clock_mhz": statistics.median(r["mem_clock_mhz"] for r in readings),
         "power_w": {"median": statistics.median(power), "max": max(power)},
         "temperature_c_max": max(r["temperature_c"] for r in readings),
@@ -154,3 +161,27 @@ class WindowSampler:
     @property
     def summary(self) -> dict | None:
         return summary(self.readings)
+
+
+def merge(summaries: list[dict]) -> dict | None:
+    """Several windows' summaries as one: their readings' extremes, the median of their medians,
+    every reason seen, throttled if any was."""
+    if not summaries:
+        return None
+    seen = {x for s in summaries for x in s["reasons"]}
+    return {
+        "readings": sum(s["readings"] for s in summaries),
+        "sm_clock_mhz": {
+            "min": min(s["sm_clock_mhz"]["min"] for s in summaries),
+            "median": statistics.median(s["sm_clock_mhz"]["median"] for s in summaries),
+            "max": max(s["sm_clock_mhz"]["max"] for s in summaries),
+        },
+        "mem_clock_mhz": statistics.median(s["mem_clock_mhz"] for s in summaries),
+        "power_w": {
+            "median": statistics.median(s["power_w"]["median"] for s in summaries),
+            "max": max(s["power_w"]["max"] for s in summaries),
+        },
+        "temperature_c_max": max(s["temperature_c_max"] for s in summaries),
+        "reasons": sorted(seen, key=list(REASON_BITS).index),
+        "throttled": any(s["throttled"] for s in summaries),
+    }

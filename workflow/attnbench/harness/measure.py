@@ -133,7 +133,7 @@ class KernelTiming:
     def sample_fields(self) -> dict:
         """What a sample records beyond its device times (sample_timings)."""
         if self.wall_ms is None:
-            return {"timing": "host_clock"}
+            return {"timing": "host_clock", "settle": self.settle}
         return {
             "timing": "device_back_to_back",
             "wall_ms": self.wall_ms,
@@ -166,7 +166,7 @@ def sleep_cycles_per_ms(device) -> float:
     return _SLEEP_CYCLES_PER_MS[key]
 
 
-def settle(fn, warmup: int, device) -> dict:
+def settle(fn, warmup: int, device, min_s: float = SETTLE_MIN_S) -> dict:
     """Back-to-back calls until the GPU runs the call at its steady clocks and power, never from
     idle: at least `warmup` calls and SETTLE_MIN_S, in batches of about SETTLE_BATCH_MS of work,
     until two successive batches' per-call device times agree within SETTLE_TOLERANCE (else
@@ -195,7 +195,7 @@ def settle(fn, warmup: int, device) -> dict:
         calls += n
         elapsed = time.perf_counter() - t0
         settled = len(batches) >= 2 and abs(batches[-1] / batches[-2] - 1) <= SETTLE_TOLERANCE
-        if (settled and elapsed >= SETTLE_MIN_S) or elapsed >= SETTLE_MAX_S:
+        if (settled and elapsed >= min_s) or elapsed >= SETTLE_MAX_S:
             break
     return {
         "calls": calls,
@@ -206,7 +206,15 @@ def settle(fn, warmup: int, device) -> dict:
     }
 
 
-def time_gpu_call(fn, warmup: int, reps: int, device, flush: bool = True, before=None) -> KernelTiming:
+def time_gpu_call(
+    fn,
+    warmup: int,
+    reps: int,
+    device,
+    flush: bool = True,
+    before=None,
+    settle_min_s: float | None = None,
+) -> KernelTiming:
     """The device's time of `reps` calls of fn() and a caller's time of WALL_REPS more, after the
     GPU is settled (settle).
 
@@ -219,7 +227,7 @@ def time_gpu_call(fn, warmup: int, reps: int, device, flush: bool = True, before
     call, outside both (a backward's forward, where the graph frees itself)."""
     from .machine import WindowSampler
 
-    state = settle(fn, warmup, device)
+    state = settle(fn, warmup, device, SETTLE_MIN_S if settle_min_s is None else settle_min_s)
     flusher = L2Flush(device) if flush else None
     starts, ends = _events(reps), _events(reps)
     head_start = min(HEAD_START_MAX_MS, 1.0 + 1.25 * reps * state["enqueue_ms"])
@@ -249,12 +257,69 @@ def time_gpu_call(fn, warmup: int, reps: int, device, flush: bool = True, before
     return KernelTiming(device_ms, wall, state, head_start, window.summary)
 
 
-def time_call(fn, warmup: int, reps: int, device, before=None) -> KernelTiming:
-    """A kernel cell's timed window: time_gpu_call on a GPU; on a CPU, time_ms (the host is the
-    device there)."""
+# A CPU settles too: its first calls of a shape pay for the allocator's growth, page faults and
+# oneDNN's primitive creation (on a 2-core machine the first of two identical kernels timed alone
+# came out 1.1-1.8x slower than the second at 256-512 tokens).
+CPU_SETTLE_MIN_S = 0.1
+CPU_SETTLE_MAX_S = 1.0
+CPU_SETTLE_BATCH_MS = 10.0
+CPU_SETTLE_TOLERANCE = 0.03
+
+
+def settle_cpu(fn, warmup: int, min_s: float = CPU_SETTLE_MIN_S) -> dict:
+    """Back-to-back calls on the CPU until two successive batches of about CPU_SETTLE_BATCH_MS agree
+    within CPU_SETTLE_TOLERANCE per call, and at least CPU_SETTLE_MIN_S (at most CPU_SETTLE_MAX_S)."""
+    for _ in range(warmup):
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    per_call = max((time.perf_counter() - t0) * 1e3, 1e-3)
+    n = max(1, int(CPU_SETTLE_BATCH_MS / per_call))
+    batches, calls = [], warmup + 1
+    while True:
+        b0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        batches.append((time.perf_counter() - b0) * 1e3 / n)
+        calls += n
+        elapsed = time.perf_counter() - t0
+        settled = len(batches) >= 2 and abs(batches[-1] / batches[-2] - 1) <= CPU_SETTLE_TOLERANCE
+        if (settled and elapsed >= min_s) or elapsed >= CPU_SETTLE_MAX_S:
+            return {
+                "calls": calls,
+                "seconds": round(elapsed, 3),
+                "settled": settled,
+                "last_batches_ms": [round(x, 5) for x in batches[-2:]],
+            }
+
+
+def time_call(
+    fn, warmup: int, reps: int, device, before=None, settle_min_s: float | None = None
+) -> KernelTiming:
+    """A kernel cell's timed window: time_gpu_call on a GPU; on a CPU, settle_cpu then time_ms (the
+    host is the device there). `settle_min_s`: a shorter settle for a window that follows others
+    of the same sample on a busy device (None: the device's default)."""
     if torch.device(device).type == "cuda":
-        return time_gpu_call(fn, warmup, reps, device, before=before)
-    return KernelTiming(time_ms(fn, warmup, reps, device, before=before))
+        return time_gpu_call(fn, warmup, reps, device, before=before, settle_min_s=settle_min_s)
+    state = settle_cpu(fn, warmup, CPU_SETTLE_MIN_S if settle_min_s is None else settle_min_s)
+    return KernelTiming(time_ms(fn, 0, reps, device, before=before), settle=state)
+
+
+def merge_timings(timings: list[KernelTiming]) -> KernelTiming:
+    """One sample's windows as one timing: their repetitions and calls together, each window's
+    settle, NVML's readings of all of them (machine.merge)."""
+    from .machine import merge
+
+    if len(timings) == 1:
+        return timings[0]
+    wall = [w for t in timings for w in (t.wall_ms or [])]
+    return KernelTiming(
+        [d for t in timings for d in t.device_ms],
+        wall or None,
+        {"windows": [t.settle for t in timings]},
+        max((t.head_start_ms or 0.0) for t in timings) if wall else None,
+        merge([t.window for t in timings if t.window]),
+    )
 
 
 class DeviceClock:

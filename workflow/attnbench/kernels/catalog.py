@@ -80,6 +80,19 @@ def fa3_build_limits(mask: str, direction: str) -> str | None:
 
 
 GPU_ALL = {"cuda": ALL_DIRECTIONS}
+# SDPA's own forms of a mask (kernels/sdpa.py): none, is_causal; any other goes in as a dense bool
+SDPA_NATIVE_MASKS = ("full", "causal")
+
+
+def mask_note_key(mask: str) -> str:
+    """The key of a note on how a kernel runs one mask (the advice shows it at that mask)."""
+    return f"mask {mask}"
+
+
+def mask_notes(masks, text: str) -> dict:
+    return {mask_note_key(m): text for m in masks}
+
+
 # What both of the vsa wheel's kernels (its CUDA one and its Triton port) run: MHA, blocks of 64.
 VSA_SHAPES = {"modules": ("vsa",), "mha_only": True, "block_sizes": (64,)}
 # How to tell FlashAttention-2 is here: its module, and the distributions naming its version
@@ -143,6 +156,11 @@ KERNELS = {
             "SDPA, cuDNN backend",
             "sdpa:SDPACudnn",
             DENSE_MASKS,
+            # the advice says so at these masks: cuDNN computes the whole S x S there
+            notes=mask_notes(
+                (m for m in DENSE_MASKS if m not in SDPA_NATIVE_MASKS),
+                "dense boolean mask (SDPA offers no other form)",
+            ),
             colour="#5254a3",
             marker="P",
         ),

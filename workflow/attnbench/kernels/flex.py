@@ -1,10 +1,17 @@
 """FlexAttention, compiled, with a BlockMask built from the mask's own forms.
 
+Called as FlexAttention's documentation and its authors' benchmark (attention-gym's
+examples/benchmark.py) call it: `torch.compile(flex_attention, dynamic=False)`, a BlockMask of
+128 x 128 tiles (flex's default block size) built once per draw in `prepare` and reused by every
+call of that draw, and the default kernel options (no max-autotune).
+
 The BlockMask is never made from an S x S matrix: static masks classify tiles from the
 predicate one row of tiles at a time; uniform block-sparse masks pass their kept block
 indices directly (O(blocks)); variable block-sparse masks count each tile's visible pairs
-from the block boundaries and kept blocks (O(tiles x blocks)). The mask_mod is the same
-predicate, applied in partial tiles.
+from the block boundaries and kept blocks (O(tiles x blocks)). The mask_mod, applied in partial
+tiles, is each mask's fastest correct form (flex_forms.py: the document masks on global positions,
+`doc[q] == doc[kv]` plus the causal/prefix/block term); the record's notes name it
+(`flex_mask_mod`).
 
 The CP local kernel `flex` (FlexLocal, local_kernel.py's protocol) builds its BlockMask from a
 chunk's rectangles instead, returns the LSE, and runs its backward by recomputation.
@@ -19,8 +26,10 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from ..status import Unsupported
 from .base import Kernel, bhsd_view, to_thd
+from .flex_forms import mask_mod_for
 from .local_kernel import LocalKernel, RecomputeBackward
 
+# flex's default BLOCK_SIZE (_DEFAULT_SPARSE_BLOCK_SIZE), what its docs and benchmarks use
 TILE = 128
 
 
@@ -48,9 +57,10 @@ def _indices(select):
     return num, order
 
 
-def block_mask_from_counts(mask, tile, device, counts=None) -> BlockMask:
+def block_mask_from_counts(mask, tile, device, counts=None, mask_mod=None) -> BlockMask:
     """Tiles with every pair visible are 'full' (no mask_mod call); partly visible ones are partial.
-    A tile cut by the sequence end is partial, as in create_block_mask (flex masks the overhang)."""
+    A tile cut by the sequence end is partial, as in create_block_mask (flex masks the overhang).
+    `mask_mod` (default: the mask's predicate) must say the same mask: it runs in partial tiles."""
     s = mask.seqlen
     counts = mask.block_counts(tile, device) if counts is None else counts  # [H or 1, nb, nb]
     full = counts == tile * tile
@@ -63,7 +73,7 @@ def block_mask_from_counts(mask, tile, device, counts=None) -> BlockMask:
         fn[None],
         fi[None],
         BLOCK_SIZE=tile,
-        mask_mod=mask.mask_mod(device),
+        mask_mod=mask.mask_mod(device) if mask_mod is None else mask_mod,
         seq_lengths=(s, s),
     )
 
@@ -105,6 +115,9 @@ def block_mask_from_layout(mask, device) -> BlockMask:
 
 class Flex(Kernel):
     layout = "bhsd"
+    # The mask_mod form to run (flex_forms.FORMS); None: each mask's chosen one (flex_forms.CHOSEN).
+    # Benchmarks set it to time another form on the same BlockMask.
+    mask_mod_form: str | None = None
 
     @classmethod
     def preload(cls):
@@ -124,9 +137,12 @@ class Flex(Kernel):
             return block_mask_from_layout_tiles(mask, TILE, self.device)
         if mask.name == "variable_block_sparse":
             return block_mask_from_layout_tiles(mask, TILE, self.device)
-        return block_mask_from_counts(mask, TILE, self.device)
+        mask_mod, form = mask_mod_for(mask, self.device, self.mask_mod_form)
+        self.load_notes["flex_mask_mod"] = form.note()
+        return block_mask_from_counts(mask, TILE, self.device, mask_mod=mask_mod)
 
     def prepare(self, mask):
+        # once per draw: every timed call of the draw reuses this BlockMask (and its mask_mod)
         block_mask = self.build_block_mask(mask)
         flex = compiled_flex()
         kwargs = {"enable_gqa": True} if self.gqa else {}

@@ -23,7 +23,7 @@ import pandas as pd
 from ..status import OK
 from .collect import emulated
 from .labels import STATUS_LABEL, order
-from .paired import NO_FINGERPRINT, Comparison, Draw, Timed, compare, step
+from .paired import NO_FINGERPRINT, Comparison, Draw, Timed, Verdict, compare, step
 
 TRAIN = "train"
 DIRECTIONS = ("fwd", "bwd", TRAIN, "fwdbwd")  # the order of rows at one point
@@ -74,6 +74,11 @@ class Record:
     emulated: bool = False
     finished_at: str = ""
     draws: tuple[Draw, ...] = ()
+    # how it was measured (docs/measurement.md): a caller's time over the device's, whether a
+    # timed window was throttled, how far its job's control calls moved
+    host_overhead_ms: float | None = None
+    throttled: bool = False
+    control_drift: float | None = None
 
     @property
     def timed(self) -> bool:
@@ -104,6 +109,22 @@ class Contender:
         """Its draws (train: fwd + bwd on each draw both have)."""
         parts = [Timed(self.name, r.draws) for r in self.records]
         return parts[0] if len(parts) == 1 else step(*parts, name=self.name)
+
+    @property
+    def host_overhead_ms(self) -> float | None:
+        """A caller's time over the device's (train: fwd + bwd); None where a record lacks it."""
+        values = [r.host_overhead_ms for r in self.records]
+        return None if any(v is None for v in values) else sum(values)
+
+    @property
+    def throttled(self) -> bool:
+        return any(r.throttled for r in self.records)
+
+    @property
+    def control_drift(self) -> float | None:
+        """The largest move of its jobs' control calls (signed), None where none was timed."""
+        moves = [r.control_drift for r in self.records if r.control_drift is not None]
+        return max(moves, key=abs) if moves else None
 
     def label(self) -> str:
         """The name with what ran (CP: fwd + bwd local kernels)."""
@@ -173,6 +194,11 @@ class Answer:
         return self.comparison.per_sample
 
     @property
+    def how(self) -> str:
+        """How the verdict was decided, in words (report.paired.Comparison.how)."""
+        return self.comparison.how
+
+    @property
     def emulated(self) -> bool:
         return any(c.emulated for c in (*self.ok, *self.not_ok))
 
@@ -213,6 +239,13 @@ def _text(v) -> str:
     return "" if v is None or pd.isna(v) else str(v)
 
 
+def window_medians(text) -> tuple[float, ...]:
+    """A sample's windows' medians from the per-sample table ('' or NaN: none)."""
+    if text is None or (isinstance(text, float) and pd.isna(text)) or not str(text).strip():
+        return ()
+    return tuple(float(x) for x in str(text).split())
+
+
 def draws_by_cell(samples: pd.DataFrame | None) -> dict[str, tuple[Draw, ...]]:
     """{cell_id: its draws in sample order} from the per-sample table."""
     if samples is None or samples.empty:
@@ -227,6 +260,7 @@ def draws_by_cell(samples: pd.DataFrame | None) -> dict[str, tuple[Draw, ...]]:
                 float(r.time_ms_median),
                 float(r.time_ms_p20),
                 float(r.time_ms_p80),
+                window_medians(getattr(r, "window_medians_ms", None)),
             )
         )
     return {k: tuple(v) for k, v in out.items()}
@@ -251,15 +285,18 @@ def _record(r, draws: dict) -> Record:
         emulated=bool(r["_emulated"]),
         finished_at=_text(r.get("finished_at")),
         draws=mine,
+        host_overhead_ms=_num(r.get("host_overhead_ms")),
+        throttled=bool(r.get("throttled")) and not pd.isna(r.get("throttled")),
+        control_drift=_num(r.get("control_drift")),
     )
 
 
-def _answer(grid, fam, point, direction, contenders) -> Answer:
+def _answer(grid, fam, point, direction, contenders, settings=None) -> Answer:
     ok = [c for c in contenders if c.ok]
     bad = [c for c in contenders if not c.ok]
     names = order(c.name for c in bad)
     bad.sort(key=lambda c: names.index(c.name))
-    comparison = compare([c.timed() for c in ok]) if ok else Comparison((), 0, True)
+    comparison = compare([c.timed() for c in ok], settings) if ok else Comparison((), 0, True)
     unpaired = set(comparison.unpaired)
     rank = {s.name: i for i, s in enumerate(comparison.standings)}
     ranked = sorted((c for c in ok if c.name in rank), key=lambda c: rank[c.name])
@@ -335,10 +372,15 @@ def _point_order(a: Answer):
 
 
 def grid_answers(
-    df: pd.DataFrame, grid: str, fam: AdviceFamily, samples: pd.DataFrame | None = None
+    df: pd.DataFrame,
+    grid: str,
+    fam: AdviceFamily,
+    samples: pd.DataFrame | None = None,
+    settings: Verdict | None = None,
 ) -> tuple[list[Answer], str]:
     """Every answer of one grid's rows, in the order of its table, and the sentence on the rows
-    left out. `samples`: the per-sample table (without it every record is read as one draw)."""
+    left out. `samples`: the per-sample table (without it every record is read as one draw);
+    `settings`: the verdict rule's (default: the current ones, report.paired.ruled_by)."""
     rows, left = fam.contenders(df)
     rows = rows.assign(_emulated=emulated(rows).values)
     draws = draws_by_cell(samples)
@@ -352,22 +394,23 @@ def grid_answers(
             _unique_names(d, f"grid {grid}, {point}, {direction}")
             here = [Contender(r["_name"], (_record(r, draws),)) for _, r in d.iterrows()]
             contenders = here + _absent(names, d, direction)
-            out.append(_answer(grid, fam, point, direction, contenders))
+            out.append(_answer(grid, fam, point, direction, contenders, settings))
         if {"fwd", "bwd"} <= set(at["direction"]):
             contenders = _train(at, draws) + _absent(names, at, "fwd", "bwd")
-            out.append(_answer(grid, fam, point, TRAIN, contenders))
+            out.append(_answer(grid, fam, point, TRAIN, contenders, settings))
     out.sort(key=_point_order)
     return out, left
 
 
 def answers(
-    df: pd.DataFrame, families: Callable[[str], AdviceFamily], samples=None
+    df: pd.DataFrame, families: Callable[[str], AdviceFamily], samples=None, settings=None
 ) -> list[Answer]:
     """Every answer of every grid in a tidy table (each grid advised by its rows' family;
-    `families(name)` gives a family's AdviceFamily)."""
+    `families(name)` gives a family's AdviceFamily; `settings`: as grid_answers)."""
     out = []
     for grid, g in df.groupby("grid", sort=False):
-        out += grid_answers(g, str(grid), families(str(g["family"].iloc[0])), samples)[0]
+        fam = families(str(g["family"].iloc[0]))
+        out += grid_answers(g, str(grid), fam, samples, settings)[0]
     return out
 
 

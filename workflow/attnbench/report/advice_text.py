@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from .advice import TRAIN, Answer, Choice, grid_answers
+from ..harness.control import DRIFT_LIMIT
+from ..kernels.catalog import KERNELS, mask_note_key
+from .advice import NO_RECORD, TRAIN, Answer, Choice, grid_answers
 from .labels import STATUS_LABEL, heads_label, seqlen_label
 from .outputs import ADVICE_STEM
-from .paired import Standing
+from .paired import Standing, Verdict, current
 from .tables import describe_setup, fmt_compared, write_sections
 
 WIDTH = 100  # a terminal answer's widest line
@@ -46,22 +48,60 @@ def draws_text(a: Answer) -> str:
 
 
 def verdict_line(a: Answer) -> str:
-    """The answer in one sentence."""
-    what, n = a.family.what, a.draws
-    on = "the one draw" if n == 1 else f"all {n} draws"
+    """The answer in one sentence, with how it was decided (report.paired.Comparison.how)."""
+    what = a.family.what
     if not a.ok:
         return "none ok: no contender has an ok record here"
     if len(a.ok) == 1:
         return f"{a.fastest.name}: the only {what} ok here"
     if a.winner:
-        return f"{a.winner.name}: faster than every other {what} on {on} (p20-p80 apart)"
+        return f"{a.winner.name}: every other {what} is slower ({a.how})"
     tied = a.tied
     slower = len(a.ok) - len(tied)
-    rest = f"; {slower} other{'s are' if slower > 1 else ' is'} slower on {on}" if slower else ""
+    rest = f"; {slower} other{'s are' if slower > 1 else ' is'} slower" if slower else ""
     return (
         f"no clear winner: {' ~ '.join(c.name for c in tied)}: none is slower than "
-        f"{a.fastest.name} on {on}{rest}"
+        f"{a.fastest.name}{rest} ({a.how})"
     )
+
+
+def notes(a: Answer) -> list[str]:
+    """How contenders at this point run its mask, where their catalog entry says (sdpa_cudnn:
+    a dense boolean mask): 'name: note', for every contender with a record here; then how they
+    were measured, where it weakens the answer: a throttled window, a job whose control calls
+    moved past their limit (harness.control)."""
+    key = mask_note_key(str(a.point.get("mask", "")))
+    out = []
+    for c in (*a.ok, *a.not_ok):
+        info = KERNELS.get(c.name)
+        note = info.notes.get(key) if info else None
+        if note and any(r.status != NO_RECORD for r in c.records):
+            out.append(f"{c.name}: {note}")
+    throttled = [c.name for c in a.ok if c.throttled]
+    if throttled:
+        out.append(
+            f"throttled (a thermal or hardware slowdown in a timed window): {', '.join(throttled)}"
+        )
+    drifted = {
+        c.name: c.control_drift
+        for c in a.ok
+        if c.control_drift is not None and abs(c.control_drift) > DRIFT_LIMIT
+    }
+    if drifted:  # side by side, the contenders share one job: one move for all
+        same = len(set(drifted.values())) == 1 and len(drifted) == len(a.ok)
+        moves = (
+            f"{next(iter(drifted.values())):+.1%}"
+            if same
+            else ", ".join(f"{n} {d:+.1%}" for n, d in drifted.items())
+        )
+        out.append(f"control calls moved {moves} over the job (limit {DRIFT_LIMIT:.0%})")
+    return out
+
+
+def host_text(a: Answer) -> str:
+    """Each ok contender's host overhead (a caller's median time over the device's), where known."""
+    known = [(c.name, c.host_overhead_ms) for c in a.ok if c.host_overhead_ms is not None]
+    return ", ".join(f"{n} {ms(max(v, 0.0))}" for n, v in known)
 
 
 def _not_ok_text(a: Answer) -> str:
@@ -90,6 +130,8 @@ def _row(a: Answer) -> dict:
             f"{c.name} {ratio_text(a.standing[c.name])}" for c in a.ok[2:]
         ),
         "not ok (do not compete)": _not_ok_text(a),
+        "host overhead, ms": host_text(a),
+        "notes": "; ".join(notes(a)),
     }
     if a.emulated:
         row["advice"] += " [emulated]"
@@ -115,22 +157,33 @@ def sections(found: list[Answer]) -> list[tuple[str, pd.DataFrame]]:
     out = []
     for title, rows in groups.items():
         t = pd.DataFrame(rows)
+        for col in ("notes", "host overhead, ms"):  # a column only where some point has one
+            if not t[col].astype(bool).any():
+                t = t.drop(columns=col)
         out.append((title, t.set_index(t.columns[0])))
     return out
 
 
-RULE = (
-    "contenders compared draw by draw (every contender at a point times the same sampled masks): "
-    "B is slower than A where, on every draw, B's p20 is above A's p80 (p20-p80 of the draw's "
-    "timed repetitions); the fastest (lowest mean time over the draws) is named the winner where "
-    "every other contender is slower than it, else 'A ~ B' lists the fastest and each contender "
-    "that is not slower"
-)
+def rule_text(v: Verdict) -> str:
+    """The rule in one sentence, with its settings (config.yaml report.verdict)."""
+    return (
+        "contenders compared draw by draw (every contender at a point times the same sampled "
+        f"masks): with {v.min_draws} or more draws B is slower than the fastest A where B's "
+        f"median is above A's on at least k of the n draws, k the fewest for a one-sided sign "
+        f"test at p <= {v.alpha:g} (e.g. 9 of 10), and B/A's geometric mean over the draws is "
+        f">= {v.threshold:g}; with fewer draws, where on every draw B's p20 is above A's p80 "
+        f"(p20-p80 of the draw's timed repetitions) and the geometric mean is >= {v.threshold:g}; "
+        "the fastest (lowest mean time over the draws) is named the winner where every other "
+        "contender is slower than it, else 'A ~ B' lists the fastest and each contender that is "
+        "not slower"
+    )
 
 
-def caption(df: pd.DataFrame, answers: list[Answer], fam, left: str) -> str:
-    """The first line of advice.md: what each row decides and how, and the cells that do not
-    compete."""
+def caption(
+    df: pd.DataFrame, answers: list[Answer], fam, left: str, settings: Verdict | None = None
+) -> str:
+    """The first line of advice.md: what each row decides and how (`settings`: the rule's,
+    default the current ones), and the cells that do not compete."""
     rows, _ = fam.contenders(df)
     bad = rows[rows["status"] != "ok"]["status"].value_counts()
     counts = ", ".join(f"{n} {STATUS_LABEL.get(s, s)}" for s, n in bad.items())
@@ -139,13 +192,14 @@ def caption(df: pd.DataFrame, answers: list[Answer], fam, left: str) -> str:
         f"advice: the fastest {fam.what} per {fam.per} and direction (fwd, bwd; train = fwd + bwd "
         "of the same draw)",
         "decided on time per call, ms (the time a user waits)",
-        RULE,
+        rule_text(settings or current()),
         "draws: how many sampled masks the answer rests on"
         + (f" ({', '.join(map(str, draws))} here)" if draws else "")
         + "; '(one draw)': a single draw, so the answer is that draw's alone",
         "fastest, ms: its mean time over the draws [its fastest-slowest draw]",
         "x fastest: per-draw time over the fastest's on the same draw [min-max over the draws]; "
         "draws won: draws on which it was the fastest of all",
+        "notes: how a kernel runs the mask, where its catalog entry says",
         f"only ok cells compete: {int(bad.sum())} of {len(rows)} cells are not ok"
         + (f" ({counts})" if counts else ""),
     ]
@@ -160,19 +214,25 @@ def caption(df: pd.DataFrame, answers: list[Answer], fam, left: str) -> str:
     return "; ".join(parts)
 
 
-def write_advice(df: pd.DataFrame, out: Path, grid: str | None, fam, samples=None) -> list[Path]:
-    """advice.md and advice.tex of one grid's rows."""
-    found, left = grid_answers(df, grid or "(all grids)", fam, samples)
-    return write_sections(sections(found), Path(out) / ADVICE_STEM, caption(df, found, fam, left))
+def write_advice(
+    df: pd.DataFrame, out: Path, grid: str | None, fam, samples=None, settings=None
+) -> list[Path]:
+    """advice.md and advice.tex of one grid's rows (`settings`: the rule's, default the current
+    ones)."""
+    settings = settings or current()
+    found, left = grid_answers(df, grid or "(all grids)", fam, samples, settings)
+    text = caption(df, found, fam, left, settings)
+    return write_sections(sections(found), Path(out) / ADVICE_STEM, text)
 
 
-def advice_markdown(df: pd.DataFrame, families, samples=None) -> str:
+def advice_markdown(df: pd.DataFrame, families, samples=None, settings=None) -> str:
     """The whole advice of a tidy table, as Markdown: every grid's caption and tables."""
+    settings = settings or current()
     parts = []
     for grid, g in df.groupby("grid", sort=False):
         fam = families(str(g["family"].iloc[0]))
-        found, left = grid_answers(g, str(grid), fam, samples)
-        parts += [f"## {grid} ({fam.name})", "", caption(g, found, fam, left), ""]
+        found, left = grid_answers(g, str(grid), fam, samples, settings)
+        parts += [f"## {grid} ({fam.name})", "", caption(g, found, fam, left, settings), ""]
         for title, t in sections(found):
             parts += [f"### {title}", "", t.to_markdown(), ""]
     return "\n".join(parts)
@@ -214,8 +274,14 @@ def _record_line(r) -> str:
     return f"{r.direction} {r.status}{ran}: {r.path} (cell {r.cell_id})"
 
 
+def slower_text(s: Standing, draws: int) -> str:
+    """The draws on which it is slower than the fastest, and the sign test's p-value of that."""
+    return f"{s.slower_on}/{draws}, p {s.p_value:.2g}"
+
+
 def ranked_rows(a: Answer) -> list[dict]:
-    """The ranked table of an answer: contender, ms, ratio to the fastest, draws won."""
+    """The ranked table of an answer: contender, ms, ratio to the fastest (per draw, and its
+    geometric mean), draws won, draws slower than the fastest (sign-test p), slower or tied."""
     rows = []
     for i, c in enumerate(a.ok, 1):
         s = a.standing[c.name]
@@ -225,7 +291,10 @@ def ranked_rows(a: Answer) -> list[dict]:
                 a.family.what: c.name,
                 "ms, mean [min-max]": time_text(s),
                 "x fastest": "1" if i == 1 else ratio_text(s),
+                "geo. mean": "1" if i == 1 else f"{_ratio(s.geomean)}x",
                 "draws won": f"{s.wins}/{a.draws}",
+                "slower on, p": "" if i == 1 else slower_text(s, a.draws),
+                "host ms": "" if c.host_overhead_ms is None else ms(max(c.host_overhead_ms, 0.0)),
                 "": "slower" if s.slower else ("~" if i > 1 else ""),
             }
         )
@@ -241,17 +310,19 @@ def explain(choice: Choice, verbose: bool = False) -> str:
     rows = ranked_rows(a)
     if rows:
         name = a.family.what
-        w = min(max(len(name), *(len(r[name]) for r in rows)), 44)
-        lines.append(
-            f"  {'#':>2} {name:<{w}} {'ms, mean [min-max]':<26} {'x fastest':<13} {'draws won':<9}"
-        )
+        # each column as wide as its widest entry (a contender's name at most 44)
+        cols = [k for k in rows[0] if k not in ("#", "")]
+        w = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in cols}
+        w[name] = min(w[name], 44)
+        lines.append(f"  {'#':>2} " + " ".join(f"{k:<{w[k]}}" for k in cols).rstrip())
         for r, c in zip(rows, a.ok):
-            lines.append(
-                f"  {r['#']:>2} {_fit(r[name], w):<{w}} {r['ms, mean [min-max]']:<26} "
-                f"{r['x fastest']:<13} {r['draws won']:<9} {r['']}".rstrip()
-            )
+            cells = [_fit(str(r[k]), w[k]) for k in cols]
+            line = " ".join(f"{v:<{w[k]}}" for v, k in zip(cells, cols))
+            lines.append(f"  {r['#']:>2} {line} {r['']}".rstrip())
             if verbose:
                 lines += [_fit(f"       {_record_line(x)}", 10**6) for x in c.records]
+    if notes(a):
+        lines += _wrap("notes: " + "; ".join(notes(a)), "  ")
     if a.not_ok:
         lines += _wrap("not ok: " + "; ".join(f"{c.name} {c.why_not()}" for c in a.not_ok), "  ")
         if verbose:
@@ -276,6 +347,8 @@ def _answer_dict(choice: Choice) -> dict:
         "per_sample": a.per_sample,
         "emulated": a.emulated,
         "verdict": a.verdict(),
+        "rule": a.comparison.rule,
+        "how": a.how,
         "winner": a.winner.name if a.winner else None,
         "tied": [c.name for c in a.tied],
         "contenders": [
@@ -295,6 +368,7 @@ def _answer_dict(choice: Choice) -> dict:
             for c in a.ok
         ],
         "not_ok": [{"name": c.name, "why": c.why_not()} for c in a.not_ok],
+        "notes": notes(a),
         "also_answered_by": [o.grid for o in choice.others],
     }
 
@@ -324,6 +398,8 @@ def render(choices: list[Choice], fmt: str, verbose: bool = False) -> str:
             rows = ranked_rows(a)
             if rows:
                 parts += [pd.DataFrame(rows).set_index("#").to_markdown(), ""]
+            if notes(a):
+                parts += ["notes: " + "; ".join(notes(a)), ""]
             if a.not_ok:
                 parts += ["not ok: " + _not_ok_text(a), ""]
         return "\n".join(parts).rstrip()

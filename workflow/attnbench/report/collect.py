@@ -50,7 +50,14 @@ MEMORY_AND_CHECK = (
 # How a GPU cell was measured (docs/measurement.md): a caller's time over the device's, whether a
 # timed window was throttled, whether its job's control calls drifted, side by side or alone, and
 # on which GPU (its UUID) at what median SM clock.
-MEASURING = ("host_overhead_ms", "throttled", "control_drift", "side_by_side", "gpu_uuid", "sm_clock_mhz")
+MEASURING = (
+    "host_overhead_ms",
+    "throttled",
+    "control_drift",
+    "side_by_side",
+    "gpu_uuid",
+    "sm_clock_mhz",
+)
 # Provenance: the machine and software a record was made on, when, and the hashes of the code
 # tree and the cell config that made it.
 MACHINE = ("host", "python", "triton", "cuda", "cudnn", "driver")
@@ -102,13 +109,16 @@ def measuring(record: dict) -> dict:
     start = (record.get("machine") or {}).get("start") or {}
     drift = (record.get("control") or {}).get("drift")
     clocks = [
-        s["gpu_window"]["sm_clock_mhz"]["median"] for s in record.get("samples", []) if s.get("gpu_window")
+        s["gpu_window"]["sm_clock_mhz"]["median"]
+        for s in record.get("samples", [])
+        if s.get("gpu_window")
     ]
     return {
         "host_overhead_ms": record.get("host_overhead_ms"),
         "throttled": record.get("throttled"),
         "control_drift": drift["worst"] if drift else None,
-        "side_by_side": record["cell"]["impl"] in (record.get("side_by_side") or {}).get("measured", ()),
+        "side_by_side": record["cell"]["impl"]
+        in (record.get("side_by_side") or {}).get("measured", ()),
         "gpu_uuid": start.get("uuid"),
         "sm_clock_mhz": float(np.median(clocks)) if clocks else None,
     }
@@ -215,6 +225,8 @@ SAMPLE_COLUMNS = [
     # order where the point was measured side by side (0: first)
     "host_overhead_ms",
     "order",
+    # side by side: the median of each of its windows, in the order they were taken (space-separated)
+    "window_medians_ms",
 ]
 SAMPLES_CSV = "samples.csv"
 
@@ -265,6 +277,9 @@ def sample_rows(record: dict, path: str, ceilings: Ceilings | None = None) -> li
                 "tflops": flops / (med * 1e-3) / 1e12 / gpus if flops and med > 0 else None,
                 "host_overhead_ms": s.get("host_overhead_ms"),
                 "order": s.get("order"),
+                "window_medians_ms": " ".join(
+                    f"{w:.6g}" for w in s.get("window_medians_ms") or []
+                ),
             }
         )
     if not rows and _num(record.get("time_ms_median")) is not None:

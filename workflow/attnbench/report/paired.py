@@ -5,23 +5,112 @@ seed, so two contenders are compared on each draw separately, never on repetitio
 draws whose cost differs several-fold. Per draw, each contender has the median and the p20-p80 of
 its timed repetitions (its own timing noise on that draw).
 
-The rule (docs/measurement.md, "Which is faster"):
-- B is *slower* than A when, on every draw they share, B's p20 is above A's p80: slower on each
-  draw by more than either's noise. More draws make it harder to meet, never easier.
+The rule (docs/measurement.md, "Which is faster"), with settings alpha and threshold
+(config.yaml `report.verdict`: 0.05 and 1.02 by default):
 - The contenders are ranked by their mean time over the shared draws (draws weigh by their cost).
+- Many draws (n at least the smallest count at which a one-sided sign test can reach alpha: 5 at
+  0.05): B is *slower* than the fastest A where B's median is above A's on at least k of the n
+  draws, k the smallest count whose sign-test p-value (Binomial(n, 1/2) tail) is <= alpha, AND
+  the geometric mean of B/A over the draws is >= threshold. Its false-winner rate is at most
+  alpha per pair where draws are independent; the threshold keeps consistent but tiny
+  differences (a 1% kernel) a tie.
+- Few draws (fewer than that, down to one fixed mask): the sign test cannot reach alpha, so the
+  repetitions decide as well: B is slower where on every draw B's p20 is above A's p80 (bands
+  apart) AND the geometric mean of B/A is >= threshold.
 - The fastest is the *winner* when every other contender is slower than it; otherwise the answer
   is a tie of the fastest and every contender that is not slower.
-- Each contender's ratio to the fastest is given per draw (its min-max over the draws), and the
-  draws it wins (it has the lowest median of all on that draw).
+- Each contender's ratio to the fastest is given per draw (its min-max and geometric mean over the
+  draws), its sign-test p-value, and the draws it wins (the lowest median of all on that draw).
 A tie cannot hide a winner: a contender faster than the fastest on every draw would have the lower
-mean. With one draw the rule is the p20-p80 of that draw alone, and answers say "one draw".
+mean. The Comparison names the rule that decided (`rule`, `how`); benchmarks/verdict_error_rates.py
+simulates its error rates on the committed H200 noise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from functools import cache
+from itertools import count
 
 NO_FINGERPRINT = ""  # a record without per-sample data: read as one draw
+SIGN_TEST = "sign test"  # Comparison.rule: many draws
+BANDS = "p20-p80 apart"  # Comparison.rule: few draws, decided on the repetitions as well
+# Comparison.rule: few draws measured side by side in interleaved windows (families/kernel/point.py):
+# the sign test over the windows, each contender's window k taken in the same round as the others'
+WINDOWS = "sign test over windows"
+
+# The valid range of each setting (grid.config validates config.yaml's report.verdict with them):
+# alpha below 1/2 (a one-sided test at 1/2 calls a coin toss significant), the threshold a ratio
+# from 1 (none) to 1.5 (a 50% difference: beyond that no kernel needs a practical threshold).
+ALPHA_RANGE = (0.0, 0.5)  # exclusive at both ends
+THRESHOLD_RANGE = (1.0, 1.5)  # inclusive
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The rule's settings (config.yaml `report.verdict`)."""
+
+    alpha: float = 0.05  # the sign test's one-sided significance level
+    threshold: float = 1.02  # the least geometric-mean ratio B/A called slower (1.02: 2%)
+
+    @classmethod
+    def of(cls, cfg: dict | None) -> Verdict:
+        """From a config, or a grid's report settings (grid.config.report_settings), that have
+        `report: {verdict: ...}`; the defaults where they have none."""
+        given = ((cfg or {}).get("report") or {}).get("verdict") or {}
+        return cls(**{k: float(v) for k, v in given.items() if k in ("alpha", "threshold")})
+
+    @property
+    def min_draws(self) -> int:
+        """The fewest draws on which the sign test can reach alpha (all n slower: p = 2^-n)."""
+        return next(n for n in count(1) if 0.5**n <= self.alpha)
+
+    def percent(self) -> str:
+        """The threshold in words: '2%'."""
+        return f"{(self.threshold - 1) * 100:.3g}%"
+
+
+DEFAULT = Verdict()
+# The settings compare() uses where none are given: the drivers of the tables, figures and advise
+# set them from the config for the work they do (`ruled_by`); a ContextVar, so one process can
+# hold several and a worker process starts from the defaults.
+_CURRENT: ContextVar[Verdict] = ContextVar("verdict", default=DEFAULT)
+
+
+def current() -> Verdict:
+    return _CURRENT.get()
+
+
+@contextmanager
+def ruled_by(settings: Verdict) -> Iterator[Verdict]:
+    """compare() uses these settings within the block."""
+    token = _CURRENT.set(settings)
+    try:
+        yield settings
+    finally:
+        _CURRENT.reset(token)
+
+
+@cache
+def sign_test_p(slower: int, n: int) -> float:
+    """One-sided sign test: P(at least `slower` of n draws slower) where each is a coin toss."""
+    return sum(math.comb(n, i) for i in range(slower, n + 1)) / 2**n
+
+
+@cache
+def draws_needed(n: int, alpha: float) -> int | None:
+    """k: the fewest of n draws B must be slower on for p <= alpha; None where even n of n is not
+    enough (too few draws for the sign test)."""
+    return next((k for k in range(n + 1) if sign_test_p(k, n) <= alpha), None)
+
+
+def geometric_mean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 @dataclass(frozen=True)
@@ -33,6 +122,7 @@ class Draw:
     median: float
     p20: float
     p80: float
+    windows: tuple[float, ...] = ()  # its windows' medians, side by side, round by round
 
     @property
     def key(self) -> tuple[int, str]:
@@ -48,6 +138,9 @@ class Draw:
             self.median + other.median,
             self.p20 + other.p20,
             self.p80 + other.p80,
+            tuple(a + b for a, b in zip(self.windows, other.windows))
+            if len(self.windows) == len(other.windows)
+            else (),
         )
 
 
@@ -84,7 +177,10 @@ class Standing:
     ratio_lo: float  # its per-draw median over the fastest's: min and max over the draws
     ratio_hi: float
     wins: int  # draws on which its median is the lowest of all
-    slower: bool  # slower than the fastest on every draw, p20-p80 apart (never for the fastest)
+    slower: bool  # slower than the fastest by the comparison's rule (never for the fastest)
+    geomean: float = 1.0  # geometric mean of its per-draw median over the fastest's
+    slower_on: int = 0  # draws on which its median is above the fastest's
+    p_value: float = 1.0  # one-sided sign test of slower_on of the draws (1 for the fastest)
 
 
 @dataclass(frozen=True)
@@ -95,6 +191,10 @@ class Comparison:
     draws: int  # how many draws the comparison rests on
     per_sample: bool  # False: a record had no per-sample data and was read as one draw
     unpaired: tuple[str, ...] = ()  # contenders that share no draw with the others
+    rule: str = ""  # how `slower` was decided: SIGN_TEST or BANDS ('' where nothing was compared)
+    need: int = 0  # SIGN_TEST: the draws of `draws` a slower contender is slower on, at least
+    settings: Verdict = field(default=DEFAULT)
+    windows: int = 0  # WINDOWS: how many windows the sign test counted
 
     @property
     def fastest(self) -> Standing | None:
@@ -109,6 +209,28 @@ class Comparison:
     def winner(self) -> Standing | None:
         """The fastest, where every other contender is slower than it (or it is alone)."""
         return self.fastest if len(self.not_slower) == 1 else None
+
+    @property
+    def how(self) -> str:
+        """The rule that decided, in words: 'one draw: repetitions' p20-p80 apart and >= 2%'."""
+        s, n = self.settings, self.draws
+        at_least = f">= {s.percent()}"
+        if self.rule == SIGN_TEST:
+            return (
+                f"{n} draws: slower on >= {self.need} of {n} (sign test, p <= {s.alpha:g}) "
+                f"and {at_least} (geometric mean)"
+            )
+        if self.rule == WINDOWS:
+            draws = "one draw" if n == 1 else f"{n} draws"
+            return (
+                f"{draws} in {self.windows} interleaved windows: slower in >= {self.need} of "
+                f"{self.windows} (sign test, p <= {s.alpha:g}) and {at_least} (geometric mean)"
+            )
+        if self.rule == BANDS:
+            if n == 1:
+                return f"one draw: repetitions' p20-p80 apart and {at_least}"
+            return f"{n} draws: repetitions' p20-p80 apart on each and {at_least} (geometric mean)"
+        return ""
 
 
 def shared_draws(contenders: list[Timed]) -> tuple[list[tuple], list[Timed], list[Timed]]:
@@ -129,21 +251,39 @@ def shared_draws(contenders: list[Timed]) -> tuple[list[tuple], list[Timed], lis
     return keys or [], kept, left
 
 
-def compare(contenders: list[Timed]) -> Comparison:
-    """The paired comparison of contenders (each with at least one draw)."""
+def compare(contenders: list[Timed], settings: Verdict | None = None) -> Comparison:
+    """The paired comparison of contenders (each with at least one draw), by the rule of the
+    module's docstring with `settings` (default: the current ones, `ruled_by`)."""
+    settings = settings or current()
     keys, kept, left = shared_draws(contenders)
     if not kept:
-        return Comparison((), 0, True, tuple(t.name for t in left))
+        return Comparison((), 0, True, tuple(t.name for t in left), settings=settings)
+    n = len(keys)
     on = {t.name: t.on(keys) for t in kept}
-    mean = {n: sum(d.median for d in ds) / len(ds) for n, ds in on.items()}
+    mean = {name: sum(d.median for d in ds) / n for name, ds in on.items()}
     ranked = sorted(kept, key=lambda t: mean[t.name])
     best = on[ranked[0].name]
-    winners = [min(on, key=lambda n, i=i: on[n][i].median) for i in range(len(keys))]
+    winners = [min(on, key=lambda name, i=i: on[name][i].median) for i in range(n)]
+    need = draws_needed(n, settings.alpha)
+    rule = SIGN_TEST if need is not None else BANDS
+    # too few draws, but measured side by side in windows: the windows are the pairs counted
+    counts = {len(d.windows) for ds in on.values() for d in ds}
+    m = n * counts.pop() if rule == BANDS and len(counts) == 1 else 0
+    if m and draws_needed(m, settings.alpha) is not None:
+        rule, need = WINDOWS, draws_needed(m, settings.alpha)
     standings = []
     for i, t in enumerate(ranked):
         ds = on[t.name]
         ratios = [d.median / b.median for d, b in zip(ds, best)]
-        slower = i > 0 and all(d.p20 > b.p80 for d, b in zip(ds, best))
+        geomean = geometric_mean(ratios)
+        slower_on = sum(d.median > b.median for d, b in zip(ds, best))  # a tie is not slower
+        if rule == SIGN_TEST:
+            consistent = slower_on >= need
+        elif rule == WINDOWS:
+            pairs = [(w, v) for d, b in zip(ds, best) for w, v in zip(d.windows, b.windows)]
+            consistent = sum(w > v for w, v in pairs) >= need
+        else:  # too few draws to count them: each draw's repetitions must be apart
+            consistent = all(d.p20 > b.p80 for d, b in zip(ds, best))
         standings.append(
             Standing(
                 name=t.name,
@@ -153,8 +293,20 @@ def compare(contenders: list[Timed]) -> Comparison:
                 ratio_lo=min(ratios),
                 ratio_hi=max(ratios),
                 wins=winners.count(t.name),
-                slower=slower,
+                slower=i > 0 and consistent and geomean >= settings.threshold,
+                geomean=geomean,
+                slower_on=slower_on,
+                p_value=sign_test_p(slower_on, n),
             )
         )
     per_sample = all(t.per_sample for t in kept)
-    return Comparison(tuple(standings), len(keys), per_sample, tuple(t.name for t in left))
+    return Comparison(
+        tuple(standings),
+        n,
+        per_sample,
+        tuple(t.name for t in left),
+        rule=rule,
+        need=need or 0,
+        settings=settings,
+        windows=m if rule == WINDOWS else 0,
+    )

@@ -81,15 +81,16 @@ class Drawn:
 def _part(task):
     """One piece of drawing (a grid's tables, or some of its figures), run in a worker."""
     kind, cells, out_dir, cfg, grid, only, complete, missing = task
+    grid_cfg = {**cfg["grids"][grid], "report": cfg.get("report", {})}  # the verdict's settings
     if kind == "tables":
-        write_tables(cells, out_dir, grid=grid, grid_cfg=cfg["grids"][grid], missing=missing)
+        write_tables(cells, out_dir, grid=grid, grid_cfg=grid_cfg, missing=missing)
     else:
         write_figures(
             cells,
             out_dir,
             cfg["figures"],
             grid=grid,
-            grid_cfg=cfg["grids"][grid],
+            grid_cfg=grid_cfg,
             only=only,
             strict=complete,
             missing=missing,

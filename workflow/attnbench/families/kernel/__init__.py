@@ -35,7 +35,8 @@ def record_skeleton(spec) -> dict:
 
 
 def table_stems(grid: dict) -> list[str]:
-    return ["tflops", "memory", "support"]
+    # a GPU grid's host overhead (tables.host_table): a CPU is its own host, there is none apart
+    return ["tflops", "memory", "support"] + (["host"] if grid.get("device") == "cuda" else [])
 
 
 def figure_stems(grid: dict) -> list[str]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from ... import launch
 from ... import status as S
 from ...grid.spec import CellSpec
 from ...harness.faults import crash_if_asked, hang_if_asked
-from ...harness.machine import snapshot
 from ...harness.inputs import (
     check_mask_rng,
     input_seed,
@@ -20,6 +21,7 @@ from ...harness.inputs import (
     mask_rng,
     torch_dtype,
 )
+from ...harness.machine import snapshot
 from ...harness.samples import (
     CheckOutOfMemory,
     check_seqlen,
@@ -177,89 +179,145 @@ def check_correctness(kernel, fn, mask, q, k, v, dout, direction, factor) -> dic
 def measure_sample(kernel, spec: CellSpec, seed: int, index: int, rng) -> dict:
     """Sample `index`: its mask (the next draw of rng), inputs (of the cell's data seed), timings,
     memory, and for a checked sample its check."""
-    import torch
+    run = SampleRun(kernel, spec, seed, index, rng)
+    return run.finish([run.time(spec.measurement.reps)])
 
-    from ...harness.measure import DeviceClock, peak_memory, sample_timings, time_call
-    from ...kernels.base import from_thd
 
-    p, how, device = spec.problem, spec.measurement, spec.device
-    d, direction = p.head_dim, p.direction
-    clock = DeviceClock(device)
-    with clock.phase("mask"):
+def draw(spec: CellSpec, seed: int, index: int, rng, clock=None):
+    """Sample `index`'s mask (the next draw of rng) and inputs (of the cell's data seed): the same
+    for every kernel at the point."""
+    from contextlib import nullcontext
+
+    p = spec.problem
+    with clock.phase("mask") if clock else nullcontext():
         mask = spec_mask(p, p.seqlen, rng)
-    with clock.phase("inputs"):
-        q, k, v, dout = make_inputs(
+    with clock.phase("inputs") if clock else nullcontext():
+        inputs = make_inputs(
             input_seed(seed, index, p.seqlen),
             p.seqlen,
             p.heads_q,
             p.heads_kv,
-            d,
+            p.head_dim,
             torch_dtype(p.dtype),
-            device,
+            spec.device,
         )
-    with clock.phase("prepare"):
-        fn = kernel.prepare(mask)
-    lay = kernel.layout
-    leaves = [from_thd(x, lay).requires_grad_(direction != "fwd") for x in (q, k, v)]
-    dout_l = from_thd(dout, lay)
-    before = None
-    if direction == "fwd":
+    return mask, inputs
 
-        def call():
-            with torch.no_grad():
-                return fn(*leaves)
-    elif direction == "bwd" and kernel.backward_once:
-        # its graph frees itself in the backward (TransformerEngine's): a new forward before each
-        # timed backward, outside the timed region (time_ms's `before`)
-        with clock.phase("first_call"):
-            graph = [well_formed(fn(*leaves), leaves[0], lay)]
 
-        def before():
-            if graph[0] is None:
-                graph[0] = fn(*leaves)
+class SampleRun:
+    """One sample of a kernel cell, in three steps: prepared (its mask, the next draw of rng; its
+    inputs, of the cell's data seed; the kernel's call, called once), timed in one or more windows
+    (`time`: a side-by-side point times its contenders' windows in turn, families/kernel/point.py),
+    and finished (memory, the check, the sample's record)."""
 
-        def call():
-            before()  # the untimed calls (warm-up) have no `before` of their own
-            out, graph[0] = graph[0], None
-            return torch.autograd.grad(out, leaves, dout_l)
-    elif direction == "bwd":
-        with clock.phase("first_call"):
-            out = well_formed(
-                fn(*leaves), leaves[0], lay
-            )  # forward once, outside the timed region
+    def __init__(self, kernel, spec: CellSpec, seed: int, index: int, rng, drawn=None):
+        import torch
 
-        def call():
-            return torch.autograd.grad(out, leaves, dout_l, retain_graph=True)
-    else:
-        with clock.phase("first_call"), torch.no_grad():
-            well_formed(fn(*leaves), leaves[0], lay)  # before the backward fails on it
+        from ...harness.measure import DeviceClock
+        from ...kernels.base import from_thd
 
-        def call():
-            return torch.autograd.grad(fn(*leaves), leaves, dout_l)
+        self.kernel, self.spec, self.seed, self.index = kernel, spec, seed, index
+        p, device = spec.problem, spec.device
+        direction = p.direction
+        self.clock = clock = DeviceClock(device)
+        if drawn is not None:  # a side-by-side draw: every contender times the very same tensors
+            self.mask, self.inputs = drawn
+        else:
+            self.mask, self.inputs = draw(spec, seed, index, rng, clock)
+        q, k, v, dout = self.inputs
+        with clock.phase("prepare"):
+            fn = self.fn = kernel.prepare(self.mask)
+        lay = kernel.layout
+        leaves = [from_thd(x, lay).requires_grad_(direction != "fwd") for x in (q, k, v)]
+        dout_l = from_thd(dout, lay)
+        self.before = None
+        if direction == "fwd":
 
-    with clock.phase(
-        "first_call"
-    ):  # compilation and lazy loading: one more warm-up, not busy time
-        first = call()
-    if direction == "fwd":
-        well_formed(first, leaves[0], lay)
-    with clock.phase("timed", busy=True):
-        timing = time_call(call, how.warmup, how.reps, device, before=before)
-    with clock.phase("memory", busy=True):
-        if before:
-            before()
-        mem = peak_memory(call, device)
-    sample = {**sample_timings(index, mask, d, direction, timing.device_ms), **timing.sample_fields(), **mem}
-    if index < checked_samples(p, how):
-        s_check = check_seqlen(p, how.check.max_seqlen)
-        if s_check != p.seqlen:
-            del fn, leaves, dout_l, call, q, k, v, dout
-            out = graph = None  # the forward's graph, as either backward kept it
-        timed = (mask, q, k, v, dout, fn) if s_check == p.seqlen else None
-        with clock.phase("check", busy=True):
-            sample["check"] = check_sample(kernel, spec, seed, index, s_check, timed)
-    sample["device_busy_ms"], sample["phases_s"] = clock.ms, clock.phases
-    return sample
+            def call():
+                with torch.no_grad():
+                    return fn(*leaves)
+        elif direction == "bwd" and kernel.backward_once:
+            # its graph frees itself in the backward (TransformerEngine's): a new forward before each
+            # timed backward, outside the timed region (time_ms's `before`)
+            with clock.phase("first_call"):
+                graph = [well_formed(fn(*leaves), leaves[0], lay)]
+
+            def before():
+                if graph[0] is None:
+                    graph[0] = fn(*leaves)
+
+            def call():
+                before()  # the untimed calls (warm-up) have no `before` of their own
+                out, graph[0] = graph[0], None
+                return torch.autograd.grad(out, leaves, dout_l)
+
+            self.before = before
+        elif direction == "bwd":
+            with clock.phase("first_call"):
+                out = well_formed(
+                    fn(*leaves), leaves[0], lay
+                )  # forward once, outside the timed region
+
+            def call():
+                return torch.autograd.grad(out, leaves, dout_l, retain_graph=True)
+        else:
+            with clock.phase("first_call"), torch.no_grad():
+                well_formed(fn(*leaves), leaves[0], lay)  # before the backward fails on it
+
+            def call():
+                return torch.autograd.grad(fn(*leaves), leaves, dout_l)
+
+        self.call = call
+        with clock.phase(
+            "first_call"
+        ):  # compilation and lazy loading: one more warm-up, not busy time
+            first = call()
+        if direction == "fwd":
+            well_formed(first, leaves[0], lay)
+
+    def time(self, reps: int, settle_min_s: float | None = None):
+        """One timed window of `reps` repetitions (harness.measure.time_call)."""
+        from ...harness.measure import time_call
+
+        with self.clock.phase("timed", busy=True):
+            return time_call(
+                self.call,
+                self.spec.measurement.warmup,
+                reps,
+                self.spec.device,
+                before=self.before,
+                settle_min_s=settle_min_s,
+            )
+
+    def finish(self, timings: list) -> dict:
+        """The sample: its windows' times, memory, and for a checked sample its check."""
+        from ...harness.measure import merge_timings, peak_memory, sample_timings
+
+        p, how, device = self.spec.problem, self.spec.measurement, self.spec.device
+        timing = merge_timings(timings)
+        with self.clock.phase("memory", busy=True):
+            if self.before:
+                self.before()
+            mem = peak_memory(self.call, device)
+        sample = {
+            **sample_timings(self.index, self.mask, p.head_dim, p.direction, timing.device_ms),
+            **timing.sample_fields(),
+            **mem,
+        }
+        if len(timings) > 1:  # side by side: each window's median, for the verdict on few draws
+            sample["window_medians_ms"] = [float(np.median(t.device_ms)) for t in timings]
+        if self.index < checked_samples(p, how):
+            s_check = check_seqlen(p, how.check.max_seqlen)
+            timed = (self.mask, *self.inputs, self.fn) if s_check == p.seqlen else None
+            # what the timed call held is freed before a check at another length
+            self.fn = self.call = self.before = self.inputs = None
+            with self.clock.phase("check", busy=True):
+                sample["check"] = check_sample(
+                    self.kernel, self.spec, self.seed, self.index, s_check, timed
+                )
+        self.fn = self.call = self.before = self.inputs = None
+        sample["device_busy_ms"], sample["phases_s"] = self.clock.ms, self.clock.phases
+        return sample
 
 
 def well_formed(out, q, layout: str):

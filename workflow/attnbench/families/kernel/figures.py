@@ -441,8 +441,11 @@ def figure_captions(df: pd.DataFrame, style, inputs: Inputs | None = None) -> di
         "winner_map": (
             "Which kernel wins at each mask (row) and length (column), one panel per direction and one "
             "for the training step (fwd + bwd of the same draw): the answers of advice.md, kernels "
-            "compared draw by draw. A cell's colour is the winning kernel's: the winner is faster than "
-            "every other kernel on every draw, p20-p80 apart; where it is not, the cell is hatched in "
+            "compared draw by draw. A cell's colour is the winning kernel's: every other kernel is "
+            "slower than the winner by the advice's rule (slower on k of n draws by a one-sided "
+            "sign test, or p20-p80 apart on each draw where too few draws for it, and by at least "
+            "the threshold as a geometric mean: config.yaml report.verdict); where it is not, the "
+            "cell is hatched in "
             "the fastest's colour and names the tie (A~B: the fastest and each kernel not slower). "
             "Below the name: the runner-up's time over the fastest's on each draw (min-max) and the "
             "draws the fastest won. Only ok cells compete."

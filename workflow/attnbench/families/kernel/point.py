@@ -32,6 +32,20 @@ from ... import status as S
 from ...grid.spec import CellSpec
 
 POLL_S = 0.2
+# A draw's repetitions are taken in ROUNDS windows, each contender's in turn (the order rotating
+# from round to round), so that a slow second of the machine falls on every contender's
+# repetitions, not on one's whole draw; windows after the first settle for LATER_SETTLE_S only (the
+# device is busy with the point already).
+ROUNDS = 5  # one draw's five windows are enough for the sign test (report/paired.py)
+LATER_SETTLE_S = 0.05
+
+
+def rounds(reps: int) -> list[int]:
+    """The repetitions of each round: `reps` over ROUNDS windows (fewer where reps is small)."""
+    n = max(1, min(ROUNDS, reps))
+    return [reps // n + (1 if k < reps % n else 0) for k in range(n)]
+
+
 CHILD_OK, CHILD_CONTENDER_CRASHED = 0, 3
 
 
@@ -86,13 +100,21 @@ def _emit(progress, **event) -> None:
 def measure_point(contenders: list[Contender], peak: dict | None, progress) -> dict[str, dict]:
     """Every contender's record (out -> record), measured side by side in this process."""
     from ... import launch
-    from ...harness.control import drift, time_controls
+    from ...harness.control import drift, settle_machine, time_controls
+    from ...harness.faults import crash_if_asked, hang_if_asked
     from ...harness.inputs import mask_rng, torch_dtype
     from ...harness.machine import snapshot
     from ...harness.samples import CheckOutOfMemory, checked_outcome, n_samples
     from ...kernels.base import load
     from ...record.record import base_record, finish_record
-    from .cell import availability_reason, implementation, kernel_info, measure_sample, unsupported
+    from .cell import (
+        SampleRun,
+        availability_reason,
+        draw,
+        implementation,
+        kernel_info,
+        unsupported,
+    )
     from .provenance import provenance
 
     device = contenders[0].spec.device
@@ -112,36 +134,96 @@ def measure_point(contenders: list[Contender], peak: dict | None, progress) -> d
             finished[c.out] = (record, status, why, t0)
             continue
         p = spec.problem
-        kernel = load(info, device=device, dtype=torch_dtype(p.dtype), heads_q=p.heads_q,
-                      heads_kv=p.heads_kv, head_dim=p.head_dim)
+        kernel = load(
+            info,
+            device=device,
+            dtype=torch_dtype(p.dtype),
+            heads_q=p.heads_q,
+            heads_kv=p.heads_kv,
+            head_dim=p.head_dim,
+        )
         running.append(_Running(c, record, kernel, mask_rng(record["data_seed"]), t0))
     shared = {"machine": {}, "control": {}}
     if running:
         shared["machine"]["start"] = snapshot(device)
+        shared["machine"]["settle"] = settle_machine(device)
         shared["control"]["before"] = time_controls(device)
         by_name = {r.c.spec.impl: r for r in running}
         draws = max(n_samples(r.c.spec.problem, r.c.spec.measurement) for r in running)
         for i in range(draws):
-            for name in rotation([r.c.spec.impl for r in running], i):
-                r = by_name[name]
-                if r.outcome is not None:
-                    continue
-                _emit(progress, event="draw", out=r.c.out, impl=name, sample=i, t=time.time())
-                seed = r.record["data_seed"]
+            order = rotation([r.c.spec.impl for r in running], i)
+
+            def step(r, what, action, i=i, order=order):
+                """One step of a contender's draw; its outcome (or its crash) if it fails."""
+                _emit(
+                    progress,
+                    event="draw",
+                    out=r.c.out,
+                    impl=r.c.spec.impl,
+                    sample=i,
+                    step=what,
+                    t=time.time(),
+                )
                 try:
-                    sample = measure_sample(r.kernel, r.c.spec, seed, i, r.rng)
-                    sample["order"] = rotation([x.c.spec.impl for x in running], i).index(name)
-                    r.record["samples"].append(sample)
+                    return action()
                 except S.CellOutcome as e:
                     r.outcome = (e.status, e.reason)
                 except Exception as e:  # noqa: BLE001 - an OOM is a record; anything else a crash
                     if S.is_oom(e) and not isinstance(e, CheckOutOfMemory):
                         _release(device)
-                        r.outcome = (S.OOM, f"out of memory at sample {i}: {str(e).splitlines()[0][:300]}")
+                        r.outcome = (
+                            S.OOM,
+                            f"out of memory at sample {i}: {str(e).splitlines()[0][:300]}",
+                        )
                     else:  # the process may be broken (a CUDA error poisons its context): end it
-                        _emit(progress, event="crashed", out=r.c.out, impl=name, sample=i,
-                              error=traceback.format_exc()[-3000:])
+                        _emit(
+                            progress,
+                            event="crashed",
+                            out=r.c.out,
+                            impl=r.c.spec.impl,
+                            sample=i,
+                            error=traceback.format_exc()[-3000:],
+                        )
                         sys.exit(CHILD_CONTENDER_CRASHED)
+                return None
+
+            # the draw's mask and inputs, once: every contender times the very same tensors (on a
+            # CPU, two copies of the same data in two places timed a few percent apart, steadily)
+            first = running[0]
+            drawn = draw(first.c.spec, first.record["data_seed"], i, first.rng)
+
+            def prepare(r, i=i, drawn=drawn):
+                if i == 1:  # the tests' faults strike mid-point, once the others have begun
+                    crash_if_asked(r.c.spec)
+                    hang_if_asked(r.c.spec)
+                return SampleRun(r.kernel, r.c.spec, r.record["data_seed"], i, None, drawn)
+
+            runs = {}
+            for name in order:
+                r = by_name[name]
+                if r.outcome is None:
+                    runs[name] = step(r, "prepare", lambda r=r: prepare(r))
+            windows = {name: [] for name in order}
+            for k, reps in enumerate(rounds(running[0].c.spec.measurement.reps)):
+                for name in rotation(order, k):
+                    r, run = by_name[name], runs.get(name)
+                    if run is None or r.outcome is not None:
+                        continue
+                    settle_s = None if k == 0 else LATER_SETTLE_S
+                    timing = step(
+                        r, f"window {k}", lambda run=run, reps=reps, s=settle_s: run.time(reps, s)
+                    )
+                    if timing is not None:
+                        windows[name].append(timing)
+            for name in order:
+                r, run = by_name[name], runs.get(name)
+                if run is None or r.outcome is not None:
+                    continue
+                sample = step(r, "finish", lambda run=run, name=name: run.finish(windows[name]))
+                if sample is not None:
+                    sample["order"] = order.index(name)
+                    r.record["samples"].append(sample)
+            runs = windows = drawn = None  # this draw's inputs and calls, freed before the next
         shared["control"]["after"] = time_controls(device)
         shared["control"]["drift"] = drift(shared["control"]["before"], shared["control"]["after"])
         shared["machine"]["end"] = snapshot(device)
@@ -173,8 +255,13 @@ def _release(device) -> None:
         torch.cuda.empty_cache()
 
 
-def child_main(point_path: str, remaining: list[str], peak_path: str | None, progress_path: str,
-               threads: int | None) -> None:
+def child_main(
+    point_path: str,
+    remaining: list[str],
+    peak_path: str | None,
+    progress_path: str,
+    threads: int | None,
+) -> None:
     """The child: measure the contenders named in `remaining` (record paths), append their
     records to the progress file."""
     from ...harness.cpu_math import settle_vml
@@ -214,7 +301,9 @@ def _read_events(progress_path: Path, offset: int) -> tuple[list[dict], int]:
     return [json.loads(line) for line in complete.splitlines() if line], offset + len(complete)
 
 
-def run_point(point_path: str, peak_path: str | None, threads: int | None, log_tail) -> dict[str, dict]:
+def run_point(
+    point_path: str, peak_path: str | None, threads: int | None, log_tail
+) -> dict[str, dict]:
     """Every contender's record: measured side by side by children of this process, each
     crashed or timed-out contender recorded as such and the others measured again without it."""
     from ...launch import how_it_ended
@@ -231,8 +320,18 @@ def run_point(point_path: str, peak_path: str | None, threads: int | None, log_t
         progress_path.write_text("")
         for out in remaining:  # measured again from their first draw
             spent[out] = 0.0
-        cmd = [sys.executable, "-m", "attnbench", "point-child", "--point", point_path,
-               "--progress", str(progress_path), "--remaining", json.dumps(remaining)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "attnbench",
+            "point-child",
+            "--point",
+            point_path,
+            "--progress",
+            str(progress_path),
+            "--remaining",
+            json.dumps(remaining),
+        ]
         cmd += ["--peak", peak_path] if peak_path else []
         cmd += ["--threads", str(threads)] if threads else []
         child = subprocess.Popen(cmd)
@@ -258,8 +357,11 @@ def run_point(point_path: str, peak_path: str | None, threads: int | None, log_t
                     child.wait()
                     budget = by_out[out].timeout_s
                     records[out] = not_run_record(by_out[out].spec, peak, timed_out_after_s=budget)
-                    print(f"point: {out} still measuring after {budget:g} s, its time budget; stopped, "
-                          "the others measured again without it", flush=True)
+                    print(
+                        f"point: {out} still measuring after {budget:g} s, its time budget; stopped, "
+                        "the others measured again without it",
+                        flush=True,
+                    )
                     break
             if child.poll() is not None:
                 events, offset = _read_events(progress_path, offset)
@@ -276,24 +378,40 @@ def run_point(point_path: str, peak_path: str | None, threads: int | None, log_t
                     out = (watch.crashed or {}).get("out") or watch.current[0]
                     ended = how_it_ended(child.returncode)
                     tail = (watch.crashed or {}).get("error", "").splitlines() or log_tail()
-                    records[out] = not_run_record(by_out[out].spec, peak, crash={**ended, "log_tail": tail[-20:]})
-                    print(f"point: {out} crashed its process ({ended['how']}); the others measured again "
-                          "without it", flush=True)
+                    records[out] = not_run_record(
+                        by_out[out].spec, peak, crash={**ended, "log_tail": tail[-20:]}
+                    )
+                    print(
+                        f"point: {out} crashed its process ({ended['how']}); the others measured again "
+                        "without it",
+                        flush=True,
+                    )
                 else:  # it died before any draw: nobody to blame, nothing to measure again
-                    raise RuntimeError(f"the point's measuring process {how_it_ended(child.returncode)['how']} "
-                                       "before its first draw")
+                    raise RuntimeError(
+                        f"the point's measuring process {how_it_ended(child.returncode)['how']} "
+                        "before its first draw"
+                    )
                 break
             time.sleep(POLL_S)
     progress_path.unlink(missing_ok=True)
     return records
 
 
-def write_point_record(point_records: str, out: str) -> None:
-    """The record at `out`, taken from its point's file of records (rule point_record)."""
+def write_point_record(point_records: str, out: str, log: str | None = None) -> None:
+    """The record at `out`, taken from its point's file of records (rule point_record); `log`
+    says so (the cell's log: where its point's job logged it)."""
     from ...record.record import write_record
 
+    if log:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text(
+            f"measured side by side in {point_records}; its log: "
+            f"{point_records.replace('/points/', '/logs/points/').removesuffix('.json')}.log\n"
+        )
     records = json.loads(Path(point_records).read_text())["records"]
     if out not in records:
-        raise ValueError(f"{point_records} holds no record for {out}: the point was measured "
-                         f"with other contenders ({', '.join(records)}); run the workflow again")
+        raise ValueError(
+            f"{point_records} holds no record for {out}: the point was measured "
+            f"with other contenders ({', '.join(records)}); run the workflow again"
+        )
     write_record(records[out], out)

@@ -108,6 +108,13 @@ def tables(df: pd.DataFrame, out: Path, samples=None) -> list[Path]:
         f"fwd/bwd: only those, {UNSUPPORTED}: unsupported, n/a: unavailable here, blank: no cell; {about}"
     )
     paths += write_table(support_table(df), out / "support", support)
+    if (df["device"] == "cuda").any():  # the family's table_stems: a GPU grid's
+        paths += write_sections(
+            length_tables(df, "host_overhead_ms"),
+            out / "host",
+            f"Host overhead (ms: a caller's median time over the device's median, per call; not part "
+            f"of any verdict or TFLOP/s) per sequence length and kernel; {STATUS_NOTE}; {about}",
+        )
     return paths
 
 
@@ -128,6 +135,13 @@ def table_captions(df: pd.DataFrame) -> tuple[dict, dict]:
             f"mask, heads setting and direction ({STATUS_NOTE}). Memory source: {sources} (cuda_allocator: "
             "peak bytes PyTorch allocated on the GPU; process_rss: the CPU process's peak resident set). "
             "Markdown and LaTeX."
+        ),
+        "host": (
+            "Host overhead per sequence length (rows) and kernel (columns), one table per mask, heads "
+            "setting and direction: a caller's median time of the call (synchronised before and after) "
+            "minus the median device time of the same call queued back to back (docs/measurement.md, "
+            "'Timing'), in ms: the launch and Python work a short call pays, never part of a verdict "
+            "or TFLOP/s; a status word where a record has no number (one made before the harness measured it). Markdown and LaTeX."
         ),
         "support": (
             "Kernel support per mask (the paper's Table 1), derived from the recorded statuses: "

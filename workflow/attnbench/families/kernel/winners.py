@@ -183,7 +183,8 @@ def winner_map(found: list[Answer], title: str, subtitle: str = ""):
     }
     heads_words = ", ".join(heads_label(*h) for h in heads)
     notes = [
-        "In each cell: the winner (faster than every other kernel on every draw, p20-p80 apart), "
+        "In each cell: the winner (every other kernel slower by the advice's rule: on k of n "
+        "draws by a sign test, or p20-p80 apart on each of few draws, and by the threshold), "
         "or the tie of the fastest with every kernel not slower than it; below, the runner-up's "
         "time over the fastest's on each draw (min-max) and the draws the fastest won "
         "('1 draw': a single sampled mask). Only ok cells compete (advice.md lists the others).",
