@@ -21,13 +21,13 @@ DYING = "tests.dying_kernel:DiesOnSecondDraw"
 
 def grid(**fields):
     """Three draws of a document mask: the draws differ, so their order matters."""
-    return kernel_grid(
-        masks=["causal_document"],
-        seqlen=[96],
-        samples={"document": 3, "single": 1},
-        check={"max_seqlen": 512, "tolerance_factor": 5, "samples": 1},
-        **fields,
-    )
+    base = {
+        "masks": ["causal_document"],
+        "seqlen": [96],
+        "samples": {"document": 3, "single": 1},
+        "check": {"max_seqlen": 512, "tolerance_factor": 5, "samples": 1},
+    }
+    return kernel_grid(**{**base, **fields})
 
 
 def point_file(tmp_path, kernels, timeout_s=120.0):
@@ -139,3 +139,27 @@ def test_the_workflow_runs_a_point_per_job_and_again_whole(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     again = {r.parent.parent.name: json.loads(r.read_text())["started_at"] for r in recs}
     assert set(again) == set(started) and all(again[k] > started[k] for k in started)
+
+
+def test_a_plan_of_calls_keeps_each_point_whole(tmp_path):
+    """An offline GPU session's calls (attnbench records --calls) never split a side-by-side point:
+    a call naming part of a point would run the whole point job."""
+    from attnbench.families.estimate import calls, units
+
+    cfg = families.validate(
+        config_running(
+            {
+                "p": grid(
+                    kernels=["naive", "sdpa"],
+                    masks=["causal", "causal_document"],
+                    side_by_side=True,
+                )
+            }
+        )
+    )
+    cells = families.expand_cells(cfg)
+    assert sorted(len(u) for u in units(cells)) == [2, 2]
+    plan = calls(cells, tmp_path, 60.0)  # no records here: every job a call of its own
+    assert sorted(sorted(c["impl"] for c in batch) for batch, _ in plan) == [["naive", "sdpa"]] * 2
+    alone = families.validate(config_running({"p": grid(kernels=["naive", "sdpa"])}))
+    assert len(units(families.expand_cells(alone))) == 2  # one job per cell

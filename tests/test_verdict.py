@@ -2,7 +2,7 @@
 faster"): the sign test's k, the practical threshold, the few-draw rule on the repetitions, the
 settings from config.yaml's `report.verdict` (validated, and reaching the tables and `advise`),
 the catalog's note on sdpa_cudnn's dense mask, and an A/A test: SDPA's CPU kernel entered twice
-under two names (tests/twin_kernel.py), through the pipeline's own cells, tables and advice."""
+under two names (attnbench/kernels/twins.py), through the pipeline's own cells, tables and advice."""
 
 import json
 import math
@@ -28,7 +28,7 @@ from attnbench.report.paired import (
 )
 from synthetic_cells import tidy
 
-TWIN = "tests.twin_kernel:SDPATwin"
+TWIN = "attnbench.kernels.twins:SDPATwin"
 
 
 def timed(name, medians, spread=0.02):

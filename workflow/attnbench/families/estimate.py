@@ -139,37 +139,59 @@ def cell_estimate(cell: dict, out: Path) -> float | None:
     return None
 
 
-def smallest_first(cells: list[dict], out: Path, budget_s: float | None = None) -> list[dict]:
-    """The cells in order of their estimated seconds, smallest first (those no record informs
-    last), and with a budget only those whose running sum of estimates fits it: a call of limited
-    time measures the most cells it can and keeps what it measured."""
-    timed = [(cell_estimate(c, out), i, c) for i, c in enumerate(cells)]
+def units(cells: list[dict]) -> list[list[dict]]:
+    """The cells as the jobs that measure them: a side-by-side grid point's cells together (one
+    point job measures them all, families/kernel/point.py), every other cell alone."""
+    from ..grid.expand import point_id
+
+    groups: dict[tuple, list[dict]] = {}
+    for i, c in enumerate(cells):
+        key = (c["grid"], c["family"], c["mask"], point_id(c)) if c.get("side_by_side") else (i,)
+        groups.setdefault(key, []).append(c)
+    return list(groups.values())
+
+
+def unit_estimate(unit: list[dict], out: Path) -> float | None:
+    """A job's estimated seconds: its cells' sum (None where a record informs none of them)."""
+    known = [s for s in (cell_estimate(c, out) for c in unit) if s is not None]
+    return sum(known) if known else None
+
+
+def _smallest_units(cells: list[dict], out: Path) -> list[tuple[float | None, list[dict]]]:
+    timed = [(unit_estimate(u, out), i, u) for i, u in enumerate(units(cells))]
     timed.sort(key=lambda t: (t[0] is None, t[0] or 0.0, t[1]))
+    return [(s, u) for s, _, u in timed]
+
+
+def smallest_first(cells: list[dict], out: Path, budget_s: float | None = None) -> list[dict]:
+    """The cells in order of their job's estimated seconds, smallest first (those no record
+    informs last), a side-by-side point's cells together, and with a budget only the jobs whose
+    running sum of estimates fits it: a call of limited time measures the most it can and keeps
+    what it measured."""
     kept, total = [], 0.0
-    for s, _, c in timed:
+    for s, u in _smallest_units(cells, out):
         if budget_s is not None:
             if s is None or total + s > budget_s:
                 break
             total += s
-        kept.append(c)
+        kept += u
     return kept
 
 
 def calls(cells: list[dict], out: Path, call_s: float) -> list[tuple[list[dict], float]]:
-    """The cells, smallest estimate first, cut into calls of at most call_s estimated seconds
-    each ((cells, estimated seconds) per call); a cell no record informs, or longer than a call,
-    gets a call of its own at the end."""
+    """The cells, smallest job first, cut into calls of at most call_s estimated seconds each
+    ((cells, estimated seconds) per call), a side-by-side point never split; a job no record
+    informs, or longer than a call, gets a call of its own at the end."""
     plan: list[tuple[list[dict], float]] = []
     batch, total = [], 0.0
-    for c in smallest_first(cells, out):
-        s = cell_estimate(c, out)
+    for s, u in _smallest_units(cells, out):
         if s is None or s > call_s:
-            plan.append(([c], s or 0.0))
+            plan.append((u, s or 0.0))
             continue
         if total + s > call_s:
             plan.append((batch, total))
             batch, total = [], 0.0
-        batch, total = batch + [c], total + s
+        batch, total = batch + u, total + s
     if batch:
         plan.append((batch, total))
     plan.sort(key=lambda p: any(cell_estimate(c, out) is None for c in p[0]))

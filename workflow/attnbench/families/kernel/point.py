@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import status as S
@@ -291,6 +291,22 @@ class _Watch:
     current: tuple[str, float] | None = None  # (record path, since) of the draw being measured
     crashed: dict | None = None
     done: bool = False
+    got: dict = field(default_factory=dict)  # the records it reported (record path -> record)
+
+    def take(self, events: list[dict], spent: dict) -> None:
+        """The child's events: each step's start (the time since the last goes to its contender),
+        a crash, a record, the end."""
+        for e in events:
+            if e["event"] == "draw":
+                if self.current:
+                    spent[self.current[0]] += e["t"] - self.current[1]
+                self.current = (e["out"], e["t"])
+            elif e["event"] == "crashed":
+                self.crashed = e
+            elif e["event"] == "record":
+                self.got[e["out"]] = e["record"]
+            elif e["event"] == "done":
+                self.done = True
 
 
 def _read_events(progress_path: Path, offset: int) -> tuple[list[dict], int]:
@@ -335,21 +351,11 @@ def run_point(
         cmd += ["--peak", peak_path] if peak_path else []
         cmd += ["--threads", str(threads)] if threads else []
         child = subprocess.Popen(cmd)
-        watch, offset, got = _Watch(), 0, {}
+        watch, offset = _Watch(), 0
         while True:
             events, offset = _read_events(progress_path, offset)
             now = time.time()
-            for e in events:
-                if e["event"] == "draw":
-                    if watch.current:
-                        spent[watch.current[0]] += e["t"] - watch.current[1]
-                    watch.current = (e["out"], e["t"])
-                elif e["event"] == "crashed":
-                    watch.crashed = e
-                elif e["event"] == "record":
-                    got[e["out"]] = e["record"]
-                elif e["event"] == "done":
-                    watch.done = True
+            watch.take(events, spent)
             if watch.current and child.poll() is None:
                 out, since = watch.current
                 if spent[out] + now - since > by_out[out].timeout_s:
@@ -365,15 +371,9 @@ def run_point(
                     break
             if child.poll() is not None:
                 events, offset = _read_events(progress_path, offset)
-                for e in events:
-                    if e["event"] == "record":
-                        got[e["out"]] = e["record"]
-                    elif e["event"] == "crashed":
-                        watch.crashed = e
-                    elif e["event"] == "done":
-                        watch.done = True
+                watch.take(events, spent)
                 if watch.done and child.returncode == CHILD_OK:
-                    records.update(got)
+                    records.update(watch.got)
                 elif watch.current or watch.crashed:
                     out = (watch.crashed or {}).get("out") or watch.current[0]
                     ended = how_it_ended(child.returncode)
