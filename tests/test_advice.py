@@ -339,7 +339,7 @@ def test_write_tables_writes_the_advice_beside_the_other_tables(tmp_path):
     rows.append(cell("fa3", status="unsupported", direction="bwd"))
     cells = tmp_path / "cells.csv"
     table(rows).to_csv(cells, index=False)
-    grid = {"family": "kernel", "direction": ["fwd", "bwd"]}
+    grid = {"family": "kernel", "device": "cuda", "direction": ["fwd", "bwd"]}  # as the rows
     out = tmp_path / "tables"
     paths = families.write_tables(cells, out, grid="g", grid_cfg=grid)
     names = {p.name for p in paths}

@@ -13,7 +13,7 @@ from attnbench.grid.expand import cell_path
 from attnbench.grid.spec import CellSpec
 from attnbench.harness.control import DRIFT_LIMIT, drift
 from attnbench.harness.faults import HANG_ENV
-from commands import PY, package_env, planned_jobs, snakemake_cmd
+from commands import PY, REPO, package_env, planned_jobs, snakemake_cmd
 from tinygrids import config_running, kernel_grid
 
 DYING = "tests.dying_kernel:DiesOnSecondDraw"
@@ -163,3 +163,24 @@ def test_a_plan_of_calls_keeps_each_point_whole(tmp_path):
     assert sorted(sorted(c["impl"] for c in batch) for batch, _ in plan) == [["naive", "sdpa"]] * 2
     alone = families.validate(config_running({"p": grid(kernels=["naive", "sdpa"])}))
     assert len(units(families.expand_cells(alone))) == 2  # one job per cell
+
+
+def test_a_measurement_is_never_replaced_by_unavailable(tmp_path):
+    """A point run where its kernels cannot run (a GPU grid on a CPU machine) writes `unavailable`
+    records; a record that holds a measurement (made on a GPU) stays as it is, as
+    attnbench.currency keeps it."""
+    from attnbench.families.kernel.point import write_point_record
+
+    measured = next(iter(sorted((REPO / "results/h100/cells/h100_calibration").rglob("*.json"))))
+    out = tmp_path / "record.json"
+    out.write_text(measured.read_text())
+    unavailable = {**json.loads(measured.read_text()), "status": "unavailable", "samples": []}
+    bundle = tmp_path / "points/p.json"
+    bundle.parent.mkdir()
+    bundle.write_text(json.dumps({"point": "p", "records": {str(out): unavailable}}))
+    write_point_record(str(bundle), str(out), str(tmp_path / "log"))
+    assert out.read_text() == measured.read_text() and "kept" in (tmp_path / "log").read_text()
+    fresh = tmp_path / "fresh.json"  # where there is none, the unavailable record is written
+    bundle.write_text(json.dumps({"point": "p", "records": {str(fresh): unavailable}}))
+    write_point_record(str(bundle), str(fresh))
+    assert json.loads(fresh.read_text())["status"] == "unavailable"

@@ -77,11 +77,23 @@ def test_the_expansion_gives_the_committed_records_their_ids(cells, committed):
     key the ids are theirs."""
     expanded = {cell_path(c): c for grid in cells.values() for c in grid}
     alone = [
-        {k: v for k, v in expanded[cell_path(r["cell"])].items() if k != "side_by_side"}
+        {
+            k: v
+            for k, v in expanded[cell_path(r["cell"])].items()
+            if k != "side_by_side" or k in r["cell"]
+        }
         for r in committed.values()
     ]
-    same = [stable_hash(c) == r["cell_id"] for c, r in zip(alone, committed.values())]
-    assert sum(same) >= len(same) - 9 and sum(same) > 3000
+    # h100_calibration's twin of fa3 was measured as tests.twin_kernel:FA3Twin, since moved into
+    # the package (attnbench.kernels.twins): its 8 records name the class where it was then
+    moved = [
+        r.get("cell", {}).get("kernel_class", "").startswith("tests.twin_kernel")
+        for r in committed.values()
+    ]
+    same = [
+        stable_hash(c) == r["cell_id"] or m for c, r, m in zip(alone, committed.values(), moved)
+    ]
+    assert sum(moved) == 8 and sum(same) >= len(same) - 9 and sum(same) > 3000
     side_by_side = [expanded[cell_path(r["cell"])].get("side_by_side") for r in committed.values()]
     assert sum(bool(s) for s in side_by_side) > 2000  # h200, h200_sweep, h200_paired, h200_sparse
 

@@ -349,7 +349,8 @@ def test_a_kernel_entered_twice_ties_on_95_percent_of_points(tmp_path):
     (3-5% typically, 1.4-1.9x at times on a shared 2-core machine) gave 70-97% ties; side by side
     with one window per draw 73-100%; in five interleaved windows on shared inputs, at 256-512
     tokens and head dim 32 (calls of microseconds, where a buffer lies moves a call by 2-7%),
-    87-100%; at 512-1024 tokens and head dim 64, 100% in three runs."""
+    87-100%; at 512-1024 tokens and head dim 64, 100% in three runs; in seven windows, 100% in four
+    runs under double load."""
     import torch
     import yaml
     from attnbench.families import expand_cells, load_config

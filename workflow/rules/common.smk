@@ -167,6 +167,17 @@ def point_outdated_input(wc):
     return OUTDATED_LIST if again and os.path.exists(point_file(wc)) else ancient(OUTDATED_LIST)
 
 
+def point_record_input(wc):
+    """The point's file of records a record is taken from; none where the point has no such file
+    and each of its records is on disk and current or kept (made before point jobs, or on
+    another machine: attnbench.currency): those stay as they are, never measured again here."""
+    point = POINT_OF[record_of(wc)]
+    if os.path.exists(point):
+        return point
+    again = any(p in RERUN or not os.path.exists(p) for p in POINTS[point])
+    return point if again else []
+
+
 def point_needs_gpu(wc):
     return int(any(catalog.needs_device(catalog.get(c["impl"]), c) for c in point_cells(wc)))
 

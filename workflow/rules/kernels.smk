@@ -103,7 +103,9 @@ localrules:
 
 rule point_record:
     input:
-        lambda wc: POINT_OF[record_of(wc)],
+        point=point_record_input,
+        # newer than the record where it is outdated: taken again from its point, measured again
+        outdated=lambda wc: outdated_input(wc),
     output:
         f"{OUT}/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.json",
     log:
@@ -113,4 +115,8 @@ rule point_record:
     run:
         from attnbench.families.kernel.point import write_point_record
 
-        write_point_record(input[0], output[0], log[0])
+        if not input.point:
+            raise WorkflowError(
+                f"{output[0]}: no point file to take it from; it is kept as it is"
+            )
+        write_point_record(input.point, output[0], log[0])
