@@ -498,6 +498,75 @@ def test_the_overview_has_one_row_per_mask_and_two_columns_per_length(cells_csv,
     assert out[2] == ["causal", "fa2 (one draw)", "fa3 1.25x"]
 
 
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_an_overview_with_nothing_to_show_says_so_and_exits_2(tmp_path, capsys, fmt):
+    """Forward cells only: no train answer, the overview's default direction (it printed an empty
+    line, exit 0); --direction fwd has one."""
+    path = tmp_path / "cells.csv"
+    table([cell("fa2", 3.0), cell("fa3", 2.0)]).to_csv(path, index=False)
+    with pytest.raises(SystemExit) as e:
+        advise(path, "--overview", "--format", fmt)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "advise: --overview: no train answers to show; valid --direction: fwd" in err, err
+    advise(path, "--overview", "--direction", "fwd")
+    assert "| causal | fa3 (one draw)" in capsys.readouterr().out
+
+
+def test_a_filter_given_twice_keeps_the_values_of_both(cells_csv, capsys):
+    advise(cells_csv, "--grid", "g", "--seqlen", "4K", "--direction", "fwd", "bwd")
+    both = capsys.readouterr().out
+    advise(cells_csv, "--grid", "g", "--seqlen", "4K", "--direction", "fwd", "--direction", "bwd")
+    assert capsys.readouterr().out == both and "fwd" in both and "bwd" in both
+    with pytest.raises(SystemExit) as e:  # the first --mask is not dropped for the last
+        advise(cells_csv, "--mask", "sideways", "--mask", "causal")
+    assert e.value.code == 2
+    assert (
+        "--mask sideways: not in the tidy table; valid --mask: causal" in capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    "option, values",
+    [("--format", ["md", "json"]), ("--network", ["a", "b"]), ("--local-kernel", ["a", "b"])],
+)
+def test_an_option_of_one_value_given_twice_is_refused_naming_it(
+    cells_csv, capsys, option, values
+):
+    with pytest.raises(SystemExit) as e:
+        advise(cells_csv, "--mask", "causal", option, values[0], option, values[1])
+    assert e.value.code == 2
+    said = f"argument {option}: given twice ({values[0]}, {values[1]}): give it once"
+    assert said in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        advise(cells_csv, "--cells", str(cells_csv))
+    assert "argument --cells: given twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["records", "regenerate"])
+def test_grids_not_in_the_config_are_named_with_the_valid_ones(repo, monkeypatch, capsys, command):
+    """A KeyError traceback before; now one line and exit 2, before any work (regenerate's lock)."""
+    monkeypatch.chdir(repo)
+    with pytest.raises(SystemExit) as e:
+        main([command, "--grids", "smoke", "--grids", "nosuch"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"{command}: --grids nosuch: no such grid in the config; valid --grids: "
+    )
+    assert "smoke, " in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", ["tables", "figures"])
+def test_a_grid_not_in_the_tidy_table_is_named_before_any_file(cells_csv, capsys, command):
+    out = cells_csv.parent / "out"
+    with pytest.raises(SystemExit) as e:
+        main([command, "--cells", str(cells_csv), "--out-dir", str(out), "--grid", "nosuch"])
+    assert e.value.code == 2 and not out.exists()
+    said = f"{command}: --grid nosuch: no such grid in {cells_csv}; valid --grid: g, gcp"
+    assert said in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "args, named",
     [

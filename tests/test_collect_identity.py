@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 
 import pandas as pd
 import pytest
@@ -138,5 +139,82 @@ def test_a_hand_edited_number_stops_collect_naming_the_file(root, tmp_path, key,
     a.write_text(json.dumps(record))
     p = collect_cli(root, table)
     assert p.returncode != 0 and "Traceback" not in p.stderr
-    assert f"{a}: not a cell record of this benchmark: {why}" in p.stderr
+    assert f"{a}: {why}" in p.stderr
     assert table.read_text() == before
+
+
+def _doubled_tflops(r):
+    r["tflops"] *= 2  # the median then outside its own samples' (and p20-p80)
+
+
+def _failed_check_called_ok(r):
+    r["check_passed"], r["max_rel_err"] = False, 0.9
+
+
+def _ok_relabelled_unsupported(r):
+    r["status"] = "unsupported"
+    for key in (
+        "time_ms_median",
+        "time_ms_p20",
+        "time_ms_p80",
+        "tflops",
+        "tflops_p20",
+        "tflops_p80",
+    ):
+        r.pop(key)
+
+
+def _a_day_ahead(r):
+    from datetime import datetime, timedelta, timezone
+
+    r["finished_at"] = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat(
+        timespec="seconds"
+    )
+
+
+SELF_CONTRADICTIONS = [
+    (_doubled_tflops, "tflops is "),
+    (_failed_check_called_ok, "status 'ok' with check_passed false"),
+    (_ok_relabelled_unsupported, "status 'unsupported' with timed samples"),
+    (lambda r: r["samples"][0].pop("mask_area"), "samples[0] lacks mask_area"),
+    (lambda r: r.update(environment=["cpu"]), "environment is not an object"),
+    (_a_day_ahead, "is ahead of now"),
+]
+
+
+@pytest.mark.parametrize("edit, why", SELF_CONTRADICTIONS, ids=lambda x: getattr(x, "__name__", x))
+def test_a_record_that_contradicts_itself_is_refused_naming_file_and_field(
+    root, tmp_path, edit, why
+):
+    """Each edit a careless hand (or a buggy tool) could make, with every field still a valid
+    number: the record's own samples, check and clock give it away; collect names the file."""
+    a, _ = sorted((root / "cells").rglob("*.json"))
+    record = json.loads(a.read_text())
+    edit(record)
+    a.write_text(json.dumps(record))
+    with pytest.raises(RecordError) as e:
+        collect(root=root / "cells")
+    assert f"{a}: " in str(e.value) and why in str(e.value)
+
+
+def test_every_refused_record_is_named_in_one_pass_before_any_cell_runs(tmp_path):
+    """Two self-contradicting records: check-config and the workflow both name both files, with
+    their fields, and stop before any cell runs; neither file is touched."""
+    workdir = workflow_copy(tmp_path, config_running({"c": GRID}))
+    snakemake = snakemake_cmd(workdir, "--cores", "2", snakefile=workdir / "code/Snakefile")
+    p = run_bounded(snakemake, 600, env=package_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    a, b = sorted((workdir / "results/cells").rglob("*.json"))
+    for path, edit in ((a, _doubled_tflops), (b, _failed_check_called_ok)):
+        record = json.loads(path.read_text())
+        edit(record)
+        path.write_text(json.dumps(record))
+    edited = {p: p.read_bytes() for p in (a, b)}
+    check = [PY, "-m", "attnbench", "check-config", str(workdir / "config.yaml")]
+    for cmd in (check, snakemake):
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, env=package_env())
+        out = p.stdout + p.stderr
+        assert p.returncode != 0 and "Traceback" not in out, out[-3000:]
+        assert "2 record file(s) refused" in out and f"{a.name}: tflops is " in out, out[-3000:]
+        assert "status 'ok' with check_passed false" in out
+        assert {p: p.read_bytes() for p in (a, b)} == edited

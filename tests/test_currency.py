@@ -19,7 +19,8 @@ from attnbench.families import expand_cells, validate
 from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.expand import cell_path
 from attnbench.grid.spec import CellSpec
-from attnbench.record.record import write_record
+from attnbench.record.record import summarise, write_record
+from attnbench.record.validate import RecordError
 from commands import REPO, package_env
 from tinygrids import config_running, kernel_grid
 
@@ -75,9 +76,9 @@ def test_each_reason_a_record_is_outdated(made):
     )
 
 
-def test_a_file_that_is_not_this_cells_record_is_not_judged_but_left_to_collect(made, tmp_path):
-    """Another cell's record, an edited one or unreadable JSON at a record's path is not remade
-    over (collect refuses it, naming the file)."""
+def test_a_file_that_is_not_this_cells_record_is_refused_naming_each(made, tmp_path):
+    """Another cell's record, an edited one or unreadable JSON at a record's path is never remade
+    over: the judging refuses them all at once, naming each file, before anything runs."""
     cell, path, record = made
     other = {**cell, "seqlen": 128}
     there = tmp_path / "results" / cell_path(other)
@@ -88,7 +89,11 @@ def test_a_file_that_is_not_this_cells_record_is_not_judged_but_left_to_collect(
     garbage = tmp_path / "results/cells/c/kernel/sdpa/causal/garbage.json"
     garbage.write_text("{not json")
     cells = {str(there): other, str(edited): cell, str(garbage): cell}
-    assert currency.judge(cells, {"c": 60}) == []
+    with pytest.raises(RecordError, match="3 record file") as e:
+        currency.judge(cells, {"c": 60})
+    assert f"{garbage}: not readable JSON" in str(e.value)
+    assert f"{there}: holds the record of another cell" in str(e.value)
+    assert f"{edited}: its cell_id" in str(e.value)
 
 
 def test_records_lists_missing_and_outdated_cells(made, tmp_path):
@@ -187,6 +192,8 @@ def test_a_record_this_environment_cannot_run_is_kept_not_made_again(tmp_path):
     assert unavailable["status"] == "unavailable"
     # the same record as an H200 would have written it, with its own torch
     measured = {**unavailable, "status": "ok", "status_reason": None}
+    measured["samples"] = [{"index": 0, "mask_area": 2080, "flops": 1e9, "time_ms": [1.0, 1.2]}]
+    summarise(measured, None)
     measured["libraries"] = {**measured["libraries"], "torch": "torch 2.11.0"}
     assert currency.outdated_reason(measured, cell, 60) is None
     measured["code"] = {**measured["code"], "sha256": "0" * 64}

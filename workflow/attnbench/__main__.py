@@ -223,12 +223,22 @@ def cmd_collect(a):
     print(f"{len(df)} cells -> {a.out}")
 
 
+def grid_of_table(a) -> None:
+    """tables, figures: --grid one of the tidy table's grids, before any file is written."""
+    from .report.collect import read_cells
+
+    if a.grid:
+        grids = [str(g) for g in dict.fromkeys(read_cells(a.cells)["grid"])]
+        known_grids(a.cmd, "--grid", [a.grid], grids, f"in {a.cells}")
+
+
 def cmd_tables(a):
     from .families import write_tables
     from .report.collect import ReportError
 
     grid_cfg = json_option(a, "grid_config")
     try:
+        grid_of_table(a)
         for p in write_tables(a.cells, a.out_dir, grid=a.grid, grid_cfg=grid_cfg):
             print(p)
     except ReportError as e:
@@ -242,6 +252,7 @@ def cmd_figures(a):
     style = json_option(a, "style") or {}
     grid_cfg = json_option(a, "grid_config")
     try:
+        grid_of_table(a)
         for p in write_figures(a.cells, a.out_dir, style, grid=a.grid, grid_cfg=grid_cfg):
             print(p)
     except ReportError as e:
@@ -296,8 +307,12 @@ def cmd_check_config(a):
     read = " over ".join(str(f) for f in reversed(config_files(files, WORKFLOW_CONFIG)))
     print(f"config ok ({read}): {len(cells)} cells in grids {', '.join(cfg['run'])}")
     from .currency import config_report
+    from .record.validate import RecordError
 
-    print(config_report(cfg))
+    try:
+        print(config_report(cfg))
+    except RecordError as e:
+        sys.exit(f"check-config: {e}")
     print("\n".join(plan_lines(cfg)))
 
 
@@ -316,7 +331,13 @@ def cmd_records(a):
 
     cfg = config_of(a)
     out = Path(cfg["output_dir"])
-    again, _ = to_make_again(of_config(cfg, a.grids)[0], cfg["outdated_records"] == "keep")
+    from .record.validate import RecordError
+
+    try:
+        judged = of_config(cfg, a.grids)[0]
+    except RecordError as e:
+        sys.exit(f"records: {e}")
+    again, _ = to_make_again(judged, cfg["outdated_records"] == "keep")
     outdated = {Path(o.path) for o in again}
     cells = [
         cell
@@ -462,7 +483,8 @@ ADVISE_FILTERS = (
 def config_of(a, files=()):
     """The validated config of a command's --configfile files (and `files` before them) over
     config.yaml, with its --config KEY=VALUE settings over all, as Snakemake reads them; a
-    config error, or an old spelling, on stderr and exit 2 (every command alike)."""
+    config error, an old spelling, or a --grids name not in it, on stderr and exit 2 (every
+    command alike)."""
     from .families import load_config
     from .grid.config import ConfigError, key_values
 
@@ -476,10 +498,24 @@ def config_of(a, files=()):
                 ]
             )
         paths = [*files, *a.configfile] or [WORKFLOW_CONFIG]
-        return load_config(paths, key_values(a.config), WORKFLOW_CONFIG)
+        cfg = load_config(paths, key_values(a.config), WORKFLOW_CONFIG)
     except ConfigError as e:
         print(f"{a.cmd}: {e}", file=sys.stderr)
         sys.exit(2)
+    known_grids(a.cmd, "--grids", getattr(a, "grids", None), list(cfg["grids"]), "in the config")
+    return cfg
+
+
+def known_grids(cmd: str, flag: str, given, valid: list, where: str) -> None:
+    """Before any work: a grid given that is not one of `valid`, named with the valid ones on
+    stderr, and exit 2."""
+    for g in given or ():
+        if g not in valid:
+            print(
+                f"{cmd}: {flag} {g}: no such grid {where}; valid {flag}: {', '.join(valid)}",
+                file=sys.stderr,
+            )
+            sys.exit(2)
 
 
 def parse_length(text: str) -> int:
@@ -490,6 +526,19 @@ def parse_length(text: str) -> int:
         return parse(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a length (e.g. 32768 or 32K)") from None
+
+
+class Once(argparse.Action):
+    """An option of one value: given twice, an error naming it (argparse would keep the last)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = vars(namespace).setdefault("_given_once", set())
+        if self.dest in given:
+            raise argparse.ArgumentError(
+                self, f"given twice ({getattr(namespace, self.dest)}, {values}): give it once"
+            )
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
 
 
 TIMED_OUT_HELP = (
@@ -530,7 +579,9 @@ def _grids_parser(sub, name, what, fn):
     """A command over grids of a config (by default the grids of its run list)."""
     c = sub.add_parser(name, help=what, description=what)
     config_options(c)
-    c.add_argument("--grids", nargs="*", help="these grids (default: the config's run list)")
+    c.add_argument(
+        "--grids", nargs="*", action="extend", help="these grids (default: the config's run list)"
+    )
     c.set_defaults(fn=fn)
     return c
 
@@ -761,25 +812,26 @@ def parser() -> argparse.ArgumentParser:
         "records (--all shows the others). Emulated answers come in a block of their own. "
         "--gpus N that no grid measured is answered by the CP model (with --mask and --seqlen "
         "or --tokens-per-gpu), labelled modelled, with its validated error. Every filter takes "
-        "one or more values.",
+        "one or more values (--mask causal full, or --mask causal --mask full).",
     )
-    c.add_argument("--mask", nargs="+", help="mask patterns, e.g. causal_document")
-    c.add_argument("--seqlen", nargs="+", type=parse_length, help="whole sequences, e.g. 32K")
-    c.add_argument(
-        "--direction", nargs="+", help="fwd, bwd, or train (fwd + bwd of the same draw)"
-    )
-    c.add_argument("--gpus", nargs="+", type=int, help="1: the one-GPU grids; 2 or more: CP")
-    c.add_argument(
-        "--tokens-per-gpu", nargs="+", type=parse_length, help="context parallelism only"
-    )
-    c.add_argument("--heads", nargs="+", help="query:KV heads, e.g. 64:8")
-    c.add_argument("--block-size", nargs="+", type=int, help="block-sparse: block (or average)")
-    c.add_argument("--density", nargs="+", type=float, help="block-sparse: kept block density")
-    c.add_argument("--grid", nargs="+", help="answer from these grids only")
+    many = dict(nargs="+", action="extend")  # a filter: its values, of every time it is given
+    c.add_argument("--mask", **many, help="mask patterns, e.g. causal_document")
+    c.add_argument("--seqlen", **many, type=parse_length, help="whole sequences, e.g. 32K")
+    c.add_argument("--direction", **many, help="fwd, bwd, or train (fwd + bwd of the same draw)")
+    c.add_argument("--gpus", **many, type=int, help="1: the one-GPU grids; 2 or more: CP")
+    c.add_argument("--tokens-per-gpu", **many, type=parse_length, help="context parallelism only")
+    c.add_argument("--heads", **many, help="query:KV heads, e.g. 64:8")
+    c.add_argument("--block-size", **many, type=int, help="block-sparse: block (or average)")
+    c.add_argument("--density", **many, type=float, help="block-sparse: kept block density")
+    c.add_argument("--grid", **many, help="answer from these grids only")
     c.add_argument("--all", action="store_true", help="also every other grid's answer, labelled")
     c.add_argument("--verbose", action="store_true", help="with the record paths")
     c.add_argument(
-        "--format", default="text", choices=["text", "md", "json", "csv"], help="default: text"
+        "--format",
+        action=Once,
+        default="text",
+        choices=["text", "md", "json", "csv"],
+        help="default: text",
     )
     c.add_argument(
         "--overview",
@@ -788,15 +840,19 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--local-kernel",
+        action=Once,
         default="",
         help="--gpus beyond the measured: the CP model's local kernel (default cp_model's)",
     )
     c.add_argument(
         "--network",
+        action=Once,
         default="",
         help="--gpus beyond the measured: the CP model's network preset (default cp_model's)",
     )
-    c.add_argument("--cells", help="the tidy table (default: <output_dir>/tables/cells.csv)")
+    c.add_argument(
+        "--cells", action=Once, help="the tidy table (default: <output_dir>/tables/cells.csv)"
+    )
     config_options(c)  # output_dir without --cells; the CP model's settings for --gpus
     c.set_defaults(fn=cmd_advise)
     return p

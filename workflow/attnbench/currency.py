@@ -35,9 +35,10 @@ from pathlib import Path
 from . import status as S
 from .families import expand_cells, family
 from .grid.config import cell_timeout_s
-from .grid.expand import cell_path, output_root, stable_hash
+from .grid.expand import cell_path, stable_hash
 from .grid.spec import CellSpec
 from .record.code import code_changes
+from .record.validate import read_all
 
 # Why a record is outdated, in the order they are looked for (the first found is the reason).
 CRASHED, CONFIG, BUDGET, CODE, LIBRARIES = "crashed", "config", "time budget", "code", "libraries"
@@ -146,40 +147,14 @@ def outdated_reason(record: dict, spec: dict | None, budget_s: float | None) -> 
     return None
 
 
-def read_json(path) -> dict | None:
-    """The record at path, or None where it is not readable JSON (collect names such a file)."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def at_home(path, record: dict) -> bool:
-    """Whether the record describes the cell whose path it is at, unedited (its cell_id is its
-    cell's): only such a record can be outdated; any other file there is not remade over, but
-    refused by collect (report.collect.identity_problems), as an unreadable one is."""
-    cell = record.get("cell")
-    if not isinstance(cell, dict):
-        return False
-    try:
-        home = output_root(path, cell)
-    except (KeyError, ValueError):  # not a cell's dict (grid.spec names what is wrong)
-        return False
-    return home is not None and record.get("cell_id") in (None, stable_hash(cell))
-
-
 def judge(cells: dict, budgets: dict) -> list[Outdated]:
     """The outdated records among those on disk: `cells` maps each record's path to the cell the
     config asks for there (None: not judged against a config), `budgets` each grid's
-    cell_timeout_s now."""
+    cell_timeout_s now. RecordError, before anything runs, listing every file there that is not a
+    consistent record of its own cell (record.validate.read_all)."""
     out = []
-    for path, spec in cells.items():
-        if not Path(path).exists():
-            continue
-        record = read_json(path)
-        if record is None or not at_home(path, record):
-            continue  # not a record of this cell: collect refuses it, naming the file
+    for path, record in read_all(cells, "nothing was run").items():
+        spec = cells[path]
         grid = (spec or record.get("cell") or {}).get("grid")
         why = outdated_reason(record, spec, budgets.get(grid))
         if why:

@@ -15,6 +15,7 @@ from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml, report
 from attnbench.grid.expand import cell_path, point_id, stable_hash
 from attnbench.grid.json_files import json_file, spec_file, write_json_files, write_spec_files
 from attnbench.kernels import catalog
+from attnbench.record.validate import RecordError
 from attnbench.report import outputs
 
 try:
@@ -108,7 +109,10 @@ OUTDATED_LIST = f"{OUT}/.attnbench/outdated.txt"
 # KEPT: outdated records a run keeps (outdated_records: keep; records this environment cannot run)
 OUTDATED, KEPT = [], []
 if workflow.is_main_process:
-    OUTDATED = currency.judge(CELLS, {g: cell_timeout_s(GRIDS[g]) for g in RUN})
+    try:  # a record that contradicts itself stops the run before any cell, naming all of them
+        OUTDATED = currency.judge(CELLS, {g: cell_timeout_s(GRIDS[g]) for g in RUN})
+    except RecordError as e:
+        raise WorkflowError(str(e)) from None
     KEEP_OUTDATED = CFG["outdated_records"] == "keep"
     if OUTDATED:
         logger.warning(
@@ -305,7 +309,7 @@ def write_tidy_table(records, cells, samples, log):
     folder (attnbench.report.regenerate.tidy_table): one row per cell, with the `outdated` column, and
     one per cell and sample (the per-sample table the paired answers read)."""
     from attnbench.report.regenerate import tidy_table
-    from attnbench.report.collect import RecordError, write_cells
+    from attnbench.report.collect import write_cells
 
     budgets = {g: cell_timeout_s(GRIDS[g]) for g in RUN}
     try:

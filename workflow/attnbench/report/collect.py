@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from ..ceiling import Ceiling, Ceilings
-from ..grid.expand import cell_path, output_root, stable_hash
-from ..record.validate import RecordError, read_record  # noqa: F401  (RecordError: what collect raises)
+from ..grid.expand import output_root, stable_hash
+from ..record.validate import RecordError, read_all  # noqa: F401  (RecordError: what collect raises)
 from ..status import IMPLAUSIBLE, OK, implausible_reason
 
 # What identifies a cell: the first columns, and the table's sort order.
@@ -302,39 +302,11 @@ def sample_rows(record: dict, path: str, ceilings: Ceilings | None = None) -> li
     return rows
 
 
-def identity_problems(records: dict) -> list[str]:
-    """Records that are not where their cell's record belongs: a cell_id that is not its cell's
-    (an edited record), a path that names another cell (…/cells/{grid}/{family}/{impl}/{mask}/
-    {point}.json of its own cell: grid.expand.cell_path), one cell in two files."""
-    problems, seen = [], {}
-    for path, record in records.items():
-        cell, rid = record["cell"], record.get("cell_id")
-        own = stable_hash(cell)
-        if rid is not None and rid != own:
-            problems.append(
-                f"{path}: its cell_id {rid} is not the id of the cell it describes ({own}): the "
-                "record was edited after it was written; delete it and remeasure the cell"
-            )
-        if output_root(path, cell) is None:
-            problems.append(
-                f"{path}: holds the record of another cell, {cell_path(cell)} (cell_id {own}); "
-                "a record is read only at its own cell's path: move it there or delete it"
-            )
-        if own in seen:
-            problems.append(f"{seen[own]} and {path} hold the record of the same cell ({own})")
-        seen.setdefault(own, path)
-    return problems
-
-
 def read_records(paths=(), root=None) -> dict:
     """{path: record} of the given records (or of every *.json under root); RecordError naming
-    the first file that is not a record, or every record that is not its cell's."""
+    every file that is not a consistent record of its own cell, all in one pass."""
     paths = list(paths) or sorted(str(p) for p in Path(root).rglob("*.json"))
-    records = {str(p): read_record(p) for p in paths}
-    problems = identity_problems(records)
-    if problems:
-        raise RecordError("; ".join(problems) + "; no table was written")
-    return records
+    return read_all(paths, "no table was written")
 
 
 def _sorted(df: pd.DataFrame, keys) -> pd.DataFrame:

@@ -141,6 +141,9 @@ def _overview(found, q: Question) -> str:
     parts = []
     for d in directions:
         table = overview(found, d)
+        if table.empty:  # e.g. forward cells only: no train answer (the default direction)
+            have = ", ".join(sorted({a.direction for a in found}))
+            raise AdviceError(f"--overview: no {d} answers to show; valid --direction: {have}")
         if q.fmt == "csv":
             parts.append(table.to_csv().rstrip("\n"))
         elif q.fmt == "json":
