@@ -1,13 +1,16 @@
 """Provenance: every record names the code tree (a content hash, not git) and the config that made it;
 the tidy table and the captions repeat it."""
 
+import json
 import os
 import shutil
+import subprocess
+import time
 
 import numpy as np
 import pytest
 import torch
-from attnbench.families import expand_cells, load_config
+from attnbench.families import expand_cells, load_config, validate
 from attnbench.families.kernel import cell as C
 from attnbench.grid.expand import cell_path
 from attnbench.grid.spec import CellSpec
@@ -203,3 +206,85 @@ def test_the_record_names_the_sdpa_backend_that_ran(cells, impl, mask, op):
     assert backend.split()[0] == expected == kern.load_notes["sdpa_backend"].split()[0]
     if impl == "sdpa":
         assert backend == "FLASH_ATTENTION (SDPA's choice on cpu)"
+
+
+# ---------------------------------------------------------------- the code list is every file a cell runs
+
+TRACER = """import atexit, os, sys
+
+
+def _dump():  # the package's files this process imported, one per line
+    files = sorted(
+        m.__file__ for m in list(sys.modules.values())
+        if "/attnbench/" in (getattr(m, "__file__", None) or "")  # __main__ too
+    )
+    with open(os.path.join(os.environ["ATTNBENCH_TRACE"], f"{os.getpid()}.txt"), "w") as f:
+        f.write("\\n".join(files))
+
+
+atexit.register(_dump)
+"""
+
+
+def traced_files(trace, record) -> set[str]:
+    """The files every traced process imported, named as a record names them, that the record's
+    code list lacks."""
+    from attnbench.record.code import file_name
+
+    imported = {file_name(f) for t in trace.glob("*.txt") for f in t.read_text().split()}
+    assert len(list(trace.glob("*.txt"))) >= 2 and "attnbench/__main__.py" in imported
+    return imported - set(record["code"]["files"])
+
+
+@pytest.mark.parametrize("worker", [False, True], ids=["own process", "warm worker"])
+def test_a_kernel_cells_code_list_holds_every_file_its_processes_import(tmp_path, worker):
+    """An import trace of a real cell (the launcher, the cell's command and, with a warm worker,
+    the worker: every process a cell's job starts) against the code list its record names: a file
+    missing from the list could be edited without the record being outdated."""
+    from commands import cell_args, launched, package_env
+    from tinygrids import config_running, kernel_grid
+
+    trace, hook = tmp_path / "trace", tmp_path / "hook"
+    trace.mkdir()
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(TRACER)  # imported by every Python process started
+    (cell,) = expand_cells(validate(config_running({"c": kernel_grid(kernels=["sdpa"])})))
+    out = tmp_path / "record.json"
+    extra = ("--threads", "1", "--worker-idle-s", "2") if worker else ("--threads", "1")
+    env = package_env(ATTNBENCH_TRACE=str(trace))
+    env["PYTHONPATH"] = f"{hook}:{env['PYTHONPATH']}"
+    cmd = launched(["--nproc-per-node", "1"], *cell_args(cell, out, *extra))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    record = json.loads(out.read_text())
+    if worker:  # its file is written when it ends, idle
+        assert "worker" in record
+        deadline = time.monotonic() + 60
+        while len(list(trace.glob("*.txt"))) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    for name in ("__main__", "launch", "harness/process_state", "harness/cpu_math"):
+        assert f"attnbench/{name}.py" in record["code"]["files"]
+    assert ("attnbench/worker.py" in record["code"]["files"]) and not traced_files(trace, record)
+    assert "attnbench/cli.py" not in record["code"]["files"]  # the other commands are not a cell's
+
+
+def test_a_cp_cells_code_list_holds_every_file_its_processes_import(tmp_path):
+    """The same for an emulated CP cell, launched as the workflow launches it."""
+    from commands import cp_cell_cmd, package_env
+    from tinygrids import config_running, cp_grid
+
+    trace, hook = tmp_path / "trace", tmp_path / "hook"
+    trace.mkdir()
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(TRACER)
+    cells = expand_cells(validate(config_running({"c": cp_grid()})))
+    out = tmp_path / "record.json"
+    env = package_env(ATTNBENCH_TRACE=str(trace))
+    env["PYTHONPATH"] = f"{hook}:{env['PYTHONPATH']}"
+    p = subprocess.run(
+        cp_cell_cmd(cells[0], out), capture_output=True, text=True, timeout=300, env=env
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok", record["status_reason"]
+    assert not traced_files(trace, record)

@@ -1,11 +1,13 @@
 """The warm worker (attnbench.worker): cells measured one after another in one process keep their
 own records and their failures' meaning (a crash fails the job, a stopped job stops its cell)."""
 
+import contextlib
 import hashlib
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -147,6 +149,8 @@ def test_a_job_stopped_mid_cell_takes_its_cell_and_worker_with_it(repo, cells, t
 
 EDITABLE = '''"""Kernels of one's own, outside the repository, that a test edits under a live worker."""
 
+import os
+
 import torch
 import torch.nn.functional as F
 from attnbench.kernels.base import Kernel
@@ -174,6 +178,15 @@ class Edited(Kernel):
         return attention
 
 
+class EnvScaled(Edited):
+    info = info("env_scaled", "editkern:EnvScaled")
+
+    def prepare(self, mask):
+        attention = super().prepare(mask)
+        scale = float(os.environ.get("ATTNBENCH_TEST_SCALE", "1"))  # read in each cell
+        return lambda q, k, v: attention(q, k, v) * scale
+
+
 class SetsThreads(Edited):
     info = info("sets_threads", "editkern:SetsThreads")
 
@@ -197,7 +210,7 @@ def editable(repo, tmp_path, monkeypatch):
     grid = {
         "family": "kernel",
         "device": "cpu",
-        "kernels": ["editkern:Edited", "editkern:SetsThreads"],
+        "kernels": ["editkern:Edited", "editkern:SetsThreads", "editkern:EnvScaled"],
         "masks": ["causal"],
         "seqlen": [128],
         "heads": [[2, 1]],
@@ -213,8 +226,8 @@ def editable(repo, tmp_path, monkeypatch):
     catalog.KERNELS.update(before)
 
 
-def own_run(repo, folder, spec, out, idle_s, threads=1):
-    env = run_env(repo)
+def own_run(repo, folder, spec, out, idle_s, threads=1, **extra):
+    env = run_env(repo, **extra)
     env["PYTHONPATH"] += f":{folder}"
     cmd = [PY, *cell_args(spec, out, "--threads", str(threads), "--worker-idle-s", str(idle_s))]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
@@ -284,3 +297,82 @@ def test_a_worker_whose_code_is_not_the_jobs_refuses_the_cell_and_ends(
     assert len(told) == 4 and len({line.split(":")[0] for line in told}) == 4  # 4 workers
     assert "the job's files hash to 000000000000" in told[0]
     assert not socket_path("cpu", 3).exists()  # the last refusing worker ended too
+
+
+# ---------------------------------------------------------------- the worker's key: libraries, settings
+
+
+def test_a_keyed_variable_gets_its_own_worker_and_any_other_is_the_cells_own(
+    repo, editable, tmp_path
+):
+    """ATEN_CPU_CAPABILITY is read when torch loads: a job with another value gets another
+    worker, and its record says the capability it ran with. A variable outside the key
+    (worker.KEYED_ENV) is the job's own: set for its cell in the shared worker, gone after."""
+    folder, specs = editable
+    plain = own_run(repo, folder, specs["env_scaled"], tmp_path / "a.json", 30)
+    scaled = own_run(
+        repo, folder, specs["env_scaled"], tmp_path / "b.json", 30, ATTNBENCH_TEST_SCALE="3"
+    )
+    again = own_run(repo, folder, specs["env_scaled"], tmp_path / "c.json", 30)
+    assert [r["status"] for r in (plain, scaled, again)] == ["ok", "incorrect", "ok"]
+    assert plain["worker"]["pid"] == scaled["worker"]["pid"] == again["worker"]["pid"]
+    default = own_run(
+        repo, folder, specs["env_scaled"], tmp_path / "d.json", 30, ATEN_CPU_CAPABILITY="default"
+    )
+    assert default["worker"]["pid"] != plain["worker"]["pid"]
+    assert default["environment"]["cpu"]["torch_capability"] == "DEFAULT"
+    if plain["environment"]["cpu"]["torch_capability"] != "DEFAULT":
+        after = own_run(repo, folder, specs["env_scaled"], tmp_path / "e.json", 30)
+        assert after["worker"]["pid"] == plain["worker"]["pid"]
+        assert after["environment"]["cpu"]["torch_capability"] != "DEFAULT"
+
+
+def test_the_worker_key_follows_the_installed_libraries_and_keyed_variables(monkeypatch):
+    """An upgrade (another installed version of a library a record names) or another value of a
+    keyed variable is another worker; a variable outside the key is not."""
+    from attnbench.harness import environment
+    from attnbench.worker import keyed_env, passed_env
+
+    base = socket_path("cpu", 1)
+    monkeypatch.setenv("ATTNBENCH_SOMETHING_ELSE", "1")
+    assert socket_path("cpu", 1) == base
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
+    tuned = socket_path("cpu", 1)
+    assert tuned != base
+    real = environment.library_versions()
+    monkeypatch.setattr(environment, "library_versions", lambda: {**real, "torch": "99.0"})
+    assert socket_path("cpu", 1) not in (base, tuned)
+    env = {"CUDA_VISIBLE_DEVICES": "0", "NCCL_ALGO": "Ring", "HOME": "/root", "X": "1"}
+    assert keyed_env(env) == {"CUDA_VISIBLE_DEVICES": "0", "NCCL_ALGO": "Ring"}
+    assert passed_env(env) == {"HOME": "/root", "X": "1"}
+
+
+def test_a_record_names_the_version_its_process_imported(monkeypatch):
+    """After an upgrade under a live process, the version it runs is the one it imported."""
+    import types
+
+    from attnbench.kernels.catalog import first_version
+
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__version__="0.0.1+old"))
+    assert first_version(("torch",)) == "torch 0.0.1+old"
+
+
+def test_a_stopped_worker_is_killed_and_the_cell_goes_to_a_new_one(repo, cells, tmp_path):
+    """A worker stopped (SIGSTOP) between cells: the next job finds it stopped, kills it and
+    gets a new worker, instead of waiting until its time budget for a false `timeout`."""
+    first = run(repo, cells[0], tmp_path / "1.json", idle_s=60)
+    assert first.returncode == 0, first.stderr
+    pid = json.loads((tmp_path / "1.json").read_text())["worker"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        second = run(repo, cells[1], tmp_path / "2.json", idle_s=5)
+        assert second.returncode == 0, second.stderr
+        assert f"worker pid {pid} is stopped: killed" in second.stdout
+        record = json.loads((tmp_path / "2.json").read_text())
+        assert record["status"] == "ok" and record["worker"]["pid"] != pid
+        assert time.monotonic() - t0 < 120
+        assert wait_until(lambda: not alive(pid), 10)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)

@@ -13,11 +13,19 @@ caches), and what a cell may change in the process (threads, default dtype and d
 precision, seeds, environment: harness.process_state) put back before the next; a record names
 the settings its cell changed (worker.process_state_changed).
 
-A worker runs only the code its records claim. It is keyed by the package's files and your own
-kernel's, so a job finding other files starts another worker; and a job sends the hash of the
-cell's code as it finds it, which the worker compares with the files as it imported them
-(record.code): a worker that imported other code refuses the cell and ends, and a new one
+A worker runs only the code, libraries and settings its records claim. It is keyed by the
+package's files and your own kernel's, the installed versions of the libraries a record names,
+the interpreter, and every environment variable a library reads when it loads or picks a kernel
+(KEYED_ENV: threads, the CPU's instruction set, CUDA, cuDNN, cuBLAS, NCCL, Triton, Inductor, the
+import and library paths), so a job that differs in any of them starts another worker. Every
+other variable is the job's own: sent with the cell and set for it alone. A job also sends the
+hash of the cell's code as it finds it, which the worker compares with the files as it imported
+them (record.code): a worker that imported other code refuses the cell and ends, and a new one
 measures it.
+
+A worker that is stopped (SIGSTOP, a debugger) or gone while a job waits for it is killed, and
+the job's cell goes to a new worker, once: a frozen worker never turns later cells into false
+timeouts.
 
 Failures keep their meaning. A cell that crashes the worker (an exception, a dead process) ends
 its job without a record, which the launcher then writes as `crashed`, and the next cell starts a
@@ -39,6 +47,8 @@ import hashlib
 import io
 import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -47,10 +57,41 @@ import time
 import traceback
 from pathlib import Path
 
-from .harness.faults import CRASH_ENV, HANG_ENV
-
 START_TIMEOUT_S = 300.0
-FAULT_ENVS = (CRASH_ENV, HANG_ENV)
+# A worker seen stopped this long while a job waits for it is taken as frozen.
+STOPPED_LIMIT_S = 5.0
+# Environment variables (by prefix) that change what a cell measures and are read when a library
+# loads (so they cannot be set per cell): part of the worker's key. The list is data: add a
+# prefix here when a library reads another one (docs/running.md, "Warm workers").
+KEYED_ENV = (
+    "ATEN_",  # ATEN_CPU_CAPABILITY: the CPU kernels' instruction set
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "GOMP_",
+    "OPENBLAS_",
+    "CUDA_",  # CUDA_VISIBLE_DEVICES, CUDA_LAUNCH_BLOCKING, CUDA_MODULE_LOADING, ...
+    "CUBLAS",  # CUBLAS_WORKSPACE_CONFIG, CUBLASLT_*
+    "CUDNN_",
+    "NCCL_",
+    "NVIDIA_",  # NVIDIA_TF32_OVERRIDE
+    "TRITON_",
+    "TORCH",  # TORCH_*, TORCHINDUCTOR_*, TORCHDYNAMO_*
+    "PYTORCH_",
+    "LD_",  # LD_LIBRARY_PATH, LD_PRELOAD: which libraries load
+    "PYTHON",  # PYTHONPATH, PYTHONHASHSEED, ...
+    "SLURM_JOB_ID",  # a worker belongs to one allocation
+)
+
+
+def keyed_env(env) -> dict:
+    """The variables of `env` in the worker's key (KEYED_ENV)."""
+    return {k: env[k] for k in sorted(env) if k.startswith(KEYED_ENV)}
+
+
+def passed_env(env) -> dict:
+    """The variables of `env` a job sends with its cell: every one not in the key."""
+    return {k: v for k, v in env.items() if not k.startswith(KEYED_ENV)}
 
 
 class WorkerError(RuntimeError):
@@ -70,17 +111,17 @@ def own_code_key(kernel_class: str | None) -> str:
 
 def socket_path(gpu: str, threads: int, own_code: str = "") -> Path:
     """One worker per GPU and per environment that would run the cell differently (interpreter,
-    import path, the package's code and your own kernel's, Slurm job, threads); Unix socket paths
-    are short, so a hash names it."""
-    from .harness.environment import code_hash
+    the package's code and your own kernel's, the libraries' installed versions, the KEYED_ENV
+    variables, threads); Unix socket paths are short, so a hash names it."""
+    from .harness.environment import code_hash, library_versions
 
     key = json.dumps(
         [
             sys.executable,
-            os.environ.get("PYTHONPATH", ""),
+            keyed_env(os.environ),
             code_hash()["code_sha256"],
             own_code,
-            os.environ.get("SLURM_JOB_ID", ""),
+            library_versions(),
             gpu,
             threads,
         ]
@@ -108,16 +149,26 @@ def run_in_worker(request: dict, gpu: str, threads: int, idle_s: float) -> dict:
     a new one measures it."""
     # the request's spec is a kernel cell's dict (grid.spec.CellSpec.to_dict)
     path = socket_path(gpu, threads, own_code_key(request["spec"].get("kernel_class")))
+    frozen = 0
     for _attempt in range(4):
         conn = _connect_or_start(path, gpu, threads, idle_s)
         with conn, conn.makefile("r") as reader:
             _send(conn, request)
+            pid = _worker_pid(path)
+            if not _answers(conn, pid):
+                frozen += 1
+                _kill_frozen(path, pid, frozen)
+                continue  # its queued cell goes to a new worker
             try:
                 ack = _read_line(reader)
             except OSError:
                 ack = None
             if ack is None:
                 continue  # the worker was ending for idleness as the cell came: a new one
+            if not _answers(conn, ack["pid"]):  # stopped in this cell: measured again, once
+                frozen += 1
+                _kill_frozen(path, ack["pid"], frozen)
+                continue
             try:
                 answer = _read_line(reader)
             except OSError as e:
@@ -138,6 +189,47 @@ def run_in_worker(request: dict, gpu: str, threads: int, idle_s: float) -> dict:
                 continue
             return answer
     raise WorkerError(f"no worker accepted the cell at {path} after 4 tries")
+
+
+def _worker_pid(path: Path) -> int | None:
+    try:
+        return int(path.with_suffix(".pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process is stopped (state T or t in /proc; not on Linux: never)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+def _answers(conn, pid: int | None) -> bool:
+    """Wait until the worker has written to `conn`: True; False where it is seen stopped for
+    STOPPED_LIMIT_S meanwhile (a busy worker may take as long as its cell takes)."""
+    stopped_since = None
+    while not select.select([conn], [], [], 1.0)[0]:
+        if pid is None or not _stopped(pid):
+            stopped_since = None
+        elif stopped_since is None:
+            stopped_since = time.monotonic()
+        elif time.monotonic() - stopped_since >= STOPPED_LIMIT_S:
+            return False
+    return True
+
+
+def _kill_frozen(path: Path, pid: int, times: int) -> None:
+    """Kill a worker found stopped and remove its socket, so that the next try starts another;
+    the second frozen worker for one cell fails the job (no record: the launcher writes it)."""
+    print(f"worker pid {pid} is stopped: killed; the cell goes to a new worker", flush=True)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    path.unlink(missing_ok=True)
+    if times > 1:
+        raise WorkerError(f"a second worker (pid {pid}) was stopped running this cell")
 
 
 def _wait_gone(path: Path, limit_s: float = 30.0) -> None:
@@ -220,8 +312,8 @@ class StaleCode(Exception):
 def _measure(request: dict, served: int, started: str, state) -> dict:
     import torch
 
-    from .families import family
     from .families.kernel.cell import run_cell
+    from .families.kernel.provenance import provenance
     from .grid.spec import CellSpec
     from .harness.measure import release_memory
     from .harness.process_state import ProcessState
@@ -230,7 +322,7 @@ def _measure(request: dict, served: int, started: str, state) -> dict:
     spec = CellSpec.from_dict(request["spec"])
     # the code as this process first read it (record.code hashes a file once per process, when
     # the file is first used, before it is imported), against the files as the job found them
-    mine = family(spec.family).provenance(spec)["code"]["sha256"]
+    mine = provenance(spec)["code"]["sha256"]  # a worker serves kernel cells
     if request.get("code_sha256") not in (None, mine):
         raise StaleCode(
             f"this worker runs code whose hash is {mine[:12]}, the job's files hash to "
@@ -238,10 +330,11 @@ def _measure(request: dict, served: int, started: str, state) -> dict:
         )
     state.restore()  # what the previous cell changed (threads, dtype, seeds, ...) is undone
     os.chdir(request["cwd"])  # the job's relative paths (record, peak), not the first job's
-    for name in FAULT_ENVS:  # the job's fault injection (tests), not the first job's
-        os.environ.pop(name, None)
-        if name in request.get("env", {}):
-            os.environ[name] = request["env"][name]
+    own = keyed_env(
+        os.environ
+    )  # the job's other variables, not the first job's (fault injection too)
+    os.environ.clear()
+    os.environ.update({**request.get("env", {}), **own})
     if "torch._dynamo" in sys.modules:
         torch._dynamo.reset()  # compile as a fresh process would (and no recompile limit carried over)
     peak = json.loads(Path(request["peak"]).read_text()) if request.get("peak") else None
@@ -284,6 +377,7 @@ def serve(path: Path, idle_s: float, threads: int) -> bool:
     started = now()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
+    path.with_suffix(".pid").write_text(str(os.getpid()))  # for a job that finds it stopped
     server.listen(64)
     server.settimeout(idle_s)
     served = 0

@@ -30,7 +30,6 @@ from functools import partial
 from importlib import import_module
 from pathlib import Path
 
-from ..grid.spec import CellSpec
 
 # name in config.yaml -> its folder (imported on first use, so a rule loads only its family)
 FAMILIES = {
@@ -111,38 +110,6 @@ def load_config(paths, overrides: dict | None = None, base=None) -> dict:
     from ..grid.config import load_config as load_with
 
     return load_with(paths, product_problems, overrides, base)
-
-
-def not_run_record(
-    spec: CellSpec,
-    peak: dict | None,
-    timed_out_after_s: float | None = None,
-    crash: dict | None = None,
-) -> dict:
-    """The record of a cell whose own process wrote none, without timings: stopped at its time
-    budget (`timeout`), or ended without a record (`crashed`: how it ended, from
-    attnbench.launch, and the last lines of its log). The family's skeleton gives the rest (CP's:
-    also its tables' columns)."""
-    from .. import status as S
-    from ..record.record import finish_record
-
-    record = family(spec.family).record_skeleton(spec)
-    record["started_at"] = None
-    if crash is None:
-        status, details = S.TIMEOUT, {"time_budget_s": timed_out_after_s}
-        reason = (
-            f"still running after {timed_out_after_s:g} s, the grid's time budget "
-            "(cell_timeout_s); stopped"
-        )
-    else:
-        last = next(
-            (line.strip() for line in reversed(crash.get("log_tail", [])) if line.strip()), ""
-        )
-        status, details = S.CRASHED, {"crash": crash}
-        reason = f"its process {crash['how']} without writing a record" + (
-            f"; its log ends: {last[:300]}" if last else ""
-        )
-    return finish_record(record, status, reason, peak, spec.device, details=details)
 
 
 def expand_grid(cfg: dict, gname: str) -> list[dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -563,9 +564,18 @@ def get(name: str) -> KernelInfo:
     return lookup(KERNELS, name, "kernel")
 
 
+# Distributions whose module this process may have imported already (a warm worker): their
+# record names the version imported, which an upgrade since does not change.
+IMPORTED_AS = {"torch": "torch", "triton": "triton", "numpy": "numpy"}
+
+
 def first_version(dists) -> str:
-    """'name version' of the first installed distribution among `dists`, or 'missing'. No import."""
+    """'name version' of the first installed distribution among `dists` (as imported, where this
+    process has imported it: IMPORTED_AS), or 'missing'. Imports nothing."""
     for dist in dists:
+        module = sys.modules.get(IMPORTED_AS.get(dist, ""))
+        if getattr(module, "__version__", None):
+            return f"{dist} {module.__version__}"
         try:
             return f"{dist} {importlib.metadata.version(dist)}"
         except importlib.metadata.PackageNotFoundError:

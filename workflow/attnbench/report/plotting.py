@@ -9,6 +9,7 @@ the figure against the data.
 from __future__ import annotations
 
 import math
+import sys
 import textwrap
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from ..status import TIMED  # noqa: E402
+from ..status import STATUSES, TIMED  # noqa: E402
 from .labels import GIB, heads_label, order, seqlen_label  # noqa: E402, F401  (GIB re-exported)
 from .style import (  # noqa: E402
     HEADS_STYLES,
@@ -92,6 +93,47 @@ def save(fig, out: Path, stem: str, style) -> list[Path]:
         paths.append(p)
     plt.close(fig)
     return paths
+
+
+def save_drawn(draw, out: Path, stem: str, style) -> list[Path]:
+    """Draw one figure (draw() -> (fig, drawn)) and save it; where either raises, a placeholder
+    saying why takes its files (the reason on stderr), so the grid's other figures are still drawn."""
+    before = set(plt.get_fignums())
+    try:
+        fig, _ = draw()
+        return save(fig, out, stem, style)
+    except Exception as e:  # noqa: BLE001 - any failure of one figure becomes its placeholder
+        for n in set(plt.get_fignums()) - before:
+            plt.close(n)
+        why = f"{type(e).__name__}: {e}"
+        print(f"figure {stem} not drawn, a placeholder in its place: {why}", file=sys.stderr)
+        fig = plt.figure(figsize=(6.0, 1.5))
+        text = textwrap.fill(f"Figure {stem} could not be drawn. {why[:500]}", 90)
+        fig.text(0.5, 0.5, text, ha="center", va="center", color="0.25", parse_math=False)
+        return save(fig, out, stem, style)
+
+
+def no_data_note(ax, d: pd.DataFrame, value: str) -> bool:
+    """Where none of a panel's rows has a finite positive `value` on a timed cell, a note in its
+    middle saying why (the panel stays empty); whether it wrote one."""
+    v = pd.to_numeric(d.loc[d["status"].isin(TIMED), value], errors="coerce")
+    if (np.isfinite(v) & (v > 0)).any():
+        return False
+    statuses = "/".join(s for s in STATUSES if s in set(d["status"]))
+    why = "no number recorded" if len(v) else f"no timed cell: all {statuses or 'absent'}"
+    ax.text(
+        0.5,
+        0.5,
+        why,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize="small",
+        color="0.35",
+        wrap=True,
+        gid="no_data",
+    )
+    return True
 
 
 def title_above(fig, title: str, subtitle: str = ""):
@@ -431,9 +473,9 @@ def log_axis(ax, values):
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.set_yscale("log")
-    values = [v for v in values if v > 0]
-    if values:
-        ax.set_ylim(min(values) / 1.6, max(values) * 1.6)
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    # none (every cell out of memory, say): a decade, so the empty log axis can be drawn
+    ax.set_ylim(*(min(values) / 1.6, max(values) * 1.6) if values else (1, 10))
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())

@@ -562,8 +562,7 @@ def figures(df: pd.DataFrame, out: Path, style, only=None, inputs: Inputs | None
         ("cp_efficiency", lambda: efficiency(df, inputs)),
         ("cp_breakdown", lambda: breakdown(with_variants(df))),
     ):
-        fig, _ = draw()
-        paths += plotting.save(fig, out, stem, style)
+        paths += plotting.save_drawn(draw, out, stem, style)
     return paths
 
 

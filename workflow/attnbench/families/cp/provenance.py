@@ -26,7 +26,11 @@ def _provenance(method: str, kernel: str, own: str) -> dict:
     from ...record.code import cell_code
 
     kernels = LOCAL_KERNELS.values() if kernel == catalog.AUTO else [LOCAL_KERNELS[kernel]]
-    modules = [f"{__package__}.cell", f"{__package__}.emulated"]
+    # every file a cell's processes run: its command's entry (attnbench/__main__.py hands it to
+    # commands.py), the launcher, the cell itself (tests/test_provenance.py checks this against
+    # an import trace of a real cell)
+    modules = [f"{PACKAGE}.__main__", f"{PACKAGE}.launch", f"{__package__}.commands"]
+    modules += [f"{__package__}.cell", f"{__package__}.emulated"]
     if own:  # every built-in method's module (a module of the package's cp/ folder)
         cp_dir = Path(catalog.__file__).parent
         impls = [m.impl.split(":")[0] for m in catalog.METHODS.values()]

@@ -39,9 +39,10 @@ from ...report.plotting import (
     log_axis,
     memory_label,
     new_counts,
+    no_data_note,
     outer_labels,
     per_draw,
-    save,
+    save_drawn,
     status_handles,
     title_above,
 )
@@ -242,6 +243,7 @@ def family_lines(
             else:
                 draw_lines(ax, d, value, x_of, counts, notrun, mask, direction, draws=draws)
                 categorical_lengths(ax, lengths)
+            no_data_note(ax, d, value)
             finish_axes(ax, ylabel)
             ax.set_title(f"{mask} | {heads_label(*hk)} | {direction}", fontsize="medium")
     return _finish_lines(fig, axes, len(settings), title, subtitle, counts, notrun)
@@ -333,6 +335,7 @@ def memory_lines(df: pd.DataFrame, value: str, ylabel: str, title: str, subtitle
         # a log axis: the naive kernel's tens of GiB would squash every other line to the floor
         ran = d[d["status"].isin(TIMED)][value].dropna()
         log_axis(ax, ran.tolist())
+        no_data_note(ax, d, value)
         finish_axes(ax, ylabel, log=True)
         ax.set_title(mask, fontsize="medium")
     ncols = min(4, len(masks))
@@ -418,8 +421,7 @@ def figures(df: pd.DataFrame, out: Path, style, only=None, inputs: Inputs | None
     paths = []
     for stem, draw in figure_makers(df, style, inputs).items():
         if only is None or stem in only:
-            fig, _ = draw()
-            paths += save(fig, out, stem, style)
+            paths += save_drawn(draw, out, stem, style)
     return paths
 
 

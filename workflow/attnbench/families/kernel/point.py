@@ -323,7 +323,8 @@ def run_point(
     """Every contender's record: measured side by side by children of this process, each
     crashed or timed-out contender recorded as such and the others measured again without it."""
     from ...launch import how_it_ended
-    from .. import not_run_record
+    from ...record.not_run import not_run_record
+    from . import record_skeleton
 
     _, contenders = read_point(point_path)
     peak = json.loads(Path(peak_path).read_text()) if peak_path else None
@@ -362,7 +363,7 @@ def run_point(
                     child.kill()
                     child.wait()
                     budget = by_out[out].timeout_s
-                    records[out] = not_run_record(by_out[out].spec, peak, timed_out_after_s=budget)
+                    records[out] = not_run_record(by_out[out].spec, record_skeleton, peak, timed_out_after_s=budget)
                     print(
                         f"point: {out} still measuring after {budget:g} s, its time budget; stopped, "
                         "the others measured again without it",
@@ -379,7 +380,7 @@ def run_point(
                     ended = how_it_ended(child.returncode)
                     tail = (watch.crashed or {}).get("error", "").splitlines() or log_tail()
                     records[out] = not_run_record(
-                        by_out[out].spec, peak, crash={**ended, "log_tail": tail[-20:]}
+                        by_out[out].spec, record_skeleton, peak, crash={**ended, "log_tail": tail[-20:]}
                     )
                     print(
                         f"point: {out} crashed its process ({ended['how']}); the others measured again "

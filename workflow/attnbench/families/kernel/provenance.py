@@ -22,7 +22,11 @@ def _provenance(entry: str) -> dict:
     from ...kernels import catalog
     from ...record.code import cell_code
 
-    modules, own = [f"{__package__}.cell"], ()
+    # every file a cell's processes run: its command's entry (attnbench/__main__.py hands it to
+    # commands.py), the launcher, the warm worker, the cell itself (tests/test_provenance.py
+    # checks this against an import trace of a real cell)
+    modules, own = [f"{PACKAGE}.__main__", f"{PACKAGE}.launch", f"{PACKAGE}.worker"], ()
+    modules += [f"{__package__}.commands", f"{__package__}.cell"]
     impl = entry if ":" in entry else catalog.get(entry).impl
     module = impl.split(":")[0]
     adapter = module if "." in module else f"{PACKAGE}.kernels.{module}"

@@ -18,10 +18,11 @@ from ...report.plotting import (
     grid_axes,
     kernel_line,
     legend_below,
+    no_data_note,
     note_below,
     panel_notes,
     per_draw,
-    save,
+    save_drawn,
     timed_line,
 )
 from ...status import TIMED
@@ -141,6 +142,7 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None, dr
         ax.set_ylim(0, top * (1 + 0.12 * (len(notes) + 1)))  # headroom for the notes
         if notes:
             panel_notes(ax, notes, wrap=True)
+        no_data_note(ax, d, value)
     handles = collect_handles(axes)
     legend_below(fig, handles, min(6, max(1, len(handles))), loc="lower center", y=-0.02)
     fig.suptitle(title, y=1.0)
@@ -167,47 +169,45 @@ def figures(df: pd.DataFrame, out_dir, style, only=None, inputs=None) -> list[Pa
     head = describe(df)
     rho = main_density(sparse)
     at_rho = sparse[sparse["density"] == rho] if rho is not None else sparse
-    paths = []
     ref = equal_area_references(dense, at_rho)
     draws = per_draw(inputs.samples if inputs else None)
-    fig, _ = _figure(
-        at_rho,
-        ref,
-        "seqlen",
-        "tflops",
-        "TFLOP/s",
-        f"Block-sparse throughput vs sequence length, density {rho} | {head}",
-        draws=draws,
-    )
-    paths += save(fig, out, "sparse_tflops_vs_seqlen", style)
     s_max = (
         sparse.groupby("blocks")["seqlen"].transform("max") if len(sparse) else sparse["seqlen"]
     )
     longest = sparse[sparse["seqlen"] == s_max]
-    fig, _ = _figure(
-        longest.assign(x=longest["density"]),
-        None,
-        "x",
-        "tflops",
-        "TFLOP/s",
-        f"Block-sparse throughput vs density at each setting's longest S | {head}",
-        xlog=False,
-        subtitle=lambda d: f"S={seqlen_label(int(d['seqlen'].max()))}",
-        draws=draws,
-    )
-    paths += save(fig, out, "sparse_tflops_vs_density", style)
     src = set(df["mem_source"].dropna())
     mem_label = "peak memory (GiB)" + (" [process RSS]" if src == {"process_rss"} else "")
-    fig, _ = _figure(
-        at_rho,
-        ref,
-        "seqlen",
-        "mem_gib",
-        mem_label,
-        f"Block-sparse peak memory vs sequence length, density {rho} | {head}",
-    )
-    paths += save(fig, out, "sparse_memory", style)
-    return paths
+    makers = {
+        "sparse_tflops_vs_seqlen": lambda: _figure(
+            at_rho,
+            ref,
+            "seqlen",
+            "tflops",
+            "TFLOP/s",
+            f"Block-sparse throughput vs sequence length, density {rho} | {head}",
+            draws=draws,
+        ),
+        "sparse_tflops_vs_density": lambda: _figure(
+            longest.assign(x=longest["density"]),
+            None,
+            "x",
+            "tflops",
+            "TFLOP/s",
+            f"Block-sparse throughput vs density at each setting's longest S | {head}",
+            xlog=False,
+            subtitle=lambda d: f"S={seqlen_label(int(d['seqlen'].max()))}",
+            draws=draws,
+        ),
+        "sparse_memory": lambda: _figure(
+            at_rho,
+            ref,
+            "seqlen",
+            "mem_gib",
+            mem_label,
+            f"Block-sparse peak memory vs sequence length, density {rho} | {head}",
+        ),
+    }
+    return [p for stem, draw in makers.items() for p in save_drawn(draw, out, stem, style)]
 
 
 def figure_captions(df: pd.DataFrame, style, inputs=None) -> dict:
