@@ -30,7 +30,6 @@ from functools import partial
 from importlib import import_module
 from pathlib import Path
 
-
 # name in config.yaml -> its folder (imported on first use, so a rule loads only its family)
 FAMILIES = {
     "kernel": "kernel",
