@@ -363,7 +363,9 @@ def run_point(
                     child.kill()
                     child.wait()
                     budget = by_out[out].timeout_s
-                    records[out] = not_run_record(by_out[out].spec, record_skeleton, peak, timed_out_after_s=budget)
+                    records[out] = not_run_record(
+                        by_out[out].spec, record_skeleton, peak, timed_out_after_s=budget
+                    )
                     print(
                         f"point: {out} still measuring after {budget:g} s, its time budget; stopped, "
                         "the others measured again without it",
@@ -380,7 +382,10 @@ def run_point(
                     ended = how_it_ended(child.returncode)
                     tail = (watch.crashed or {}).get("error", "").splitlines() or log_tail()
                     records[out] = not_run_record(
-                        by_out[out].spec, record_skeleton, peak, crash={**ended, "log_tail": tail[-20:]}
+                        by_out[out].spec,
+                        record_skeleton,
+                        peak,
+                        crash={**ended, "log_tail": tail[-20:]},
                     )
                     print(
                         f"point: {out} crashed its process ({ended['how']}); the others measured again "
