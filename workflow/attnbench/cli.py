@@ -423,8 +423,11 @@ def _report_parser(sub, name, what, fn, grid_config_help):
 
 
 def main(argv=None):
+    from .run_lock import end_with_run
+
     p = parser()
     a = p.parse_args(argv)
+    end_with_run()  # a report step of a run (tables, figures) ends with it
     if a.cmd is None:  # bare `attnbench`: what it can do
         p.print_help()
         return

@@ -54,6 +54,8 @@ import sys
 import time
 from pathlib import Path
 
+from .run_lock import ancestors, run_to_watch
+
 # Slurm's per-task identity -> the variables torch.distributed's env:// initialisation reads.
 TASK_ENV = {
     "RANK": "SLURM_PROCID",
@@ -323,31 +325,6 @@ STOP_GRACE_S = 10.0
 WATCH_S = 1.0
 # Lines of the job's log a crashed record keeps.
 LOG_TAIL_LINES = 30
-
-
-def ancestors() -> list[int]:
-    """This process' parent, its parent's parent, ... up to init (from /proc: Linux)."""
-    out, pid = [], os.getppid()
-    while pid > 1 and pid not in out:
-        out.append(pid)
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            break
-    return out
-
-
-def run_to_watch() -> int | None:
-    """The run (Snakemake's process, run_lock.RUN_PID_ENV) this cell belongs to, where it is one of
-    this process' ancestors: when it is gone (killed), the cell stops. None where the variable is
-    unset or names no ancestor (a cell started by hand, or on a Slurm node by another host's run)."""
-    from .run_lock import RUN_PID_ENV
-
-    try:
-        pid = int(os.environ.get(RUN_PID_ENV, ""))
-    except ValueError:
-        return None
-    return pid if pid in ancestors() else None
 
 
 def how_it_ended(returncode: int) -> dict:

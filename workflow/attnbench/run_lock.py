@@ -17,11 +17,15 @@ local filesystems and NFS (Linux emulates flock with NFS locks) hold it across h
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
+import signal
 import socket
 import sys
+import threading
+import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +34,9 @@ LOCK_FILE = ".attnbench/run.lock"
 # The process a run's cells belong to: Snakemake's, set when the workflow is read. A cell whose
 # ancestors no longer include it (its run was killed) stops (attnbench.launch).
 RUN_PID_ENV = "ATTNBENCH_RUN_PID"
+# How often a process of a run looks whether its run still lives.
+WATCH_S = 1.0
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 @dataclass(frozen=True)
@@ -131,3 +138,72 @@ def taken_over_note(out_dir, left: Holder) -> str:
         "its cells ended with it. If Snakemake then says the working folder cannot be locked, "
         "run `snakemake --unlock` once (its own lock, in .snakemake/, was left behind too)"
     )
+
+
+# ---------------------------------------------------------------- processes that end with their run
+
+
+def ancestors() -> list[int]:
+    """This process' parent, its parent's parent, ... up to init (from /proc: Linux)."""
+    out, pid = [], os.getppid()
+    while pid > 1 and pid not in out:
+        out.append(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return out
+
+
+def run_to_watch() -> int | None:
+    """The run (Snakemake's process, run_lock.RUN_PID_ENV) this cell belongs to, where it is one of
+    this process' ancestors: when it is gone (killed), the cell stops. None where the variable is
+    unset or names no ancestor (a cell started by hand, or on a Slurm node by another host's run)."""
+    try:
+        pid = int(os.environ.get(RUN_PID_ENV, ""))
+    except ValueError:
+        return None
+    return pid if pid in ancestors() else None
+
+
+_RUN: list[int | None] = []  # the run this process belonged to when it began (end_with_run)
+
+
+def die_with_parent() -> None:
+    """This process is killed (SIGKILL) the moment its parent ends, however the parent ends
+    (Linux: prctl PR_SET_PDEATHSIG; elsewhere nothing): a cell whose launcher is killed does not
+    measure on beside the next cell."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before the signal was set
+        os._exit(1)
+
+
+def end_with_run() -> None:
+    """Where this process belongs to a run (run_to_watch), a thread ends it (exit 1, writing
+    nothing more) the moment the run is gone, as a launcher stops its cell; a report step
+    started by Snakemake's shell does not outlive a killed Snakemake."""
+    if _RUN:
+        return
+    _RUN.append(run_to_watch())
+    run = _RUN[0]
+    if run is None:
+        return
+
+    def watch():
+        while run in ancestors():
+            time.sleep(WATCH_S)
+        print(f"the run that started this process (pid {run}) has ended: stopping", flush=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="end_with_run").start()
+
+
+def run_gone() -> bool:
+    """Whether the run this process belonged to (end_with_run) has ended: what it would write now
+    is no longer its run's (record.record.write_record refuses it)."""
+    return bool(_RUN) and _RUN[0] is not None and _RUN[0] not in ancestors()

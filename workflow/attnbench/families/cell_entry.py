@@ -89,3 +89,12 @@ def cell_spec(a):
         return CellSpec.from_dict(json_option(a, "spec"))
     except ValueError as e:
         sys.exit(f"{a.cmd}: --spec: {e}")
+
+
+def start_cell_process() -> None:
+    """A cell's process ends with its parent (the launcher, torchrun, a point's job) and with its
+    run (run_lock): a record is accepted only from a process of the run that is measuring."""
+    from ..run_lock import die_with_parent, end_with_run
+
+    die_with_parent()
+    end_with_run()

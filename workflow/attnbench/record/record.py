@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -157,10 +158,20 @@ def json_safe(obj):
     return obj
 
 
+class RunGone(RuntimeError):
+    """The run this process belonged to has ended: nothing it writes is that run's."""
+
+
 def write_record(record: dict, path) -> None:
-    """Write atomically: a crash never leaves a half-written record behind."""
+    """Write atomically (a file of this process' own, renamed over the record): a crash never
+    leaves a half-written record behind, and two writers never mix. Refused (RunGone) in a
+    process whose run has ended (run_lock.run_gone): its record would be accepted by the next."""
+    from ..run_lock import run_gone
+
+    if run_gone():
+        raise RunGone(f"{path}: not written: the run that started this process has ended")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(json_safe(record), indent=1, allow_nan=False) + "\n")
     tmp.replace(path)

@@ -92,7 +92,7 @@ def _statistics_problems(record: dict) -> list[str]:
     """Where the record's statistics are not those of its samples (record.record.summarise): the
     pooled repetitions' median and p20-p80 of time and TFLOP/s (per GPU), their worst error and
     whether every check passed."""
-    samples = [s for s in record["samples"] if s.get("time_ms")]
+    samples = [s for s in record.get("samples") or [] if s.get("time_ms")]
     out = []
     if samples and record["status"] in WITH_TIMINGS:
         gpus = (record.get("cell") or {}).get("gpus") or 1
@@ -114,7 +114,7 @@ def _statistics_problems(record: dict) -> list[str]:
         ]
     elif samples:
         out.append(f"status {record['status']!r} with timed samples, which only a timed cell has")
-    checks = [s["check"] for s in record["samples"] if isinstance(s.get("check"), dict)]
+    checks = [s["check"] for s in record.get("samples") or [] if isinstance(s.get("check"), dict)]
     if checks and "errors" in checks[0]:
         errs = [e for c in checks for n, e in c.get("errors", {}).items() if n != "lse"]
         worst = max(errs) if errs else None

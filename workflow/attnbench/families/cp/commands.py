@@ -15,6 +15,7 @@ from ..cell_entry import (
     claim_gpu_after_start,
     record_not_run,
     say_outcome,
+    start_cell_process,
 )
 from . import record_skeleton
 from .provenance import provenance
@@ -53,4 +54,5 @@ def main(argv) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     add_parsers(sub)
     a = p.parse_args(argv)
+    start_cell_process()
     a.fn(a)
