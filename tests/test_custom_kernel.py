@@ -249,3 +249,20 @@ def test_a_kernel_whose_graph_frees_itself_gets_a_new_forward_before_each_backwa
             run_cell(CellSpec.from_dict(spec))
     finally:
         custom_kernel.BackwardOnceSDPA.backward_once = True
+
+
+def test_a_lone_kernel_modules_neighbours_it_imports_are_its_code(tmp_path, monkeypatch):
+    """A kernel in a module outside any package (mykern.py) with a helper beside it (helpers.py,
+    and a helper package): both are its code, so editing the helper outdates its records; a file
+    beside it that it does not import is not."""
+    (tmp_path / "mykern.py").write_text("import helpers\nfrom tools.scale import factor\n")
+    (tmp_path / "helpers.py").write_text("import os\nSCALE = 1.0\n")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "__init__.py").write_text("")
+    (tmp_path / "tools" / "scale.py").write_text("factor = 1\n")
+    (tmp_path / "unrelated.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    origin, files = catalog.own_kernel_files("mykern:Kernel")
+    assert origin == str((tmp_path / "mykern.py").resolve())
+    names = {os.path.relpath(f, tmp_path.resolve()) for f in files}
+    assert names == {"mykern.py", "helpers.py", "tools/__init__.py", "tools/scale.py"}

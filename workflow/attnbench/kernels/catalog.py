@@ -538,10 +538,37 @@ def own_files(entry: str, what: str) -> tuple[str, tuple[str, ...]]:
     if spec is None or not spec.origin or not spec.has_location:
         raise ValueError(f"{what} {entry!r}: module {module!r} has no file to track")
     origin = Path(spec.origin).resolve()
-    if "." not in module and origin.name != "__init__.py":
-        return str(origin), (str(origin),)
+    if "." not in module and origin.name != "__init__.py":  # a module alone, and its neighbours
+        return str(origin), tuple(str(p) for p in sorted(_neighbours_imported(origin)))
     files = {p.resolve() for p in origin.parent.rglob("*.py") if "__pycache__" not in p.parts}
     return str(origin), tuple(str(p) for p in sorted(files | {origin}))
+
+
+def _neighbours_imported(origin: Path) -> set[Path]:
+    """A module outside a package and the modules (or packages) of its folder it imports,
+    transitively, read from the source: a helper beside your kernel is part of its code."""
+    import ast
+
+    found, todo = {origin}, [origin]
+    while todo:
+        tree = ast.parse(todo.pop().read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = origin.parent / name.split(".")[0]
+                if top.with_suffix(".py").is_file():
+                    new = {top.with_suffix(".py").resolve()}
+                elif (top / "__init__.py").is_file():
+                    new = {p.resolve() for p in top.rglob("*.py") if "__pycache__" not in p.parts}
+                else:
+                    continue
+                todo += sorted(new - found)
+                found |= new
+    return found
 
 
 def own_kernel_files(entry: str) -> tuple[str, tuple[str, ...]]:
