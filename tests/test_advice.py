@@ -652,3 +652,15 @@ def test_gpus_no_grid_measured_are_answered_by_the_cp_model_labelled_with_its_er
     assert "--gpus 8: no grid measured 8 GPUs; the CP model answers it given --mask" in (
         capsys.readouterr().err
     )
+
+
+def test_an_answer_whose_contenders_ran_on_different_machines_says_so():
+    """Compare like with like: two kernels of one point measured on two GPUs (another card, or
+    the same model on another machine) are still compared, and the answer names the machines."""
+    same = [cell("fa2", 10.0, gpu_uuid="GPU-aaaa"), cell("fa3", 12.0, gpu_uuid="GPU-aaaa")]
+    (a,) = kernel_answers(same)
+    assert not any("different machines" in n for n in advice_text.notes(a))
+    mixed = [cell("fa2", 10.0, gpu_uuid="GPU-aaaa"), cell("fa3", 12.0, gpu_uuid="GPU-bbbb")]
+    (a,) = kernel_answers(mixed)
+    (note,) = [n for n in advice_text.notes(a) if "different machines" in n]
+    assert "fa2 on Test GPU 80GB" in note and "GPU-aaaa" in note and "GPU-bbbb" in note

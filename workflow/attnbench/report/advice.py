@@ -79,6 +79,7 @@ class Record:
     host_overhead_ms: float | None = None
     throttled: bool = False
     control_drift: float | None = None
+    machine: str = ""  # the device, host and GPU it ran on (an answer mixing machines says so)
 
     @property
     def timed(self) -> bool:
@@ -119,6 +120,10 @@ class Contender:
     @property
     def throttled(self) -> bool:
         return any(r.throttled for r in self.records)
+
+    @property
+    def machines(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.machine for r in self.records if r.machine))
 
     @property
     def control_drift(self) -> float | None:
@@ -288,7 +293,14 @@ def _record(r, draws: dict) -> Record:
         host_overhead_ms=_num(r.get("host_overhead_ms")),
         throttled=bool(r.get("throttled")) and not pd.isna(r.get("throttled")),
         control_drift=_num(r.get("control_drift")),
+        machine=machine_of(r),
     )
+
+
+def machine_of(row) -> str:
+    """'device on host (GPU uuid)' of a tidy-table row, from what it names."""
+    device, host, uuid = (_text(row.get(k)) for k in ("device_name", "host", "gpu_uuid"))
+    return f"{device or '?'} on {host or '?'}" + (f" ({uuid[:16]})" if uuid else "")
 
 
 def _answer(grid, fam, point, direction, contenders, settings=None) -> Answer:

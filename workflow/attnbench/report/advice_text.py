@@ -68,8 +68,8 @@ def verdict_line(a: Answer) -> str:
 def notes(a: Answer) -> list[str]:
     """How contenders at this point run its mask, where their catalog entry says (sdpa_cudnn:
     a dense boolean mask): 'name: note', for every contender with a record here; then how they
-    were measured, where it weakens the answer: a throttled window, a job whose control calls
-    moved past their limit (harness.control)."""
+    were measured, where it weakens the answer: contenders measured on different machines, a
+    throttled window, a job whose control calls moved past their limit (harness.control)."""
     key = mask_note_key(str(a.point.get("mask", "")))
     out = []
     for c in (*a.ok, *a.not_ok):
@@ -77,6 +77,12 @@ def notes(a: Answer) -> list[str]:
         note = info.notes.get(key) if info else None
         if note and any(r.status != NO_RECORD for r in c.records):
             out.append(f"{c.name}: {note}")
+    machines = {c.name: c.machines for c in a.ok if c.machines}
+    if len({m for ms in machines.values() for m in ms}) > 1:  # compare like with like
+        out.append(
+            "measured on different machines, so the comparison mixes them: "
+            + "; ".join(f"{n} on {', '.join(ms)}" for n, ms in machines.items())
+        )
     throttled = [c.name for c in a.ok if c.throttled]
     if throttled:
         out.append(
