@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,23 @@ def made(tmp_path_factory):
     path = root / cell_path(cell)
     write_record(run_cell(CellSpec.from_dict(cell)), path)
     return cell, path, json.loads(path.read_text())
+
+
+def snakemake(workdir, *args):
+    """Snakemake on the workflow with workdir/config.yaml, one core; a dry run (-n) shows each
+    job's block (--quiet host)."""
+    quiet = ["--quiet", "host"] if "-n" in args else []
+    p = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", *quiet, "--configfile", "config.yaml"]
+        + ["-s", str(REPO / "Snakefile"), *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=package_env(),
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p
 
 
 def test_a_fresh_record_is_current(made):
@@ -89,11 +107,12 @@ def test_a_file_that_is_not_this_cells_record_is_refused_naming_each(made, tmp_p
     garbage = tmp_path / "results/cells/c/kernel/sdpa/causal/garbage.json"
     garbage.write_text("{not json")
     cells = {str(there): other, str(edited): cell, str(garbage): cell}
-    with pytest.raises(RecordError, match="3 record file") as e:
+    with pytest.raises(RecordError, match="4 record file") as e:
         currency.judge(cells, {"c": 60})
     assert f"{garbage}: not readable JSON" in str(e.value)
     assert f"{there}: holds the record of another cell" in str(e.value)
     assert f"{edited}: its cell_id" in str(e.value)
+    assert f"{edited}: record_sha256 does not match its content" in str(e.value)
 
 
 def test_records_lists_missing_and_outdated_cells(made, tmp_path):
@@ -200,18 +219,12 @@ def test_a_record_this_environment_cannot_run_is_kept_not_made_again(tmp_path):
     measured["code"]["files"] = {**measured["code"]["files"], "attnbench/harness/measure.py": "0"}
 
     def planned(record):
-        path.write_text(json.dumps(record))
+        write_record(record, path)  # as that machine wrote it, its checksum its own
         (o,) = currency.judge({str(path): cell}, {"g": 60})
-        p = subprocess.run(
-            [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--quiet", "host"]
-            + ["--configfile", "config.yaml", "-s", str(REPO / "Snakefile"), str(path)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            env=package_env(),
-            timeout=300,
-        )
-        assert p.returncode == 0, p.stderr[-3000:]
+        p = snakemake(tmp_path, "-n", str(path))
+        # the list is written by a run reading the workflow (a dry run writes none): one that
+        # runs nothing
+        assert snakemake(tmp_path, "--list-rules").returncode == 0
         listed = (tmp_path / "results/.attnbench/outdated.txt").read_text()
         # a GPU grid's cells are measured point by point (side by side): the point's job
         return o, "rule kernel_point" in p.stdout + p.stderr, listed
@@ -224,3 +237,44 @@ def test_a_record_this_environment_cannot_run_is_kept_not_made_again(tmp_path):
     o, runs, listed = planned({**unavailable, "code": measured["code"]})
     assert (o.kind, o.kept) == ("code", None) and runs
     assert listed.splitlines()[1] == f"{path}: code: attnbench/harness/measure.py edited"
+
+
+def test_a_dry_run_writes_nothing_and_a_run_writes_the_list(made, tmp_path):
+    """A dry run leaves the output folder as it is, read-only there, a live run's list of outdated
+    records included, and still plans an outdated record again; a run writes the list."""
+    cell, path, _ = made
+    cfg = {
+        **config_running({"c": kernel_grid(kernels=["sdpa"], reps=3)}),  # the record's: 2
+        "output_dir": str(tmp_path / "results"),
+    }
+    (tmp_path / "config.yaml").write_text(json.dumps(cfg))
+    record = tmp_path / "results" / cell_path(cell)
+    record.parent.mkdir(parents=True)
+    shutil.copy(path, record)
+    listed = tmp_path / "results/.attnbench/outdated.txt"
+
+    def dry_run_leaves_results_alone():
+        results = tmp_path / "results"
+        state = lambda: {f: (f.stat().st_mtime_ns, f.is_file() and f.read_bytes()) for f in results.rglob("*")}  # fmt: skip
+        before = state()
+        folders = [results, *(f for f in results.rglob("*") if f.is_dir())]
+        for d in folders:
+            d.chmod(0o555)  # (root writes there all the same: the state is compared below)
+        try:
+            p = snakemake(tmp_path, "-n", str(record))
+        finally:
+            for d in folders:
+                d.chmod(0o755)
+        assert "rule kernel_cell" in p.stdout and "config: reps 2 -> 3" in p.stdout + p.stderr
+        assert state() == before
+
+    dry_run_leaves_results_alone()  # no list yet
+    listed.parent.mkdir()
+    listed.write_text("the list of a run still going\n")
+    os.utime(listed, (0, 0))  # older than the record: the dry run plans it again all the same
+    dry_run_leaves_results_alone()
+    assert listed.read_text() == "the list of a run still going\n"
+    # a run writes it (keeping the record: nothing runs)
+    p = snakemake(tmp_path, str(record), "--config", "outdated_records=keep")
+    assert "kernel_cell" not in p.stdout + p.stderr
+    assert f"kept: {record}: config: reps 2 -> 3" in listed.read_text().splitlines()

@@ -5,6 +5,7 @@ strict-JSON write."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -162,6 +163,18 @@ class RunGone(RuntimeError):
     """The run this process belonged to has ended: nothing it writes is that run's."""
 
 
+# The record's content hash, over everything else in it (as JSON reads it back, keys sorted):
+# written with it, checked on every read (record.validate), so a hand edit is refused.
+CHECKSUM = "record_sha256"
+
+
+def content_sha256(record: dict) -> str:
+    body = json.loads(json.dumps(json_safe(record), allow_nan=False))  # as a reader sees it
+    body.pop(CHECKSUM, None)
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def write_record(record: dict, path) -> None:
     """Write atomically (a file of this process' own, renamed over the record): a crash never
     leaves a half-written record behind, and two writers never mix. Refused (RunGone) in a
@@ -173,5 +186,6 @@ def write_record(record: dict, path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(json_safe(record), indent=1, allow_nan=False) + "\n")
+    signed = {**json_safe(record), CHECKSUM: content_sha256(record)}
+    tmp.write_text(json.dumps(signed, indent=1, allow_nan=False) + "\n")
     tmp.replace(path)

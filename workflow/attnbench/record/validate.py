@@ -197,7 +197,19 @@ def record_problems(record) -> list[str]:
             f"status {status!r} with timings (tflops), which only {', '.join(WITH_TIMINGS)} carry"
         )
     problems += number_problems(record)
-    return problems or consistency_problems(record)
+    return (problems or consistency_problems(record)) + checksum_problems(record)
+
+
+def checksum_problems(record: dict) -> list[str]:
+    """A record whose content is not what was written (its record_sha256; older records have
+    none and are judged by their content alone)."""
+    from .record import CHECKSUM, content_sha256
+
+    if CHECKSUM not in record:
+        return []
+    if record[CHECKSUM] != content_sha256(record):
+        return [f"{CHECKSUM} does not match its content: edited after it was written"]
+    return []
 
 
 def file_problems(path) -> tuple[dict | None, list[str]]:
@@ -228,13 +240,17 @@ def identity_problems(records: dict) -> list[str]:
     problems, seen = [], {}
     for path, record in records.items():
         cell, rid = record["cell"], record.get("cell_id")
-        own = stable_hash(cell)
+        try:
+            own, home = stable_hash(cell), output_root(path, cell)
+        except (KeyError, ValueError, TypeError) as e:  # not a cell's dict (grid.spec says what)
+            problems.append(f"{path}: its cell is not one this package makes ({e})")
+            continue
         if rid is not None and rid != own:
             problems.append(
                 f"{path}: its cell_id {rid} is not the id of the cell it describes ({own}): the "
                 "record was edited after it was written; delete it and remeasure the cell"
             )
-        if output_root(path, cell) is None:
+        if home is None:
             problems.append(
                 f"{path}: holds the record of another cell, {cell_path(cell)} (cell_id {own}); "
                 "a record is read only at its own cell's path: move it there or delete it"
@@ -256,8 +272,9 @@ def read_all(paths, consequence: str) -> dict:
         record, why = file_problems(path)
         if why:
             problems.append(f"{path}: {'; '.join(why)}")
-        else:
-            records[str(path)] = record
+        cell = record.get("cell") if isinstance(record, dict) else None
+        if isinstance(cell, dict) and all(k in cell for k in CELL_KEYS):
+            records[str(path)] = record  # its identity judged too: every problem in one pass
     problems += identity_problems(records)
     if problems:
         raise RecordError(

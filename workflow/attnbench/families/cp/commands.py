@@ -17,8 +17,7 @@ from ..cell_entry import (
     say_outcome,
     start_cell_process,
 )
-from . import record_skeleton
-from .provenance import provenance
+from .provenance import provenance, record_skeleton
 
 COMMANDS = ("cp-cell",)
 
