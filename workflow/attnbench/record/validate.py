@@ -91,10 +91,13 @@ def _differs(recorded, recomputed) -> bool:
 def _statistics_problems(record: dict) -> list[str]:
     """Where the record's statistics are not those of its samples (record.record.summarise): the
     pooled repetitions' median and p20-p80 of time and TFLOP/s (per GPU), their worst error and
-    whether every check passed."""
+    whether every check passed. Only a timed record is summarised: one that ended otherwise
+    (out of memory at its third sample, say) keeps the samples it had timed, unsummarised."""
+    if record["status"] not in WITH_TIMINGS:
+        return []
     samples = [s for s in record.get("samples") or [] if s.get("time_ms")]
     out = []
-    if samples and record["status"] in WITH_TIMINGS:
+    if samples:
         gpus = (record.get("cell") or {}).get("gpus") or 1
         times = [t for s in samples for t in s["time_ms"]]
         tflops = [s["flops"] / (t * 1e-3) / 1e12 / gpus for s in samples for t in s["time_ms"]]
@@ -112,8 +115,6 @@ def _statistics_problems(record: dict) -> list[str]:
             for k, v in want.items()
             if _differs(record.get(k), float(v))
         ]
-    elif samples:
-        out.append(f"status {record['status']!r} with timed samples, which only a timed cell has")
     checks = [s["check"] for s in record.get("samples") or [] if isinstance(s.get("check"), dict)]
     if checks and "errors" in checks[0]:
         errs = [e for c in checks for n, e in c.get("errors", {}).items() if n != "lse"]
