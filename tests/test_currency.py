@@ -58,7 +58,7 @@ def test_a_fresh_record_is_current(made):
     cell, path, record = made
     assert currency.outdated_reason(record, cell, 60) is None
     assert currency.judge({str(path): cell}, {"c": 60}) == []
-    assert set(record["libraries"]) == {"torch", "sdpa"}
+    assert set(record["libraries"]) == {"torch", "numpy", "sdpa"}
     assert "attnbench/harness/measure.py" in record["code"]["files"]
     assert "attnbench/kernels/sdpa.py" in record["code"]["files"]
     assert "attnbench/kernels/flash_attn.py" not in record["code"]["files"]  # not this kernel's

@@ -7,7 +7,7 @@ A record is current when all of these hold, read from the record itself (never f
   repetitions, warm-up, samples, seeds, mask settings, tolerance, histogram);
 - the code it ran is the code a cell would run now (`code`: the package files the cell runs and
   your own kernel's files, file by file: record.code);
-- the libraries it depends on have the versions installed now (`libraries`: torch, the kernel's
+- the libraries it depends on have the versions installed now (`libraries`: torch, numpy, the kernel's
   or the local kernel's library);
 - it is not `crashed` (a process that ended without its record: the next run retries it), nor a
   `timeout` under a smaller time budget than the grid's cell_timeout_s now.

@@ -43,6 +43,7 @@ def _provenance(method: str, kernel: str, own: str) -> dict:
         "code": cell_code(modules, own_files),
         "libraries": {
             "torch": first_version(("torch",)),
+            "numpy": first_version(("numpy",)),  # draws the masks
             f"local kernel {kernel}": catalog.library_version(kernel),
         },
     }

@@ -12,7 +12,7 @@ from ...grid.spec import CellSpec
 def provenance(spec: CellSpec) -> dict:
     """The code a cell runs (its cell module, what that imports, and the kernel's adapter, which
     is loaded by name; your own kernel's files) and the libraries whose versions it depends on
-    (torch and the kernel's): record.code, compared by attnbench.currency."""
+    (torch, numpy, which draws the masks, and the kernel's): record.code, compared by attnbench.currency."""
     return copy.deepcopy(_provenance(spec.entry))
 
 
@@ -40,6 +40,7 @@ def _provenance(entry: str) -> dict:
         "code": code,
         "libraries": {
             "torch": catalog.first_version(("torch",)),
+            "numpy": catalog.first_version(("numpy",)),  # draws the masks
             info.name: catalog.library_version(info),
         },
     }
