@@ -248,14 +248,16 @@ def test_a_dry_run_writes_nothing_and_a_run_writes_the_list(made, tmp_path):
         "output_dir": str(tmp_path / "results"),
     }
     (tmp_path / "config.yaml").write_text(json.dumps(cfg))
-    record = tmp_path / "results" / cell_path(cell)
+    results = tmp_path / "results"
+    record = results / cell_path(cell)
     record.parent.mkdir(parents=True)
     shutil.copy(path, record)
-    listed = tmp_path / "results/.attnbench/outdated.txt"
+    listed = results / ".attnbench/outdated.txt"
+
+    def state():
+        return {f: (f.stat().st_mtime_ns, f.is_file() and f.read_bytes()) for f in results.rglob("*")}  # fmt: skip
 
     def dry_run_leaves_results_alone():
-        results = tmp_path / "results"
-        state = lambda: {f: (f.stat().st_mtime_ns, f.is_file() and f.read_bytes()) for f in results.rglob("*")}  # fmt: skip
         before = state()
         folders = [results, *(f for f in results.rglob("*") if f.is_dir())]
         for d in folders:

@@ -43,3 +43,60 @@ def test_sigterm_while_this_thread_holds_the_scheduler_lock_returns_and_the_stop
         signal.signal(signal.SIGTERM, before)
     assert scheduler._open_jobs.acquire(timeout=10)  # the scheduler is woken ...
     assert scheduler._user_kill == "graceful"  # ... to stop gracefully
+
+
+def test_a_group_is_ready_as_snakemake_says_counting_over_its_members_only():
+    """DAG._ready, changed to count a member's dependencies inside its group over the group's
+    members: the same answer as Snakemake's scan of every dependency (the report group's collect
+    job depends on every record), for a group and for a job of none."""
+    from collections import defaultdict
+
+    import snakemake.api  # noqa: F401 - before snakemake.dag, as Snakemake imports them
+    from snakemake.dag import DAG
+
+    def snakemakes(dag, job):  # Snakemake 9's own, as it was
+        group = dag._group.get(job, None)
+        if group is None:
+            return dag._n_until_ready[job] == 0
+        internal = {j: sum(dag._group.get(dep) == group for dep in dag._dependencies[j]) for j in group}  # fmt: skip
+        return all((dag._n_until_ready[j] - internal[j]) == 0 for j in group)
+
+    snakemake_fixes.group_readiness_in_group_time()
+    snakemake_fixes.group_readiness_in_group_time()  # a second reading of the Snakefile changes nothing
+    records = [f"record{i}" for i in range(1000)]
+    report = frozenset({"collect", "tidy", "tables"})  # equal by members, as a GroupJob
+    dag = DAG.__new__(DAG)
+    dag._group = {j: report for j in report}
+    dag._dependencies = defaultdict(dict)
+    dag._dependencies.update(
+        collect={r: set() for r in records}, tidy={"collect": set()}, tables={"tidy": set()}
+    )
+    for left in (0, 1, 1000):  # records not yet made
+        dag._n_until_ready = {"collect": left, "tidy": 1, "tables": 1, "record0": left}
+        for job in ("collect", "tidy", "tables", "record0"):
+            assert dag._ready(job) == snakemakes(dag, job) == (left == 0), (job, left)
+
+
+def test_a_functions_parameters_are_read_once():
+    """Snakemake's get_function_params, read once per function: the same parameters as
+    inspect.signature, a bound method's from its function (a new object at each access)."""
+    import inspect
+
+    import snakemake.common
+    import snakemake.rules
+
+    snakemake_fixes.function_params_read_once()
+    snakemake_fixes.function_params_read_once()  # a second reading of the Snakefile changes nothing
+    params = snakemake.rules.get_function_params
+    assert params is snakemake.common.get_function_params and params.read_once
+
+    class Resource:
+        def evaluate(self, *args, **kwargs):
+            pass
+
+    f = lambda wildcards, attempt: 1  # noqa: E731
+    assert params(f) is params(f) and list(params(f)) == ["wildcards", "attempt"]
+    one, other = Resource().evaluate, Resource().evaluate
+    assert params(one) is params(other) == inspect.signature(one).parameters
+    join = str.join  # no weak reference to it
+    assert list(params(join)) == list(inspect.signature(join).parameters)

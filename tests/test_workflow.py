@@ -146,7 +146,10 @@ def test_what_reruns_on_which_edit(workdir):
         "figures_tiny": 1,
         "all": 1,
     }
-    assert "kernel_cell" not in plan_after_edit(workdir, "worker.py")
+    # the warm worker and the entry are code a cell's processes run: every cell; the rest of
+    # the command line is not
+    assert plan_after_edit(workdir, "worker.py")["kernel_cell"] == N_CELLS
+    assert "kernel_cell" not in plan_after_edit(workdir, "cli.py")
     # a config value: the cells it changes
     (workdir / "reps.yaml").write_text(yaml.safe_dump({"grids": {"tiny": {"reps": 3}}}))
     configs = [str(workdir / "config.yaml"), str(workdir / "reps.yaml")]

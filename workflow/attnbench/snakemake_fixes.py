@@ -1,6 +1,7 @@
 """Changes to Snakemake's job scheduler, made by workflow/rules/common.smk while the Snakefile is
 read (before the scheduler exists). Two work around a Snakemake behaviour that would lose or hang
-a benchmark run; the third logs a line of ours per finished job. The tests named below show them."""
+a benchmark run; the third logs a line of ours per finished job; the last two keep a large grid's
+planning short. The tests named below show them."""
 
 from __future__ import annotations
 
@@ -80,3 +81,60 @@ def log_each_finished_job(describe) -> None:
 
     postprocess_and_log.describes = True
     Job.postprocess = postprocess_and_log
+
+
+def group_readiness_in_group_time() -> None:
+    """Whether a group job is ready (Snakemake's DAG._ready) counted each member's dependencies
+    inside the group by scanning all its dependencies: the report group's collect job depends on
+    every record, and this runs as each cell finishes, in a dry run too, so planning a grid took
+    time quadratic in its cells (20,000 cells: minutes; benchmarks/planning_time.py). Counted here
+    over the group's few members instead: the same number (tests/test_snakemake_fixes.py)."""
+    from snakemake.dag import DAG
+
+    if getattr(DAG._ready, "per_member", False):
+        return  # the Snakefile read twice in one process
+
+    def ready(self, job):
+        group = self._group.get(job, None)
+        if group is None:
+            return self._n_until_ready[job] == 0
+        return all(
+            self._n_until_ready[j] == sum(d in self._dependencies[j] for d in group) for j in group
+        )
+
+    ready.per_member = True
+    DAG._ready = ready
+
+
+def function_params_read_once() -> None:
+    """Snakemake reads the parameters of a rule's functions (input, params, resources, conda,
+    threads, priority: inspect.signature) anew at each call, a dozen times per cell job: a fifth
+    of a large grid's planning. Read once per function here (a function's parameters never
+    change); what cannot be kept (not weakly referable, unhashable) is read each time, as before."""
+    import inspect
+    import weakref
+
+    import snakemake.common
+    import snakemake.jobs
+    import snakemake.rules
+
+    read = snakemake.common.get_function_params
+    if getattr(read, "read_once", False):
+        return  # the Snakefile read twice in one process
+    known = weakref.WeakKeyDictionary()  # a function (a bound method's: its own) -> parameters
+    methods = weakref.WeakKeyDictionary()
+
+    def params(func):
+        # a bound method is made anew at each access (Resource.evaluate, per job and resource)
+        where, key = (methods, func.__func__) if inspect.ismethod(func) else (known, func)
+        try:
+            return where[key]
+        except KeyError:
+            where[key] = found = read(func)
+            return found
+        except TypeError:
+            return read(func)
+
+    params.read_once = True
+    for module in (snakemake.common, snakemake.jobs, snakemake.rules):
+        module.get_function_params = params

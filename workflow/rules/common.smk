@@ -1,4 +1,5 @@
 # Config loading and validation, grid expansion, and the input functions every stage uses.
+import gc
 import json
 import os
 import sys
@@ -30,6 +31,11 @@ snakemake_fixes.sigterm_without_deadlock()
 if workflow.remote_exec:
     snakemake_fixes.keep_going_in_batches()
 snakemake_fixes.log_each_finished_job(lambda job: cell_finished(job))
+snakemake_fixes.group_readiness_in_group_time()
+snakemake_fixes.function_params_read_once()
+# A large grid's DAG is millions of objects, few of them in reference cycles: the collector's
+# default passes over them took a fifth of its planning (benchmarks/planning_time.py).
+gc.set_threshold(100_000, 20, 100)
 
 OUT = CFG["output_dir"].rstrip("/")
 RUN = CFG["run"]
@@ -88,6 +94,15 @@ def cell_env(cell):
     return f"../../envs/{cell['device']}.yaml"
 
 
+def cells_env(cell_of_job):
+    """A cell rule's conda environment: where the run's cells share one device, its file (which
+    Snakemake then resolves once, not once per job), else each job's cell's (cell_of_job(wc))."""
+    devices = {c["device"] for c in CELLS.values()}
+    if len(devices) == 1:
+        return cell_env({"device": devices.pop()})
+    return lambda wc: cell_env(cell_of_job(wc))
+
+
 def run_priority(cell):
     """Higher runs first: the shorter the sequence, the sooner."""
     return 2**20 / cell["seqlen"]
@@ -106,6 +121,12 @@ def as_file(obj):
 # than their record: Snakemake makes them again. Every other cell lists it too, as ancient (its
 # time is not compared), so that the set of a cell's inputs never changes.
 OUTDATED_LIST = f"{OUT}/.attnbench/outdated.txt"
+# A dry run writes nothing under OUT (a read-only folder; a live run's list): it writes its list
+# in Snakemake's temporary folder, gone when it ends, and its cells of outdated records name that
+# copy, newer than their records as the list is; the others name the list, or the copy where no
+# run has written one yet.
+DRY_RUN = bool(workflow.output_settings and workflow.output_settings.dryrun)
+WRITTEN_LIST = f"{workflow.snakemake_tmp_dir}/outdated.txt" if DRY_RUN else OUTDATED_LIST
 # KEPT: outdated records a run keeps (outdated_records: keep; records this environment cannot run)
 OUTDATED, KEPT = [], []
 if workflow.is_main_process:
@@ -119,14 +140,16 @@ if workflow.is_main_process:
             currency.summary(OUTDATED, sum(os.path.exists(p) for p in CELLS), KEEP_OUTDATED)
         )
     OUTDATED, KEPT = currency.to_make_again(OUTDATED, KEEP_OUTDATED)
-    Path(OUTDATED_LIST).parent.mkdir(parents=True, exist_ok=True)
-    Path(OUTDATED_LIST).write_text(
+    Path(WRITTEN_LIST).parent.mkdir(parents=True, exist_ok=True)
+    Path(WRITTEN_LIST).write_text(
         f"# {datetime.now(timezone.utc).isoformat()} {len(OUTDATED) + len(KEPT)} outdated "
         f"records; {len(OUTDATED)} made again, {len(KEPT)} kept\n"
         + "".join(f"{o.line()}\n" for o in OUTDATED)
         + "".join(f"kept: {o.line()}\n" for o in KEPT)
     )
 RERUN = {o.path for o in OUTDATED}
+if DRY_RUN and not os.path.exists(OUTDATED_LIST):
+    OUTDATED_LIST = WRITTEN_LIST
 
 
 def record_of(wc, family=None):
@@ -134,7 +157,7 @@ def record_of(wc, family=None):
 
 
 def outdated_input(wc, family=None):
-    return OUTDATED_LIST if record_of(wc, family) in RERUN else ancient(OUTDATED_LIST)
+    return WRITTEN_LIST if record_of(wc, family) in RERUN else ancient(OUTDATED_LIST)
 
 
 # Kernel cells measured side by side (grid key side_by_side: the cell spec's `side_by_side`): one
@@ -168,7 +191,7 @@ def point_outdated_input(wc):
     outdated (attnbench.currency) or missing (deleted to measure it again)."""
     cells = POINTS[point_file(wc)]
     again = any(p in RERUN or not os.path.exists(p) for p in cells)
-    return OUTDATED_LIST if again and os.path.exists(point_file(wc)) else ancient(OUTDATED_LIST)
+    return WRITTEN_LIST if again and os.path.exists(point_file(wc)) else ancient(OUTDATED_LIST)
 
 
 def point_record_input(wc):

@@ -16,7 +16,7 @@ rule cp_cell:
     log:
         f"{OUT}/logs/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.log",
     conda:
-        lambda wc: cell_env(cp_cell_of(wc))
+        cells_env(cp_cell_of)
     # CPU: one core per rank (Snakemake lowers it to --cores when there are fewer)
     threads: lambda wc: cp_ranks(wc) if cp_cell_of(wc)["device"] == "cpu" else 1
     resources:

@@ -40,7 +40,7 @@ rule kernel_cell:
     # missing only its longest lengths
     priority: lambda wc: run_priority(cell_of(wc))
     conda:
-        lambda wc: cell_env(cell_of(wc))
+        cells_env(cell_of)
     threads: lambda wc: GRIDS[wc.grid]["cpu_threads"]
     resources:
         # a GPU only for cells that will run on one (unavailable/unsupported ones end before)
@@ -78,7 +78,7 @@ rule kernel_point:
         grid=SIDE_BY_SIDE_GRID,
     priority: lambda wc: run_priority(point_cells(wc)[0])
     conda:
-        lambda wc: cell_env(point_cells(wc)[0])
+        cells_env(lambda wc: point_cells(wc)[0])
     threads: lambda wc: GRIDS[wc.grid]["cpu_threads"]
     resources:
         gpu=lambda wc: point_needs_gpu(wc),
