@@ -13,6 +13,7 @@ from pathlib import Path
 from attnbench.families import expand_cells, validate
 from attnbench.harness.faults import HANG_ENV
 from attnbench.launch import alive
+from bounded import wait_until
 from commands import PY, cell_args, launched, package_env
 from tinygrids import config_running, kernel_grid
 
@@ -27,15 +28,6 @@ def children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             out.append(int(stat.parent.name))
     return out
-
-
-def wait_until(predicate, limit_s: float) -> bool:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 def test_a_cell_dies_the_moment_its_launcher_is_killed(tmp_path):

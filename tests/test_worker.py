@@ -15,6 +15,7 @@ from attnbench.families import expand_cells, load_config
 from attnbench.harness.faults import CRASH_ENV, HANG_ENV
 from attnbench.launch import alive
 from attnbench.worker import socket_path
+from bounded import wait_until
 from commands import PY, cell_args
 
 
@@ -52,15 +53,6 @@ def run(repo, spec, out, idle_s=30, cwd=None, **extra):
         env=run_env(repo, **extra),
         cwd=cwd,
     )
-
-
-def wait_until(predicate, limit_s: float) -> bool:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 def test_cells_share_one_worker_and_each_keeps_its_record(repo, cells, tmp_path):

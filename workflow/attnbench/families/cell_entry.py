@@ -98,3 +98,15 @@ def start_cell_process() -> None:
 
     die_with_parent()
     end_with_run()
+
+
+def run_command(argv, add_parsers) -> None:
+    """`python -m attnbench COMMAND ...` for a family's cell commands (`add_parsers` adds them),
+    handed here by attnbench/__main__.py: the process ends with its parent and its run."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="attnbench")
+    add_parsers(p.add_subparsers(dest="cmd", required=True))
+    a = p.parse_args(argv)
+    start_cell_process()
+    a.fn(a)

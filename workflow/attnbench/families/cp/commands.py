@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -14,8 +13,8 @@ from ..cell_entry import (
     cell_spec,
     claim_gpu_after_start,
     record_not_run,
+    run_command,
     say_outcome,
-    start_cell_process,
 )
 from .provenance import provenance, record_skeleton
 
@@ -48,10 +47,5 @@ def add_parsers(sub) -> None:
 
 
 def main(argv) -> None:
-    """`python -m attnbench cp-cell ...`, handed here by attnbench/__main__.py."""
-    p = argparse.ArgumentParser(prog="attnbench")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    add_parsers(sub)
-    a = p.parse_args(argv)
-    start_cell_process()
-    a.fn(a)
+    """`python -m attnbench cp-cell ...` (attnbench/__main__.py)."""
+    run_command(argv, add_parsers)

@@ -16,8 +16,8 @@ from ..cell_entry import (
     cell_spec,
     claim_gpu_after_start,
     record_not_run,
+    run_command,
     say_outcome,
-    start_cell_process,
 )
 from .provenance import provenance, record_skeleton
 
@@ -135,10 +135,5 @@ def add_parsers(sub) -> None:
 
 
 def main(argv) -> None:
-    """`python -m attnbench cell|point|point-child ...`, handed here by attnbench/__main__.py."""
-    p = argparse.ArgumentParser(prog="attnbench")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    add_parsers(sub)
-    a = p.parse_args(argv)
-    start_cell_process()
-    a.fn(a)
+    """`python -m attnbench cell|point|point-child ...` (attnbench/__main__.py)."""
+    run_command(argv, add_parsers)
