@@ -3,7 +3,7 @@ job started by attnbench.launch (`python -m attnbench cp-cell`, cell.py)."""
 
 from __future__ import annotations
 
-from .provenance import provenance, record_skeleton  # noqa: F401  (the family interface)
+from .provenance import provenance  # noqa: F401  (the family interface)
 
 # Imports inside the functions: a cp cell imports this package, and what it imports is the cell's
 # code (record.code), which attnbench.currency compares. Grid expansion is not what it runs.
@@ -23,6 +23,13 @@ def problems(cfg, grid, prod, at) -> list[str]:
 
 NAME = "cp"
 CELL_COMMAND = "cp-cell"
+
+
+def record_skeleton(spec) -> dict:
+    """The record a cell (grid.spec.CellSpec) starts with (emulated.py; imported when called)."""
+    from .emulated import record_skeleton as skeleton
+
+    return skeleton(spec)
 
 
 def table_stems(grid: dict) -> list[str]:

@@ -16,7 +16,16 @@ from ..cell_entry import (
     run_command,
     say_outcome,
 )
-from .provenance import provenance, record_skeleton
+from .provenance import provenance
+
+
+def skeleton(spec) -> dict:
+    """The family's record_skeleton, imported only where a record of a cell that did not run is
+    written (this module imports neither torch nor the family's package)."""
+    from .emulated import record_skeleton
+
+    return record_skeleton(spec)
+
 
 COMMANDS = ("cp-cell",)
 
@@ -25,7 +34,7 @@ def cmd_cp_cell(a):
     """One rank of a distributed cell (start it with python -m attnbench.launch)."""
     spec = cell_spec(a)
     if a.timed_out_after is not None or a.crashed is not None:
-        return record_not_run(spec, a, record_skeleton)
+        return record_not_run(spec, a, skeleton)
     provenance(spec)  # the code its record names, hashed before the cell imports it
     from .cell import run_cp_cell
     from .emulated import is_emulated, run_emulated_cell

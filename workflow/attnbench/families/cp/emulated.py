@@ -190,3 +190,14 @@ def run_emulated_cell(spec: CellSpec, out_path, peak: dict | None = None):
     )
     write_record(record, out_path)
     return record
+
+
+def record_skeleton(spec) -> dict:
+    """The record with what ran (method and local kernel) and the CP tables' columns."""
+    if is_emulated(spec):  # cp.emulate: the record says so whatever its status
+        record = base_record(spec, {**C.implementation(spec), "emulated": True}, provenance(spec))
+        emulated_summary(record, spec)
+        return record
+    record = base_record(spec, C.implementation(spec), provenance(spec))
+    C.cp_summary(record, spec)
+    return record

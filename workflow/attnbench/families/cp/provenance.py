@@ -47,18 +47,3 @@ def _provenance(method: str, kernel: str, own: str) -> dict:
             f"local kernel {kernel}": catalog.library_version(kernel),
         },
     }
-
-
-def record_skeleton(spec) -> dict:
-    """The record with what ran (method and local kernel) and the CP tables' columns."""
-    from ...record.record import base_record
-    from .cell import cp_summary, implementation
-    from .emulated import emulated_summary, is_emulated
-
-    if is_emulated(spec):  # cp.emulate: the record says so whatever its status
-        record = base_record(spec, {**implementation(spec), "emulated": True}, provenance(spec))
-        emulated_summary(record, spec)
-        return record
-    record = base_record(spec, implementation(spec), provenance(spec))
-    cp_summary(record, spec)
-    return record

@@ -3,7 +3,7 @@ direction (the paper's kernel study). Cells run with `python -m attnbench cell` 
 
 from __future__ import annotations
 
-from .provenance import provenance, record_skeleton  # noqa: F401  (the family interface)
+from .provenance import provenance  # noqa: F401  (the family interface)
 
 # Imports inside the functions: a kernel cell imports this package, and what it imports is the
 # cell's code (record.code), which a record names and attnbench.currency compares. Grid expansion
@@ -24,6 +24,13 @@ def problems(cfg, grid, prod, at) -> list[str]:
 
 NAME = "kernel"
 CELL_COMMAND = "cell"
+
+
+def record_skeleton(spec) -> dict:
+    """The record a cell (grid.spec.CellSpec) starts with (cell.py; imported when called)."""
+    from .cell import record_skeleton as skeleton
+
+    return skeleton(spec)
 
 
 def table_stems(grid: dict) -> list[str]:

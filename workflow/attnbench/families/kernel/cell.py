@@ -478,3 +478,11 @@ def _measure_samples(record, kernel, spec: CellSpec):
             )
         raise
     return checked_outcome(record["samples"])
+
+
+def record_skeleton(spec) -> dict:
+    """The record a cell (grid.spec.CellSpec) starts with."""
+    from ...record.record import base_record
+    from .provenance import provenance
+
+    return base_record(spec, implementation(spec), provenance(spec))

@@ -19,7 +19,16 @@ from ..cell_entry import (
     run_command,
     say_outcome,
 )
-from .provenance import provenance, record_skeleton
+from .provenance import provenance
+
+
+def skeleton(spec) -> dict:
+    """The family's record_skeleton, imported only where a record of a cell that did not run is
+    written (this module imports neither torch nor the family's package)."""
+    from .cell import record_skeleton
+
+    return record_skeleton(spec)
+
 
 COMMANDS = ("cell", "point", "point-child")
 
@@ -59,7 +68,7 @@ def cmd_cell(a):
 
     spec = cell_spec(a)
     if a.timed_out_after is not None or a.crashed is not None:
-        return record_not_run(spec, a, record_skeleton)
+        return record_not_run(spec, a, skeleton)
     provenance(spec)  # the code its record names, hashed before the cell imports it
     measures = not ends_without_gpu(spec)
     if measures and a.worker_idle_s:

@@ -324,7 +324,7 @@ def run_point(
     crashed or timed-out contender recorded as such and the others measured again without it."""
     from ...launch import how_it_ended
     from ...record.not_run import not_run_record
-    from .provenance import record_skeleton
+    from .cell import record_skeleton
 
     _, contenders = read_point(point_path)
     peak = json.loads(Path(peak_path).read_text()) if peak_path else None

@@ -44,11 +44,3 @@ def _provenance(entry: str) -> dict:
             info.name: catalog.library_version(info),
         },
     }
-
-
-def record_skeleton(spec) -> dict:
-    """The record a cell (grid.spec.CellSpec) starts with."""
-    from ...record.record import base_record
-    from .cell import implementation
-
-    return base_record(spec, implementation(spec), provenance(spec))
