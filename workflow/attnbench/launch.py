@@ -395,6 +395,8 @@ def _run(
             return _record_with(cmd, [TIMED_OUT_FLAG, f"{limit_s:g}"])
     if record is None or told_to_stop:
         return returncode
+    if run and run not in ancestors():  # the cell ended with its run (run_lock.end_with_run)
+        return returncode
     if Path(record).exists():
         if returncode:
             print(
