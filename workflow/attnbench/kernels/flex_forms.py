@@ -13,7 +13,7 @@ in the forward and in the backward. Two ways to write the same visible(i, j):
              position test, on a run-time scalar.
 
 CHOSEN says which form each mask runs. On an H100 a direct formulation was 1.09-1.10x faster than
-the predicate (share_question 32K backward, causal_document 8K forward; issue 55) and 0.91x on
+the predicate (share_question 32K backward, causal_document 8K forward) and 0.91x on
 global_sliding_window 8K, whose predicate is already on global positions with scalars only: it keeps
 its predicate. Its `direct` entry here is attention-gym's Longformer form (a per-token is_global
 table), kept only to be measured (benchmarks/flex_mask_mod_forms.py). Masks whose predicate already
