@@ -177,7 +177,7 @@ def first_line(p: subprocess.CompletedProcess) -> str:
 
 def ran(p: subprocess.CompletedProcess) -> str:
     """How many cells a run measured and their statuses, from its per-cell lines
-    (attnbench.progress: '... | 2 of 2 done (1 ok, 1 oom)')."""
+    (attnbench.report.progress: '... | 2 of 2 done (1 ok, 1 oom)')."""
     lines = [x for x in (p.stdout + p.stderr).splitlines() if x.startswith("tiny: ")]
     if p.returncode:
         return f"exit {p.returncode}: {first_line(p)}"
@@ -559,7 +559,7 @@ def main():
 
     before = checksums(f.out)
     holder = subprocess.Popen(
-        [PY, "-c", "import sys, time; from attnbench.run_lock import RunLock\n"
+        [PY, "-c", "import sys, time; from attnbench.run.lock import RunLock\n"
          "with RunLock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)", str(f.out)],
         cwd=root, env=f.env, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

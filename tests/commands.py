@@ -1,5 +1,5 @@
 """The command lines the tests start, with the environment each needs: a command under the
-distributed launcher (attnbench.launch), a CP cell, the CP verification matrix, and Snakemake on a
+distributed launcher (attnbench.run.launch), a CP cell, the CP verification matrix, and Snakemake on a
 workflow in a folder; and what such a run leaves behind (records, Snakemake's plan and marks)."""
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def package_env(**extra: str) -> dict:
 
 
 def launched(launch_args, *command: str) -> list[str]:
-    """`python -m attnbench.launch LAUNCH_ARGS -- python COMMAND`."""
-    return [PY, "-m", "attnbench.launch", *launch_args, "--", PY, *command]
+    """`python -m attnbench.run.launch LAUNCH_ARGS -- python COMMAND`."""
+    return [PY, "-m", "attnbench.run.launch", *launch_args, "--", PY, *command]
 
 
 def cell_args(spec: dict, out: Path, *extra: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The matmul ceiling is the best measured on the machine (attnbench.ceiling): every measurement is
+"""The matmul ceiling is the best measured on the machine (attnbench.harness.ceiling): every measurement is
 kept per machine, and collect judges a cell against the highest ceiling known for its own machine,
 so that a ceiling measured under load (a real CPU cell judged `implausible` against it) is taken
 back by a later, higher one (the `peak` command, measuring for real), and no other machine's
@@ -8,11 +8,11 @@ import json
 
 import pytest
 from attnbench.__main__ import parser
-from attnbench.ceiling import FROM_RECORD, Machine, keep, kept_folder, read_kept
 from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.expand import cell_path
 from attnbench.grid.spec import CellSpec
+from attnbench.harness.ceiling import FROM_RECORD, Machine, keep, kept_folder, read_kept
 from attnbench.record.record import write_record
 from attnbench.record.validate import read_record
 from attnbench.report.collect import collect, collect_samples, read_records

@@ -1,4 +1,4 @@
-"""Whether a record on disk is still what a run would make (attnbench.currency), read from the
+"""Whether a record on disk is still what a run would make (attnbench.pipeline.currency), read from the
 record alone: its cell's config, the code it ran, its libraries, its status and time budget. And
 the committed H200 records, made before records named their code: drawn as they are, and said to
 be outdated."""
@@ -15,11 +15,11 @@ import sys
 
 import pandas as pd
 import pytest
-from attnbench import currency
 from attnbench.families import expand_cells, validate
 from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.expand import cell_path
 from attnbench.grid.spec import CellSpec
+from attnbench.pipeline import currency
 from attnbench.record.record import summarise, write_record
 from attnbench.record.validate import RecordError
 from commands import REPO, package_env

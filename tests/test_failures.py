@@ -17,7 +17,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from attnbench import launch
 from attnbench.families import expand_cells, validate
 from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.config import ConfigError, cell_timeout_s
@@ -27,6 +26,7 @@ from attnbench.harness.faults import HANG_ENV
 from attnbench.record.record import write_record
 from attnbench.record.validate import record_problems
 from attnbench.report.collect import read_cells
+from attnbench.run import launch
 from bounded import run_bounded
 from commands import (
     PY,
@@ -469,7 +469,7 @@ def test_a_job_that_fails_leaves_its_cell_missing_and_the_run_still_draws_what_f
         (launcher,) = [  # the stuck cell's launcher (Snakemake gives it relative paths)
             pid
             for pid in processes_mentioning(f"results/cells/int/kernel/{STUCK}.json")
-            if b"\0attnbench.launch\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"\0attnbench.run.launch\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
             and Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve()
         ]
         for pid in [launcher, *launch.descendants(launcher)]:

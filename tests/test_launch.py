@@ -7,8 +7,8 @@ import os
 import subprocess
 
 import pytest
-from attnbench import launch
 from attnbench.families import expand_cells, load_config
+from attnbench.run import launch
 from commands import REPO, cell_args, launched, package_env
 
 ALLREDUCE = REPO / "tests/slurm/workflow/allreduce.py"
@@ -154,7 +154,7 @@ def test_claim_after_import_starts_at_once_and_waits_for_the_gpu_inside(tmp_path
     and claims the GPU itself; two such cells on one GPU start together and measure one after the other.
     release_gpus() hands the GPU on before the process ends (a cell writing its record)."""
     probe = (
-        "import json, time; t0 = time.time(); from attnbench import launch; "
+        "import json, time; t0 = time.time(); from attnbench.run import launch; "
         "g = launch.claim_from_environment(); t1 = time.time(); time.sleep(2); t2 = t3 = time.time(); "
         + ("launch.release_gpus(); t3 = time.time(); time.sleep(3); " if release_early else "")
         + "print(json.dumps({'gpus': g, 'started': t0, 'claimed': t1, 'releasing': t2, "

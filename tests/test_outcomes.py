@@ -114,7 +114,7 @@ def launched_cell(folder, spec, tmp_path, *extra):
     in the log. Returns (launcher's status, record, log text)."""
     out, log = tmp_path / "record.json", tmp_path / "cell.log"
     cmd = [
-        PY, "-m", "attnbench.launch", "--time-limit-s", "120", "--record", str(out),
+        PY, "-m", "attnbench.run.launch", "--time-limit-s", "120", "--record", str(out),
         "--log", str(log), "--", PY, *cell_args(spec, out, *extra),
     ]  # fmt: skip
     env = package_env()

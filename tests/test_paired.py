@@ -178,7 +178,7 @@ def test_the_answer_over_real_records_rests_on_their_three_draws(document_record
 def test_the_tidy_tables_of_a_folder_hold_every_grids_records_and_samples(document_records):
     """regenerate's tidy tables (the collect rule's too): the union of every grid in the folder,
     in the per-sample table as in the cells' table."""
-    from attnbench.report.regenerate import tidy_table
+    from attnbench.pipeline.regenerate import tidy_table
 
     out, records = document_records
     df, samples = tidy_table(out, {}, {})  # no grid named now: every record under out/cells

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from attnbench import launch
+from attnbench.run import launch
 from snakemake.profiles import ProfileConfigFileParser
 
 REPO = Path(__file__).resolve().parents[1]

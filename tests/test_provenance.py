@@ -262,9 +262,11 @@ def test_a_kernel_cells_code_list_holds_every_file_its_processes_import(tmp_path
         deadline = time.monotonic() + 60
         while len(list(trace.glob("*.txt"))) < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
-    for name in ("__main__", "launch", "harness/process_state", "harness/cpu_math"):
+    for name in ("__main__", "run/launch", "harness/process_state", "harness/cpu_math"):
         assert f"attnbench/{name}.py" in record["code"]["files"]
-    assert ("attnbench/worker.py" in record["code"]["files"]) and not traced_files(trace, record)
+    assert ("attnbench/run/worker.py" in record["code"]["files"]) and not traced_files(
+        trace, record
+    )
     assert "attnbench/cli.py" not in record["code"]["files"]  # the other commands are not a cell's
 
 

@@ -1,4 +1,4 @@
-"""Every process of a run ends with it (run_lock): a cell whose launcher is killed dies at once,
+"""Every process of a run ends with it (run.lock): a cell whose launcher is killed dies at once,
 a process whose run is killed stops, and what it would still write is refused."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from attnbench.families import expand_cells, validate
 from attnbench.harness.faults import HANG_ENV
-from attnbench.launch import alive
+from attnbench.run.launch import alive
 from bounded import wait_until
 from commands import PY, cell_args, launched, package_env
 from tinygrids import config_running, kernel_grid
@@ -65,13 +65,13 @@ time.sleep(600)
 """
 
 WATCHED = """import time
-from attnbench.run_lock import end_with_run
+from attnbench.run.lock import end_with_run
 end_with_run()
 time.sleep(600)
 """
 
 WRITER = """import sys, time
-from attnbench import run_lock
+from attnbench.run import lock as run_lock
 from attnbench.record.record import RunGone, write_record
 run_lock._RUN.append(run_lock.run_to_watch())  # belongs to the run, without the watching thread
 assert run_lock._RUN[0] is not None and not run_lock.run_gone()

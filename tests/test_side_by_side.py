@@ -168,7 +168,7 @@ def test_a_plan_of_calls_keeps_each_point_whole(tmp_path):
 def test_a_measurement_is_never_replaced_by_unavailable(tmp_path):
     """A point run where its kernels cannot run (a GPU grid on a CPU machine) writes `unavailable`
     records; a record that holds a measurement (made on a GPU) stays as it is, as
-    attnbench.currency keeps it."""
+    attnbench.pipeline.currency keeps it."""
     from attnbench.families.kernel.point import write_point_record
 
     measured = next(iter(sorted((REPO / "results/h100/cells/h100_calibration").rglob("*.json"))))

@@ -327,7 +327,7 @@ def add_a_cp_method(c: Copy, tmp: Path):
     verify = [
         PY,
         "-m",
-        "attnbench.launch",
+        "attnbench.run.launch",
         "--nproc-per-node",
         "2",
         "--",

@@ -1,4 +1,4 @@
-"""The warm worker (attnbench.worker): cells measured one after another in one process keep their
+"""The warm worker (attnbench.run.worker): cells measured one after another in one process keep their
 own records and their failures' meaning (a crash fails the job, a stopped job stops its cell)."""
 
 import contextlib
@@ -12,9 +12,10 @@ import time
 
 import pytest
 from attnbench.families import expand_cells, load_config
+from attnbench.families.kernel.warm import RUNNER
 from attnbench.harness.faults import CRASH_ENV, HANG_ENV
-from attnbench.launch import alive
-from attnbench.worker import socket_path
+from attnbench.run.launch import alive
+from attnbench.run.worker import socket_path
 from bounded import wait_until
 from commands import PY, cell_args
 
@@ -111,7 +112,7 @@ def test_a_crash_fails_the_job_without_a_record_and_the_next_cell_gets_a_new_wor
 
 def worker_started(out) -> int | None:
     """The pid of the worker whose log says it started the cell writing `out`."""
-    for log in socket_path("cpu", 1).parent.glob("*.log"):
+    for log in socket_path(RUNNER, "cpu", 1).parent.glob("*.log"):
         for line in log.read_text().splitlines():
             if line.endswith(f": {out}"):
                 return int(line.split(" pid ")[1].split()[0])
@@ -270,7 +271,7 @@ def test_a_worker_whose_code_is_not_the_jobs_refuses_the_cell_and_ends(
     """A worker that imported other files than the job finds (edited in between: the key then
     matches, the code does not) measures nothing: it ends, and so does each new one that
     disagrees; no record is written."""
-    from attnbench.worker import WorkerError, run_in_worker
+    from attnbench.run.worker import WorkerError, run_in_worker
 
     request = {
         "spec": cells[0],
@@ -283,12 +284,12 @@ def test_a_worker_whose_code_is_not_the_jobs_refuses_the_cell_and_ends(
         "env": {},
     }
     with pytest.raises(WorkerError, match="no worker accepted the cell"):
-        run_in_worker(request, "cpu", 3, idle_s=30)
+        run_in_worker(request, RUNNER, "cpu", 3, idle_s=30)
     assert not (tmp_path / "never.json").exists()
     told = [line for line in capsys.readouterr().out.splitlines() if "this worker runs" in line]
     assert len(told) == 4 and len({line.split(":")[0] for line in told}) == 4  # 4 workers
     assert "the job's files hash to 000000000000" in told[0]
-    assert not socket_path("cpu", 3).exists()  # the last refusing worker ended too
+    assert not socket_path(RUNNER, "cpu", 3).exists()  # the last refusing worker ended too
 
 
 # ---------------------------------------------------------------- the worker's key: libraries, settings
@@ -323,17 +324,17 @@ def test_the_worker_key_follows_the_installed_libraries_and_keyed_variables(monk
     """An upgrade (another installed version of a library a record names) or another value of a
     keyed variable is another worker; a variable outside the key is not."""
     from attnbench.harness import environment
-    from attnbench.worker import keyed_env, passed_env
+    from attnbench.run.worker import keyed_env, passed_env
 
-    base = socket_path("cpu", 1)
+    base = socket_path(RUNNER, "cpu", 1)
     monkeypatch.setenv("ATTNBENCH_SOMETHING_ELSE", "1")
-    assert socket_path("cpu", 1) == base
+    assert socket_path(RUNNER, "cpu", 1) == base
     monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
-    tuned = socket_path("cpu", 1)
+    tuned = socket_path(RUNNER, "cpu", 1)
     assert tuned != base
     real = environment.library_versions()
     monkeypatch.setattr(environment, "library_versions", lambda: {**real, "torch": "99.0"})
-    assert socket_path("cpu", 1) not in (base, tuned)
+    assert socket_path(RUNNER, "cpu", 1) not in (base, tuned)
     env = {"CUDA_VISIBLE_DEVICES": "0", "NCCL_ALGO": "Ring", "HOME": "/root", "X": "1"}
     assert keyed_env(env) == {"CUDA_VISIBLE_DEVICES": "0", "NCCL_ALGO": "Ring"}
     assert passed_env(env) == {"HOME": "/root", "X": "1"}

@@ -1,7 +1,7 @@
 """Every rank's results (out, lse, dq, dk, dv, positions) of CP methods on a real gloo world,
 saved for tests/cp/test_cp_emulate.py to compare with the one-process emulation.
 
-    python -m attnbench.launch --nproc-per-node N -- python tests/cp/gloo_results.py OUT.pt
+    python -m attnbench.run.launch --nproc-per-node N -- python tests/cp/gloo_results.py OUT.pt
 
 The cases are emulate_cases.cases(N); rank 0 saves {case name: [rank results]}.
 """

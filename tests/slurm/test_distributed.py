@@ -3,7 +3,7 @@ cluster of two emulated nodes with two fake GPUs each (character devices behind 
 accounting (slurmdbd), so the profile checks job states with sacct.
 
 tests/slurm/workflow/Snakefile launches a gloo all_reduce the way a context-parallel cell does:
-resources from attnbench.launch.resources(), command `python -m attnbench.launch --nodes N
+resources from attnbench.run.launch.resources(), command `python -m attnbench.run.launch --nodes N
 --nproc-per-node P -- ...`. The GPU cell is a real kernel cell of the benchmark's own workflow.
 """
 

@@ -32,7 +32,8 @@
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 #   grids    the grids named in GRIDS, one after the other (T_GRIDS each)
 #   vendor   the vendors' own benchmarks (benchmarks/vendor_calibration.py, T_VENDOR) into OUTPUT_DIR/vendor
-#   paired   the h200_paired grid (T_PAIRED): the missing cells in order of the time the records of the same
+#   paired   the h200_paired grid, or the one PAIRED_GRID names (h100_paired on an H100; T_PAIRED):
+#            the missing cells in order of the time the records of the same
 #            points estimate, smallest first, as many as fit the budget (`attnbench records --budget-s`),
 #            in one Snakemake run; every call measures whole cells and brings them back
 #            (take_call_results.sh), the next call goes on with the next smallest; PAIRED_SKIP="KERNEL..."
@@ -169,7 +170,7 @@ mkdir -p "$outdir/cp_verify"
 
 # missing_cells GRID SECONDS "LENGTHS" "RECORDS OPTIONS" [snakemake arguments]: the grid's cells of
 # these lengths (and `attnbench records` options) that have no current record yet (missing or
-# outdated: attnbench.currency), in one Snakemake run
+# outdated: attnbench.pipeline.currency), in one Snakemake run
 missing_cells() {
   local name=$1 left=$2 lengths=$3 opts=$4 targets; shift 4
   targets=$(python -m attnbench records --grids "$name" --seqlen $lengths $opts --config "output_dir=$outdir")
@@ -209,7 +210,7 @@ if has verify && [ "$gpus" -ge 2 ]; then
     local world=${VERIFY_WORLD:-$gpus}
     [ "$world" -eq 2 ] || name="${name}_w$world"
     log "cp verify $name (NCCL, $world ranks, ${budget} s)"
-    timeout "$budget" python -m attnbench.launch --nproc-per-node "$world" --gpus-per-node "$world" -- \
+    timeout "$budget" python -m attnbench.run.launch --nproc-per-node "$world" --gpus-per-node "$world" -- \
       python -m attnbench.cp.verify --device cuda --head-dim 64 --tokens-per-rank 256 --timeout-s 30 \
       --out "$outdir/cp_verify/$name.jsonl" "$@" > "$outdir/cp_verify/$name.log" 2>&1
     log "cp verify $name exit $?: $(grep -E '^world' "$outdir/cp_verify/$name.log")"
@@ -289,7 +290,7 @@ if has sweep; then  # four cells per GPU at once: three start up (imports) while
     2>&1 | tee -a "$out/session.txt"
 fi
 if has paired; then  # the smallest estimated cells first, what fits the budget (tools/offline-gpu/README.md)
-  budget=${T_PAIRED:-480}
+  budget=${T_PAIRED:-480} paired=${PAIRED_GRID:-h200_paired}
   if [ -f .paired_calls/order.tsv ]; then  # the plan made before the calls (paired_plan.sh)
     # the planned cells without a record, in the plan's order, while their estimates fit the
     # budget less a minute; PAIRED_SKIP="KERNEL..." leaves out kernels not installed yet
@@ -299,15 +300,15 @@ if has paired; then  # the smallest estimated cells first, what fits the budget 
         if (sum + $1 > room) exit
         sum += $1; print $2 }' .paired_calls/order.tsv)
   else  # planned here from the records of the same points in the tree
-    targets=$(python -m attnbench records --grids h200_paired --budget-s "$((budget - 60))" \
+    targets=$(python -m attnbench records --grids "$paired" --budget-s "$((budget - 60))" \
       --config "output_dir=$outdir")
   fi
   if [ -n "$targets" ]; then
-    log "h200_paired: $(echo "$targets" | wc -l) cells, estimated to fit $((budget - 60)) s (${budget} s budget)"
+    log "$paired: $(echo "$targets" | wc -l) cells, estimated to fit $((budget - 60)) s (${budget} s budget)"
     timeout -s INT "$budget" snakemake $targets --profile profiles/local --cores "$(nproc)" \
-      --resources gpu=$((4 * gpus)) --scheduler greedy --config "run=[h200_paired]" "output_dir=$outdir" \
-      >> "$out/snakemake_h200_paired.log" 2>&1
-    log "h200_paired exit $?: $(ls "$outdir"/cells/h200_paired/kernel/*/*/*.json 2> /dev/null | wc -l) of 320 records"
+      --resources gpu=$((4 * gpus)) --scheduler greedy --config "run=[$paired]" "output_dir=$outdir" \
+      >> "$out/snakemake_$paired.log" 2>&1
+    log "$paired exit $?: $(ls "$outdir"/cells/"$paired"/kernel/*/*/*.json 2> /dev/null | wc -l) records"
   fi
 fi
 if has comm && [ "$gpus" -ge 2 ]; then  # the CP model's measured network (docs/cp-model.md)

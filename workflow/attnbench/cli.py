@@ -22,7 +22,7 @@ WORKFLOW_CONFIG = "config.yaml"
 def cmd_peak(a):
     import torch
 
-    from .ceiling import Machine, keep
+    from .harness.ceiling import Machine, keep
     from .harness.environment import fingerprint
     from .harness.inputs import torch_dtype
     from .harness.measure import matmul_ceiling
@@ -107,9 +107,9 @@ def cmd_regenerate(a):
     """Tidy table, tables, figures (and the report) from the records already on disk; runs no cell."""
     import time
 
+    from .pipeline.regenerate import regenerate, write_report
     from .report.collect import RecordError, ReportError
-    from .report.regenerate import regenerate, write_report
-    from .run_lock import RunLock, RunLocked
+    from .run.lock import RunLock, RunLocked
 
     t0 = time.perf_counter()
     cfg = config_of(a)
@@ -142,7 +142,7 @@ def cmd_check_config(a):
     cells = expand_cells(cfg)
     read = " over ".join(str(f) for f in reversed(config_files(files, WORKFLOW_CONFIG)))
     print(f"config ok ({read}): {len(cells)} cells in grids {', '.join(cfg['run'])}")
-    from .currency import config_report
+    from .pipeline.currency import config_report
     from .record.validate import RecordError
 
     try:
@@ -153,7 +153,7 @@ def cmd_check_config(a):
 
 
 def cmd_records(a):
-    """Record paths of the grids' cells still missing or outdated (attnbench.currency; not those
+    """Record paths of the grids' cells still missing or outdated (attnbench.pipeline.currency; not those
     it keeps: outdated_records: keep, or a device this environment cannot run), as Snakemake
     targets: a session with little device time runs the short lengths first
     (tools/offline-gpu/gpu_session.sh), so whatever it does not reach is the longest cells;
@@ -161,9 +161,9 @@ def cmd_records(a):
     prints the plan of calls of S seconds instead."""
     from collections import Counter
 
-    from .currency import of_config, to_make_again
     from .families import expand_cells
     from .grid.expand import cell_path
+    from .pipeline.currency import of_config, to_make_again
 
     cfg = config_of(a)
     out = Path(cfg["output_dir"])
@@ -423,7 +423,7 @@ def _report_parser(sub, name, what, fn, grid_config_help):
 
 
 def main(argv=None):
-    from .run_lock import end_with_run
+    from .run.lock import end_with_run
 
     p = parser()
     a = p.parse_args(argv)
@@ -458,7 +458,7 @@ def parser() -> argparse.ArgumentParser:
         "--keep",
         metavar="FOLDER",
         help="add the measurement to this machine's file there (<output_dir>/device/machines) "
-        "and write the highest ceiling kept (attnbench.ceiling)",
+        "and write the highest ceiling kept (attnbench.harness.ceiling)",
     )
     c.set_defaults(fn=cmd_peak)
     c = sub.add_parser("collect", help="cell records -> one tidy CSV")

@@ -8,11 +8,11 @@ UNSUPPORTED = "unsupported"
 UNAVAILABLE = "unavailable"
 INCORRECT = "incorrect"
 # Still running at the grid's time budget (cell_timeout_s): stopped by the launcher, which then
-# writes a record without timings (attnbench.launch --time-limit-s).
+# writes a record without timings (attnbench.run.launch --time-limit-s).
 TIMEOUT = "timeout"
 # The cell's process ended without writing its record (a segfault, a kill, an exit, an exception):
-# attnbench.launch --record then writes one saying how it ended, with the last lines of its log.
-# Never current: the next run retries the cell (attnbench.currency).
+# attnbench.run.launch --record then writes one saying how it ended, with the last lines of its log.
+# Never current: the next run retries the cell (attnbench.pipeline.currency).
 CRASHED = "crashed"
 # Faster than the device can compute: its TFLOP/s exceed the measured matmul ceiling by more than
 # PLAUSIBLE_OVER_CEILING, so a FLOP count or a timing is wrong. Timings kept, never compared.

@@ -10,7 +10,10 @@ from pathlib import Path
 # The package is installed in editable mode by the Makefile; this keeps a bare checkout working too.
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
-from attnbench import currency, families, launch, run_lock, snakemake_fixes
+from attnbench import families, snakemake_fixes
+from attnbench.pipeline import currency
+from attnbench.run import launch
+from attnbench.run import lock as run_lock
 from attnbench.codegraph import code_files
 from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml, report_settings
 from attnbench.grid.expand import cell_path, point_id, stable_hash
@@ -42,7 +45,7 @@ RUN = CFG["run"]
 GRIDS = {g: CFG["grids"][g] for g in RUN}
 CELLS = {f"{OUT}/{cell_path(c)}": c for c in families.expand_cells(CFG)}
 PKG = str(Path(workflow.basedir) / "workflow" / "attnbench")
-# The cells this process starts end when it does, even killed (attnbench.launch watches it).
+# The cells this process starts end when it does, even killed (attnbench.run.launch watches it).
 os.environ[run_lock.RUN_PID_ENV] = str(os.getpid())
 LOCK = run_lock.RunLock(OUT)
 JSON_FILES = {}  # what the rules' commands read from files (as_file), written when the run starts
@@ -57,14 +60,14 @@ wildcard_constraints:
 
 
 CELL_RULES = ("kernel_cell", "point_record", "cp_cell")
-PROGRESS = None  # attnbench.progress.Progress of this run, made at its first finished cell
+PROGRESS = None  # attnbench.report.progress.Progress of this run, made at its first finished cell
 
 
 def cell_finished(job):
-    """The line a finished cell's job logs (attnbench.progress): the cell, its status and seconds,
+    """The line a finished cell's job logs (attnbench.report.progress): the cell, its status and seconds,
     the counts so far by status, the time left."""
     global PROGRESS
-    from attnbench.progress import Progress
+    from attnbench.report.progress import Progress
 
     if job.rule.name not in CELL_RULES:
         return None
@@ -116,7 +119,7 @@ def as_file(obj):
     return path
 
 
-# Records a run would not make as they are (attnbench.currency), judged once, by the process that
+# Records a run would not make as they are (attnbench.pipeline.currency), judged once, by the process that
 # runs the workflow, from the records themselves. Their cells list OUTDATED_LIST as an input, newer
 # than their record: Snakemake makes them again. Every other cell lists it too, as ancient (its
 # time is not compared), so that the set of a cell's inputs never changes.
@@ -188,7 +191,7 @@ def point_cells(wc):
 
 def point_outdated_input(wc):
     """A point is measured again, all its contenders side by side, when any of its records is
-    outdated (attnbench.currency) or missing (deleted to measure it again)."""
+    outdated (attnbench.pipeline.currency) or missing (deleted to measure it again)."""
     cells = POINTS[point_file(wc)]
     again = any(p in RERUN or not os.path.exists(p) for p in cells)
     return WRITTEN_LIST if again and os.path.exists(point_file(wc)) else ancient(OUTDATED_LIST)
@@ -197,7 +200,8 @@ def point_outdated_input(wc):
 def point_record_input(wc):
     """The point's file of records a record is taken from; none where the point has no such file
     and each of its records is on disk and current or kept (made before point jobs, or on
-    another machine: attnbench.currency): those stay as they are, never measured again here."""
+    another machine: attnbench.pipeline.currency): those stay as they are, never measured again here.
+    """
     point = POINT_OF[record_of(wc)]
     if os.path.exists(point):
         return point
@@ -235,7 +239,8 @@ def point_spec_file(wc):
 
 def cell_spec_file(wc, family=None):
     """The file the cell reads its spec from (grid.json_files: named by the record, so that this
-    parameter never changes: whether a record is current is attnbench.currency's to say)."""
+    parameter never changes: whether a record is current is attnbench.pipeline.currency's to say).
+    """
     cell_of(wc, family)  # a path of no cell of this config is an error here, naming the grids
     return spec_file(OUT, record_of(wc, family))
 
@@ -330,9 +335,9 @@ def records_not_on_disk():
 def write_tidy_table(records, cells, samples, log):
     """The collect rule's work, in Python rather than a shell command: the records can be more
     than a command line holds. The tables are the union of every grid's records in the output
-    folder (attnbench.report.regenerate.tidy_table): one row per cell, with the `outdated` column, and
+    folder (attnbench.pipeline.regenerate.tidy_table): one row per cell, with the `outdated` column, and
     one per cell and sample (the per-sample table the paired answers read)."""
-    from attnbench.report.regenerate import tidy_table
+    from attnbench.pipeline.regenerate import tidy_table
     from attnbench.report.collect import write_cells
 
     budgets = {g: cell_timeout_s(GRIDS[g]) for g in RUN}
@@ -372,14 +377,16 @@ def cp_launch_args(wc):
 
 
 def cp_resource(name):
-    """Slurm/local resources of a cp cell's nodes x ranks (attnbench.launch.resources)."""
+    """Slurm/local resources of a cp cell's nodes x ranks (attnbench.run.launch.resources)."""
     return lambda wc: launch.resources(*cp_placement(wc))[name]
 
 
 # ---------------------------------------------------------------- the run's start and end
 
 
-RUN_STARTED = time.monotonic()  # the time left is counted from the start (attnbench.progress)
+RUN_STARTED = (
+    time.monotonic()
+)  # the time left is counted from the start (attnbench.report.progress)
 
 
 def start_run():
@@ -400,7 +407,7 @@ def end_run(ok):
     """After the last job: where the run did not finish, draw what did (the tidy table, tables and
     figures from the records on disk, their captions listing the missing cells); then the closing
     summary (every crashed and missing cell), and the lock is released."""
-    from attnbench.progress import closing_summary
+    from attnbench.report.progress import closing_summary
 
     try:
         if not ok:
@@ -412,7 +419,7 @@ def end_run(ok):
 
 
 def draw_what_finished():
-    from attnbench.report.regenerate import regenerate
+    from attnbench.pipeline.regenerate import regenerate
 
     logger.info("some jobs failed: drawing the tables and figures of the records on disk")
     try:

@@ -1,4 +1,4 @@
-# One job per context-parallel cell: N ranks started by attnbench.launch (torchrun on one node;
+# One job per context-parallel cell: N ranks started by attnbench.run.launch (torchrun on one node;
 # srun + torchrun with a c10d rendezvous across nodes). Rank 0 writes the record. A cell still
 # running at the grid's cell_timeout_s is stopped and recorded as `timeout` by the launcher; a
 # collective that waits past cp.timeout_s before that ends the ranks, and the launcher writes a
@@ -9,7 +9,7 @@ rule cp_cell:
     input:
         # ancient: measuring the ceiling again must not rerun every cell
         peak=lambda wc: ancient(peak_file(cp_cell_of(wc))),
-        # newer than the record where the record is outdated (attnbench.currency): made again
+        # newer than the record where the record is outdated (attnbench.pipeline.currency): made again
         outdated=lambda wc: outdated_input(wc, "cp"),
     output:
         f"{OUT}/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.json",
@@ -21,7 +21,7 @@ rule cp_cell:
     threads: lambda wc: cp_ranks(wc) if cp_cell_of(wc)["device"] == "cpu" else 1
     resources:
         # nodes, GPUs, tasks, cpus per task (and `mpi` across nodes, so the plugin does not wrap
-        # the launcher in srun): see attnbench.launch.resources
+        # the launcher in srun): see attnbench.run.launch.resources
         **{name: cp_resource(name) for name in launch.RESOURCE_NAMES},
         runtime=lambda wc, attempt: GRIDS[wc.grid]["runtime_min"] * attempt,
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
@@ -32,8 +32,8 @@ rule cp_cell:
         spec=lambda wc: cell_spec_file(wc, "cp"),
         launch=lambda wc: cp_launch_args(wc),
     shell:
-        # --record: ranks that end without the record give a `crashed` one (attnbench.launch)
-        "python -m attnbench.launch {params.launch} --time-limit-s {resources.cell_timeout_s}"
+        # --record: ranks that end without the record give a `crashed` one (attnbench.run.launch)
+        "python -m attnbench.run.launch {params.launch} --time-limit-s {resources.cell_timeout_s}"
         " --record {output:q} --log {log:q} --"
         " python -m attnbench cp-cell --spec {params.spec:q} --peak {input.peak:q}"
         " --out {output:q} > {log:q} 2>&1"

@@ -71,7 +71,7 @@ rule comm_bench:
     params:
         gpus=lambda wc: wc.ranks if wc.device == "cuda" else 0,
     shell:
-        "python -m attnbench.launch --nproc-per-node {wildcards.ranks}"
+        "python -m attnbench.run.launch --nproc-per-node {wildcards.ranks}"
         " --gpus-per-node {params.gpus} --"
         " python -m attnbench.cp_model.commbench --device {wildcards.device} --out {output:q}"
         " > {log:q} 2>&1"

@@ -18,9 +18,9 @@ rule device_peak:
     shell:
         # launch: on one machine the cell claims a GPU of its own once started (Snakemake counts GPU
         # jobs, assigns none); with --resources gpu above the GPUs present, cells overlap their start-up
-        "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import --"
+        "python -m attnbench.run.launch --gpus-per-node {resources.gpu} --claim-after-import --"
         " python -m attnbench peak --device {wildcards.device} --dtype {wildcards.dtype}"
-        # every measurement is kept per machine; the cells get the highest (attnbench.ceiling)
+        # every measurement is kept per machine; the cells get the highest (attnbench.harness.ceiling)
         " --out {output:q} --keep {params.machines:q} > {log:q} 2>&1"
 
 
@@ -28,7 +28,7 @@ rule kernel_cell:
     input:
         # ancient: measuring the ceiling again must not rerun every cell
         peak=lambda wc: ancient(peak_file(cell_of(wc))),
-        # newer than the record where the record is outdated (attnbench.currency): made again
+        # newer than the record where the record is outdated (attnbench.pipeline.currency): made again
         outdated=lambda wc: outdated_input(wc),
     output:
         f"{OUT}/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.json",
@@ -52,14 +52,14 @@ rule kernel_cell:
         mem_mb=lambda wc, attempt: GRIDS[wc.grid]["mem_mb"] * attempt,
         # the time budget: a resource, not a param, so that changing it reruns no finished cell
         cell_timeout_s=lambda wc: cell_timeout_s(GRIDS[wc.grid]),
-        # a warm process per GPU measures the cells (attnbench.worker); a resource, as above
+        # a warm process per GPU measures the cells (attnbench.run.worker); a resource, as above
         worker_idle_s=lambda wc: GRIDS[wc.grid]["worker_idle_s"],
     params:
         # the cell's parameters, in a file (grid.json_files)
         spec=lambda wc: cell_spec_file(wc),
     shell:
-        # --record: a process that ends without its record gets a `crashed` one (attnbench.launch)
-        "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import"
+        # --record: a process that ends without its record gets a `crashed` one (attnbench.run.launch)
+        "python -m attnbench.run.launch --gpus-per-node {resources.gpu} --claim-after-import"
         " --time-limit-s {resources.cell_timeout_s} --record {output:q} --log {log:q} --"
         " python -m attnbench cell --spec {params.spec:q} --peak {input.peak:q} --threads {threads}"
         " --worker-idle-s {resources.worker_idle_s} --out {output:q} > {log:q} 2>&1"
@@ -90,7 +90,7 @@ rule kernel_point:
     params:
         point=lambda wc: point_spec_file(wc),
     shell:
-        "python -m attnbench.launch --gpus-per-node {resources.gpu} --claim-after-import"
+        "python -m attnbench.run.launch --gpus-per-node {resources.gpu} --claim-after-import"
         " --time-limit-s {resources.point_timeout_s} --log {log:q} --"
         " python -m attnbench point --point {params.point:q} --peak {input.peak:q} --threads {threads}"
         " --log {log:q} --out {output:q} > {log:q} 2>&1"

@@ -1,6 +1,6 @@
 """The correctness matrix of every method on the current job's ranks (CPU with gloo, GPU with NCCL).
 
-    python -m attnbench.launch --nproc-per-node N -- python -m attnbench.cp.verify --device cpu --out F.jsonl
+    python -m attnbench.run.launch --nproc-per-node N -- python -m attnbench.cp.verify --device cpu --out F.jsonl
 
 Every method x degrees x mask x local kernel that this world size admits (and the ones it does
 not, which must say `unsupported`): GQA heads, documents whose lengths are not multiples of 2R,

@@ -1,6 +1,6 @@
 """A small communication benchmark: all-to-all, ring send/recv and all-gather across message sizes.
 
-    python -m attnbench.launch --nproc-per-node N -- python -m attnbench.cp_model.commbench \
+    python -m attnbench.run.launch --nproc-per-node N -- python -m attnbench.cp_model.commbench \
         --device cpu|cuda --out comm.json [--sizes-mib 1 4 16 64]
 
 NCCL on GPUs, gloo on the CPU (the same code). Bytes per rank are counted as cp/comm.py counts

@@ -6,7 +6,7 @@
     CELL_COMMAND             the `python -m attnbench` subcommand that runs one cell (`cell`: the
                              kernel rule runs it, kernels.smk; `cp-cell`: context_parallel.smk)
     record_skeleton(spec)    the record a cell starts with (as is for a cell stopped at its budget)
-    provenance(spec)         the code and libraries a cell runs with (record.code; currency.py)
+    provenance(spec)         the code and libraries a cell runs with (record.code; pipeline/currency.py)
     table_stems(grid), figure_stems(grid)            the files its tables and figures write
     tables.py, figures.py    its two modules (the same names in every family) holding
                              tables(df, out, samples) -> paths, table_captions(df) -> ({stem: text}, {stem: rst}),

@@ -9,11 +9,11 @@ import json
 import sys
 
 TIMED_OUT_HELP = (
-    "only write the cell's `timeout` record: attnbench.launch --time-limit-s stopped it after "
+    "only write the cell's `timeout` record: attnbench.run.launch --time-limit-s stopped it after "
     "SECONDS (run nothing)"
 )
 CRASHED_HELP = (
-    "only write the cell's `crashed` record: attnbench.launch --record saw its process end "
+    "only write the cell's `crashed` record: attnbench.run.launch --record saw its process end "
     "without one; JSON of how it ended and the last lines of its log (run nothing)"
 )
 SPEC_HELP = "the cell's parameters: a JSON file (as the workflow passes them), or inline JSON"
@@ -37,7 +37,7 @@ def claim_gpu_after_start(device, kernel=None):
         import torch  # noqa: F401
 
         from ..harness.environment import prefetch
-        from ..launch import claim_from_environment
+        from ..run.launch import claim_from_environment
 
         prefetch()
         if kernel:
@@ -93,8 +93,8 @@ def cell_spec(a):
 
 def start_cell_process() -> None:
     """A cell's process ends with its parent (the launcher, torchrun, a point's job) and with its
-    run (run_lock): a record is accepted only from a process of the run that is measuring."""
-    from ..run_lock import die_with_parent, end_with_run
+    run (run.lock): a record is accepted only from a process of the run that is measuring."""
+    from ..run.lock import die_with_parent, end_with_run
 
     die_with_parent()
     end_with_run()

@@ -175,10 +175,16 @@ def _number(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+# The valid range of each setting of report.verdict (report.paired.Verdict): alpha below 1/2 (a
+# one-sided test at 1/2 calls a coin toss significant), the threshold a ratio from 1 (none) to 1.5
+# (a 50% difference: beyond that no kernel needs a practical threshold).
+ALPHA_RANGE = (0.0, 0.5)  # exclusive at both ends
+THRESHOLD_RANGE = (1.0, 1.5)  # inclusive
+
+
 def _report_problems(cfg) -> list[str]:
     """report.verdict: each setting within its range (report.paired.Verdict), named with the bad
     value and the valid range."""
-    from ..report.paired import ALPHA_RANGE, THRESHOLD_RANGE
 
     report = cfg.get("report")
     verdict = report.get("verdict") if isinstance(report, dict) else None

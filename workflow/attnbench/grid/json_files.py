@@ -7,7 +7,7 @@ A report rule's settings are named by the SHA-256 of their content, under
 <output_dir>/.attnbench/json/: once written such a file never changes, and the rule's parameter
 (the path) changes exactly when the content does, so that new settings redraw. A cell's spec is
 named by its record's path, under <output_dir>/.attnbench/specs/: the rule's parameter never
-changes, since whether a record is current is decided from the record (attnbench.currency), not
+changes, since whether a record is current is decided from the record (attnbench.pipeline.currency), not
 from Snakemake's memory of a parameter. Snakemake's process writes both when a run starts
 (workflow/rules/common.smk, onstart), holding the output folder's lock, before any job.
 """

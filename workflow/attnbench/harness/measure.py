@@ -422,7 +422,7 @@ def matmul_peak_tflops(device, dtype, n: int | None = None, reps: int = 10) -> d
 
 def matmul_ceiling(device, dtype, runs: int = 3, pause_s: float = 1.0) -> dict:
     """The best of `runs` matmul_peak_tflops measurements, `pause_s` apart: load that comes and
-    goes on a shared machine lowers some of them, not the best (attnbench.ceiling keeps the best
+    goes on a shared machine lowers some of them, not the best (attnbench.harness.ceiling keeps the best
     over every run of the command too). Each run's TFLOP/s are listed."""
     found = []
     for i in range(runs):

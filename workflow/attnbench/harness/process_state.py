@@ -1,5 +1,5 @@
 """The per-process settings a cell may change and the next cell of the same process would inherit:
-the warm worker (attnbench.worker) measures cells one after another, so it takes these once when
+the warm worker (attnbench.run.worker) measures cells one after another, so it takes these once when
 it starts and puts them back before every cell, and a record says which ones its cell changed.
 
 Threads (intra-op; inter-op can only be read once work ran), the default dtype and device, float32

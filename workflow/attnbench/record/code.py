@@ -1,7 +1,7 @@
 """The code and libraries a cell's record was made with: the package files the cell runs (its
 family's cell module, what it imports, transitively, and the kernel's or method's modules loaded
 by name; attnbench.codegraph), your own kernel's files, and the versions of the libraries it
-depends on. Every record carries them (`code`, `libraries`), and attnbench.currency compares them
+depends on. Every record carries them (`code`, `libraries`), and attnbench.pipeline.currency compares them
 with what a run would use now.
 
 A file's hash is taken once per process and kept: in the warm worker, which imported the files at

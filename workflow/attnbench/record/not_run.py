@@ -1,4 +1,4 @@
-"""The record of a cell whose process did not write one (attnbench.launch runs the cell's command
+"""The record of a cell whose process did not write one (attnbench.run.launch runs the cell's command
 again to write it): stopped at its time budget (`timeout`), or ended without a record (`crashed`,
 with how it ended and the last lines of its log). No timings."""
 
@@ -44,7 +44,7 @@ def not_run_record(
 ) -> dict:
     """The record of a cell whose own process wrote none, without timings: stopped at its time
     budget (`timeout`), or ended without a record (`crashed`: how it ended, from
-    attnbench.launch, and the last lines of its log). The family's `skeleton(spec)` (its
+    attnbench.run.launch, and the last lines of its log). The family's `skeleton(spec)` (its
     record_skeleton) gives the rest (CP's: also its tables' columns)."""
     from .. import status as S
     from .record import finish_record

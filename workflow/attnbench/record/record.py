@@ -38,7 +38,9 @@ def base_record(spec: CellSpec, implementation: dict, provenance: dict) -> dict:
         "config_sha256": stable_hash(cell, 64),
         "cell": cell,
         "kernel": implementation,
-        "code": provenance["code"],  # record.code.cell_code: what attnbench.currency compares
+        "code": provenance[
+            "code"
+        ],  # record.code.cell_code: what attnbench.pipeline.currency compares
         "libraries": provenance["libraries"],
         "data_seed": data_seed(spec.problem),
         "started_at": now(),
@@ -178,8 +180,8 @@ def content_sha256(record: dict) -> str:
 def write_record(record: dict, path) -> None:
     """Write atomically (a file of this process' own, renamed over the record): a crash never
     leaves a half-written record behind, and two writers never mix. Refused (RunGone) in a
-    process whose run has ended (run_lock.run_gone): its record would be accepted by the next."""
-    from ..run_lock import run_gone
+    process whose run has ended (run.lock.run_gone): its record would be accepted by the next."""
+    from ..run.lock import run_gone
 
     if run_gone():
         raise RunGone(f"{path}: not written: the run that started this process has ended")

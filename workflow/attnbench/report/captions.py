@@ -192,7 +192,7 @@ def unfinished(df: pd.DataFrame, missing=()) -> str:
 
 
 def outdated(df: pd.DataFrame) -> str:
-    """How many records a run would not make as they are (attnbench.currency), and why."""
+    """How many records a run would not make as they are (attnbench.pipeline.currency), and why."""
     if "outdated" not in df:
         return ""
     why = df["outdated"].dropna().astype(str)

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..ceiling import Ceiling, Ceilings
 from ..grid.expand import output_root, stable_hash
+from ..harness.ceiling import Ceiling, Ceilings
 from ..record.validate import RecordError, read_all  # noqa: F401  (RecordError: what collect raises)
 from ..status import IMPLAUSIBLE, OK, implausible_reason
 
@@ -72,7 +72,7 @@ COLUMNS = [
     *TIMINGS,
     "matmul_peak_tflops",
     # the ceiling the status was judged against: the record's own, or a higher one measured later
-    # on the same machine (attnbench.ceiling), and which
+    # on the same machine (attnbench.harness.ceiling), and which
     "ceiling_tflops",
     "ceiling_from",
     *MEMORY_AND_CHECK,
@@ -188,7 +188,7 @@ class Judged:
 
 def judged(record: dict, path: str, ceilings: Ceilings) -> Judged:
     """The record's status against the highest matmul ceiling known for its machine in its
-    output folder (attnbench.ceiling). An ok record above it is implausible (also one made before
+    output folder (attnbench.harness.ceiling). An ok record above it is implausible (also one made before
     cells judged it); a record made implausible against a lower ceiling (one measured under load)
     that is within this one reads ok, its reason saying so. The record itself keeps what it saw."""
     status, reason = record["status"], record.get("status_reason")

@@ -43,12 +43,6 @@ BANDS = "p20-p80 apart"  # Comparison.rule: few draws, decided on the repetition
 # the sign test over the windows, each contender's window k taken in the same round as the others'
 WINDOWS = "sign test over windows"
 
-# The valid range of each setting (grid.config validates config.yaml's report.verdict with them):
-# alpha below 1/2 (a one-sided test at 1/2 calls a coin toss significant), the threshold a ratio
-# from 1 (none) to 1.5 (a 50% difference: beyond that no kernel needs a practical threshold).
-ALPHA_RANGE = (0.0, 0.5)  # exclusive at both ends
-THRESHOLD_RANGE = (1.0, 1.5)  # inclusive
-
 
 @dataclass(frozen=True)
 class Verdict:

@@ -1,12 +1,12 @@
 """Family `cp`: context-parallel methods over N ranks (attnbench.cp), each cell one distributed
-job started by attnbench.launch (`python -m attnbench cp-cell`, cell.py)."""
+job started by attnbench.run.launch (`python -m attnbench cp-cell`, cell.py)."""
 
 from __future__ import annotations
 
 from .provenance import provenance  # noqa: F401  (the family interface)
 
 # Imports inside the functions: a cp cell imports this package, and what it imports is the cell's
-# code (record.code), which attnbench.currency compares. Grid expansion is not what it runs.
+# code (record.code), which attnbench.pipeline.currency compares. Grid expansion is not what it runs.
 
 
 def expand(cfg: dict, gname: str) -> list[dict]:

@@ -1,6 +1,6 @@
 """One distributed CP cell: every rank runs this under torchrun; rank 0 writes the record.
 
-    python -m attnbench.launch --nproc-per-node N -- python -m attnbench cp-cell --spec JSON --out FILE
+    python -m attnbench.run.launch --nproc-per-node N -- python -m attnbench cp-cell --spec JSON --out FILE
 
 Phases (setup, timing, breakdown, memory and bytes, correctness) each end with a status
 agreement over all ranks (run.agree), so an out-of-memory error on one rank gives `oom` on

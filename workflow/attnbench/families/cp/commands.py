@@ -1,4 +1,4 @@
-"""The CP family's command, run by each rank of its cells (under attnbench.launch / torchrun):
+"""The CP family's command, run by each rank of its cells (under attnbench.run.launch / torchrun):
 `cp-cell`. `python -m attnbench` hands it here before it reads any other command
 (attnbench/__main__.py), so a cell's process runs only the files its record lists."""
 
@@ -31,7 +31,7 @@ COMMANDS = ("cp-cell",)
 
 
 def cmd_cp_cell(a):
-    """One rank of a distributed cell (start it with python -m attnbench.launch)."""
+    """One rank of a distributed cell (start it with python -m attnbench.run.launch)."""
     spec = cell_spec(a)
     if a.timed_out_after is not None or a.crashed is not None:
         return record_not_run(spec, a, skeleton)
@@ -49,7 +49,8 @@ def cmd_cp_cell(a):
 
 def add_parsers(sub) -> None:
     c = sub.add_parser(
-        "cp-cell", help="one rank of a context-parallel cell (under attnbench.launch / torchrun)"
+        "cp-cell",
+        help="one rank of a context-parallel cell (under attnbench.run.launch / torchrun)",
     )
     cell_options(c, "the record (written by rank 0)")
     c.set_defaults(fn=cmd_cp_cell)

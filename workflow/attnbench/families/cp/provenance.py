@@ -14,7 +14,7 @@ def provenance(spec: CellSpec) -> dict:
     """The code a cell runs (its cell modules, what they import, the method's module and the
     local kernels' adapters, which are loaded by name: every local kernel for `auto`; for your
     own method, its package's files and every built-in method, any of which it may build on) and
-    the libraries whose versions it depends on: record.code, compared by attnbench.currency."""
+    the libraries whose versions it depends on: record.code, compared by attnbench.pipeline.currency."""
     return copy.deepcopy(_provenance(spec.impl, spec.cp.local_kernel, spec.own_class or ""))
 
 
@@ -29,7 +29,7 @@ def _provenance(method: str, kernel: str, own: str) -> dict:
     # every file a cell's processes run: its command's entry (attnbench/__main__.py hands it to
     # commands.py), the launcher, the cell itself (tests/test_provenance.py checks this against
     # an import trace of a real cell)
-    modules = [f"{PACKAGE}.__main__", f"{PACKAGE}.launch", f"{__package__}.commands"]
+    modules = [f"{PACKAGE}.__main__", f"{PACKAGE}.run.launch", f"{__package__}.commands"]
     modules += [f"{__package__}.cell", f"{__package__}.emulated"]
     if own:  # every built-in method's module (a module of the package's cp/ folder)
         cp_dir = Path(catalog.__file__).parent

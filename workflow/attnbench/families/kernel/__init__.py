@@ -6,7 +6,7 @@ from __future__ import annotations
 from .provenance import provenance  # noqa: F401  (the family interface)
 
 # Imports inside the functions: a kernel cell imports this package, and what it imports is the
-# cell's code (record.code), which a record names and attnbench.currency compares. Grid expansion
+# cell's code (record.code), which a record names and attnbench.pipeline.currency compares. Grid expansion
 # and file names are not what a cell measures with.
 
 

@@ -10,7 +10,6 @@ import time
 
 import numpy as np
 
-from ... import launch
 from ... import status as S
 from ...grid.spec import CellSpec
 from ...harness.faults import crash_if_asked, hang_if_asked
@@ -34,6 +33,7 @@ from ...harness.samples import (
 from ...kernels import catalog
 from ...kernels.import_memo import known_to_load, remember_loads
 from ...record.record import base_record, finish_record
+from ...run import launch
 from .provenance import provenance
 
 

@@ -34,9 +34,12 @@ COMMANDS = ("cell", "point", "point-child")
 
 
 def cell_in_worker(spec, a) -> None:
-    """--worker-idle-s: claim the GPU, then let the GPU's warm worker measure (attnbench.worker)."""
-    from ... import STARTED, launch
-    from ...worker import passed_env, run_in_worker
+    """--worker-idle-s: claim the GPU, then let the GPU's warm worker measure (attnbench.run.worker,
+    running warm.measure)."""
+    from ... import STARTED
+    from ...run import launch
+    from ...run.worker import passed_env, run_in_worker
+    from .warm import RUNNER, own_code_key
 
     gpu = "cpu"
     if spec.device == "cuda":
@@ -54,7 +57,8 @@ def cell_in_worker(spec, a) -> None:
         "gpu_wait_s": launch.CLAIM_WAIT_S,
         "env": passed_env(os.environ),  # the rest are the worker's key
     }
-    answer = run_in_worker(request, gpu, a.threads or 0, a.worker_idle_s)
+    own_code = own_code_key(request["spec"].get("kernel_class"))
+    answer = run_in_worker(request, RUNNER, gpu, a.threads or 0, a.worker_idle_s, own_code)
     if "error" in answer:
         sys.exit(f"the cell failed in the worker:\n{answer['error']}")
     print(answer["output"], end="")
@@ -89,8 +93,8 @@ def cmd_cell(a):
 def cmd_point(a):
     """A grid point's contenders side by side in one job (families/kernel/point.py): one file of
     their records, which the workflow's per-cell rule takes apart."""
-    from ... import launch
     from ...record.record import write_record
+    from ...run import launch
     from .point import read_point, run_point
 
     try:
@@ -120,7 +124,7 @@ def add_parsers(sub) -> None:
         type=float,
         default=0,
         help="measure in this GPU's warm worker process, which ends after this many idle "
-        "seconds (attnbench.worker); 0: in this process",
+        "seconds (attnbench.run.worker); 0: in this process",
     )
     c.set_defaults(fn=cmd_cell)
     c = sub.add_parser(

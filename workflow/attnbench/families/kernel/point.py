@@ -99,7 +99,6 @@ def _emit(progress, **event) -> None:
 
 def measure_point(contenders: list[Contender], peak: dict | None, progress) -> dict[str, dict]:
     """Every contender's record (out -> record), measured side by side in this process."""
-    from ... import launch
     from ...harness.control import drift, settle_machine, time_controls
     from ...harness.faults import crash_if_asked, hang_if_asked
     from ...harness.inputs import mask_rng, torch_dtype
@@ -107,6 +106,7 @@ def measure_point(contenders: list[Contender], peak: dict | None, progress) -> d
     from ...harness.samples import CheckOutOfMemory, checked_outcome, n_samples
     from ...kernels.base import load
     from ...record.record import base_record, finish_record
+    from ...run import launch
     from .cell import (
         SampleRun,
         availability_reason,
@@ -322,8 +322,8 @@ def run_point(
 ) -> dict[str, dict]:
     """Every contender's record: measured side by side by children of this process, each
     crashed or timed-out contender recorded as such and the others measured again without it."""
-    from ...launch import how_it_ended
     from ...record.not_run import not_run_record
+    from ...run.launch import how_it_ended
     from .cell import record_skeleton
 
     _, contenders = read_point(point_path)
@@ -432,7 +432,7 @@ def write_point_record(point_records: str, out: str, log: str | None = None) -> 
 
 def _keeps_its_measurement(out: str, new: dict) -> bool:
     """Whether the record at `out` stays: a measurement (on a GPU, say) where the point's job here
-    could only say `unavailable` (attnbench.currency keeps such records too: kept: in outdated.txt)."""
+    could only say `unavailable` (attnbench.pipeline.currency keeps such records too: kept: in outdated.txt)."""
     if new.get("status") != S.UNAVAILABLE or not Path(out).exists():
         return False
     try:

@@ -12,7 +12,7 @@ from ...grid.spec import CellSpec
 def provenance(spec: CellSpec) -> dict:
     """The code a cell runs (its cell module, what that imports, and the kernel's adapter, which
     is loaded by name; your own kernel's files) and the libraries whose versions it depends on
-    (torch, numpy, which draws the masks, and the kernel's): record.code, compared by attnbench.currency."""
+    (torch, numpy, which draws the masks, and the kernel's): record.code, compared by attnbench.pipeline.currency."""
     return copy.deepcopy(_provenance(spec.entry))
 
 
@@ -23,10 +23,11 @@ def _provenance(entry: str) -> dict:
     from ...record.code import cell_code
 
     # every file a cell's processes run: its command's entry (attnbench/__main__.py hands it to
-    # commands.py), the launcher, the warm worker, the cell itself (tests/test_provenance.py
+    # commands.py), the launcher, the warm worker and its kernel side (named to it by module and
+    # function, which attnbench.codegraph does not follow), the cell itself (tests/test_provenance.py
     # checks this against an import trace of a real cell)
-    modules, own = [f"{PACKAGE}.__main__", f"{PACKAGE}.launch", f"{PACKAGE}.worker"], ()
-    modules += [f"{__package__}.commands", f"{__package__}.cell"]
+    modules, own = [f"{PACKAGE}.__main__", f"{PACKAGE}.run.launch", f"{PACKAGE}.run.worker"], ()
+    modules += [f"{__package__}.commands", f"{__package__}.warm", f"{__package__}.cell"]
     impl = entry if ":" in entry else catalog.get(entry).impl
     module = impl.split(":")[0]
     adapter = module if "." in module else f"{PACKAGE}.kernels.{module}"

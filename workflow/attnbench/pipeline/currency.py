@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from . import status as S
-from .families import expand_cells, family
-from .grid.config import cell_timeout_s
-from .grid.expand import cell_path, stable_hash
-from .grid.spec import CellSpec
-from .record.code import code_changes
-from .record.validate import read_all
+from .. import status as S
+from ..families import expand_cells, family
+from ..grid.config import cell_timeout_s
+from ..grid.expand import cell_path, stable_hash
+from ..grid.spec import CellSpec
+from ..record.code import code_changes
+from ..record.validate import read_all
 
 # Why a record is outdated, in the order they are looked for (the first found is the reason).
 CRASHED, CONFIG, BUDGET, CODE, LIBRARIES = "crashed", "config", "time budget", "code", "libraries"

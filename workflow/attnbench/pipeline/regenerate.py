@@ -5,7 +5,7 @@ ended with cells missing, which still draws what finished (workflow/rules/common
 The tidy table of an output folder is the union of every grid's records there: the records of the
 grids drawn now (the cells their config names), and every record of the other grids' folders under
 <output_dir>/cells, so that running one grid never drops another's rows. Its `outdated` column
-names the records a run would not make as they are (attnbench.currency); the captions count them.
+names the records a run would not make as they are (attnbench.pipeline.currency); the captions count them.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..currency import judge, outdated_column
 from ..families import expand_cells, figure_stems, write_figures, write_tables
 from ..grid.config import cell_timeout_s
 from ..grid.expand import cell_path
-from ..terminal import bar
-from .collect import (
+from ..report.collect import (
     ReportError,
     collect,
     collect_samples,
@@ -30,6 +28,8 @@ from .collect import (
     samples_path,
     write_cells,
 )
+from ..terminal import bar
+from .currency import judge, outdated_column
 
 
 def other_grid_records(out: Path, grids) -> list[str]:

@@ -2,7 +2,7 @@
 
 Every kernel cell is still its own Snakemake job with its own record, and a rerun still runs only
 the cells without a current one. What changes is where a cell's measurement runs: the job (`python
--m attnbench cell --worker-idle-s S ...`) claims its GPU as before (attnbench.launch), then hands
+-m attnbench cell --worker-idle-s S ...`) claims its GPU as before (attnbench.run.launch), then hands
 the cell to the worker process of that GPU, starting one if none is listening, and waits for its
 answer. The worker keeps what a fresh process pays for again in every cell while holding the GPU
 (the CUDA context, cuBLAS/cuDNN handles, the kernels' lazily loaded modules, the caching
@@ -44,7 +44,7 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
-import io
+import importlib
 import json
 import os
 import select
@@ -55,6 +55,7 @@ import sys
 import threading
 import time
 import traceback
+from datetime import datetime, timezone
 from pathlib import Path
 
 START_TIMEOUT_S = 300.0
@@ -98,25 +99,15 @@ class WorkerError(RuntimeError):
     """The worker died running the cell, or could not be started: the job fails, no record."""
 
 
-def own_code_key(kernel_class: str | None) -> str:
-    """The hash of your own kernel's files ('module:Class' kernels; '' for a built-in one): part of
-    its worker's key, as the package's code is."""
-    if not kernel_class:
-        return ""
-    from .kernels.catalog import own_kernel_files
-    from .record.code import cell_code
-
-    return cell_code((), own_kernel_files(kernel_class)[1])["sha256"]
-
-
-def socket_path(gpu: str, threads: int, own_code: str = "") -> Path:
-    """One worker per GPU and per environment that would run the cell differently (interpreter,
-    the package's code and your own kernel's, the libraries' installed versions, the KEYED_ENV
-    variables, threads); Unix socket paths are short, so a hash names it."""
-    from .harness.environment import code_hash, library_versions
+def socket_path(runner: str, gpu: str, threads: int, own_code: str = "") -> Path:
+    """One worker per cell runner, GPU and environment that would run the cell differently
+    (interpreter, the package's code and your own kernel's, the libraries' installed versions, the
+    KEYED_ENV variables, threads); Unix socket paths are short, so a hash names it."""
+    from ..harness.environment import code_hash, library_versions
 
     key = json.dumps(
         [
+            runner,
             sys.executable,
             keyed_env(os.environ),
             code_hash()["code_sha256"],
@@ -131,6 +122,11 @@ def socket_path(gpu: str, threads: int, own_code: str = "") -> Path:
     return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.sock"
 
 
+def _now() -> str:
+    """As records write their times (record.record.now, a stage this one does not import)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
 def _send(conn, obj) -> None:
     conn.sendall((json.dumps(obj) + "\n").encode())
 
@@ -143,15 +139,18 @@ def _read_line(reader) -> dict | None:
 # ---------------------------------------------------------------- the job's side
 
 
-def run_in_worker(request: dict, gpu: str, threads: int, idle_s: float) -> dict:
-    """Hand a cell to the worker of `gpu` (starting it if needed); return its answer. A worker
-    whose code is not the code this job hashed (request["code_sha256"]) refuses the cell and ends;
-    a new one measures it."""
-    # the request's spec is a kernel cell's dict (grid.spec.CellSpec.to_dict)
-    path = socket_path(gpu, threads, own_code_key(request["spec"].get("kernel_class")))
+def run_in_worker(
+    request: dict, runner: str, gpu: str, threads: int, idle_s: float, own_code: str = ""
+) -> dict:
+    """Hand a cell to the worker of `gpu` that measures cells with `runner` ('module:function',
+    which takes the request and returns the answer), starting it if needed; return its answer.
+    `own_code`: the hash of your own kernel's files, part of the worker's key. A worker whose code
+    is not the code this job hashed (request["code_sha256"]) refuses the cell and ends; a new one
+    measures it."""
+    path = socket_path(runner, gpu, threads, own_code)
     frozen = 0
     for _attempt in range(4):
-        conn = _connect_or_start(path, gpu, threads, idle_s)
+        conn = _connect_or_start(path, runner, gpu, threads, idle_s)
         with conn, conn.makefile("r") as reader:
             _send(conn, request)
             pid = _worker_pid(path)
@@ -249,7 +248,7 @@ def _connect(path: Path):
     return conn
 
 
-def _connect_or_start(path: Path, gpu: str, threads: int, idle_s: float):
+def _connect_or_start(path: Path, runner: str, gpu: str, threads: int, idle_s: float):
     conn = _connect(path)
     if conn:
         return conn
@@ -265,7 +264,9 @@ def _connect_or_start(path: Path, gpu: str, threads: int, idle_s: float):
                 [
                     sys.executable,
                     "-m",
-                    "attnbench.worker",
+                    "attnbench.run.worker",
+                    "--runner",
+                    runner,
                     "--socket",
                     str(path),
                     "--idle-s",
@@ -305,76 +306,21 @@ def _exit_when_client_leaves(conn, done: threading.Event) -> None:
         os._exit(3)
 
 
-class StaleCode(Exception):
-    """The worker imported other code than the job hashed: it must not measure the cell."""
-
-
-def _measure(request: dict, served: int, started: str, state) -> dict:
+def serve(path: Path, runner: str, idle_s: float, threads: int) -> bool:
+    """Measure the cells sent to `path` with `runner` until idle_s pass without one (False) or a
+    cell fails (True)."""
     import torch
 
-    from .families.kernel.cell import run_cell
-    from .families.kernel.provenance import provenance
-    from .grid.spec import CellSpec
-    from .harness.measure import release_memory
-    from .harness.process_state import ProcessState
-    from .record.record import write_record
-
-    spec = CellSpec.from_dict(request["spec"])
-    # the code as this process first read it (record.code hashes a file once per process, when
-    # the file is first used, before it is imported), against the files as the job found them
-    mine = provenance(spec)["code"]["sha256"]  # a worker serves kernel cells
-    if request.get("code_sha256") not in (None, mine):
-        raise StaleCode(
-            f"this worker runs code whose hash is {mine[:12]}, the job's files hash to "
-            f"{request['code_sha256'][:12]} (edited since this worker imported them)"
-        )
-    state.restore()  # what the previous cell changed (threads, dtype, seeds, ...) is undone
-    os.chdir(request["cwd"])  # the job's relative paths (record, peak), not the first job's
-    own = keyed_env(
-        os.environ
-    )  # the job's other variables, not the first job's (fault injection too)
-    os.environ.clear()
-    os.environ.update({**request.get("env", {}), **own})
-    if "torch._dynamo" in sys.modules:
-        torch._dynamo.reset()  # compile as a fresh process would (and no recompile limit carried over)
-    peak = json.loads(Path(request["peak"]).read_text()) if request.get("peak") else None
-    output = io.StringIO()
-    before = ProcessState.capture()
-    with contextlib.redirect_stdout(output):
-        record = run_cell(spec, peak)
-    changed = ProcessState.capture().changes_since(before)
-    record.update(
-        process_s=time.time() - request["client_started"],
-        gpu_wait_s=request["gpu_wait_s"],
-        worker={"pid": os.getpid(), "cell": served, "started_at": started},
-    )
-    if changed:  # the cell ran with them; the next cell will not (restored before it)
-        record["worker"]["process_state_changed"] = changed
-    write_record(record, request["out"])
-    del record["samples"]
-    release_memory()
-    return {
-        "status": record["status"],
-        "status_reason": record.get("status_reason"),
-        "tflops": record.get("tflops"),
-        "output": output.getvalue(),
-    }
-
-
-def serve(path: Path, idle_s: float, threads: int) -> bool:
-    """Measure the cells sent to `path` until idle_s pass without one (False) or a cell fails
-    (True)."""
-    import torch
-
-    from .harness.cpu_math import settle_vml
-    from .harness.process_state import ProcessState
-    from .record.record import now
+    from ..harness.cpu_math import settle_vml
+    from ..harness.process_state import ProcessState
 
     if threads:
         torch.set_num_threads(threads)
     settle_vml()
+    module, function = runner.split(":")
+    measure = getattr(importlib.import_module(module), function)  # a family's, named as data
     state = ProcessState.capture()  # put back before every cell
-    started = now()
+    started = _now()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
     path.with_suffix(".pid").write_text(str(os.getpid()))  # for a job that finds it stopped
@@ -394,16 +340,17 @@ def serve(path: Path, idle_s: float, threads: int) -> bool:
                 if request is None:
                     continue
                 served += 1
-                print(f"{now()} pid {os.getpid()} cell {served}: {request['out']}", flush=True)
+                print(f"{_now()} pid {os.getpid()} cell {served}: {request['out']}", flush=True)
                 _send(conn, {"pid": os.getpid(), "cell": served})
                 done = threading.Event()
                 threading.Thread(
                     target=_exit_when_client_leaves, args=(conn, done), daemon=True
                 ).start()
                 try:
-                    answer, fatal = _measure(request, served, started, state), False
-                except StaleCode as e:  # the job starts a new worker, which imports the files anew
-                    answer, fatal = {"stale": str(e)}, True
+                    answer = measure(request, served, started, state)
+                    # {"stale": why}: this process imported other code than the job hashed; the
+                    # job starts a new worker, which imports the files anew
+                    fatal = "stale" in answer
                 except Exception:  # noqa: BLE001 - the job reports it; the process state is suspect
                     answer, fatal = {"error": traceback.format_exc()}, True
                 done.set()
@@ -420,11 +367,12 @@ def serve(path: Path, idle_s: float, threads: int) -> bool:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runner", required=True, help="module:function measuring one request")
     p.add_argument("--socket", type=Path, required=True)
     p.add_argument("--idle-s", type=float, required=True)
     p.add_argument("--threads", type=int, default=0)
     a = p.parse_args(argv)
-    if serve(a.socket, a.idle_s, a.threads):
+    if serve(a.socket, a.runner, a.idle_s, a.threads):
         # the process state is suspect: end now, not after an interpreter shutdown of unknown length
         sys.stdout.flush()
         os._exit(1)

@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .record.record import outcome_details
-from .status import CRASHED
+from ..record.record import outcome_details
+from ..status import CRASHED
 
 
 def log_of(record_path: str) -> str:

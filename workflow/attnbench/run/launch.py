@@ -1,6 +1,6 @@
 """Start a distributed cell the same way on a laptop, a GPU box and a Slurm allocation.
 
-    python -m attnbench.launch --nodes N --nproc-per-node P -- python -m attnbench cp-cell ...
+    python -m attnbench.run.launch --nodes N --nproc-per-node P -- python -m attnbench cp-cell ...
 
 One node: `torchrun --standalone` (a free port, no rendezvous server), inside whatever the process
 may use: the whole machine, or the Slurm job step the executor plugin started for the rule.
@@ -18,7 +18,7 @@ GPUs on one machine without Slurm (`--gpus-per-node G`): Snakemake only counts G
 assign devices, so the launcher claims G of the visible GPUs with one lock file per device (held
 for the command's lifetime; the kernel releases it when the process ends, however it ends) and sets
 CUDA_VISIBLE_DEVICES. Under Slurm the job's CUDA_VISIBLE_DEVICES already names its own GPUs.
-Without --nproc-per-node the command runs once: `python -m attnbench.launch --gpus-per-node 1 --
+Without --nproc-per-node the command runs once: `python -m attnbench.run.launch --gpus-per-node 1 --
 python -m attnbench cell ...` is how a kernel cell gets its own GPU.
 
 A time budget (`--time-limit-s S`, the grid's cell_timeout_s): the launcher waits for the command,
@@ -30,7 +30,7 @@ The launcher then exits with that command's status (0: the job succeeds, the run
 The record (`--record PATH`, with `--log PATH`, the job's log): a command that ends without having
 written it (an exception, a segfault, `os._exit`, a rank killed, the warm worker dying) is run once
 more with `--crashed JSON` appended (how it ended, the log's last lines), and writes the cell's
-`crashed` record; the job succeeds, and the next run retries the cell (attnbench.currency). A
+`crashed` record; the job succeeds, and the next run retries the cell (attnbench.pipeline.currency). A
 launcher told to stop (SIGTERM, SIGINT) records nothing.
 
 The run (run_lock.RUN_PID_ENV, Snakemake's process): where it is an ancestor of the launcher, the
@@ -54,7 +54,7 @@ import sys
 import time
 from pathlib import Path
 
-from .run_lock import ancestors, run_to_watch
+from .lock import ancestors, run_to_watch
 
 # Slurm's per-task identity -> the variables torch.distributed's env:// initialisation reads.
 TASK_ENV = {
@@ -70,7 +70,7 @@ class LaunchError(SystemExit):
     """A launch that cannot work here; the message says why and what to change."""
 
     def __init__(self, message: str):
-        super().__init__(f"attnbench.launch: {message}")
+        super().__init__(f"attnbench.run.launch: {message}")
 
 
 def resources(nodes: int, nproc_per_node: int, device: str, cpus_per_rank: int = 1) -> dict:
@@ -174,7 +174,7 @@ def command(
     if step is not None and step not in ("batch", "4294967294"):
         raise LaunchError(
             f"several nodes cannot be started from inside job step {step}: its srun would wait "
-            "for CPUs the step holds. Give the rule the `mpi` resource (see attnbench.launch."
+            "for CPUs the step holds. Give the rule the `mpi` resource (see attnbench.run.launch."
             "resources) so that the Slurm executor runs it in the batch step"
         )
     alloc = slurm_allocation()
@@ -201,7 +201,7 @@ def command(
         "--export=ALL",
     ]
     env = {"MASTER_ADDR": alloc["master_addr"], "MASTER_PORT": str(port)}
-    return [*srun, sys.executable, "-m", "attnbench.launch", "--slurm-task", "--", *cmd], env
+    return [*srun, sys.executable, "-m", "attnbench.run.launch", "--slurm-task", "--", *cmd], env
 
 
 def task_environment(env: dict) -> dict:
@@ -465,7 +465,7 @@ def stop_tree(proc: subprocess.Popen, grace_s: float) -> None:
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m attnbench.launch",
+        prog="python -m attnbench.run.launch",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

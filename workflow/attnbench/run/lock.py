@@ -9,7 +9,7 @@ command) that the file holds.
 
 The operating system releases a flock when its process ends, however it ends (SIGKILL, a crash),
 so a lock left by a killed run is free: the next run takes it over and says whose it was. Cells
-end with their run (attnbench.launch watches the process named by RUN_PID_ENV), so a run that took
+end with their run (attnbench.run.launch watches the process named by RUN_PID_ENV), so a run that took
 over the lock measures alone. The lock is as good as flock on the filesystem of the output folder:
 local filesystems and NFS (Linux emulates flock with NFS locks) hold it across hosts.
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 
 LOCK_FILE = ".attnbench/run.lock"
 # The process a run's cells belong to: Snakemake's, set when the workflow is read. A cell whose
-# ancestors no longer include it (its run was killed) stops (attnbench.launch).
+# ancestors no longer include it (its run was killed) stops (attnbench.run.launch).
 RUN_PID_ENV = "ATTNBENCH_RUN_PID"
 # How often a process of a run looks whether its run still lives.
 WATCH_S = 1.0
