@@ -281,6 +281,84 @@ def test_a_check_shorter_than_two_windows_plus_one_is_refused(base):
     validate(with_check(base, 256, **{**window, "seqlen": [256]}))  # checked whole: nothing hidden
 
 
+class WindowSink:
+    """A pattern added by the docs alone: a causal window of w plus the first `sink` tokens, with
+    no check_features of its own."""
+
+    @staticmethod
+    def make():
+        from attnbench.masks import predicates as P
+        from attnbench.masks.patterns import Pattern
+
+        class _WindowSink(Pattern):
+            name = "window_sink"
+            cfg_keys = ("window", "sink")
+
+            def predicate(self, seqlen, params, device):
+                w, s = P.scalar(params["window"], device), P.scalar(params["sink"], device)
+                return lambda q, k: (k <= q) & ((q - k <= w) | (k < s))
+
+            def sample(self, seqlen, cfg, rng, histograms):
+                return {"window": int(cfg["window"]), "sink": int(cfg["sink"])}
+
+        return _WindowSink()
+
+
+def test_a_new_mask_gets_a_check_long_enough_for_its_settings(base, monkeypatch):
+    """A window-and-sink mask added without check_features: at 16 tokens a window of 16 hides its
+    sink (a kernel ignoring the sink passes), so a check of 16 is refused, naming the length its
+    settings need (2 x (window + sink) + 1), where the sink shows."""
+    import attnbench.families.kernel.grid as kernel_grid
+    import attnbench.masks as M
+
+    sink = WindowSink.make()
+    monkeypatch.setitem(M.PATTERNS, sink.name, sink)
+    monkeypatch.setattr(kernel_grid, "VALID_MASKS", (*kernel_grid.VALID_MASKS, sink.name))
+
+    def dense(s, params):
+        return M.Mask(sink.name, s, params).dense()
+
+    with_sink, without = {"window": 16, "sink": 4}, {"window": 16, "sink": 0}
+    assert bool((dense(16, with_sink) == dense(16, without)).all())  # hidden at 16 tokens
+    assert not bool((dense(41, with_sink) == dense(41, without)).all())  # seen at 41
+    grid = dict(masks=[sink.name], seqlen=[1024], mask_params=with_sink)
+    with pytest.raises(ConfigError) as e:
+        validate(with_check(base, 16, **grid))
+    assert (
+        "mask window_sink (window 16, sink 4) at seqlen 1024 is checked at 16 tokens "
+        "(check.max_seqlen 16), fewer than its spans twice plus one (2 x (window 16 + sink 4) + 1) "
+        "needs: set check.max_seqlen to at least 41" in str(e.value)
+    )
+    validate(with_check(base, 41, **grid))
+
+
+def test_the_smoke_grids_run_every_mask_and_kernel(repo):
+    """`make run`'s grids (smoke, smoke_sparse) run every static mask with every kernel that runs
+    on the CPU, and give every other kernel a record (`unavailable` on a CPU), so that a new mask
+    or kernel runs there: a new mask goes in smoke's masks, a new CPU kernel in its kernels, a
+    GPU-only one in its GPU-only `also` entry (smoke_sparse's for a block-sparse one). Left out on
+    purpose: flex runs one length (256; it compiles each mask: seconds on a CPU); the GPU-only kernels run one mask (causal; block_sparse), one
+    length, forward, since each gives the same `unavailable` record everywhere."""
+    import attnbench.masks as M
+    from attnbench.kernels import catalog
+
+    # the registry's own (not one a grid registered in this process: `module:Class`)
+    KERNELS = {n: k for n, k in catalog.KERNELS.items() if "." not in k.impl.split(":")[0]}
+    cfg = load_config(repo / "config.yaml")
+    assert {"smoke", "smoke_sparse"} <= set(cfg["run"])
+    smoke = expand_cells(cfg, ["smoke"])
+    assert cfg["grids"]["smoke"]["masks"] == list(M.STATIC_MASKS)
+    for name, info in KERNELS.items():
+        if info.family == "dense" and "cpu" in info.devices:
+            masks = {c["mask"] for c in smoke if c["impl"] == name}
+            assert masks == set(M.STATIC_MASKS), (name, set(M.STATIC_MASKS) - masks)
+            directions = {c["direction"] for c in smoke if c["impl"] == name}
+            assert directions >= set(info.directions["cpu"]) & {"fwd", "bwd"}, name
+    assert {c["impl"] for c in smoke} == {n for n, k in KERNELS.items() if k.family == "dense"}
+    sparse = {c["impl"] for c in expand_cells(cfg, ["smoke_sparse"])}
+    assert sparse >= {n for n, k in KERNELS.items() if k.family == "sparse"}
+
+
 def test_a_check_of_one_block_or_no_document_boundary_is_refused(base):
     blocks = dict(masks=["block_causal_document"], seqlen=[1024], mask_params={"block": 128})
     with pytest.raises(ConfigError, match=r"fewer than two blocks \(2 x block 128\) needs: set "):

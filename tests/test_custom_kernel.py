@@ -10,7 +10,7 @@ from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.config import ConfigError
 from attnbench.grid.expand import cell_path
 from attnbench.grid.spec import CellSpec
-from attnbench.kernels import catalog
+from attnbench.kernels import catalog, libraries
 from attnbench.record.record import write_record
 from attnbench.report.collect import collect
 
@@ -134,7 +134,7 @@ def test_the_record_names_the_code_that_ran(repo):
     assert src["module"] == "tests.custom_kernel" and src["class"] == "RowBlockSDPA"
     assert src["path"] == "tests/custom_kernel.py"
     assert src["sha256"] == hashlib.sha256((repo / src["path"]).read_bytes()).hexdigest()
-    files = catalog.own_kernel_files(OWN)[1]
+    files = libraries.own_kernel_files(OWN)[1]
     assert src["package_files"] == len(files) and str(repo / "tests/commands.py") in files
     status = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=all", "--", "tests"],
@@ -262,7 +262,7 @@ def test_a_lone_kernel_modules_neighbours_it_imports_are_its_code(tmp_path, monk
     (tmp_path / "tools" / "scale.py").write_text("factor = 1\n")
     (tmp_path / "unrelated.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
-    origin, files = catalog.own_kernel_files("mykern:Kernel")
+    origin, files = libraries.own_kernel_files("mykern:Kernel")
     assert origin == str((tmp_path / "mykern.py").resolve())
     names = {os.path.relpath(f, tmp_path.resolve()) for f in files}
     assert names == {"mykern.py", "helpers.py", "tools/__init__.py", "tools/scale.py"}

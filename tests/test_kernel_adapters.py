@@ -8,7 +8,7 @@ import torch
 from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel import cell as C
 from attnbench.grid.spec import CellSpec
-from attnbench.kernels import catalog
+from attnbench.kernels import catalog, libraries
 from attnbench.kernels.ffa import decode_ffa, ffa_ranges
 from attnbench.kernels.flash_attn import VARLEN_KEYWORDS, flash_call_args
 from attnbench.kernels.flashmask import decode_encoding, flashmask_encoding
@@ -185,7 +185,7 @@ def test_gpu_kernels_are_unavailable_here(impl, repo):
         CellSpec.from_dict({**spec, "impl": impl, "device": "cuda", "dtype": "bfloat16"})
     )
     assert on_cuda["status"] == "unavailable"
-    missing = catalog.missing_module(catalog.get(impl))
+    missing = libraries.missing_module(catalog.get(impl))
     if missing:
         assert f"needs the Python module {missing.split('|')[0]!r}" in on_cuda["status_reason"]
     elif not torch.cuda.is_available():
@@ -225,13 +225,13 @@ def _install_fa3_fwd(tmp_path, monkeypatch, flags):
 
 def test_fa3_forward_only_build_limits_come_from_its_build_flags(tmp_path, monkeypatch):
     info = catalog.get("fa3")
-    assert catalog.missing_module(info) == "flash_attn_interface|fa3_fwd_interface"
+    assert libraries.missing_module(info) == "flash_attn_interface|fa3_fwd_interface"
     _install_fa3_fwd(
         tmp_path,
         monkeypatch,
         {"FLASHATTENTION_DISABLE_BACKWARD": True, "FLASHATTENTION_DISABLE_LOCAL": True},
     )
-    assert catalog.missing_module(info) is None
+    assert libraries.missing_module(info) is None
     why = lambda mask, d: catalog.unsupported_reason(info, mask, d, "cuda", 64, 8)  # noqa: E731
     assert "FLASHATTENTION_DISABLE_BACKWARD" in why("causal", "bwd")
     assert "FLASHATTENTION_DISABLE_BACKWARD" in why("full_document", "fwdbwd")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from attnbench.families.kernel import cell as C
 from attnbench.grid.spec import CellSpec
-from attnbench.kernels import catalog
+from attnbench.kernels import catalog, libraries
 from attnbench.kernels.base import load
 from attnbench.kernels.fa2_sparse import FA2_SPARSE_BLOCK, call_arguments
 from attnbench.kernels.flashinfer_sparse import plan_arguments
@@ -82,7 +82,7 @@ def expand_blocks(block_map, row_sizes, col_sizes):
 
 @pytest.mark.parametrize("impl", list(LIBRARIES))
 def test_absent_library_gives_an_unavailable_record(impl, repo):
-    if catalog.missing_module(catalog.get(impl)) is None:
+    if libraries.missing_module(catalog.get(impl)) is None:
         pytest.skip(f"{LIBRARIES[impl]} is installed here")
     from attnbench.families import expand_grid, load_config
 
@@ -407,7 +407,7 @@ def test_fa2_sparse_refuses_64_token_blocks_before_importing_it():
 )
 def test_installed_library_matches_the_documented_signature(impl, func):
     """Where the library is installed, its real signature still has the keywords we pass."""
-    if catalog.missing_module(catalog.get(impl)):
+    if libraries.missing_module(catalog.get(impl)):
         pytest.skip(f"{LIBRARIES[impl]} is not installed here")
     if impl == "fa2_sparse":
         import block_sparse_attn
@@ -451,7 +451,7 @@ def test_vsa_triton_index_lists_encode_the_mask_and_its_transpose(granularity):
 def test_vsa_triton_loads_vsas_triton_file_without_the_package():
     """The wheel's __init__ loads its CUDA kernels (and on a CPU asks torch for a device): the
     Triton VSA must not depend on it, so a cell can tell the two apart."""
-    if catalog.missing_module(catalog.get("vsa_triton")):
+    if libraries.missing_module(catalog.get("vsa_triton")):
         pytest.skip("vsa is not installed here")
     import sys
 

@@ -92,9 +92,7 @@ class Copy:
 def named_exactly(kind: str, touched: set[str]):
     """Every file touched is one its entry names, and every file named was touched."""
     named = entries()[kind]
-    regex = {
-        p: re.compile(re.escape(p).replace(re.escape("<name>"), "[A-Za-z0-9_]+")) for p in named
-    }
+    regex = {p: re.compile(re.sub(r"<[a-z]+>", "[A-Za-z0-9_]+", re.escape(p))) for p in named}
     unnamed = [t for t in touched if not any(r.fullmatch(t) for r in regex.values())]
     untouched = [p for p, r in regex.items() if not any(r.fullmatch(t) for t in touched)]
     assert not unnamed and not untouched, (
@@ -120,14 +118,21 @@ def ok(record: dict):
 
 # ---------------------------------------------------------------- a mask
 
-CHUNKED = '''
+CHUNKED = '''"""Chunked attention: causal inside consecutive chunks (a figure family of its own)."""
+
+from __future__ import annotations
+
+from .. import predicates as P
+from ..ranges import Slice
+from .base import NativeForm, Pattern, doc_bounds
+
 
 class ChunkedCausal(Pattern):
     """Causal inside consecutive chunks of c tokens (chunked attention)."""
 
     name = "chunked_causal"
+    figure_family = "chunked"
     cfg_keys = ("chunk",)
-    block_key = "chunk"
     causal = True
 
     def check(self, seqlen, cfg):
@@ -145,19 +150,31 @@ class ChunkedCausal(Pattern):
         return lambda q, k: (k <= q) & (q // c == k // c)
 
     def slices(self, seqlen, params):
-        bounds = _doc_bounds(self.chunks(seqlen, params["chunk"]))
+        bounds = doc_bounds(self.chunks(seqlen, params["chunk"]))
         return [Slice(a, b, a, b, "causal") for a, b in bounds]
 
     def native_form(self, seqlen, params):
         return NativeForm(tuple(self.chunks(seqlen, params["chunk"])), True, (-1, 0))
 '''
+SMOKE_MASKS = "            global_sliding_window, block_causal_document]\n"
+SMOKE_PARAMS = "    mask_params: {window: 32, block: 64}\n"
 
 
 def add_a_mask(c: Copy, tmp: Path):
+    c.edit("workflow/attnbench/masks/patterns/chunked.py", CHUNKED)
     c.edit(
-        "workflow/attnbench/masks/patterns.py",
+        "workflow/attnbench/masks/patterns/__init__.py",
         lambda t: after("        BlockCausalDocument(),\n", "        ChunkedCausal(),\n")(
-            t.replace("\n\nSTATIC_PATTERNS = {", CHUNKED + "\n\nSTATIC_PATTERNS = {", 1)
+            after(
+                "from .blockwise import BlockCausalDocument, CausalBlockwise\n",
+                "from .chunked import ChunkedCausal\n",
+            )(t)
+        ),
+    )
+    c.edit(
+        "config.yaml",
+        lambda t: t.replace(SMOKE_MASKS, SMOKE_MASKS.replace("]", ", chunked_causal]"), 1).replace(
+            SMOKE_PARAMS, SMOKE_PARAMS.replace("}", ", chunk: 32}"), 1
         ),
     )
     row = (
@@ -173,9 +190,21 @@ def add_a_mask(c: Copy, tmp: Path):
             "results/cells/chunks/kernel/sdpa/chunked_causal/s64-h2x1-d16-float32-fwd.json",
         )
     )
-    # a native form: FlashAttention-2/3, varlen and cuDNN claim it, without an edit of theirs
+    # a native form: FlashAttention-2/3, varlen and cuDNN claim it, without an edit of theirs;
+    # its figure family, from its class; `make run`'s smoke grid runs it with the CPU kernels;
+    # its check needs two chunks and one more token (its setting, no check_features of its own)
     claims = "from attnbench.kernels.catalog import get; print(get('fa2').masks, get('fa4').masks)"
     assert c.python(claims).count("chunked_causal") == 2
+    family = "from attnbench.report.labels import MASK_FAMILIES as F; print(F['chunked'])"
+    assert c.python(family).strip() == "('chunked_causal',)"
+    smoke = (
+        "from attnbench.families import expand_cells, load_config\n"
+        "cells = expand_cells(load_config('../code/config.yaml'), ['smoke'])\n"
+        "print(sorted({c['impl'] for c in cells if c['mask'] == 'chunked_causal'}))"
+    )
+    assert c.python(smoke).strip() == "['flex', 'naive', 'sdpa', 'sdpa_math']"
+    need = "import attnbench.masks as M; print(M.pattern('chunked_causal').check_features({'chunk': 16}))"
+    assert c.python(need).strip() == "[('two chunks plus one (2 x chunk 16 + 1)', 33)]"
 
 
 # ---------------------------------------------------------------- kernels
@@ -218,6 +247,9 @@ SPARSE_ENTRY = """        _sparse(
 """
 SPARSE_COMMENT = "        # Block-sparse kernels (docs/kernels.md); each receives the realised mask of its point.\n"
 KERNEL_ROWS = "| name | what | masks | notes |\n|---|---|---|---|\n"
+# the CPU kernels of `make run`'s smoke grids
+SMOKE_KERNELS = "    kernels: [naive, sdpa_math, sdpa]\n"
+SMOKE_SPARSE_KERNELS = "    kernels: [naive, sdpa, flex]\n"
 
 
 def add_a_dense_kernel(c: Copy, tmp: Path):
@@ -225,6 +257,10 @@ def add_a_dense_kernel(c: Copy, tmp: Path):
     c.edit(
         "workflow/attnbench/kernels/catalog.py",
         lambda t: t.replace(SPARSE_COMMENT, DENSE_ENTRY + SPARSE_COMMENT, 1),
+    )
+    c.edit(
+        "config.yaml",
+        lambda t: t.replace(SMOKE_KERNELS, SMOKE_KERNELS.replace("]", ", probe_dense]"), 1),
     )
     c.edit(
         "docs/kernels.md",
@@ -247,6 +283,12 @@ def add_a_block_sparse_kernel(c: Copy, tmp: Path):
         ),
     )
     c.edit("workflow/attnbench/kernels/catalog.py", after(SPARSE_COMMENT, SPARSE_ENTRY))
+    c.edit(
+        "config.yaml",
+        lambda t: t.replace(
+            SMOKE_SPARSE_KERNELS, SMOKE_SPARSE_KERNELS.replace("]", ", probe_sparse]"), 1
+        ),
+    )
     c.edit(
         "docs/kernels.md",
         after(KERNEL_ROWS, "| `probe_sparse` | SDPA, block mask | block_sparse | |\n"),

@@ -344,7 +344,7 @@ def test_a_record_names_the_version_its_process_imported(monkeypatch):
     """After an upgrade under a live process, the version it runs is the one it imported."""
     import types
 
-    from attnbench.kernels.catalog import first_version
+    from attnbench.kernels.libraries import first_version
 
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__version__="0.0.1+old"))
     assert first_version(("torch",)) == "torch 0.0.1+old"

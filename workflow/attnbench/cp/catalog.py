@@ -14,17 +14,8 @@ from dataclasses import dataclass
 
 # a cell's CP settings and their vocabularies (defaults first) are the grid stage's (grid/spec.py)
 from ..grid.spec import DKV_COMM_DTYPES, PLACEMENTS, SPLIT_DOCUMENTS, Degrees
-from ..kernels.catalog import (
-    KERNELS,
-    LOCAL_KERNELS,
-    LocalKernelInfo,
-    first_missing,
-    first_version,
-    lookup,
-    own_class,
-    own_files,
-    style_problem,
-)
+from ..kernels.catalog import KERNELS, LOCAL_KERNELS, LocalKernelInfo, lookup, style_problem
+from ..kernels.libraries import first_missing, first_version, own_class, own_files
 from ..masks import CP_MASKS, pattern
 
 # The CP masks that are causal inside each document (their patterns' `causal`; the others are

@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..kernels.catalog import all_library_versions, own_kernel_files
+from ..kernels.catalog import KERNELS
+from ..kernels.libraries import all_library_versions, own_kernel_files
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -172,7 +173,7 @@ def git_view(files) -> str | None:
 def own_kernel_source(entry: str) -> dict:
     """Your own kernel ('module:Class') as it ran: its module, class and file (relative to the
     repository where it lies inside), the file's sha256 and its package's (over the files a cell
-    lists as its code inputs, kernels.catalog.own_kernel_files), the version it declares
+    lists as its code inputs, kernels.libraries.own_kernel_files), the version it declares
     (`__version__` of the class, the module or its top package), and git's view of its files,
     or that they lie outside the repository (which git_dirty then does not cover)."""
     import importlib
@@ -213,7 +214,7 @@ def own_kernel_source(entry: str) -> dict:
 
 @functools.cache
 def library_versions() -> dict:
-    return all_library_versions()
+    return all_library_versions(KERNELS)
 
 
 @functools.cache

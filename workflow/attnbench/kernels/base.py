@@ -11,7 +11,8 @@ import importlib
 import importlib.util
 
 from ..status import Unavailable, Unsupported
-from .catalog import KernelInfo, findable
+from .catalog import KernelInfo
+from .libraries import findable
 
 LAYOUTS = ("thd", "bshd", "bhsd")
 

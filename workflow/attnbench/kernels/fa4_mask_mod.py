@@ -1,7 +1,7 @@
 """FlashAttention-4 runs a static mask with no causal/window/varlen form (share_question,
 causal_blockwise, prefix_lm_causal, prefix_lm_document, global_sliding_window and
 block_causal_document) as a `mask_mod`. Each mask's mask_mod lives with its pattern
-(masks/patterns.py: Pattern.fa4_mask_mod, a masks.MaskMod); this module makes FA4's arguments
+(masks/patterns/: Pattern.fa4_mask_mod, a masks.MaskMod); this module makes FA4's arguments
 from it: the aux tensors over the padded length, the run-time scalars, the compile hash and the
 tile lists. The fa4 adapter (flash_attn.py) uses it for those masks and keeps the native form for
 the others.
@@ -17,17 +17,17 @@ What flash-attn-4 4.0.0b36 takes (read from its sources, flash_attn/cute/):
   local to the sequence. aux_tensors are the caller's tensors as cute.Tensors in global memory.
   aux_scalars are run-time Int32 values, so a new parameter value does not recompile.
 - The compile key holds the mask_mod's hash: its source and closure values, or `__cute_hash__`
-  where set (set below from the text of this file and of masks/patterns.py, so an edit to either
+  where set (set below from the text of this file and of masks/patterns/, so an edit to either
   also invalidates FA4's disk cache).
 - Without block_sparse_tensors, every tile is computed and masked (the cost of full attention).
   With them, empty tiles are skipped and full ones are not masked. `block_sparse_tensors()` builds
   them from the mask's own tile counts.
 
 Each mask_mod is plain arithmetic (<, <=, ==, !=, &, |, +, -) on the indices, on Python-int or
-Int32 scalars, and on aux entries read through patterns.py's `_at`. So the same function evaluates on the CPU
+Int32 scalars, and on aux entries read through masks/patterns/base.py's `at`. So the same function evaluates on the CPU
 with torch/numpy integer index arrays (see `Fa4MaskMod.visible`). On the GPU, the DSL 4.8.1
 TensorSSA defines these operators and broadcasts a Python int or Int32 scalar operand
-(cutlass/cute/tensor.py, TensorSSA._apply_op). `_at` reads an aux entry the way FA4's own tests
+(cutlass/cute/tensor.py, TensorSSA._apply_op). `at` reads an aux entry the way FA4's own tests
 do: `scalar_to_ssa(aux[idx[0]], Int32)`.
 
 On the H200 (2026-12-03, flash-attn-4 4.0.0b36, DSL 4.8.1): the DSL traces these plain functions
@@ -55,10 +55,11 @@ PAD = 256
 MASK_MODS = {name: STATIC_PATTERNS[name].fa4_mod for name in FA4_MASK_MOD_MASKS}
 
 # FA4 keys its compile caches (in memory and on disk) by this value where it is set. Otherwise the
-# key would be the mask_mod's source alone, which misses a change to `_at` (patterns.py) or to
+# key would be the mask_mod's source alone, which misses a change to `at` (masks/patterns/base.py) or to
 # how the arguments are made here
+_PATTERN_FILES = sorted(Path(patterns.__file__).parent.glob("*.py"))
 _FILE_HASH = hashlib.sha256(
-    Path(patterns.__file__).read_bytes() + Path(__file__).read_bytes()
+    b"".join(p.read_bytes() for p in _PATTERN_FILES) + Path(__file__).read_bytes()
 ).hexdigest()[:16]
 for _name, _f in MASK_MODS.items():
     _f.__cute_hash__ = f"attnbench.fa4_mask_mod.{_name}.{_FILE_HASH}"

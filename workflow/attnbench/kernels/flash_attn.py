@@ -26,8 +26,8 @@ import os
 import torch
 
 from .base import Kernel
-from .catalog import findable
 from .fa4_mask_mod import MASK_MODS, TILE, block_sparse_tensors, mask_mod_for
+from .libraries import findable
 from .local_kernel import PackedKernel
 from .varlen import cu_seqlens
 
@@ -84,7 +84,7 @@ class FA3(FlashFamily):
     def functions(self):
         """The full FA3 where installed, else fa3-fwd's forward-only build (same call signatures;
         the catalog's build limits have already refused what that build lacks)."""
-        from .catalog import FA3_FORWARD_ONLY, FA3_FULL, findable
+        from .libraries import FA3_FORWARD_ONLY, FA3_FULL
 
         lib = self.import_library(findable(f"{FA3_FULL}|{FA3_FORWARD_ONLY}") or FA3_FULL)
         return lib.flash_attn_func, lib.flash_attn_varlen_func

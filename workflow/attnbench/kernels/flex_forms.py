@@ -3,7 +3,7 @@
 A mask_mod runs only in the BlockMask's partial tiles (full tiles skip it), once per score there,
 in the forward and in the backward. Two ways to write the same visible(i, j):
 
-  predicate  the mask's own predicate (masks/patterns.py): document masks apply their base term in
+  predicate  the mask's own predicate (masks/patterns/): document masks apply their base term in
              document-local coordinates, so every index is gathered twice more (doc_start[q],
              doc_start[kv]) and shifted before the causal/prefix/block test.
   direct     global positions, as FlexAttention's documentation and attention-gym write packed

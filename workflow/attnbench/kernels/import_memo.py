@@ -21,7 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .catalog import KernelInfo, first_version
+from .catalog import KernelInfo
+from .libraries import first_version
 
 
 def memo_path(info: KernelInfo) -> Path:

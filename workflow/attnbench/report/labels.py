@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..cp.catalog import METHODS
 from ..kernels.catalog import KERNELS
+from ..masks.patterns import FAMILY_TITLES, FIGURE_FAMILIES
 
 GIB = 2**30  # bytes in records, GiB in tables and figures
 
@@ -40,23 +41,10 @@ STATUS_NOTE = (
     "(wrong): disagrees with the float64 reference"
 )
 
-# The paper draws TFLOP/s vs length one figure per family of related masks (Figs. 8-14).
-MASK_FAMILIES = {
-    "full_causal": ("full", "causal"),
-    "document": ("full_document", "causal_document"),
-    "sliding_window": ("sliding_window", "sliding_window_causal", "global_sliding_window"),
-    "prefix_lm": ("prefix_lm_causal", "prefix_lm_document"),
-    "blockwise": ("causal_blockwise", "block_causal_document"),
-    "share_question": ("share_question",),
-}
-FAMILY_TITLE = {
-    "full_causal": "full and causal masks",
-    "document": "document masks",
-    "sliding_window": "sliding-window masks",
-    "prefix_lm": "prefix-LM masks",
-    "blockwise": "blockwise masks",
-    "share_question": "shared-question mask",
-}
+# The paper draws TFLOP/s vs length one figure per family of related masks (Figs. 8-14): each
+# pattern declares its family (masks/patterns/, figure_family), in the order of its registry.
+MASK_FAMILIES = FIGURE_FAMILIES
+FAMILY_TITLE = FAMILY_TITLES
 DIRECTION_LABEL = {"fwd": "forward", "bwd": "backward", "fwdbwd": "forward+backward"}
 
 

@@ -22,7 +22,8 @@ def provenance(spec: CellSpec) -> dict:
 def _provenance(method: str, kernel: str, own: str) -> dict:
     from ...codegraph import PACKAGE
     from ...cp import catalog
-    from ...kernels.catalog import LOCAL_KERNELS, first_version
+    from ...kernels.catalog import LOCAL_KERNELS
+    from ...kernels.libraries import first_version
     from ...record.code import cell_code
 
     kernels = LOCAL_KERNELS.values() if kernel == catalog.AUTO else [LOCAL_KERNELS[kernel]]

@@ -30,7 +30,7 @@ from ...harness.samples import (
     shorter_check_seqlen,
     spec_mask,
 )
-from ...kernels import catalog
+from ...kernels import catalog, libraries
 from ...kernels.import_memo import known_to_load, remember_loads
 from ...record.record import base_record, finish_record
 from ...run import launch
@@ -44,7 +44,7 @@ def implementation(spec: CellSpec) -> dict:
         "name": info.name,
         "family": info.family,
         "summary": info.summary,
-        "library_version": catalog.library_version(info),
+        "library_version": libraries.library_version(info),
         "notes": dict(info.notes),
     }
     if spec.own_class:  # your own kernel: which code, exactly
@@ -64,7 +64,7 @@ def installed_reason(info, device: str) -> str | None:
     library), or None."""
     if device not in info.devices:
         return f"{info.name} runs only on {', '.join(info.devices)}, not on {device}"
-    missing = catalog.missing_module(info)
+    missing = libraries.missing_module(info)
     if missing:
         return f"{info.name} needs the Python module {' or '.join(map(repr, missing.split('|')))}, which is not installed"
     return None

@@ -19,7 +19,7 @@ def provenance(spec: CellSpec) -> dict:
 @cache  # the same for every cell of a kernel (thousands in a sweep)
 def _provenance(entry: str) -> dict:
     from ...codegraph import PACKAGE, module_file
-    from ...kernels import catalog
+    from ...kernels import catalog, libraries
     from ...record.code import cell_code
 
     # every file a cell's processes run: its command's entry (attnbench/__main__.py hands it to
@@ -34,14 +34,14 @@ def _provenance(entry: str) -> dict:
     if ":" not in entry and module_file(adapter):  # ours (kernels.base.kernel_class finds it so)
         modules.append(adapter)
     else:  # your own kernel (hashed before resolve() imports it), or a registry entry's outside
-        own = catalog.own_kernel_files(impl)[1]
+        own = libraries.own_kernel_files(impl)[1]
     code = cell_code(modules, own)
     info = catalog.resolve(entry)
     return {
         "code": code,
         "libraries": {
-            "torch": catalog.first_version(("torch",)),
-            "numpy": catalog.first_version(("numpy",)),  # draws the masks
-            info.name: catalog.library_version(info),
+            "torch": libraries.first_version(("torch",)),
+            "numpy": libraries.first_version(("numpy",)),  # draws the masks
+            info.name: libraries.library_version(info),
         },
     }

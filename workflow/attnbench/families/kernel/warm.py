@@ -21,7 +21,7 @@ def own_code_key(kernel_class: str | None) -> str:
     its worker's key, as the package's code is."""
     if not kernel_class:
         return ""
-    from ...kernels.catalog import own_kernel_files
+    from ...kernels.libraries import own_kernel_files
     from ...record.code import cell_code
 
     return cell_code((), own_kernel_files(kernel_class)[1])["sha256"]
