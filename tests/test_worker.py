@@ -13,11 +13,11 @@ import time
 import pytest
 from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel.warm import RUNNER
-from attnbench.harness.faults import CRASH_ENV, HANG_ENV
+from attnbench.harness.faults import CRASH_ENV, HANG_ENV, HANG_ONCE_ENV
 from attnbench.run.launch import alive
 from attnbench.run.worker import socket_path
 from bounded import wait_until
-from commands import PY, cell_args
+from commands import PY, cell_args, launched
 
 
 @pytest.fixture(scope="module")
@@ -369,3 +369,26 @@ def test_a_stopped_worker_is_killed_and_the_cell_goes_to_a_new_one(repo, cells, 
     finally:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_busy_past_the_jobs_deadline_is_killed_and_the_job_measures_the_cell(
+    repo, cells, tmp_path
+):
+    """A worker that hangs in a cell (not stopped: busy) is killed once it has not answered by the
+    job's deadline (half the launcher's time budget), and the cell is measured in the job's own
+    process before any `timeout` record."""
+    out = tmp_path / "r.json"
+    cmd = launched(
+        ["--time-limit-s", "40", "--record", str(out)], *cell_cmd(cells[0], out, 30)[1:]
+    )
+    hang = {HANG_ENV: "sdpa/", HANG_ONCE_ENV: str(tmp_path / "hung-once")}
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=run_env(repo, **hang))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "had not answered by the job's deadline: killed" in p.stdout
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok" and "worker" not in record  # measured by the job itself
+    assert 18 < time.monotonic() - t0 < 40
+    hung = [line for line in p.stdout.splitlines() if "had not answered" in line][0]
+    pid = int(hung.split("pid ")[1].split(")")[0])
+    assert wait_until(lambda: not alive(pid), 10)

@@ -27,6 +27,9 @@ def crash_if_asked(spec: CellSpec):
 
 
 HANG_ENV = "ATTNBENCH_HANG_CELLS"
+# With HANG_ENV: a file; only the first process to reach the hang (the one that makes the file)
+# hangs, so that a cell measured again in a fresh process ends (a warm worker's missed deadline).
+HANG_ONCE_ENV = "ATTNBENCH_HANG_ONCE"
 
 
 def hang_if_asked(spec: CellSpec, keep_alive=None):
@@ -36,6 +39,12 @@ def hang_if_asked(spec: CellSpec, keep_alive=None):
     name = _name(spec)
     if not (pattern and re.search(pattern, name)):
         return
+    once = os.environ.get(HANG_ONCE_ENV)
+    if once:
+        try:
+            open(once, "x").close()
+        except FileExistsError:
+            return
     print(f"hanging: {HANG_ENV}={pattern!r} matches {name}", flush=True)
     while True:
         if keep_alive:

@@ -274,6 +274,8 @@ def claim_gpus(n: int, lock_dir: Path, wait_s: float = 600.0) -> tuple[list[str]
 
 
 CLAIM_ENV = "ATTNBENCH_CLAIM_GPUS"
+# With --time-limit-s: when (time.time()) the launcher will stop the child, as its child sees it.
+DEADLINE_ENV = "ATTNBENCH_CELL_DEADLINE"
 CLAIM_WAIT_S = None  # seconds this process waited for its GPUs (claim_from_environment)
 CLAIMED_LOCKS: list[int] = []  # the lock files claim_from_environment holds (release_gpus)
 
@@ -358,6 +360,8 @@ def _run(
     record: a child that ends without writing it (a crash, a kill, an exit) gets a `crashed` record
     from `cmd`, with how it ended and the last lines of `log`. The child stops, and nothing is
     recorded, when this launcher is told to stop or when the run that started it is gone."""
+    if limit_s is not None:  # when this launcher stops the child (a warm worker's job reads it)
+        extra_env = {**extra_env, DEADLINE_ENV: f"{time.time() + limit_s:.3f}"}
     proc = subprocess.Popen(full, env={**os.environ, **extra_env})
     told_to_stop = []
 

@@ -140,13 +140,20 @@ def _read_line(reader) -> dict | None:
 
 
 def run_in_worker(
-    request: dict, runner: str, gpu: str, threads: int, idle_s: float, own_code: str = ""
+    request: dict,
+    runner: str,
+    gpu: str,
+    threads: int,
+    idle_s: float,
+    own_code: str = "",
+    deadline: float | None = None,
 ) -> dict:
     """Hand a cell to the worker of `gpu` that measures cells with `runner` ('module:function',
     which takes the request and returns the answer), starting it if needed; return its answer.
     `own_code`: the hash of your own kernel's files, part of the worker's key. A worker whose code
     is not the code this job hashed (request["code_sha256"]) refuses the cell and ends; a new one
-    measures it."""
+    measures it. `deadline` (time.time()): a worker that has not answered by then is killed and
+    WorkerLate raised, so that the job measures the cell in a fresh process instead."""
     path = socket_path(runner, gpu, threads, own_code)
     frozen = 0
     for _attempt in range(4):
@@ -164,7 +171,10 @@ def run_in_worker(
                 ack = None
             if ack is None:
                 continue  # the worker was ending for idleness as the cell came: a new one
-            if not _answers(conn, ack["pid"]):  # stopped in this cell: measured again, once
+            answered = _answers(conn, ack["pid"], deadline)
+            if answered is LATE:  # busy past the deadline: hung, or far slower than it should be
+                _kill_late(path, ack["pid"])
+            if not answered:  # stopped in this cell: measured again, once
                 frozen += 1
                 _kill_frozen(path, ack["pid"], frozen)
                 continue
@@ -206,11 +216,17 @@ def _stopped(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
-def _answers(conn, pid: int | None) -> bool:
+LATE = None  # _answers: no answer by the deadline (falsy, like a stopped worker's False)
+
+
+def _answers(conn, pid: int | None, deadline: float | None = None) -> bool | None:
     """Wait until the worker has written to `conn`: True; False where it is seen stopped for
-    STOPPED_LIMIT_S meanwhile (a busy worker may take as long as its cell takes)."""
+    STOPPED_LIMIT_S meanwhile (a busy worker may take as long as its cell takes, up to the
+    deadline); LATE at the deadline."""
     stopped_since = None
     while not select.select([conn], [], [], 1.0)[0]:
+        if deadline is not None and time.time() >= deadline:
+            return LATE
         if pid is None or not _stopped(pid):
             stopped_since = None
         elif stopped_since is None:
@@ -218,6 +234,17 @@ def _answers(conn, pid: int | None) -> bool:
         elif time.monotonic() - stopped_since >= STOPPED_LIMIT_S:
             return False
     return True
+
+
+class WorkerLate(WorkerError):
+    """The worker did not answer by the job's deadline: killed; the job measures the cell itself."""
+
+
+def _kill_late(path: Path, pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    path.unlink(missing_ok=True)
+    raise WorkerLate(f"the worker (pid {pid}) had not answered by the job's deadline: killed")
 
 
 def _kill_frozen(path: Path, pid: int, times: int) -> None:

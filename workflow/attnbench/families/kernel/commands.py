@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from ..cell_entry import (
@@ -33,12 +34,30 @@ def skeleton(spec) -> dict:
 COMMANDS = ("cell", "point", "point-child")
 
 
-def cell_in_worker(spec, a) -> None:
+# A warm worker gets this share of the time left before the launcher stops the job: one that has
+# not answered by then is killed, and the job measures the cell itself with the rest, so that a
+# hung worker costs a rerun, not a false `timeout`.
+WORKER_SHARE = 0.5
+
+
+def worker_deadline() -> float | None:
+    """When the job stops waiting for its worker (time.time()), from the launcher's deadline."""
+    from ...run.launch import DEADLINE_ENV
+
+    stop = os.environ.get(DEADLINE_ENV)
+    if not stop:
+        return None
+    now = time.time()
+    return now + max(0.0, float(stop) - now) * WORKER_SHARE
+
+
+def cell_in_worker(spec, a) -> bool:
     """--worker-idle-s: claim the GPU, then let the GPU's warm worker measure (attnbench.run.worker,
-    running warm.measure)."""
+    running warm.measure): True. False where the worker missed its deadline (killed): the caller
+    measures the cell in this process."""
     from ... import STARTED
     from ...run import launch
-    from ...run.worker import passed_env, run_in_worker
+    from ...run.worker import WorkerLate, passed_env, run_in_worker
     from .warm import RUNNER, own_code_key
 
     gpu = "cpu"
@@ -58,11 +77,18 @@ def cell_in_worker(spec, a) -> None:
         "env": passed_env(os.environ),  # the rest are the worker's key
     }
     own_code = own_code_key(request["spec"].get("kernel_class"))
-    answer = run_in_worker(request, RUNNER, gpu, a.threads or 0, a.worker_idle_s, own_code)
+    try:
+        answer = run_in_worker(
+            request, RUNNER, gpu, a.threads or 0, a.worker_idle_s, own_code, worker_deadline()
+        )
+    except WorkerLate as e:
+        print(f"{e}; measuring the cell in this process", flush=True)
+        return False
     if "error" in answer:
         sys.exit(f"the cell failed in the worker:\n{answer['error']}")
     print(answer["output"], end="")
     say_outcome(answer, a.out)
+    return True
 
 
 def cmd_cell(a):
@@ -75,8 +101,8 @@ def cmd_cell(a):
         return record_not_run(spec, a, skeleton)
     provenance(spec)  # the code its record names, hashed before the cell imports it
     measures = not ends_without_gpu(spec)
-    if measures and a.worker_idle_s:
-        return cell_in_worker(spec, a)  # the worker sets its threads; this process needs no torch
+    if measures and a.worker_idle_s and cell_in_worker(spec, a):
+        return  # the worker sets its threads; this process needs no torch
     if a.threads:
         import torch
 
