@@ -100,3 +100,106 @@ def test_a_functions_parameters_are_read_once():
     assert params(one) is params(other) == inspect.signature(one).parameters
     join = str.join  # no weak reference to it
     assert list(params(join)) == list(inspect.signature(join).parameters)
+
+
+# ---------------------------------------------------------------- each patch still needed, still allowed
+
+
+def _target(patch):
+    import importlib
+
+    import snakemake.api  # noqa: F401 - imports Snakemake's modules in an order that works
+
+    module, _, path = patch.target.partition(":")
+    obj = importlib.import_module(module)
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return getattr(obj, "original", obj)  # what Snakemake has, patched here or not
+
+
+def test_the_installed_snakemake_is_one_the_patches_were_checked_on():
+    from importlib.metadata import version
+
+    installed = version("snakemake")
+    assert installed in snakemake_fixes.CHECKED_ON, (
+        f"Snakemake {installed} is installed; attnbench/snakemake_fixes.py was checked on "
+        f"{', '.join(snakemake_fixes.CHECKED_ON)}: check each of PATCHES on it (is it still "
+        "needed, is its target still there) and add the version to CHECKED_ON"
+    )
+
+
+@pytest.mark.parametrize("patch", snakemake_fixes.PATCHES, ids=lambda p: p.name)
+def test_each_patch_names_its_upstream_report_and_its_target_exists(patch):
+    assert callable(getattr(snakemake_fixes, patch.name))
+    assert patch.upstream
+    assert callable(_target(patch)), f"{patch.target} is gone: {patch.name} no longer applies"
+
+
+def test_unpatched_snakemake_still_takes_the_scheduler_lock_in_its_sigterm_handler():
+    """Still needed: Snakemake's own handler waits for the lock (held here by another thread)."""
+    (patch,) = [p for p in snakemake_fixes.PATCHES if p.name == "sigterm_without_deadlock"]
+    handler = _target(patch)
+    scheduler = JobScheduler.__new__(JobScheduler)
+    scheduler._lock, scheduler._open_jobs = threading.Lock(), threading.Semaphore(0)
+    scheduler._user_kill = None
+    scheduler._lock.acquire()
+    try:
+        t = threading.Thread(target=handler, args=(scheduler,), daemon=True)
+        t.start()
+        t.join(1.0)
+        assert t.is_alive(), "Snakemake's SIGTERM handler no longer waits for the scheduler lock"
+    finally:
+        scheduler._lock.release()
+    t.join(5.0)
+    assert scheduler._user_kill == "graceful"
+
+
+def test_unpatched_snakemake_still_reads_a_functions_parameters_at_each_call(monkeypatch):
+    """Still needed: Snakemake computes the signature anew each time."""
+    import inspect
+
+    (patch,) = [p for p in snakemake_fixes.PATCHES if p.name == "function_params_read_once"]
+    read = _target(patch)
+    calls = []
+    signature = inspect.signature
+    monkeypatch.setattr(inspect, "signature", lambda f: calls.append(f) or signature(f))
+
+    def f(wildcards, input):
+        return None
+
+    read(f), read(f)
+    assert len(calls) == 2, "Snakemake now keeps a function's parameters: the patch can go"
+
+
+def test_unpatched_snakemake_still_scans_every_dependency_of_a_group_member():
+    """Still needed: DAG._ready goes over all of a member's dependencies (a group's collect job
+    depends on every record), not over the group's members."""
+    (patch,) = [p for p in snakemake_fixes.PATCHES if p.name == "group_readiness_in_group_time"]
+    ready = _target(patch)
+
+    class Counting(set):
+        iterated = 0
+
+        def __iter__(self):
+            Counting.iterated += 1
+            return super().__iter__()
+
+    dag = type("FakeDAG", (), {})()
+    member = "collect"
+    dag._group = {member: (member,)}
+    dag._dependencies = {member: Counting(range(1000))}
+    dag._n_until_ready = {member: 0}
+    ready(dag, member)
+    assert Counting.iterated >= 1, "DAG._ready no longer scans every dependency: the patch can go"
+
+
+def test_unpatched_snakemake_still_keeps_going_only_as_its_settings_say():
+    """Still needed: a scheduler's keep-going comes from the execution settings, which a Slurm
+    batch's Snakemake makes without the profile's --keep-going."""
+    import inspect
+
+    (patch,) = [p for p in snakemake_fixes.PATCHES if p.name == "keep_going_in_batches"]
+    source = inspect.getsource(_target(patch))
+    assert "self.keepgoing = self.workflow.execution_settings.keep_going" in source, (
+        "JobScheduler.__init__ no longer sets keepgoing from the settings: check the patch"
+    )

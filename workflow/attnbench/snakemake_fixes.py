@@ -1,14 +1,60 @@
 """Changes to Snakemake's job scheduler, made by workflow/rules/common.smk while the Snakefile is
 read (before the scheduler exists). Two work around a Snakemake behaviour that would lose or hang
 a benchmark run; the third logs a line of ours per finished job; the last two keep a large grid's
-planning short. The tests named below show them."""
+planning short. The tests named below show them; tests/test_snakemake_fixes.py checks that each
+patch's target is still there, that the unpatched Snakemake still behaves as the patch assumes,
+and that the installed Snakemake is one they were checked on (PATCHES, CHECKED_ON)."""
 
 from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 
 from snakemake.scheduling.job_scheduler import JobScheduler
+
+# The Snakemake versions every patch below was checked on: another version fails
+# tests/test_snakemake_fixes.py until each patch is checked again (still needed, still allowed).
+CHECKED_ON = ("9.27.0",)
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str  # the function of this module that applies it
+    target: str  # what it replaces, 'module:Class.attribute'
+    upstream: str  # the upstream report, or why there is none
+
+
+PATCHES = (
+    Patch(
+        "keep_going_in_batches",
+        "snakemake.scheduling.job_scheduler:JobScheduler.__init__",
+        "snakemake/snakemake#2508 (a group job's Snakemake ignores --keep-going)",
+    ),
+    Patch(
+        "sigterm_without_deadlock",
+        "snakemake.scheduling.job_scheduler:JobScheduler.exit_gracefully",
+        "none found (searched 2026-12-07): exit_gracefully takes the scheduler's non-reentrant "
+        "lock inside a signal handler, so a SIGTERM while the main thread holds it hangs the run",
+    ),
+    Patch(
+        "log_each_finished_job",
+        "snakemake.jobs:Job.postprocess",
+        "none: a feature, not a bug; Snakemake has no per-job hook (its logger plugins see "
+        "'N of M steps' only)",
+    ),
+    Patch(
+        "group_readiness_in_group_time",
+        "snakemake.dag:DAG._ready",
+        "none found (searched 2026-12-07; nearest: snakemake/snakemake#598, non-linear runtime "
+        "on large workflows): _ready scans every dependency of each group member",
+    ),
+    Patch(
+        "function_params_read_once",
+        "snakemake.common:get_function_params",
+        "none found (searched 2026-12-07): inspect.signature is called anew per call",
+    ),
+)
 
 
 def keep_going_in_batches() -> None:
@@ -52,6 +98,7 @@ def sigterm_without_deadlock() -> None:
             pass  # the pipe is full of earlier signals: the relay is already woken
 
     on_sigterm.relayed = True
+    on_sigterm.original = stop
     threading.Thread(target=relay, name="sigterm-relay", daemon=True).start()
     JobScheduler.exit_gracefully = on_sigterm
 
@@ -103,6 +150,7 @@ def group_readiness_in_group_time() -> None:
         )
 
     ready.per_member = True
+    ready.original = DAG._ready
     DAG._ready = ready
 
 
@@ -136,5 +184,6 @@ def function_params_read_once() -> None:
             return read(func)
 
     params.read_once = True
+    params.original = read
     for module in (snakemake.common, snakemake.jobs, snakemake.rules):
         module.get_function_params = params
