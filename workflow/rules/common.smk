@@ -340,9 +340,8 @@ def write_tidy_table(records, cells, samples, log):
     from attnbench.pipeline.regenerate import tidy_table
     from attnbench.report.collect import write_cells
 
-    budgets = {g: cell_timeout_s(GRIDS[g]) for g in RUN}
     try:
-        df, per_sample = tidy_table(Path(OUT), {p: CELLS[p] for p in records}, budgets)
+        df, per_sample = tidy_table(Path(OUT), CFG)
     except RecordError as e:
         raise WorkflowError(f"collect: {e}") from None
     write_cells(df, cells)

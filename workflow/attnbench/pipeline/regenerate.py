@@ -45,14 +45,26 @@ def other_grid_records(out: Path, grids) -> list[str]:
     )
 
 
-def tidy_table(out: Path, cells: dict, budgets: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The output folder's tidy tables: the records on disk of `cells` ({record path: the cell the
-    config names there}), and every record of the other grids under out/cells; the cells' table
-    with the `outdated` column, and the per-sample table. RecordError (naming the file) where a
-    file is not its cell's record."""
+def folder_cells(cfg: dict, out: Path) -> dict:
+    """{record path: cell} of every grid of the config that has records under out/cells, in the
+    config's order of grids: what the tidy table is made of, whichever grids a run or a
+    regeneration asked for (the table does not depend on which)."""
+    folder = Path(out) / "cells"
+    grids = [g for g in cfg["grids"] if (folder / g).is_dir()]
+    return {str(Path(out) / cell_path(c)): c for c in expand_cells(cfg, grids)}
+
+
+def tidy_table(out: Path, cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The output folder's tidy tables: the records on disk of every config grid's cells
+    (folder_cells), and every record of the folders of grids the config does not name; the
+    cells' table with the `outdated` column, and the per-sample table. The same tables whichever
+    grids were run or asked for. RecordError (naming the file) where a file is not its cell's
+    record."""
+    cells = folder_cells(cfg, out)
     grids = {c["grid"] for c in cells.values()}
+    budgets = {g: cell_timeout_s(cfg["grids"][g]) for g in grids}
     ours = [p for p in cells if Path(p).exists()]
-    others = other_grid_records(out, grids)
+    others = other_grid_records(out, set(cfg["grids"]))
     records = read_records(ours + others)
     df = collect(records=records)
     outdated = judge({p: cells[p] for p in ours}, budgets) + judge(dict.fromkeys(others), {})
@@ -147,7 +159,7 @@ def regenerate(cfg: dict, grids=None, jobs: int = 1, say=print) -> Drawn:
     if missing:
         n = sum(map(len, missing.values()))
         say(f"{n} of {len(cells)} cells have no record yet; they are left out")
-    df, samples = tidy_table(out, cells, {g: cell_timeout_s(cfg["grids"][g]) for g in grids})
+    df, samples = tidy_table(out, cfg)
     write_tidy_tables(df, samples, out / "tables" / "cells.csv")
     other = int((~df["grid"].isin(grids)).sum())
     t1 = time.perf_counter()
