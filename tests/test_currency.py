@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -92,6 +93,40 @@ def test_each_reason_a_record_is_outdated(made):
         "time budget",
         "stopped at 30 s; the grid's cell_timeout_s is now 60 s",
     )
+
+
+def test_a_record_of_another_machine_than_its_points_is_outdated(made, tmp_path):
+    """Contenders are compared draw by draw: at one grid point, the record measured on another
+    machine than most of the point's (a GPU by its UUID, else device and host) is outdated with
+    the machines named; with two machines one record each, the one measured last wins."""
+    cell, _, record = made
+    other = {**cell, "impl": "naive"}
+    third = {**cell, "impl": "attnbench.kernels.twins:SDPATwin"}
+    root = tmp_path / "results"
+
+    def on(spec, host, finished):
+        r = copy.deepcopy(record)
+        r["cell"] = spec
+        r["environment"] = {**r["environment"], "host": host}
+        r["finished_at"] = finished
+        path = root / cell_path(spec)
+        write_record(r, path)
+        return str(path)
+
+    a = on(cell, "node-a", "2026-12-01T00:00:00+00:00")
+    b = on(other, "node-a", "2026-12-01T00:01:00+00:00")
+    c = on(third, "node-b", "2026-12-02T00:00:00+00:00")
+    records = {p: json.loads(Path(p).read_text()) for p in (a, b, c)}
+    by_point = currency.machines_by_point(records.values())
+    assert [currency.other_machine(records[p], by_point) for p in (a, b)] == [None, None]
+    kind, detail = currency.other_machine(records[c], by_point)
+    assert kind == "machine" and "on node-b; the rest of its point on" in detail
+    assert "node-a" in detail
+    # two machines, one record each: the later one is the point's
+    tie = {p: records[p] for p in (a, c)}
+    by_point = currency.machines_by_point(tie.values())
+    assert currency.other_machine(records[c], by_point) is None
+    assert currency.other_machine(records[a], by_point)[0] == "machine"
 
 
 def test_a_file_that_is_not_this_cells_record_is_refused_naming_each(made, tmp_path):

@@ -10,7 +10,10 @@ A record is current when all of these hold, read from the record itself (never f
 - the libraries it depends on have the versions installed now (`libraries`: torch, numpy, the kernel's
   or the local kernel's library);
 - it is not `crashed` (a process that ended without its record: the next run retries it), nor a
-  `timeout` under a smaller time budget than the grid's cell_timeout_s now.
+  `timeout` under a smaller time budget than the grid's cell_timeout_s now;
+- it was measured on the machine the rest of its grid point was (`machine`: the GPU by its UUID,
+  else the device and host), since contenders are compared draw by draw: a record of another
+  machine than most of its point's is outdated, and so is the older side of a tie.
 
 Anything else makes it outdated, and a run makes it again (workflow/rules/common.smk), unless the
 config says `outdated_records: keep`; then the tidy table's `outdated` column and the captions say
@@ -35,14 +38,15 @@ from pathlib import Path
 from .. import status as S
 from ..families import expand_cells, family
 from ..grid.config import cell_timeout_s
-from ..grid.expand import cell_path, stable_hash
+from ..grid.expand import cell_path, point_id, stable_hash
 from ..grid.spec import CellSpec
 from ..record.code import code_changes
 from ..record.validate import read_all
 
 # Why a record is outdated, in the order they are looked for (the first found is the reason).
 CRASHED, CONFIG, BUDGET, CODE, LIBRARIES = "crashed", "config", "time budget", "code", "libraries"
-KINDS = (CRASHED, CONFIG, BUDGET, CODE, LIBRARIES)
+MACHINE = "machine"
+KINDS = (CRASHED, CONFIG, BUDGET, CODE, LIBRARIES, MACHINE)
 
 
 @dataclass(frozen=True)
@@ -153,13 +157,59 @@ def judge(cells: dict, budgets: dict) -> list[Outdated]:
     cell_timeout_s now. RecordError, before anything runs, listing every file there that is not a
     consistent record of its own cell (record.validate.read_all)."""
     out = []
-    for path, record in read_all(cells, "nothing was run").items():
+    records = read_all(cells, "nothing was run")
+    by_point = machines_by_point(records.values())
+    for path, record in records.items():
         spec = cells[path]
         grid = (spec or record.get("cell") or {}).get("grid")
-        why = outdated_reason(record, spec, budgets.get(grid))
+        why = outdated_reason(record, spec, budgets.get(grid)) or other_machine(record, by_point)
         if why:
             out.append(Outdated(str(path), *why, kept=kept_here(record)))
     return out
+
+
+def machine(record: dict) -> str:
+    """The machine a record was measured on: its GPU (name and UUID, from the start of its
+    job), else its device and host; '' where it names none (a record of a cell that never ran)."""
+    start = (record.get("machine") or {}).get("start") or {}
+    if start.get("uuid"):
+        return f"{start.get('name', 'GPU')} {start['uuid']}"
+    env = record.get("environment") or {}
+    device = env.get("device_name") or env.get("cpu")
+    return f"{device} on {env['host']}" if device and env.get("host") else ""
+
+
+def _point_key(record: dict) -> tuple:
+    cell = record.get("cell") or {}
+    try:
+        return cell["grid"], cell["family"], cell.get("mask"), point_id(cell)
+    except KeyError:
+        return ("",)
+
+
+def machines_by_point(records) -> dict:
+    """{grid point: {machine: (its records there, the latest finished_at)}}."""
+    by: dict = {}
+    for r in records:
+        m = machine(r)
+        if m:
+            seen = by.setdefault(_point_key(r), {}).get(m, (0, ""))
+            by[_point_key(r)][m] = (seen[0] + 1, max(seen[1], str(r.get("finished_at", ""))))
+    return by
+
+
+def other_machine(record: dict, by_point: dict) -> tuple | None:
+    """(MACHINE, detail) where the record was measured on another machine than its grid point's
+    other records (machines_by_point): the machine most of them name (a tie: the one measured
+    last)."""
+    mine = machine(record)
+    names = by_point.get(_point_key(record), {})
+    if not mine or len(names) < 2:
+        return None
+    chosen = max(names, key=lambda m: names[m])
+    if chosen == mine:
+        return None
+    return MACHINE, f"measured on {mine}; the rest of its point on {chosen}"
 
 
 def kept_here(record: dict) -> str | None:
