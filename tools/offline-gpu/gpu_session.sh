@@ -32,6 +32,8 @@
 #   kernels  the h200 grid (T_KERNELS)        dobench  benchmarks/do_bench_compare.py (T_DOBENCH)
 #   grids    the grids named in GRIDS, one after the other (T_GRIDS each)
 #   vendor   the vendors' own benchmarks (benchmarks/vendor_calibration.py, T_VENDOR) into OUTPUT_DIR/vendor
+#   idle     the same calls timed settled, after idle and cold (vendor_calibration.py idle-vs-settled, T_IDLE)
+#            into OUTPUT_DIR/vendor/idle_vs_settled.txt
 #   paired   the h200_paired grid, or the one PAIRED_GRID names (h100_paired on an H100; T_PAIRED):
 #            the missing cells in order of the time the records of the same
 #            points estimate, smallest first, as many as fit the budget (`attnbench records --budget-s`),
@@ -365,6 +367,15 @@ if has grids; then
 fi
 # the vendors' own benchmarks (benchmarks/vendor_calibration.py) from the carried
 # .src/vendor_bench.tar.gz, into OUTPUT_DIR/vendor/ (T_VENDOR s)
+# the same calls timed settled, after idle and cold (benchmarks/vendor_calibration.py idle-vs-settled):
+# what explains a gap between our numbers and the vendors' by the clocks each ran at (T_IDLE s)
+if has idle; then
+  log "idle-vs-settled (${T_IDLE:-150} s)"
+  mkdir -p "$outdir/vendor"
+  timeout "${T_IDLE:-150}" python benchmarks/vendor_calibration.py idle-vs-settled \
+    > "$outdir/vendor/idle_vs_settled.txt" 2>&1
+  log "idle-vs-settled: exit $?"
+fi
 if has vendor && [ -f .src/vendor_bench.tar.gz ]; then
   mkdir -p /tmp/vendor && tar xzf .src/vendor_bench.tar.gz -C /tmp/vendor
   log "the vendors' benchmarks (${T_VENDOR:-300} s)"
