@@ -58,7 +58,7 @@ from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load, to_thd
 from attnbench.masks import STATIC_MASKS, sample_mask
 from attnbench.masks.lengths import packaged_histograms
-from attnbench.status import Unavailable, Unsupported
+from attnbench.record.status import Unavailable, Unsupported
 
 KERNELS = (
     "flex",

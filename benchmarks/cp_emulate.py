@@ -61,7 +61,7 @@ from attnbench.harness.inputs import data_seed, input_seed, mask_rng  # noqa: E4
 from attnbench.harness.measure import quantiles, release_memory, synchronize  # noqa: E402
 from attnbench.harness.samples import spec_mask  # noqa: E402
 from attnbench.masks import Mask  # noqa: E402
-from attnbench.status import is_oom  # noqa: E402
+from attnbench.record.status import is_oom  # noqa: E402
 
 DIRECTIONS = ("fwd", "bwd")
 

@@ -22,7 +22,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from attnbench.status import TIMED
+from attnbench.record.status import TIMED
 
 
 def summarise(records: list[dict], gpus: int, wall_s: float | None) -> dict:

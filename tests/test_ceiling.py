@@ -14,9 +14,9 @@ from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.expand import cell_path
 from attnbench.grid.spec import CellSpec
 from attnbench.record.record import write_record
+from attnbench.record.status import IMPLAUSIBLE, OK
 from attnbench.record.validate import read_record
 from attnbench.report.collect import collect, collect_samples, read_records
-from attnbench.status import IMPLAUSIBLE, OK
 
 
 @pytest.fixture(scope="module")

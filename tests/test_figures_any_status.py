@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from attnbench import families
 from attnbench.families.kernel import figures as kernel_figures
+from attnbench.record.status import STATUSES, WITH_TIMINGS
 from attnbench.report import plotting
 from attnbench.report.collect import COLUMNS
-from attnbench.status import STATUSES, WITH_TIMINGS
 from synthetic_cells import ENV, kernel_grid_config, tidy
 
 STYLE = {"formats": ["png"], "dpi": 20, "bar_seqlen": 4096}

@@ -14,7 +14,7 @@ from attnbench.kernels.flash_attn import VARLEN_KEYWORDS, flash_call_args
 from attnbench.kernels.flashmask import decode_encoding, flashmask_encoding
 from attnbench.kernels.transformer_engine import te_arguments
 from attnbench.kernels.varlen import varlen_kwargs
-from attnbench.status import Unsupported
+from attnbench.record.status import Unsupported
 
 CFG = dict(window=9, block=8)
 REGULAR = M.REGULAR_MASKS

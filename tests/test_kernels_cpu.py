@@ -7,7 +7,7 @@ import torch
 from attnbench.harness.reference import reference_attention, rel_err
 from attnbench.kernels import catalog
 from attnbench.kernels.base import from_thd, load, to_thd
-from attnbench.status import Unsupported
+from attnbench.record.status import Unsupported
 from tinygrids import mask_params
 
 CFG = mask_params(block=8, window=9, long_doc_range=[20, 40])

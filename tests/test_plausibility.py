@@ -9,10 +9,10 @@ from attnbench.families import expand_cells, load_config
 from attnbench.families.kernel.cell import run_cell
 from attnbench.grid.spec import CellSpec
 from attnbench.record.record import write_record
+from attnbench.record.status import IMPLAUSIBLE, OK
 from attnbench.record.validate import read_record
 from attnbench.report import advice
 from attnbench.report.collect import collect
-from attnbench.status import IMPLAUSIBLE, OK
 
 
 @pytest.fixture(scope="module")

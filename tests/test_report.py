@@ -18,10 +18,10 @@ from attnbench.families.kernel import figures
 from attnbench.families.kernel import tables as kernel_tables
 from attnbench.kernels.catalog import KERNELS as CATALOG
 from attnbench.kernels.catalog import SPARSE_KERNELS
+from attnbench.record.status import STATUSES, TIMED
 from attnbench.report import captions, plotting, style, tables
 from attnbench.report.html import markdown_page
 from attnbench.report.labels import mask_families
-from attnbench.status import STATUSES, TIMED
 from synthetic_cells import KERNELS, LENGTHS, kernel_grid_config, kernel_table, tidy
 
 GRID_CFG = kernel_grid_config()

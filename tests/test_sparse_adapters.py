@@ -17,7 +17,7 @@ from attnbench.kernels.base import load
 from attnbench.kernels.fa2_sparse import FA2_SPARSE_BLOCK, call_arguments
 from attnbench.kernels.flashinfer_sparse import plan_arguments
 from attnbench.kernels.vsa_sparse import vsa_arguments
-from attnbench.status import Unsupported
+from attnbench.record.status import Unsupported
 
 LIBRARIES = {
     "vsa": "vsa",
@@ -258,7 +258,7 @@ def test_fa2_sparse_arguments_encode_the_mask(granularity):
 
 def test_a_library_that_fails_to_import_makes_the_cell_unavailable(tmp_path, monkeypatch):
     """The real `vsa` queries the GPU at import and raises without one: unavailable, not a crash."""
-    from attnbench.status import Unavailable
+    from attnbench.record.status import Unavailable
 
     pkg = tmp_path / "vsa"
     pkg.mkdir()
@@ -284,7 +284,7 @@ def test_a_library_that_fails_to_import_makes_the_cell_unavailable(tmp_path, mon
     ],
 )
 def test_a_binary_built_against_another_torch_is_named_so(tmp_path, monkeypatch, symbol, missing):
-    from attnbench.status import Unavailable
+    from attnbench.record.status import Unavailable
 
     pkg = tmp_path / "vsa"
     pkg.mkdir()
@@ -310,7 +310,7 @@ def test_a_library_release_that_does_not_match_its_dependency_makes_the_cell_una
     import sys
 
     from attnbench.families.kernel import cell
-    from attnbench.status import Unavailable
+    from attnbench.record.status import Unavailable
 
     (tmp_path / "flash_attn" / "cute").mkdir(parents=True)
     (tmp_path / "flash_attn" / "__init__.py").write_text("")
@@ -585,7 +585,7 @@ def test_vsa_runs_from_fastvideo_kernel_where_vsa_cannot_load(tmp_path, monkeypa
 
 def test_fastvideo_kernel_without_its_hopper_kernels_is_unavailable(tmp_path, monkeypatch):
     """Its own block_sparse_attn would quietly run Triton (vsa_triton's kernel) instead."""
-    from attnbench.status import Unavailable
+    from attnbench.record.status import Unavailable
 
     k = vsa_with_fastvideo(tmp_path, monkeypatch, hopper=False)
     with pytest.raises(
@@ -607,7 +607,7 @@ def test_fastvideo_kernels_bundled_libcuda_comes_after_the_machines(tmp_path, mo
     import ctypes
 
     from attnbench.kernels.vsa_sparse import bundled_libcuda
-    from attnbench.status import Unavailable
+    from attnbench.record.status import Unavailable
 
     k = vsa_with_fastvideo(tmp_path, monkeypatch)
     assert bundled_libcuda() == []

@@ -126,7 +126,7 @@ def test_half_precision_within_the_acceptance_rule(bsa, dtype):
 
 def test_kernel_adapter_refuses_other_masks_and_bad_inputs(bsa):
     mod, device = bsa
-    from attnbench.status import Unsupported
+    from attnbench.record.status import Unsupported
 
     kernel = load(
         catalog.get("triton_block_sparse"),

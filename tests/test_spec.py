@@ -16,7 +16,7 @@ from attnbench.grid.expand import cell_path, stable_hash
 from attnbench.grid.spec import CellSpec, CPSettings, Degrees
 from attnbench.harness.inputs import data_seed
 from attnbench.record.record import base_record, finish_record
-from attnbench.status import OK, TIMEOUT
+from attnbench.record.status import OK, TIMEOUT
 
 PACKAGE = Path(G.__file__).resolve().parents[1]
 

@@ -335,7 +335,7 @@ def test_torch_cp_needs_an_sdpa_local_kernel():
     # and building the method refuses it too, before anything else (whoever calls: cell or verify)
     from attnbench.cp.base import load
     from attnbench.masks import Mask
-    from attnbench.status import Unsupported
+    from attnbench.record.status import Unsupported
 
     with pytest.raises(Unsupported, match="torch_cp cannot express the causal_document mask"):
         load(

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from . import status as S
 from .families import expand_cells, family
 from .grid.config import cell_timeout_s
 from .grid.expand import cell_path, stable_hash
 from .grid.spec import CellSpec
+from .record import status as S
 from .record.code import code_changes
 from .record.validate import read_all
 

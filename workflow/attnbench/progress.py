@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .record.record import outcome_details
-from .status import CRASHED
+from .record.status import CRASHED
 
 
 def log_of(record_path: str) -> str:

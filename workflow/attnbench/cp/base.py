@@ -20,7 +20,7 @@ import torch
 
 from ..grid.spec import DKV_COMM_DTYPES, Degrees
 from ..kernels.lse import accumulator_dtype
-from ..status import Unsupported
+from ..record.status import Unsupported
 from . import schedule
 from .catalog import MethodInfo, mask_reason
 from .comm import Comm, Groups, Guard

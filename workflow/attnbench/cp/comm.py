@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ..grid.spec import Degrees
-from ..status import CellOutcome, is_oom
+from ..record.status import CellOutcome, is_oom
 
 
 def nbytes(t) -> int:

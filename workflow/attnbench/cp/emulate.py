@@ -52,11 +52,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import status as S
 from ..grid.spec import EMULATE_CONTENTS
 from ..harness.cpu_math import settle_vml
 from ..harness.measure import quantiles, synchronize, time_ms
 from ..kernels.local_kernel import load as load_kernel
+from ..record import status as S
 from . import catalog
 from .base import RankContext
 from .comm import Comm, Groups, Guard, Pending

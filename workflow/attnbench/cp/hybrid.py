@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..status import Unsupported
+from ..record.status import Unsupported
 from . import schedule
 from .base import ScheduledMethod
 from .catalog import head_split_reason, kv_replication

@@ -13,7 +13,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import status as S
 from ..grid.spec import DKV_COMM_DTYPES, CellSpec, Degrees
 from ..harness.cpu_math import settle_vml
 from ..harness.gate import judge, lse_bound
@@ -21,6 +20,7 @@ from ..harness.inputs import local_inputs, torch_dtype
 from ..harness.reference import reference_attention
 from ..kernels.base import bhsd_view, to_thd
 from ..kernels.local_kernel import load as load_kernel
+from ..record import status as S
 from . import catalog
 from .base import RankContext, load
 from .comm import Comm, Groups, Guard

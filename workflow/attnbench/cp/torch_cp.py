@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..kernels.base import bhsd_view, from_thd, to_thd
-from ..status import Unavailable, Unsupported
+from ..record.status import Unavailable, Unsupported
 from .base import CPMethod
 from .catalog import torch_cp_reason
 

@@ -3,9 +3,9 @@ mask at a length, and the cell's outcome from its checks (shared by the kernel a
 
 from __future__ import annotations
 
-from .. import status as S
 from ..grid.spec import Measurement, Problem
 from ..masks import pattern, sample_mask
+from ..record import status as S
 from .inputs import check_mask_rng, data_seed
 
 

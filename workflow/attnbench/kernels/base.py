@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from ..status import Unavailable, Unsupported
+from ..record.status import Unavailable, Unsupported
 from .catalog import KernelInfo, findable
 
 LAYOUTS = ("thd", "bshd", "bhsd")

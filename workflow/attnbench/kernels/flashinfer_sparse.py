@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from ..status import Unavailable, Unsupported, is_oom
+from ..record.status import Unavailable, Unsupported, is_oom
 from .base import Kernel
 
 WORKSPACE_BYTES = 128 * 2**20  # the size FlashInfer's documentation recommends

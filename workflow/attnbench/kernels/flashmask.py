@@ -24,7 +24,7 @@ import importlib
 import numpy as np
 import torch
 
-from ..status import Unsupported
+from ..record.status import Unsupported
 from .base import Kernel
 from .local_kernel import PackedKernel
 

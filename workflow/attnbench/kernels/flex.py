@@ -24,7 +24,7 @@ import functools
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from ..status import Unsupported
+from ..record.status import Unsupported
 from .base import Kernel, bhsd_view, to_thd
 from .flex_forms import mask_mod_for
 from .local_kernel import LocalKernel, RecomputeBackward

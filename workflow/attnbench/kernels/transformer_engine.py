@@ -14,7 +14,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from ..status import Unsupported
+from ..record.status import Unsupported
 from .base import Kernel
 from .varlen import cu_seqlens
 

@@ -34,7 +34,7 @@ import importlib.metadata
 import importlib.util
 from pathlib import Path
 
-from ..status import Unavailable
+from ..record.status import Unavailable
 from .base import LOAD_ERRORS, Kernel, load_error
 
 VSA_BLOCK = 64

@@ -46,7 +46,7 @@ def not_run_record(
     budget (`timeout`), or ended without a record (`crashed`: how it ended, from
     attnbench.launch, and the last lines of its log). The family's `skeleton(spec)` (its
     record_skeleton) gives the rest (CP's: also its tables' columns)."""
-    from .. import status as S
+    from . import status as S
     from .record import finish_record
 
     record = skeleton(spec)

@@ -18,7 +18,7 @@ import numpy as np
 from ..grid.expand import stable_hash
 from ..grid.spec import CellSpec
 from ..harness.inputs import data_seed
-from ..status import IMPLAUSIBLE, OK, TIMED, implausible_reason
+from .status import IMPLAUSIBLE, OK, TIMED, Status, implausible_reason
 
 SCHEMA_VERSION = 1
 
@@ -63,7 +63,7 @@ def finish_record(
     device's matmul ceiling, the machine, when it finished and how long the cell took since `t0`
     (its time.perf_counter(); none for a cell whose own process wrote no record). Your own kernel's or method's code
     modified from its commit marks the machine's git state dirty."""
-    record["status"] = status
+    record["status"] = Status(status).value  # a record is JSON data: the plain value
     record.update(details or {})
     record["status_reason"] = reason
     if status in TIMED and record["samples"]:  # an incorrect one may have none
@@ -117,7 +117,7 @@ def summarise(record, peak, gpus: int = 1):
     record["fraction_of_peak"] = record["tflops"] / ceiling if ceiling else None
     why = implausible_reason(record["tflops"], ceiling)
     if why and record.get("status") == OK:  # faster than the device: never compared
-        record["status"], record["status_reason"] = IMPLAUSIBLE, why
+        record["status"], record["status_reason"] = IMPLAUSIBLE.value, why
     checks = [s["check"] for s in samples if "check" in s]
     errs = [
         e for c in checks for n, e in c["errors"].items() if n != "lse"

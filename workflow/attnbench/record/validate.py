@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..grid.expand import cell_path, output_root, stable_hash
-from ..status import IMPLAUSIBLE, INCORRECT, OK, STATUSES, WITH_TIMINGS
+from .status import IMPLAUSIBLE, INCORRECT, OK, STATUSES, WITH_TIMINGS
 
 
 class RecordError(ValueError):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..status import OK
+from ..record.status import OK
 from .collect import emulated
 from .labels import STATUS_LABEL, order
 from .paired import NO_FINGERPRINT, Comparison, Draw, Timed, Verdict, compare, step

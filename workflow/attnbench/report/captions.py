@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..status import CRASHED, UNAVAILABLE, UNSUPPORTED
+from ..record.status import CRASHED, UNAVAILABLE, UNSUPPORTED
 from .collect import emulated
 from .labels import STATUS_MEANING, heads_label, order, seqlen_label
 from .outputs import CAPTION_SUFFIX

@@ -12,8 +12,8 @@ import pandas as pd
 
 from ..ceiling import Ceiling, Ceilings
 from ..grid.expand import output_root, stable_hash
+from ..record.status import IMPLAUSIBLE, OK, implausible_reason
 from ..record.validate import RecordError, read_all  # noqa: F401  (RecordError: what collect raises)
-from ..status import IMPLAUSIBLE, OK, implausible_reason
 
 # What identifies a cell: the first columns, and the table's sort order.
 CELL_KEYS = (

@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from ..status import STATUSES, TIMED  # noqa: E402
+from ..record.status import STATUSES, TIMED  # noqa: E402
 from .labels import GIB, heads_label, order, seqlen_label  # noqa: E402, F401  (GIB re-exported)
 from .style import (  # noqa: E402
     HEADS_STYLES,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..status import TIMED
+from ..record.status import TIMED
 from . import captions
 from .collect import grid_rows, read_samples
 from .html import markdown_page

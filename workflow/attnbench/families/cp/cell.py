@@ -23,7 +23,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ... import status as S
 from ...cp import catalog, run
 from ...cp.choose import choose_local_kernel
 from ...cp.run import MethodRun
@@ -39,6 +38,7 @@ from ...harness.samples import (
     n_samples,
     spec_mask,
 )
+from ...record import status as S
 from ...record.record import base_record, finish_record, write_record
 from .provenance import provenance
 

@@ -21,7 +21,6 @@ import time
 import numpy as np
 import torch
 
-from ... import status as S
 from ...cp import catalog, emulate
 from ...cp.run import MethodRun
 from ...grid.spec import CellSpec
@@ -34,6 +33,7 @@ from ...harness.samples import (
     n_samples,
     spec_mask,
 )
+from ...record import status as S
 from ...record.record import base_record, finish_record, write_record
 from . import cell as C
 from .provenance import provenance

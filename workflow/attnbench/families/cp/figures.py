@@ -24,13 +24,13 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ...cp.catalog import BARE_KERNEL
+from ...record.status import TIMED
 from ...report import plotting
 from ...report.advice import draws_by_cell
 from ...report.collect import emulated
 from ...report.figures import Inputs
 from ...report.labels import STATUS_LABEL, order, seqlen_label
 from ...report.style import colour
-from ...status import TIMED
 from .tables import (
     baseline_of,
     baselines,

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...cp.catalog import BARE_KERNEL, method_label
+from ...record.status import TIMED
 from ...report.collect import emulated
 from ...report.labels import GIB, STATUS_LABEL, order, seqlen_label
 from ...report.tables import (
@@ -30,7 +31,6 @@ from ...report.tables import (
     spread_text,
     write_table,
 )
-from ...status import TIMED
 
 MIB = 2**20
 

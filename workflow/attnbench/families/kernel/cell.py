@@ -11,7 +11,6 @@ import time
 import numpy as np
 
 from ... import launch
-from ... import status as S
 from ...grid.spec import CellSpec
 from ...harness.faults import crash_if_asked, hang_if_asked
 from ...harness.inputs import (
@@ -33,6 +32,7 @@ from ...harness.samples import (
 )
 from ...kernels import catalog
 from ...kernels.import_memo import known_to_load, remember_loads
+from ...record import status as S
 from ...record.record import base_record, finish_record
 from .provenance import provenance
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.patches import Patch
 
+from ...record.status import TIMED
 from ...report.collect import one_row_per_point
 from ...report.figures import Inputs
 from ...report.labels import (
@@ -47,7 +48,6 @@ from ...report.plotting import (
     title_above,
 )
 from ...report.style import BAR_MARK, INCORRECT_HATCH, colour
-from ...status import TIMED
 from .winners import (
     TRAIN,
     direction_words,

@@ -28,8 +28,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ... import status as S
 from ...grid.spec import CellSpec
+from ...record import status as S
 
 POLL_S = 0.2
 # A draw's repetitions are taken in ROUNDS windows, each contender's in turn (the order rotating

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...record.status import TIMED
 from ...report.collect import one_row_per_point
 from ...report.labels import (
     DIRECTION_LABEL,
@@ -28,7 +29,6 @@ from ...report.tables import (
     write_sections,
     write_table,
 )
-from ...status import TIMED
 
 
 def length_tables(df: pd.DataFrame, value: str) -> list[tuple[str, pd.DataFrame]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...record.status import TIMED
 from ...report.labels import order, seqlen_label
 from ...report.plotting import (
     GIB,
@@ -25,7 +26,6 @@ from ...report.plotting import (
     save_drawn,
     timed_line,
 )
-from ...status import TIMED
 from .tables import block_order, equal_area_references, main_density, split
 
 
