@@ -72,13 +72,13 @@ time.sleep(600)
 
 WRITER = """import sys, time
 from attnbench.run import lock as run_lock
-from attnbench.record.record import RunGone, write_record
+from attnbench.record.record import RunGone, write_json
 run_lock._RUN.append(run_lock.run_to_watch())  # belongs to the run, without the watching thread
 assert run_lock._RUN[0] is not None and not run_lock.run_gone()
 while not run_lock.run_gone():
     time.sleep(0.1)
 try:
-    write_record({"a": 1}, sys.argv[1])
+    write_json({"a": 1}, sys.argv[1])
 except RunGone as e:
     print("refused:", e, flush=True)
 """

@@ -1,2 +1,2 @@
-"""Stage 4: a cell's record: the skeleton every family fills (statuses: attnbench.status), and its
-validation (which fields exist for which status)."""
+"""A cell's record: the skeleton every family fills (record.record), its schema (record.schema:
+which fields each status of attnbench.status carries) and its validation (record.validate)."""

@@ -1,7 +1,7 @@
 """The record every cell fills, kernel or context-parallel: its start (identity, what ran, the data
 seed), the cell-level statistics from the samples, its end (status, statistics, device, times:
 finish_record, the same for every family and for a cell stopped or crashed), and the atomic,
-strict-JSON write."""
+strict-JSON write, of a record checked against its schema (record.schema)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import numpy as np
 from ..grid.expand import stable_hash
 from ..grid.spec import CellSpec
 from ..harness.inputs import data_seed
-from ..status import IMPLAUSIBLE, OK, TIMED, implausible_reason
+from ..status import IMPLAUSIBLE, OK, TIMED, Status, implausible_reason
+from .schema import Record, SchemaError
 
 SCHEMA_VERSION = 1
 
@@ -65,7 +66,7 @@ def finish_record(
     device's matmul ceiling, the machine, when it finished and how long the cell took since `t0`
     (its time.perf_counter(); none for a cell whose own process wrote no record). Your own kernel's or method's code
     modified from its commit marks the machine's git state dirty."""
-    record["status"] = status
+    record["status"] = Status(status).value  # a record is JSON data: the plain value
     record.update(details or {})
     record["status_reason"] = reason
     if status in TIMED and record["samples"]:  # an incorrect one may have none
@@ -119,7 +120,7 @@ def summarise(record, peak, gpus: int = 1):
     record["fraction_of_peak"] = record["tflops"] / ceiling if ceiling else None
     why = implausible_reason(record["tflops"], ceiling)
     if why and record.get("status") == OK:  # faster than the device: never compared
-        record["status"], record["status_reason"] = IMPLAUSIBLE, why
+        record["status"], record["status_reason"] = IMPLAUSIBLE.value, why
     checks = [s["check"] for s in samples if "check" in s]
     errs = [
         e for c in checks for n, e in c["errors"].items() if n != "lse"
@@ -178,9 +179,20 @@ def content_sha256(record: dict) -> str:
 
 
 def write_record(record: dict, path) -> None:
-    """Write atomically (a file of this process' own, renamed over the record): a crash never
-    leaves a half-written record behind, and two writers never mix. Refused (RunGone) in a
-    process whose run has ended (run.lock.run_gone): its record would be accepted by the next."""
+    """Write a cell record (write_json), checked against its schema first (record.schema):
+    SchemaError naming the file and every field at fault, and nothing written, where it is not
+    one, so that no reader ever meets a record its writer could not have read."""
+    try:
+        Record.from_dict(json_safe(record))  # as a reader will see it
+    except SchemaError as e:
+        raise SchemaError([f"{path}: not written, not a cell record", *e.problems]) from None
+    write_json(record, path)
+
+
+def write_json(obj: dict, path) -> None:
+    """Write atomically (a file of this process' own, renamed over the file): a crash never
+    leaves a half-written file behind, and two writers never mix. Refused (RunGone) in a
+    process whose run has ended (run.lock.run_gone): its file would be accepted by the next."""
     from ..run.lock import run_gone
 
     if run_gone():
@@ -188,6 +200,6 @@ def write_record(record: dict, path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
-    signed = {**json_safe(record), CHECKSUM: content_sha256(record)}
+    signed = {**json_safe(obj), CHECKSUM: content_sha256(obj)}
     tmp.write_text(json.dumps(signed, indent=1, allow_nan=False) + "\n")
     tmp.replace(path)

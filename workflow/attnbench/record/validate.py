@@ -1,56 +1,23 @@
-"""Is a parsed JSON file a cell record of this benchmark? The fields every record has, a known
-status, timings exactly where the status says the cell was timed, and a record that agrees with
-itself: its statistics are those of its samples, its status those of its correctness check, its
-times not ahead of now."""
+"""Is a parsed JSON file a cell record of this benchmark? Its schema (record.schema: the fields
+every record has, a known status, the fields each status carries, its numbers), and a record that
+agrees with itself: its statistics are those of its samples, its status those of its correctness
+check, its times not ahead of now, its content what was written (its checksum)."""
 
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 
 from ..grid.expand import cell_path, output_root, stable_hash
-from ..status import IMPLAUSIBLE, INCORRECT, OK, STATUSES, WITH_TIMINGS
+from ..status import IMPLAUSIBLE, INCORRECT, OK, WITH_TIMINGS
+from .schema import CELL_KEYS, REQUIRED, Record, SchemaError
 
 
 class RecordError(ValueError):
     """A file where a cell record should be that is not one; the message names the file."""
-
-
-CELL_KEYS = ("grid", "family", "impl", "mask", "seqlen", "direction", "device")
-# The cell-level numbers the tables and figures draw: each, where the record has it, a finite
-# number >= 0 (a time, a throughput, a count of FLOPs or bytes). max_rel_err is not among them:
-# an incorrect kernel's NaN output makes it nan or inf, and the record says so.
-NUMBERS = (
-    "time_ms_median",
-    "time_ms_p20",
-    "time_ms_p80",
-    "tflops",
-    "tflops_p20",
-    "tflops_p80",
-    "flops",
-    "fraction_of_peak",
-    "peak_mem_bytes",
-    "peak_mem_increment_bytes",
-    "device_busy_ms",
-)
-
-
-def number_problems(record: dict) -> list[str]:
-    """The record's NUMBERS that are not finite numbers >= 0."""
-    out = []
-    for key in NUMBERS:
-        v = record.get(key)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            out.append(f"{key} is {v!r}, not a number")
-        elif not math.isfinite(v) or v < 0:
-            out.append(f"{key} is {v!r}, not a finite number >= 0")
-    return out
 
 
 # Relative difference allowed between a statistic and the same statistic recomputed from the
@@ -177,28 +144,15 @@ def consistency_problems(record: dict) -> list[str]:
 
 
 def record_problems(record) -> list[str]:
-    """What makes a parsed JSON value not a cell record: the fields every record has, a known
-    status, and timings exactly where the status says the cell was timed."""
-    if not isinstance(record, dict):
-        return [f"a JSON {type(record).__name__}, not an object"]
-    missing = [k for k in ("schema_version", "cell", "status") if k not in record]
-    if missing:
-        return [f"no {', '.join(missing)} (keys present: {', '.join(list(record)[:8]) or 'none'})"]
-    problems = []
-    cell = record["cell"]
-    if not isinstance(cell, dict) or any(k not in cell for k in CELL_KEYS):
-        problems.append(f"its 'cell' lacks some of {', '.join(CELL_KEYS)}")
-    status = record["status"]
-    if status not in STATUSES:
-        problems.append(f"status {status!r} is none of {', '.join(STATUSES)}")
-    elif status in (OK, IMPLAUSIBLE) and record.get("tflops") is None:
-        problems.append(f"status {status!r} without the timings it implies (tflops)")
-    elif status not in WITH_TIMINGS and record.get("tflops") is not None:
-        problems.append(
-            f"status {status!r} with timings (tflops), which only {', '.join(WITH_TIMINGS)} carry"
-        )
-    problems += number_problems(record)
-    return (problems or consistency_problems(record)) + checksum_problems(record)
+    """What makes a parsed JSON value not a cell record: its schema (record.schema: read through
+    Record), then whether it agrees with itself and with its checksum."""
+    try:
+        Record.from_dict(record)
+    except SchemaError as e:
+        if not isinstance(record, dict) or any(k not in record for k in REQUIRED):
+            return e.problems  # no record at all: nothing more to judge
+        return e.problems + checksum_problems(record)
+    return consistency_problems(record) + checksum_problems(record)
 
 
 def checksum_problems(record: dict) -> list[str]:

@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..grid.expand import output_root, stable_hash
 from ..harness.ceiling import Ceiling, Ceilings
+from ..record.schema import MEMORY, TIMINGS
 from ..record.validate import RecordError, read_all  # noqa: F401  (RecordError: what collect raises)
 from ..status import IMPLAUSIBLE, OK, implausible_reason
 
@@ -29,24 +30,9 @@ CELL_KEYS = (
     "direction",
     "gpus",
 )
-# Fields copied from the record as they are (the peak matmul throughput stands between the two).
-TIMINGS = (
-    "time_ms_median",
-    "time_ms_p20",
-    "time_ms_p80",
-    "tflops",
-    "tflops_p20",
-    "tflops_p80",
-    "flops",
-    "fraction_of_peak",
-)
-MEMORY_AND_CHECK = (
-    "peak_mem_bytes",
-    "peak_mem_increment_bytes",
-    "mem_source",
-    "max_rel_err",
-    "check_passed",
-)
+# Fields copied from the record as they are (the peak matmul throughput stands between the two):
+# its timings and memory, the record's own numbers (record.schema), and its check.
+MEMORY_AND_CHECK = (*MEMORY, "mem_source", "max_rel_err", "check_passed")
 # How a GPU cell was measured (docs/measurement.md): a caller's time over the device's, whether a
 # timed window was throttled, whether its job's control calls drifted, side by side or alone, and
 # on which GPU (its UUID) at what median SM clock.

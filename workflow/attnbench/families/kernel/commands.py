@@ -119,7 +119,7 @@ def cmd_cell(a):
 def cmd_point(a):
     """A grid point's contenders side by side in one job (families/kernel/point.py): one file of
     their records, which the workflow's per-cell rule takes apart."""
-    from ...record.record import write_record
+    from ...record.record import write_json
     from ...run import launch
     from .point import read_point, run_point
 
@@ -130,7 +130,9 @@ def cmd_point(a):
     claim_gpu_after_start(contenders[0].spec.device)
     records = run_point(a.point, a.peak, a.threads, lambda: launch.log_tail(a.log))
     launch.release_gpus()
-    write_record({"point": point, "records": records}, a.out)
+    write_json(
+        {"point": point, "records": records}, a.out
+    )  # each record checked where written alone (point.py)
     for out, record in records.items():
         say_outcome(record, out)
 
