@@ -149,7 +149,7 @@ def test_what_reruns_on_which_edit(workdir):
     # the warm worker and the entry are code a cell's processes run: every cell; the rest of
     # the command line is not
     assert plan_after_edit(workdir, "run/worker.py")["kernel_cell"] == N_CELLS
-    assert "kernel_cell" not in plan_after_edit(workdir, "cli.py")
+    assert "kernel_cell" not in plan_after_edit(workdir, "cli/tables.py")
     # a config value: the cells it changes
     (workdir / "reps.yaml").write_text(yaml.safe_dump({"grids": {"tiny": {"reps": 3}}}))
     configs = [str(workdir / "config.yaml"), str(workdir / "reps.yaml")]

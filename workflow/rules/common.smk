@@ -266,10 +266,11 @@ def figure_files(grid):
 
 def rule_code(*modules):
     """The package's files a rule's command runs: `python -m attnbench`'s dispatcher and its
-    command line (cli.py, the file alone: its commands import their modules when run) and every
-    module the given modules import, transitively (attnbench.codegraph). As the rule's inputs,
-    editing any of them reruns exactly the rules that use it."""
-    return [f"{PKG}/__main__.py", f"{PKG}/cli.py", *code_files(*modules)]
+    command line (the cli/ package's files alone: its commands import their modules when run)
+    and every module the given modules import, transitively (attnbench.codegraph). As the rule's
+    inputs, editing any of them reruns exactly the rules that use it."""
+    cli = sorted(str(p) for p in Path(PKG, "cli").glob("*.py"))
+    return [f"{PKG}/__main__.py", *cli, *code_files(*modules)]
 
 
 def report_code(grid, part):

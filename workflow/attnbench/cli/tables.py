@@ -1,0 +1,90 @@
+"""The report rules' commands: `collect` (records -> the tidy table), `tables` and `figures` (the
+tidy table -> one grid's files)."""
+
+from __future__ import annotations
+
+import sys
+
+from ..families.cell_entry import json_option
+from .common import exit_naming_input, known_grids
+
+
+def cmd_collect(a):
+    from ..report.collect import RecordError, collect, write_cells
+
+    try:
+        df = collect(a.records, a.root)
+    except RecordError as e:
+        sys.exit(f"collect: {e}")
+    write_cells(df, a.out)
+    print(f"{len(df)} cells -> {a.out}")
+
+
+def grid_of_table(a) -> None:
+    """tables, figures: --grid one of the tidy table's grids, before any file is written."""
+    from ..report.collect import read_cells
+
+    if a.grid:
+        grids = [str(g) for g in dict.fromkeys(read_cells(a.cells)["grid"])]
+        known_grids(a.cmd, "--grid", [a.grid], grids, f"in {a.cells}")
+
+
+def cmd_tables(a):
+    from ..families import write_tables
+    from ..report.collect import ReportError
+
+    grid_cfg = json_option(a, "grid_config")
+    try:
+        grid_of_table(a)
+        for p in write_tables(a.cells, a.out_dir, grid=a.grid, grid_cfg=grid_cfg):
+            print(p)
+    except ReportError as e:
+        exit_naming_input("tables", e)
+
+
+def cmd_figures(a):
+    from ..families import write_figures
+    from ..report.collect import ReportError
+
+    style = json_option(a, "style") or {}
+    grid_cfg = json_option(a, "grid_config")
+    try:
+        grid_of_table(a)
+        for p in write_figures(a.cells, a.out_dir, style, grid=a.grid, grid_cfg=grid_cfg):
+            print(p)
+    except ReportError as e:
+        exit_naming_input("figures", e)
+
+
+def _report_parser(sub, name, what, fn, grid_config_help):
+    """A command that reads the tidy table and writes one grid's report files (tables, figures)."""
+    c = sub.add_parser(name, help=what)
+    c.add_argument("--cells", required=True, help="the tidy table (samples.csv beside it)")
+    c.add_argument("--out-dir", required=True, help="the folder the grid's files go to")
+    c.add_argument("--grid", help="only this grid's cells")
+    c.add_argument("--grid-config", help=grid_config_help)
+    c.set_defaults(fn=fn)
+    return c
+
+
+def add_parsers(sub) -> None:
+    c = sub.add_parser("collect", help="cell records -> one tidy CSV")
+    c.add_argument("records", nargs="*", help="record files")
+    c.add_argument("--root", help="collect every record under this folder instead")
+    c.add_argument("--out", required=True, help="the tidy table (CSV) written")
+    c.set_defaults(fn=cmd_collect)
+    _report_parser(
+        sub,
+        "tables",
+        "tidy CSV -> Markdown and LaTeX tables",
+        cmd_tables,
+        "the grid's config as JSON (its family and description)",
+    )
+    c = _report_parser(
+        sub,
+        "figures",
+        "tidy CSV -> PNG and PDF figures",
+        cmd_figures,
+        "the grid's config as JSON (checks the expected files were written)",
+    )
+    c.add_argument("--style", help="figure style settings as JSON")
