@@ -26,8 +26,14 @@ $(VENV)/.installed: envs/requirements-cpu.txt pyproject.toml
 run: $(VENV)/.installed
 	$(SNAKEMAKE) --profile profiles/local --cores $(CORES) $(if $(GPUS),--resources gpu=$(GPUS))
 
+# Two stages: everything but the Slurm cluster's tests, then those (each starts a throwaway
+# cluster); every test's seconds kept in .pytest-durations-STAGE.tsv, the slowest printed.
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest
+	@t0=$$(date +%s); $(BIN)/python -m pytest -m "not slurm" --durations-path .pytest-durations-main.tsv; \
+	  main=$$?; echo "main stage: $$(( $$(date +%s) - t0 )) s"; head -16 .pytest-durations-main.tsv; \
+	  t1=$$(date +%s); $(BIN)/python -m pytest -m slurm --durations-path .pytest-durations-slurm.tsv; \
+	  slurm=$$?; echo "Slurm stage: $$(( $$(date +%s) - t1 )) s"; \
+	  [ $$main -eq 0 ] && { [ $$slurm -eq 0 ] || [ $$slurm -eq 5 ]; }
 
 # Style and Snakemake's house rules, from the pinned envs/requirements-lint.txt (.ci/run runs it
 # before the tests); `make format` rewrites what the checks would flag.

@@ -45,3 +45,32 @@ def pytest_configure(config):
     from attnbench.harness.cpu_math import settle_vml
 
     settle_vml()
+
+
+# ---------------------------------------------------------------- every test's duration, kept
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--durations-path",
+        default=None,
+        help="write every test's seconds (setup + call + teardown), slowest first, to this TSV",
+    )
+
+
+_SECONDS: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    _SECONDS[report.nodeid] = _SECONDS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--durations-path")
+    if not path or not _SECONDS:
+        return
+    slow = {i.nodeid for i in session.items if i.get_closest_marker("slow")}
+    rows = sorted(_SECONDS.items(), key=lambda kv: -kv[1])
+    Path(path).write_text(
+        "seconds\tslow\ttest\n" + "".join(f"{s:.2f}\t{int(t in slow)}\t{t}\n" for t, s in rows)
+    )
