@@ -181,6 +181,7 @@ def test_the_tidy_tables_of_a_folder_hold_every_grids_records_and_samples(docume
     from attnbench.pipeline.regenerate import tidy_table
 
     out, records = document_records
-    df, samples = tidy_table(out, {}, {})  # no grid named now: every record under out/cells
+    # a config that names none of its grids: every record under out/cells
+    df, samples = tidy_table(out, {"grids": {}})
     assert set(df["grid"]) == {"t"} and len(df) == 4
     assert len(samples) == 12 and set(samples["cell_id"]) == set(df["cell_id"])

@@ -51,6 +51,8 @@ def folder_cells(cfg: dict, out: Path) -> dict:
     regeneration asked for (the table does not depend on which)."""
     folder = Path(out) / "cells"
     grids = [g for g in cfg["grids"] if (folder / g).is_dir()]
+    if not grids:
+        return {}
     return {str(Path(out) / cell_path(c)): c for c in expand_cells(cfg, grids)}
 
 
