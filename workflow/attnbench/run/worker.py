@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import enum
 import fcntl
 import hashlib
 import importlib
@@ -161,7 +162,7 @@ def run_in_worker(
         with conn, conn.makefile("r") as reader:
             _send(conn, request)
             pid = _worker_pid(path)
-            if not _answers(conn, pid):
+            if _answers(conn, pid) is not Wait.ANSWERED:
                 frozen += 1
                 _kill_frozen(path, pid, frozen)
                 continue  # its queued cell goes to a new worker
@@ -172,9 +173,9 @@ def run_in_worker(
             if ack is None:
                 continue  # the worker was ending for idleness as the cell came: a new one
             answered = _answers(conn, ack["pid"], deadline)
-            if answered is LATE:  # busy past the deadline: hung, or far slower than it should be
+            if answered is Wait.LATE:  # busy past the deadline: hung, or far slower
                 _kill_late(path, ack["pid"])
-            if not answered:  # stopped in this cell: measured again, once
+            if answered is Wait.STOPPED:  # stopped in this cell: measured again, once
                 frozen += 1
                 _kill_frozen(path, ack["pid"], frozen)
                 continue
@@ -216,24 +217,29 @@ def _stopped(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
-LATE = None  # _answers: no answer by the deadline (falsy, like a stopped worker's False)
+class Wait(enum.Enum):
+    """How waiting for a worker's answer ended (_answers)."""
+
+    ANSWERED = "answered"
+    STOPPED = "stopped"  # seen stopped (SIGSTOP) for STOPPED_LIMIT_S
+    LATE = "late"  # no answer by the job's deadline
 
 
-def _answers(conn, pid: int | None, deadline: float | None = None) -> bool | None:
-    """Wait until the worker has written to `conn`: True; False where it is seen stopped for
-    STOPPED_LIMIT_S meanwhile (a busy worker may take as long as its cell takes, up to the
+def _answers(conn, pid: int | None, deadline: float | None = None) -> Wait:
+    """Wait until the worker has written to `conn` (ANSWERED); STOPPED where it is seen stopped
+    for STOPPED_LIMIT_S meanwhile (a busy worker may take as long as its cell takes, up to the
     deadline); LATE at the deadline."""
     stopped_since = None
     while not select.select([conn], [], [], 1.0)[0]:
         if deadline is not None and time.time() >= deadline:
-            return LATE
+            return Wait.LATE
         if pid is None or not _stopped(pid):
             stopped_since = None
         elif stopped_since is None:
             stopped_since = time.monotonic()
         elif time.monotonic() - stopped_since >= STOPPED_LIMIT_S:
-            return False
-    return True
+            return Wait.STOPPED
+    return Wait.ANSWERED
 
 
 class WorkerLate(WorkerError):
