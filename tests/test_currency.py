@@ -38,6 +38,12 @@ def made(tmp_path_factory):
     return cell, path, json.loads(path.read_text())
 
 
+def limits(budget_s, record, threads=None):
+    """The grid limits a run here gives the record's cell: this budget, the threads it ran on."""
+    ran = record["environment"]["cpu_threads"]
+    return currency.GridLimits(budget_s=budget_s, cpu_threads=ran if threads is None else threads)
+
+
 def snakemake(workdir, *args):
     """Snakemake on the workflow with workdir/config.yaml, one core; a dry run (-n) shows each
     job's block (--quiet host)."""
@@ -57,8 +63,8 @@ def snakemake(workdir, *args):
 
 def test_a_fresh_record_is_current(made):
     cell, path, record = made
-    assert currency.outdated_reason(record, cell, 60) is None
-    assert currency.judge({str(path): cell}, {"c": 60}) == []
+    assert currency.outdated_reason(record, cell, limits(60, record)) is None
+    assert currency.judge({str(path): cell}, {"c": limits(60, record)}) == []
     assert set(record["libraries"]) == {"torch", "numpy", "sdpa"}
     assert "attnbench/harness/measure.py" in record["code"]["files"]
     assert "attnbench/kernels/sdpa.py" in record["code"]["files"]
@@ -69,30 +75,49 @@ def test_a_fresh_record_is_current(made):
 def test_each_reason_a_record_is_outdated(made):
     cell, _, record = made
     reason = currency.outdated_reason
-    assert reason(record, {**cell, "reps": 3}, 60) == ("config", "reps 2 -> 3")
-    assert reason(record, {**cell, "check": {**cell["check"], "tolerance_factor": 7}}, 60) == (
+    assert reason(record, {**cell, "reps": 3}, limits(60, record)) == ("config", "reps 2 -> 3")
+    assert reason(
+        record, {**cell, "check": {**cell["check"], "tolerance_factor": 7}}, limits(60, record)
+    ) == (
         "config",
         "check.tolerance_factor 5 -> 7",
     )
     edited = copy.deepcopy(record)
     edited["code"]["files"]["attnbench/harness/measure.py"] = "0" * 16
     edited["code"]["sha256"] = "0" * 64
-    assert reason(edited, cell, 60) == ("code", "attnbench/harness/measure.py edited")
+    assert reason(edited, cell, limits(60, record)) == (
+        "code",
+        "attnbench/harness/measure.py edited",
+    )
     older = {**record, "libraries": {**record["libraries"], "torch": "torch 2.0.0"}}
-    kind, detail = reason(older, cell, 60)
+    kind, detail = reason(older, cell, limits(60, record))
     assert kind == "libraries" and detail.startswith("torch torch 2.0.0 -> torch ")
-    assert reason({k: v for k, v in record.items() if k != "code"}, cell, 60) == (
+    assert reason({k: v for k, v in record.items() if k != "code"}, cell, limits(60, record)) == (
         "code",
         "the record names no code (made before records did)",
     )
     crashed = {**record, "status": "crashed", "status_reason": "its process exited with status 1"}
-    assert reason(crashed, cell, 60) == ("crashed", "its process exited with status 1")
+    assert reason(crashed, cell, limits(60, record)) == (
+        "crashed",
+        "its process exited with status 1",
+    )
     timeout = {**record, "status": "timeout", "time_budget_s": 30}
-    assert reason(timeout, cell, 30) is None and reason(timeout, cell, 20) is None
-    assert reason(timeout, cell, 60) == (
+    assert (
+        reason(timeout, cell, limits(30, record)) is None
+        and reason(timeout, cell, limits(20, record)) is None
+    )
+    assert reason(timeout, cell, limits(60, record)) == (
         "time budget",
         "stopped at 30 s; the grid's cell_timeout_s is now 60 s",
     )
+    # a CPU kernel cell timed on other threads than a run here gives it
+    kind, detail = reason(
+        record, cell, limits(60, record, threads=record["environment"]["cpu_threads"] + 1)
+    )
+    assert kind == "config" and detail.startswith("cpu_threads ")
+    # not judged for a record without timings
+    gone = {**record, "status": "unsupported"}
+    assert reason(gone, cell, limits(60, record, threads=99)) is None
 
 
 def test_a_record_of_another_machine_than_its_points_is_outdated(made, tmp_path):
@@ -143,7 +168,7 @@ def test_a_file_that_is_not_this_cells_record_is_refused_naming_each(made, tmp_p
     garbage.write_text("{not json")
     cells = {str(there): other, str(edited): cell, str(garbage): cell}
     with pytest.raises(RecordError, match="4 record file") as e:
-        currency.judge(cells, {"c": 60})
+        currency.judge(cells, {"c": limits(60, record)})
     assert f"{garbage}: not readable JSON" in str(e.value)
     assert f"{there}: holds the record of another cell" in str(e.value)
     assert f"{edited}: its cell_id" in str(e.value)
@@ -249,13 +274,13 @@ def test_a_record_this_environment_cannot_run_is_kept_not_made_again(tmp_path):
     measured["samples"] = [{"index": 0, "mask_area": 2080, "flops": 1e9, "time_ms": [1.0, 1.2]}]
     summarise(measured, None)
     measured["libraries"] = {**measured["libraries"], "torch": "torch 2.11.0"}
-    assert currency.outdated_reason(measured, cell, 60) is None
+    assert currency.outdated_reason(measured, cell, limits(60, measured)) is None
     measured["code"] = {**measured["code"], "sha256": "0" * 64}
     measured["code"]["files"] = {**measured["code"]["files"], "attnbench/harness/measure.py": "0"}
 
     def planned(record):
         write_record(record, path)  # as that machine wrote it, its checksum its own
-        (o,) = currency.judge({str(path): cell}, {"g": 60})
+        (o,) = currency.judge({str(path): cell}, {"g": limits(60, record)})
         p = snakemake(tmp_path, "-n", str(path))
         # the list is written by a run reading the workflow (a dry run writes none): one that
         # runs nothing

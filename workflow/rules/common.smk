@@ -134,7 +134,7 @@ WRITTEN_LIST = f"{workflow.snakemake_tmp_dir}/outdated.txt" if DRY_RUN else OUTD
 OUTDATED, KEPT = [], []
 if workflow.is_main_process:
     try:  # a record that contradicts itself stops the run before any cell, naming all of them
-        OUTDATED = currency.judge(CELLS, {g: cell_timeout_s(GRIDS[g]) for g in RUN})
+        OUTDATED = currency.judge(CELLS, currency.limits(CFG, RUN))
     except RecordError as e:
         raise WorkflowError(str(e)) from None
     KEEP_OUTDATED = CFG["outdated_records"] == "keep"

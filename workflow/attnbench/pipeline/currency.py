@@ -11,6 +11,9 @@ A record is current when all of these hold, read from the record itself (never f
   or the local kernel's library);
 - it is not `crashed` (a process that ended without its record: the next run retries it), nor a
   `timeout` under a smaller time budget than the grid's cell_timeout_s now;
+- a CPU kernel (or block-sparse) cell's timings were measured on the threads a run would give it now (the grid's
+  `cpu_threads`, capped at this machine's cores as Snakemake caps them): on a CPU the thread count
+  is part of what is timed, on a GPU it only speeds host-side work outside the timed region;
 - it was measured on the machine the rest of its grid point was (`machine`: the GPU by its UUID,
   else the device and host), since contenders are compared draw by draw: a record of another
   machine than most of its point's is outdated, and so is the older side of a tie.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -60,6 +64,24 @@ class Outdated:
 
     def line(self) -> str:
         return f"{self.path}: {self.kind}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class GridLimits:
+    """What a grid gives each of its cells now, beside the cell itself (its resources)."""
+
+    budget_s: float  # cell_timeout_s
+    cpu_threads: int  # the threads a CPU kernel cell runs on here
+
+    @classmethod
+    def of(cls, grid: dict) -> GridLimits:
+        threads = min(int(grid.get("cpu_threads", 1)), os.cpu_count() or 1)
+        return cls(budget_s=cell_timeout_s(grid), cpu_threads=threads)
+
+
+def limits(cfg: dict, grids) -> dict[str, GridLimits]:
+    """Each named grid's GridLimits, from a validated config."""
+    return {g: GridLimits.of(cfg["grids"][g]) for g in grids}
 
 
 @cache
@@ -109,23 +131,26 @@ def spec_changes(old: dict, new: dict) -> list[str]:
     ]
 
 
-def outdated_reason(record: dict, spec: dict | None, budget_s: float | None) -> tuple | None:
+def outdated_reason(record: dict, spec: dict | None, grid: GridLimits | None) -> tuple | None:
     """(kind, detail) of why the record is not what a run would make now, or None. Without
-    `spec` (a grid the config does not hold) the config and the time budget are not judged."""
+    `spec` (a grid the config does not hold) the config, the threads and the time budget are not
+    judged."""
     if record.get("status") == S.CRASHED:
         return CRASHED, str(record.get("status_reason") or "its process ended without a record")
     cell = record.get("cell") or {}
     if spec is not None and stable_hash(cell, 64) != stable_hash(spec, 64):
         changes = spec_changes(cell, spec) or ["its settings differ"]
         return CONFIG, ", ".join(changes[:6]) + (" ..." if len(changes) > 6 else "")
+    if spec is not None and grid is not None and (why := _other_threads(record, spec, grid)):
+        return CONFIG, why
     if (
         record.get("status") == S.TIMEOUT
-        and budget_s is not None
-        and (record.get("time_budget_s") or 0) < budget_s
+        and grid is not None
+        and (record.get("time_budget_s") or 0) < grid.budget_s
     ):
         return BUDGET, (
             f"stopped at {record.get('time_budget_s'):g} s; the grid's cell_timeout_s is now "
-            f"{budget_s:g} s"
+            f"{grid.budget_s:g} s"
         )
     if "code" not in record:
         return CODE, "the record names no code (made before records did)"
@@ -151,10 +176,25 @@ def outdated_reason(record: dict, spec: dict | None, budget_s: float | None) -> 
     return None
 
 
-def judge(cells: dict, budgets: dict) -> list[Outdated]:
+def _other_threads(record: dict, spec: dict, grid: GridLimits) -> str | None:
+    """Why a CPU kernel record's timings are not on the threads a run gives its cell now."""
+    timed = record.get("status") in (S.OK, S.INCORRECT, S.IMPLAUSIBLE)
+    # kernel and sparse cells run on the grid's cpu_threads; a CP cell's threads are its ranks
+    if not timed or spec.get("family") not in ("kernel", "sparse") or spec.get("device") != "cpu":
+        return None
+    ran = (record.get("environment") or {}).get("cpu_threads")
+    if ran is None or ran == grid.cpu_threads:
+        return None
+    return (
+        f"cpu_threads {ran} -> {grid.cpu_threads} (timed on {ran} threads; a run here gives the "
+        f"cell {grid.cpu_threads}: the grid's cpu_threads, at most this machine's cores)"
+    )
+
+
+def judge(cells: dict, grids: dict[str, GridLimits]) -> list[Outdated]:
     """The outdated records among those on disk: `cells` maps each record's path to the cell the
-    config asks for there (None: not judged against a config), `budgets` each grid's
-    cell_timeout_s now. RecordError, before anything runs, listing every file there that is not a
+    config asks for there (None: not judged against a config), `grids` each grid's GridLimits
+    now. RecordError, before anything runs, listing every file there that is not a
     consistent record of its own cell (record.validate.read_all)."""
     out = []
     records = read_all(cells, "nothing was run")
@@ -162,7 +202,7 @@ def judge(cells: dict, budgets: dict) -> list[Outdated]:
     for path, record in records.items():
         spec = cells[path]
         grid = (spec or record.get("cell") or {}).get("grid")
-        why = outdated_reason(record, spec, budgets.get(grid)) or other_machine(record, by_point)
+        why = outdated_reason(record, spec, grids.get(grid)) or other_machine(record, by_point)
         if why:
             out.append(Outdated(str(path), *why, kept=kept_here(record)))
     return out
@@ -270,8 +310,7 @@ def of_config(cfg: dict, grids=None) -> tuple[list[Outdated], int]:
     grids = list(grids or cfg["run"])
     out = Path(cfg["output_dir"])
     cells = {str(out / cell_path(c)): c for c in expand_cells(cfg, grids)}
-    budgets = {g: cell_timeout_s(cfg["grids"][g]) for g in grids}
-    return judge(cells, budgets), sum(Path(p).exists() for p in cells)
+    return judge(cells, limits(cfg, grids)), sum(Path(p).exists() for p in cells)
 
 
 def config_report(cfg: dict) -> str:

@@ -18,7 +18,6 @@ from pathlib import Path
 import pandas as pd
 
 from ..families import expand_cells, figure_stems, write_figures, write_tables
-from ..grid.config import cell_timeout_s
 from ..grid.expand import cell_path
 from ..report.collect import (
     ReportError,
@@ -29,7 +28,7 @@ from ..report.collect import (
     write_cells,
 )
 from ..terminal import bar
-from .currency import judge, outdated_column
+from .currency import judge, limits, outdated_column
 
 
 def other_grid_records(out: Path, grids) -> list[str]:
@@ -64,12 +63,13 @@ def tidy_table(out: Path, cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     record."""
     cells = folder_cells(cfg, out)
     grids = {c["grid"] for c in cells.values()}
-    budgets = {g: cell_timeout_s(cfg["grids"][g]) for g in grids}
     ours = [p for p in cells if Path(p).exists()]
     others = other_grid_records(out, set(cfg["grids"]))
     records = read_records(ours + others)
     df = collect(records=records)
-    outdated = judge({p: cells[p] for p in ours}, budgets) + judge(dict.fromkeys(others), {})
+    outdated = judge({p: cells[p] for p in ours}, limits(cfg, grids)) + judge(
+        dict.fromkeys(others), {}
+    )
     df["outdated"] = outdated_column(df["record"], outdated)
     return df, collect_samples(records)
 
