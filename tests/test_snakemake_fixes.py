@@ -102,6 +102,52 @@ def test_a_functions_parameters_are_read_once():
     assert list(params(join)) == list(inspect.signature(join).parameters)
 
 
+def _job(quiet, plugins=None):
+    """A job as Job.log_info reads it, counting how often its shell command is formatted."""
+    from types import SimpleNamespace
+
+    from snakemake.settings.enums import Quietness
+
+    settings = SimpleNamespace(
+        quiet={Quietness.RULES} if quiet else set(), log_handler_settings=plugins or {}
+    )
+    workflow = SimpleNamespace(output_settings=settings, dryrun=True, is_local=lambda rule: True)
+    dag = SimpleNamespace(
+        workflow=workflow, jobid=lambda job: 1, reason=lambda job: "missing output"
+    )
+    rule = SimpleNamespace(name="kernel_cell", is_checkpoint=False, is_handover=False)
+
+    class Job:
+        formatted = 0
+        priority, benchmark, message, input, output, log = 0, None, None, [], [], []
+        wildcards_dict, resources, threads = {}, {}, 1
+
+        @property
+        def shellcmd(self):
+            Job.formatted += 1
+            return "python -m attnbench cell"
+
+    job = Job()
+    job.dag, job.rule = dag, rule
+    return job
+
+
+def test_a_jobs_block_is_built_only_where_it_is_shown():
+    """Under --quiet rules (the profiles') no job block is built; without it, or with a logger
+    plugin enabled, Snakemake's own log_info runs."""
+    import snakemake.jobs
+
+    snakemake_fixes.job_info_only_when_shown()
+    snakemake_fixes.job_info_only_when_shown()  # a second reading of the Snakefile changes nothing
+    log_info = snakemake.jobs.Job.log_info
+    assert log_info.original and not getattr(log_info.original, "original", None)
+    quiet, shown, plugin = _job(quiet=True), _job(quiet=False), _job(quiet=True, plugins={"x": 1})
+    log_info(quiet)
+    assert type(quiet).formatted == 0
+    log_info(shown), log_info(plugin)
+    assert type(shown).formatted > 0 and type(plugin).formatted > 0
+
+
 # ---------------------------------------------------------------- each patch still needed, still allowed
 
 
@@ -169,6 +215,17 @@ def test_unpatched_snakemake_still_reads_a_functions_parameters_at_each_call(mon
 
     read(f), read(f)
     assert len(calls) == 2, "Snakemake now keeps a function's parameters: the patch can go"
+
+
+def test_unpatched_snakemake_still_builds_a_jobs_block_under_quiet_rules():
+    """Still needed: Snakemake's log_info formats the shell command even where the logger drops
+    the block."""
+    (patch,) = [p for p in snakemake_fixes.PATCHES if p.name == "job_info_only_when_shown"]
+    job = _job(quiet=True)
+    _target(patch)(job)
+    assert type(job).formatted > 0, (
+        "Snakemake now skips a block it does not show: the patch can go"
+    )
 
 
 def test_unpatched_snakemake_still_scans_every_dependency_of_a_group_member():

@@ -1,6 +1,6 @@
 """Changes to Snakemake's job scheduler, made by workflow/rules/common.smk while the Snakefile is
 read (before the scheduler exists). Two work around a Snakemake behaviour that would lose or hang
-a benchmark run; the third logs a line of ours per finished job; the last two keep a large grid's
+a benchmark run; the third logs a line of ours per finished job; the last three keep a large grid's
 planning short. The tests named below show them; tests/test_snakemake_fixes.py checks that each
 patch's target is still there, that the unpatched Snakemake still behaves as the patch assumes,
 and that the installed Snakemake is one they were checked on (PATCHES, CHECKED_ON)."""
@@ -53,6 +53,12 @@ PATCHES = (
         "function_params_read_once",
         "snakemake.common:get_function_params",
         "none found (searched 2026-12-07): inspect.signature is called anew per call",
+    ),
+    Patch(
+        "job_info_only_when_shown",
+        "snakemake.jobs:Job.log_info",
+        "none found (searched 2026-12-07): a job's block is built (its shell command formatted "
+        "three times) before the logger's filter drops it under --quiet rules",
     ),
 )
 
@@ -187,3 +193,25 @@ def function_params_read_once() -> None:
     params.original = read
     for module in (snakemake.common, snakemake.jobs, snakemake.rules):
         module.get_function_params = params
+
+
+def job_info_only_when_shown() -> None:
+    """Snakemake builds every job's block (its files, reason, resources, and its shell command,
+    formatted three times) before its logger drops it under `--quiet rules`, as the profiles set:
+    half of a 20,000-cell `snakemake -n` (benchmarks/planning_time.py). Built only where shown:
+    not under `--quiet rules`, unless a logger plugin (which sees every event) is enabled."""
+    from snakemake.jobs import Job
+    from snakemake.settings.enums import Quietness
+
+    build = Job.log_info
+    if getattr(build, "original", None):
+        return  # the Snakefile read twice in one process
+
+    def log_info(self, *args, **kwargs):
+        shown = self.dag.workflow.output_settings
+        if Quietness.RULES in (shown.quiet or ()) and not shown.log_handler_settings:
+            return None
+        return build(self, *args, **kwargs)
+
+    log_info.original = build
+    Job.log_info = log_info
