@@ -13,7 +13,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 SNAKEMAKE := $(BIN)/snakemake
 
-.PHONY: run test lint format figures report dry-run clean-results
+.PHONY: run test durations lint format figures report dry-run clean-results
 
 $(VENV)/.installed: envs/requirements-cpu.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is needed, found " + sys.version'
@@ -26,14 +26,20 @@ $(VENV)/.installed: envs/requirements-cpu.txt pyproject.toml
 run: $(VENV)/.installed
 	$(SNAKEMAKE) --profile profiles/local --cores $(CORES) $(if $(GPUS),--resources gpu=$(GPUS))
 
-# Two stages: everything but the Slurm cluster's tests, then those (each starts a throwaway
-# cluster); every test's seconds kept in .pytest-durations-STAGE.tsv, the slowest printed.
+# Two stages: the main stage, every test but the Slurm cluster's and the slow modules' (the
+# `slow` marker follows measured seconds: tests/durations.py); then those (each Slurm test starts a
+# throwaway cluster). Every test's seconds kept in .pytest-durations-STAGE.tsv, the slowest printed;
+# `make durations` makes them the measurement the marker follows (tests/durations.tsv).
 test: $(VENV)/.installed
-	@t0=$$(date +%s); $(BIN)/python -m pytest -m "not slurm" --durations-path .pytest-durations-main.tsv; \
+	@t0=$$(date +%s); $(BIN)/python -m pytest -m "not slurm and not slow" --durations-path .pytest-durations-main.tsv; \
 	  main=$$?; echo "main stage: $$(( $$(date +%s) - t0 )) s"; head -16 .pytest-durations-main.tsv; \
-	  t1=$$(date +%s); $(BIN)/python -m pytest -m slurm --durations-path .pytest-durations-slurm.tsv; \
-	  slurm=$$?; echo "Slurm stage: $$(( $$(date +%s) - t1 )) s"; \
-	  [ $$main -eq 0 ] && { [ $$slurm -eq 0 ] || [ $$slurm -eq 5 ]; }
+	  t1=$$(date +%s); $(BIN)/python -m pytest -m "slurm or slow" --durations-path .pytest-durations-slow.tsv; \
+	  slow=$$?; echo "second stage (Slurm cluster, slow modules): $$(( $$(date +%s) - t1 )) s"; \
+	  head -16 .pytest-durations-slow.tsv; \
+	  [ $$main -eq 0 ] && { [ $$slow -eq 0 ] || [ $$slow -eq 5 ]; }
+
+durations:
+	$(BIN)/python tests/durations.py .pytest-durations-main.tsv .pytest-durations-slow.tsv
 
 # Style and Snakemake's house rules, from the pinned envs/requirements-lint.txt (.ci/run runs it
 # before the tests); `make format` rewrites what the checks would flag.

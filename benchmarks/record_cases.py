@@ -522,6 +522,18 @@ def main():
     case("a config value (reps 2 -> 3)", "snakemake --cores 2", ran(f.snakemake()), before)
 
     before = checksums(f.out)
+    threads = f.cfg["grids"]["tiny"].get("cpu_threads", 1)
+    f.cfg["grids"]["tiny"]["cpu_threads"] = threads + 1
+    f.write_config()
+    cc = f.attnbench("check-config")
+    case(
+        f"the grid's cpu_threads ({threads} -> {threads + 1}), {os.cpu_count()} cores",
+        "attnbench check-config; snakemake --cores 2",
+        f"check-config: {said(cc, 'outdated')}. snakemake: {ran(f.snakemake())}",
+        before,
+    )
+
+    before = checksums(f.out)
     p = f.attnbench("check-config", "--config", "output_dir=$(touch PWNED)")
     outcome = f"exit {p.returncode}: {first_line(p)}; PWNED made: {(root / 'PWNED').exists()}"
     case(

@@ -50,6 +50,16 @@ def pytest_configure(config):
 # ---------------------------------------------------------------- every test's duration, kept
 
 
+def pytest_collection_modifyitems(config, items):
+    """`slow` follows the measured seconds of each test module (tests/durations.py)."""
+    from durations import slow_modules
+
+    slow = slow_modules()
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in slow:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--durations-path",

@@ -633,7 +633,6 @@ def test_times_are_written_without_exponents():
     assert t["runner-up (x fastest, draws won)"] == "fa2 152578x, 0/1 won"
 
 
-@pytest.mark.slow
 def test_gpus_no_grid_measured_are_answered_by_the_cp_model_labelled_with_its_error(repo, capsys):
     """--gpus 8 over the committed H200 tables (2 GPUs measured): the CP model's answer, in a block
     of its own, with its validated error; a question it cannot answer names what it needs."""

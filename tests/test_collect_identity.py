@@ -101,7 +101,6 @@ def test_figures_and_tables_that_fail_name_their_input(root, tmp_path):
         assert "Traceback" in p.stderr  # the log keeps where it failed
 
 
-@pytest.mark.slow
 def test_snakemake_keeps_the_old_table_when_collect_refuses(tmp_path):
     workdir = workflow_copy(tmp_path, config_running({"c": GRID}))
     snakemake = snakemake_cmd(workdir, "--cores", "2", snakefile=workdir / "code/Snakefile")

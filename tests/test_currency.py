@@ -24,7 +24,7 @@ from attnbench.pipeline import currency
 from attnbench.record.record import summarise, write_record
 from attnbench.record.validate import RecordError
 from commands import REPO, package_env
-from tinygrids import config_running, kernel_grid
+from tinygrids import config_running, kernel_grid, measured
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def made(tmp_path_factory):
     (cell,) = expand_cells(cfg)
     root = tmp_path_factory.mktemp("currency") / "results"
     path = root / cell_path(cell)
-    write_record(run_cell(CellSpec.from_dict(cell)), path)
+    write_record(measured(cell), path)
     return cell, path, json.loads(path.read_text())
 
 
@@ -181,11 +181,11 @@ def test_records_lists_missing_and_outdated_cells(made, tmp_path):
     cfg = {**config_running({"c": grid}), "output_dir": str(path.parents[5])}
     (tmp_path / "config.yaml").write_text(json.dumps(cfg))
 
-    def records(edit):
+    def records(edit, *options, said=None):
         config = {**cfg, "grids": {"c": {**grid, **edit}}}
         (tmp_path / "mine.yaml").write_text(json.dumps(config))
         p = subprocess.run(
-            [sys.executable, "-m", "attnbench", "records", "--configfile", "mine.yaml"],
+            [sys.executable, "-m", "attnbench", "records", "--configfile", "mine.yaml", *options],
             cwd=tmp_path,
             capture_output=True,
             text=True,
@@ -193,13 +193,19 @@ def test_records_lists_missing_and_outdated_cells(made, tmp_path):
             timeout=120,
         )
         assert p.returncode == 0, p.stderr
+        assert said is None or said in p.stderr, p.stderr
         return [line.split("/cells/")[1] for line in p.stdout.split()]
 
     assert records({}) == ["c/kernel/sdpa/causal/s128-h2x1-d16-float32-fwd.json"]  # missing
     assert len(records({"reps": 3})) == 2  # ... and the outdated one
+    # by status, for snakemake --forcerun: the one record on disk is ok, and current
+    here = ["c/kernel/sdpa/causal/s64-h2x1-d16-float32-fwd.json"]
+    assert records({}, "--rerun", "ok") == here
+    assert records({"reps": 3}, "--rerun", "outdated") == here
+    assert records({}, "--rerun", "implausible", "outdated", said="no records with status") == []
+    assert records({}, "--seqlen", "64", said="no cells missing or outdated in c") == []
 
 
-@pytest.mark.slow
 def test_committed_h200_records_are_drawn_as_they_are_and_said_outdated(tmp_path):
     """They were made on an H200 before records named their code: a run here would remake them,
     so regenerate draws them as they are, and the captions say they are outdated and why; no

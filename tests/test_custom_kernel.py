@@ -187,7 +187,6 @@ class OwnSDPA(Kernel):
 '''
 
 
-@pytest.mark.slow
 def test_editing_your_kernels_package_reruns_exactly_its_cells(tmp_path):
     """Its module and the package it sits in are code inputs of its cells (and only of them);
     outside the repository, the record says so."""

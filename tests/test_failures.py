@@ -110,7 +110,6 @@ def hung_run(tmp_path_factory):
     return workdir, p, time.monotonic() - t0
 
 
-@pytest.mark.slow
 def test_a_hung_cell_is_stopped_at_its_budget_recorded_as_timeout_and_the_run_goes_on(hung_run):
     workdir, p, wall = hung_run
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -132,7 +131,6 @@ def test_a_hung_cell_is_stopped_at_its_budget_recorded_as_timeout_and_the_run_go
     assert wall < 300
 
 
-@pytest.mark.slow
 def test_timeout_is_drawn_in_tables_and_figures(hung_run):
     from attnbench.families.kernel.figures import bars_at_length, family_lines
     from attnbench.families.kernel.tables import support_table
@@ -158,7 +156,6 @@ def test_timeout_is_drawn_in_tables_and_figures(hung_run):
     assert "1 timeout" in (tables / "tflops.caption.rst").read_text()
 
 
-@pytest.mark.slow
 def test_a_timeout_record_runs_again_when_the_budget_is_raised_and_only_then(hung_run):
     workdir, p, _ = hung_run
     assert p.returncode == 0
@@ -211,7 +208,6 @@ def cp_cell(tokens_per_gpu=32) -> dict:
     return cell
 
 
-@pytest.mark.slow
 def test_a_hung_cp_cell_is_stopped_on_every_rank_and_recorded_as_timeout(tmp_path):
     cell = cp_cell()
     out = tmp_path / "cp.json"
@@ -245,7 +241,6 @@ def rank_pids(launcher_pid: int) -> dict[int, int]:
     return ranks
 
 
-@pytest.mark.slow
 def test_a_cp_rank_killed_mid_cell_ends_every_rank_records_the_crash_and_a_rerun_completes(
     tmp_path,
 ):
@@ -309,7 +304,6 @@ INTERRUPTED = {
 STUCK = "sdpa/causal/s64-h2x1-d16-float32-fwd"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGINT to the process group (Ctrl-C)", "SIGTERM to snakemake"])
 def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_runs_only_the_rest(
     tmp_path, how
@@ -390,7 +384,6 @@ def test_the_workflow_interrupted_mid_run_leaves_no_partial_record_and_a_rerun_r
     )
 
 
-@pytest.mark.slow
 def test_sigterm_while_the_scheduler_holds_its_lock_still_stops_the_run(tmp_path):
     """Snakemake's SIGTERM handler takes the scheduler's lock on the main thread, so a SIGTERM that
     landed while the scheduler held it (finishing a job) hung the run forever; CI saw it once in the
@@ -435,7 +428,6 @@ def test_sigterm_while_the_scheduler_holds_its_lock_still_stops_the_run(tmp_path
 # ---------------------------------------------------------------- a job that fails
 
 
-@pytest.mark.slow
 def test_a_job_that_fails_leaves_its_cell_missing_and_the_run_still_draws_what_finished(
     tmp_path,
 ):
@@ -501,7 +493,6 @@ def test_a_job_that_fails_leaves_its_cell_missing_and_the_run_still_draws_what_f
 # ---------------------------------------------------------------- a file that is not a record
 
 
-@pytest.mark.slow
 def test_collect_stops_at_a_corrupted_or_foreign_json_naming_it_and_changes_nothing(tmp_path):
     cfg = validate(config_running({"c": GRID}))
     root = tmp_path / "results"

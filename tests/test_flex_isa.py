@@ -16,8 +16,6 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 SCRIPT = r"""
 import json, sys
 import numpy as np, torch

@@ -90,7 +90,6 @@ def test_several_nodes_need_an_allocation_and_the_batch_step(monkeypatch):
         launch.command(2, 1, ["true"])
 
 
-@pytest.mark.slow
 def test_two_ranks_on_this_machine(tmp_path):
     out = tmp_path / "allreduce.json"
     p = subprocess.run(

@@ -61,7 +61,6 @@ def cell_processes(out: Path) -> list[int]:
     return found
 
 
-@pytest.mark.slow
 def test_a_second_run_is_refused_a_killed_run_ends_its_cells_and_its_lock_is_taken_over(
     tmp_path,
 ):
@@ -128,7 +127,6 @@ def test_a_second_run_is_refused_a_killed_run_ends_its_cells_and_its_lock_is_tak
     )
 
 
-@pytest.mark.slow
 def test_two_grids_in_one_folder_keep_each_others_rows(tmp_path):
     out = tmp_path / "results"
     first = clone(tmp_path, "first", out, {"g": {**GRID, "kernels": ["naive"], "seqlen": [64]}})
@@ -162,7 +160,6 @@ def test_snakemake_refuses_a_shell_path_or_a_bad_grid_name_before_any_job(tmp_pa
     assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
 
 
-@pytest.mark.slow
 def test_a_histogram_and_a_description_too_large_for_a_command_line_run(tmp_path):
     """The spec and the grid's report settings reach their commands in files: 6,911 buckets
     (about 190 KB of JSON per cell) and a 200 KB description, each above the 128 KiB a command-line

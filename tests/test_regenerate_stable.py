@@ -4,12 +4,9 @@
 import shutil
 from pathlib import Path
 
-import pytest
 from attnbench.families import load_config
 from attnbench.pipeline.regenerate import regenerate
 from commands import REPO
-
-pytestmark = pytest.mark.slow
 
 
 def test_regenerating_one_committed_grid_leaves_the_tidy_tables_as_regenerating_all(tmp_path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from bounded import run_bounded
 from commands import package_env, snakemake_cmd
 from tinygrids import config_running, kernel_grid, workflow_copy
@@ -22,7 +21,6 @@ LINE = re.compile(
 )
 
 
-@pytest.mark.slow
 def test_each_finished_cell_logs_its_outcome_and_the_progress(tmp_path):
     workdir = workflow_copy(tmp_path, config_running({"log": GRID}))
     cmd = snakemake_cmd(workdir, "--cores", "2", snakefile=workdir / "code/Snakefile")

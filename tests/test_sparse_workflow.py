@@ -46,7 +46,6 @@ def run(tmp_path_factory):
     return d
 
 
-@pytest.mark.slow
 def test_tiny_sparse_grid_records_tables_and_figures(run):
     res = run / "results"
     df = pd.read_csv(res / "tables/cells.csv")
@@ -68,7 +67,6 @@ def test_tiny_sparse_grid_records_tables_and_figures(run):
     assert planned_jobs(snakemake_on_copy(run, "-n")) == {}
 
 
-@pytest.mark.slow
 def test_kernels_of_a_grid_point_got_the_same_masks(run):
     cells = run / "results/cells/tiny_sparse/sparse"
     for mask in ("block_sparse", "variable_block_sparse"):
@@ -81,7 +79,6 @@ def test_kernels_of_a_grid_point_got_the_same_masks(run):
             assert pa[0]["seed"] != pa[1]["seed"]
 
 
-@pytest.mark.slow
 def test_editing_the_sparse_report_reruns_only_its_tables_and_figures(run):
     code = run / "code/workflow/attnbench/families/sparse/tables.py"
     original = code.read_text()
@@ -93,7 +90,6 @@ def test_editing_the_sparse_report_reruns_only_its_tables_and_figures(run):
     assert set(plan) == {"tables_tiny_sparse", "figures_tiny_sparse", "all"}
 
 
-@pytest.mark.slow
 def test_cpu_threads_reach_the_cell_and_changing_them_reruns_its_cpu_cells(run):
     """Grid key cpu_threads: the cell's Snakemake threads and torch threads (`--threads`). On a
     CPU the threads are part of what is timed, so a CPU cell timed on other threads than a run

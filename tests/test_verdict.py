@@ -340,7 +340,6 @@ def test_sdpa_cudnns_dense_boolean_mask_is_noted_where_it_runs_one():
 AA_MASKS = ["full", "causal", "sliding_window", "causal_document", "prefix_lm_causal"]
 
 
-@pytest.mark.slow
 def test_a_kernel_entered_twice_ties_on_95_percent_of_points(tmp_path):
     """sdpa and sdpa_twin (the same class, another name) measured as the pipeline measures a
     point's contenders, side by side (families/kernel/point.py: interleaved draw by draw in a

@@ -18,8 +18,6 @@ from bounded import run_bounded
 from commands import PY, REPO, snakemake_cmd, tool_env
 from tinygrids import cp_grid, kernel_grid
 
-pytestmark = pytest.mark.slow
-
 
 def entries() -> dict[str, list[str]]:
     """{kind: the files its entry names}: each `- **kind**` item of the section, and the path

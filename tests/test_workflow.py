@@ -32,7 +32,6 @@ def workdir(tmp_path_factory):
     return workflow_copy(tmp_path_factory.mktemp("wf"), config_running({"tiny": TINY}))
 
 
-@pytest.mark.slow
 def test_a_crashed_cell_is_recorded_the_rest_drawn_and_a_rerun_retries_only_it(workdir):
     crashed = workdir / "results/cells/tiny/kernel/naive/causal/s64-h2x1-d16-float32-fwd.json"
     p = snakemake_on_copy(workdir, env={"ATTNBENCH_CRASH_CELLS": "^naive/causal/s64-"})
@@ -114,7 +113,6 @@ def cells_planned(p) -> list[str]:
     return sorted(set(re.findall(r"cells/tiny/kernel/(\S+)\.json", cells)))
 
 
-@pytest.mark.slow
 def test_what_reruns_on_which_edit(workdir):
     """docs/architecture.md, "What reruns when": a cell reruns when a file it imports changes
     (its kernel's adapter, the harness, the gate's naive kernel) and when its config changes;
@@ -184,7 +182,6 @@ def test_what_reruns_on_which_edit(workdir):
     assert pd.read_csv(workdir / "results/tables/cells.csv")["outdated"].isna().all()
 
 
-@pytest.mark.slow
 def test_plotting_code_or_style_reruns_only_figures(workdir):
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the previous test")
@@ -239,7 +236,6 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
     assert p.returncode == 0 and "kernel_cell" not in p.stdout + p.stderr
 
 
-@pytest.mark.slow
 def test_report_has_a_caption_per_figure_and_table_from_the_records(workdir):
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the first test")
@@ -272,7 +268,6 @@ def _report_tool():
     return module
 
 
-@pytest.mark.slow
 def test_the_reports_tables_show_in_a_browser(workdir, tmp_path):
     """The report as a reader opens it, in a real headless Chromium: click the grid, its tables,
     a table's view button; the table's page is shown and a cell's text is visible (drawn in the
@@ -296,7 +291,6 @@ def test_the_reports_tables_show_in_a_browser(workdir, tmp_path):
     assert len(np.unique(pixels.reshape(-1, pixels.shape[2]), axis=0)) > 50
 
 
-@pytest.mark.slow
 def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
     """`make figures` / `make report`: everything again from the records, in seconds, no cell run."""
     if not (workdir / "results/tables/cells.csv").exists():
@@ -356,7 +350,6 @@ def test_regenerate_rewrites_tables_figures_and_report_from_records(workdir):
     table.write_text(original)
 
 
-@pytest.mark.slow
 def test_cells_missing_after_a_partial_regenerate_are_still_run(workdir):
     """A tidy table from a partial run (regenerate, or committed results in a fresh clone) must not
     hide the cells without a record: the next run plans exactly those."""
@@ -392,7 +385,6 @@ def test_cells_missing_after_a_partial_regenerate_are_still_run(workdir):
         )
 
 
-@pytest.mark.slow
 def test_installing_a_missing_library_reruns_exactly_its_cells(workdir, tmp_path):
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the first test")

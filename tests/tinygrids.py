@@ -50,6 +50,23 @@ def cp_grid(**fields) -> dict:
     }
 
 
+def measured(cell: dict) -> dict:
+    """The record of a cell as a run makes it, in this process: on the threads the pipeline gives
+    a cell (its grid's cpu_threads, default 1; attnbench.pipeline.currency judges them)."""
+    import os
+
+    import torch
+    from attnbench.families.kernel.cell import run_cell
+    from attnbench.grid.spec import CellSpec
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(min(cell.get("cpu_threads", 1), os.cpu_count() or 1))
+    try:
+        return run_cell(CellSpec.from_dict(cell))
+    finally:
+        torch.set_num_threads(before)
+
+
 def config_running(grids: dict, run=None) -> dict:
     """The repository's config.yaml with only these grids, running `run` (default: all of them)."""
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())

@@ -462,7 +462,6 @@ def test_leave_one_out_is_the_fit_on_the_other_cells(kernel_time, tmp_path):
     assert val["loo_reason"].iloc[:4].eq("").all()
 
 
-@pytest.mark.slow
 def test_the_rule_writes_the_model_tables_and_figures(tmp_path):
     """snakemake on the cp_model rule of h200_cp (the committed records, at 2 and 4 GPUs): the
     tables and every declared figure."""

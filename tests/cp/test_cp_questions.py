@@ -202,7 +202,6 @@ def test_the_published_points_and_the_goal():
     assert outside["cause"].fillna("").str.len().gt(0).all(), outside[["method", "mask", "gpus"]]
 
 
-@pytest.mark.slow
 def test_the_rule_regenerates_the_committed_table(tmp_path):
     """python -m attnbench predict --validate (rule cp_validation's command) writes the table
     committed under results/h200/tables/cp_validation/."""

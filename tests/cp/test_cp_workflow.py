@@ -1,7 +1,6 @@
 """Snakemake end to end on a tiny CP grid: records through torchrun, the tidy table, CP tables and figures."""
 
 import pandas as pd
-import pytest
 from bounded import run_bounded
 from commands import snakemake_cmd, tool_env
 from tinygrids import config_running, cp_grid, workflow_copy
@@ -24,7 +23,6 @@ TINY = cp_grid(
 )
 
 
-@pytest.mark.slow
 def test_snakemake_runs_a_cp_grid(tmp_path):
     cfg = config_running({"tinycp": TINY})
     cfg["figures"] = {"formats": ["png", "pdf"], "dpi": 60}

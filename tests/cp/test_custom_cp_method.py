@@ -139,7 +139,6 @@ def test_a_wrong_method_is_caught(tmp_path):
     assert status == {"causal": "incorrect", "full": "ok"}, rows
 
 
-@pytest.mark.slow
 def test_own_method_runs_end_to_end_and_editing_it_reruns_its_cells(tmp_path):
     """Snakemake on a tiny grid: the method beside Ring P2P on 2 ranks and the bare kernel on 1;
     its records (ok, checked), the tidy table, the CP tables, figures and advice name it; its

@@ -90,7 +90,6 @@ def completed(runs, name):
 
 
 @pytest.mark.slurm
-@pytest.mark.slow
 def test_distributed_jobs_find_their_ranks_and_rendezvous_inside_slurm(runs):
     tmp_path, jobs, accounted = completed(runs, "launches")
     assert len(jobs) == len(CASES)
@@ -130,7 +129,6 @@ def test_distributed_jobs_find_their_ranks_and_rendezvous_inside_slurm(runs):
 
 
 @pytest.mark.slurm
-@pytest.mark.slow
 def test_gpu_cell_gets_its_device_from_slurm(runs):
     tmp_path, jobs, accounted = completed(runs, "gpu_cell")
     gpu_jobs = {j for j in jobs if "gres/gpu" in tres(accounted[j])}
@@ -144,7 +142,6 @@ def test_gpu_cell_gets_its_device_from_slurm(runs):
 
 
 @pytest.mark.slurm
-@pytest.mark.slow
 def test_context_parallel_cell_runs_its_ranks_inside_one_slurm_job(runs):
     tmp_path, jobs, accounted = completed(runs, "cp_cell")
     record = json.loads(next((tmp_path / "results/cells/cp").rglob("*.json")).read_text())

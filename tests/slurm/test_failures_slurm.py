@@ -80,7 +80,6 @@ def scontrol_update(*args: str):
 
 
 @pytest.mark.slurm
-@pytest.mark.slow
 def test_time_limit_and_drained_node_then_a_rerun_runs_only_the_missing_cells(cluster, tmp_path):
     cfg = config_running({"slurmfail": GRID})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))

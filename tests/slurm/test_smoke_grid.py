@@ -53,7 +53,6 @@ def smoke_config(workdir):
 
 
 @pytest.mark.slurm
-@pytest.mark.slow
 def test_smoke_grid_as_slurm_jobs_crash_keep_going_and_rerun(cluster, tmp_path):
     cfg = smoke_config(tmp_path)
     cells = {cell_path(c): c for c in expand_cells(cfg)}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..pipeline.plan import OUTDATED
+from ..status import STATUSES
 from .common import config_of, grids_parser
 
 
@@ -16,20 +18,30 @@ def cmd_records(a):
     targets: a session with little device time runs the short lengths first
     (tools/offline-gpu/gpu_session.sh), so whatever it does not reach is the longest cells;
     --smallest-first / --budget-s order and cut them by their estimated time, and --calls S
-    prints the plan of calls of S seconds instead."""
+    prints the plan of calls of S seconds instead; --rerun STATUS... the cells whose records on disk
+    have those statuses (or are outdated), for `snakemake --forcerun`. Saying so on stderr where
+    there are none (stdout stays the targets alone: scripts read it)."""
     from collections import Counter
 
     from ..grid.expand import cell_path
-    from ..pipeline.plan import cells_to_run, in_order
+    from ..pipeline.plan import cells_to_rerun, cells_to_run, in_order
     from ..record.validate import RecordError
 
     cfg = config_of(a)
     out = Path(cfg["output_dir"])
     only = {"seqlen": a.seqlen, "kernels": a.kernels, "masks": a.masks}
     try:
-        cells = cells_to_run(cfg, a.grids, only, a.all)
+        if a.rerun:
+            cells = cells_to_rerun(cfg, a.grids, set(a.rerun), only)
+        else:
+            cells = cells_to_run(cfg, a.grids, only, a.all)
     except RecordError as e:
         sys.exit(f"records: {e}")
+    if not cells:
+        grids = ", ".join(a.grids or cfg["run"])
+        what = f"records with status {' or '.join(a.rerun)}" if a.rerun else "cells missing or outdated"
+        print(f"records: no {what} in {grids} under {out}", file=sys.stderr)
+        return
     if a.calls:
         from ..families.estimate import calls, write_calls
 
@@ -57,6 +69,15 @@ def add_parsers(sub) -> None:
     c.add_argument("--kernels", nargs="*", help="only these kernels (or CP methods)")
     c.add_argument("--masks", nargs="*", help="only these masks")
     c.add_argument("--all", action="store_true", help="also the records already on disk")
+    c.add_argument(
+        "--rerun",
+        nargs="+",
+        choices=[*STATUSES, OUTDATED],
+        metavar="STATUS",
+        help="instead: the records on disk with these statuses (or outdated: those a run would "
+        "make again), to measure again with `snakemake --forcerun $(attnbench records --rerun "
+        f"implausible)`; one or more of {', '.join([*STATUSES, OUTDATED])}",
+    )
     c.add_argument(
         "--smallest-first",
         action="store_true",

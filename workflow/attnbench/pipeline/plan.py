@@ -5,12 +5,16 @@ also cuts them into device calls: calls, write_calls)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..families import expand_cells
 from ..families.estimate import smallest_first
 from ..grid.expand import cell_path
 from .currency import of_config, to_make_again
+
+# what `records --rerun` selects besides a status: the records a run would make again
+OUTDATED = "outdated"
 
 # a selection's axis -> the cell's key it filters
 AXES = {"seqlen": "seqlen", "kernels": "impl", "masks": "mask"}
@@ -34,6 +38,26 @@ def cells_to_run(cfg: dict, grids=None, only: dict | None = None, everything=Fal
             everything or not (out / cell_path(cell)).exists() or out / cell_path(cell) in outdated
         )
     ]
+
+
+def cells_to_rerun(cfg: dict, grids, wanted: set[str], only: dict | None = None) -> list[dict]:
+    """The cells of `grids` whose record on disk has one of the `wanted` statuses, or (OUTDATED
+    among them) is outdated, kept or not: for `snakemake --forcerun` to measure again. Raises
+    record.validate.RecordError on a record it cannot read, as the judging does."""
+    out = Path(cfg["output_dir"])
+    judged = {Path(o.path) for o in of_config(cfg, grids)[0]} if OUTDATED in wanted else set()
+    only = only or {}
+    chosen = []
+    for cell in expand_cells(cfg, grids):
+        path = out / cell_path(cell)
+        if not path.exists() or any(
+            only.get(axis) is not None and cell.get(key) not in only[axis]
+            for axis, key in AXES.items()
+        ):
+            continue
+        if path in judged or json.loads(path.read_text()).get("status") in wanted:
+            chosen.append(cell)
+    return chosen
 
 
 def in_order(cells: list[dict], out: Path, smallest: bool, budget_s: float | None) -> list[dict]:
