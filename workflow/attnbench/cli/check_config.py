@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from .common import WORKFLOW_CONFIG, config_of, config_options
 
@@ -24,6 +25,24 @@ def cmd_check_config(a):
     except RecordError as e:
         sys.exit(f"check-config: {e}")
     print("\n".join(plan_lines(cfg)))
+    if a.profile:
+        from ..pipeline.slurm_plan import slurm_plan
+
+        # a name is a profile of profiles/, as snakemake --profile NAME finds it there first
+        named = Path("profiles") / a.profile
+        profile = named if (named / "config.yaml").is_file() else Path(a.profile)
+        if not (profile / "config.yaml").is_file():
+            names = sorted(
+                d.name for d in Path("profiles").glob("*") if (d / "config.yaml").is_file()
+            )
+            sys.exit(
+                f"check-config: --profile {a.profile}: no {profile}/config.yaml; valid --profile: "
+                f"a profile folder, or one of {', '.join(names) or '(none in profiles/)'}"
+            )
+        try:
+            print("\n".join(slurm_plan(cfg, profile).lines(str(profile))))
+        except RecordError as e:
+            sys.exit(f"check-config: {e}")
 
 
 def add_parsers(sub) -> None:
@@ -36,4 +55,10 @@ def add_parsers(sub) -> None:
         "file", nargs="?", help="a config file read over config.yaml (the same as --configfile)"
     )
     config_options(c)
+    c.add_argument(
+        "--profile",
+        help="a Slurm profile (a folder, or a name in profiles/, e.g. slurm): also the sbatch jobs "
+        "the cells still to run make, the GPU-hours their records estimate, and the profile "
+        "settings still unset",
+    )
     c.set_defaults(fn=cmd_check_config)
