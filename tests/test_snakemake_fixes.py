@@ -148,6 +148,45 @@ def test_a_jobs_block_is_built_only_where_it_is_shown():
     assert type(shown).formatted > 0 and type(plugin).formatted > 0
 
 
+def test_the_schedulers_chatter_is_off_where_rules_are_quiet_and_not_verbose():
+    """Under --quiet rules (the profiles'), not --verbose: Snakemake's per-job scheduler lines are
+    dropped, its other lines and ours kept; --verbose or another quiet setting keeps them all."""
+    import logging
+    from types import SimpleNamespace
+
+    from snakemake.logging import logger
+    from snakemake.settings.enums import Quietness
+
+    def record(msg, event=None):
+        r = logging.LogRecord("snakemake", logging.INFO, __file__, 1, msg, None, None)
+        if event:
+            r.event = event
+        return r
+
+    chatter = [
+        record("Select jobs to execute..."),
+        record("Execute 2 jobs...", "job_started"),
+        record("", "progress"),
+        record("Finished jobid: 3 (Rule: kernel_cell)", "job_finished"),
+    ]
+    kept = [record("c: sdpa/causal/s64: ok in 0.4 s"), record("Job stats:", "run_info")]
+    before = list(logger.filters)
+    try:
+        for settings in (
+            SimpleNamespace(verbose=True, quiet={Quietness.RULES}),
+            SimpleNamespace(verbose=False, quiet={Quietness.HOST}),
+        ):
+            snakemake_fixes.scheduler_chatter_off(settings)
+            assert logger.filters == before
+        quiet = SimpleNamespace(verbose=False, quiet={Quietness.RULES})
+        snakemake_fixes.scheduler_chatter_off(quiet)
+        snakemake_fixes.scheduler_chatter_off(quiet)  # a second reading changes nothing
+        (added,) = [f for f in logger.filters if f not in before]
+        assert [added.filter(r) for r in chatter + kept] == [False] * 4 + [True] * 2
+    finally:
+        logger.filters[:] = before
+
+
 # ---------------------------------------------------------------- each patch still needed, still allowed
 
 

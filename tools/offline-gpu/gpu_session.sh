@@ -181,7 +181,7 @@ missing_cells() {
   # the targets before --config, which would take them for more config entries
   timeout -s INT "$left" snakemake $targets --profile profiles/local --cores "$(nproc)" "$@" \
     --config "run=[$name]" "output_dir=$outdir" >> "$out/snakemake_$name.log" 2>&1
-  log "$name S in {$lengths}: exit $? ($(grep -c 'Finished job' "$out/snakemake_$name.log") jobs finished so far)"
+  log "$name S in {$lengths}: exit $? ($(grep -c ' done (' "$out/snakemake_$name.log") cells finished so far)"
 }
 
 # staged GRID BUDGET "LENGTHS|LENGTHS..." "RECORDS OPTIONS" [snakemake arguments]: missing_cells
@@ -202,7 +202,7 @@ grid() {  # grid NAME BUDGET [extra snakemake arguments]
   log "$name grid (${budget} s)"
   timeout -s INT "$budget" snakemake --profile profiles/local --cores "$(nproc)" "$@" \
     --config "run=[$name]" "output_dir=$outdir" > "$out/snakemake_$name.log" 2>&1
-  log "$name exit $? ($(grep -c 'Finished job' "$out/snakemake_$name.log") jobs finished)"
+  log "$name exit $? ($(grep -c ' done (' "$out/snakemake_$name.log") cells finished)"
 }
 
 if has verify && [ "$gpus" -ge 2 ]; then

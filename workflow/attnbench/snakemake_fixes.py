@@ -215,3 +215,35 @@ def job_info_only_when_shown() -> None:
 
     log_info.original = build
     Job.log_info = log_info
+
+
+# Snakemake's scheduler lines around each job ("Select jobs to execute...", "Execute N jobs...",
+# "N of M steps (x%) done", "Finished jobid: N" with a timestamp): three quarters of a run's log
+# beside its progress lines (log_each_finished_job), warnings and summary.
+SCHEDULER_CHATTER = ("job_started", "progress", "job_finished")
+SELECTING = "Select jobs to execute..."
+
+
+def scheduler_chatter_off(output_settings) -> None:
+    """Where the run is quiet about rules (the profiles' `quiet: [rules]`) and not --verbose,
+    drop Snakemake's per-job scheduler lines from its log, terminal and log file alike; its
+    warnings, errors, dry-run tables and our own lines stay. A logging filter, no patch."""
+    import logging
+
+    from snakemake.logging import logger
+    from snakemake.settings.enums import Quietness
+
+    if output_settings.verbose or Quietness.RULES not in (output_settings.quiet or ()):
+        return
+    if any(getattr(f, "chatter", False) for f in logger.filters):
+        return  # the Snakefile read twice in one process
+
+    class Chatter(logging.Filter):
+        chatter = True
+
+        def filter(self, record: logging.LogRecord) -> bool:
+            if str(getattr(record, "event", "")) in SCHEDULER_CHATTER:
+                return False
+            return record.getMessage() != SELECTING
+
+    logger.addFilter(Chatter())
