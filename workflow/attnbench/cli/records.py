@@ -39,7 +39,11 @@ def cmd_records(a):
         sys.exit(f"records: {e}")
     if not cells:
         grids = ", ".join(a.grids or cfg["run"])
-        what = f"records with status {' or '.join(a.rerun)}" if a.rerun else "cells missing or outdated"
+        what = (
+            f"records with status {' or '.join(a.rerun)}"
+            if a.rerun
+            else "cells missing or outdated"
+        )
         print(f"records: no {what} in {grids} under {out}", file=sys.stderr)
         return
     if a.calls:
