@@ -16,7 +16,7 @@ GRID = kernel_grid(
     also=[{"kernels": ["fa2"]}],  # GPU-only: an `unavailable` record here
 )
 LINE = re.compile(
-    r"^log: (\S+): (\w+) in [\d.]+ s(?: \((.*)\))? \| (\d+) of (\d+) done \(([^)]*)\)(; about .* left)?$",
+    r"^log: (\S+): (\w+) in [\d.]+ s(?: \((.*)\))? \| (\d+) of (\d+) done \(([^)]*)\)(; about .* left(?: and the tables and figures)?)?$",
     re.M,
 )
 

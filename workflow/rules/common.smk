@@ -69,16 +69,18 @@ def cell_finished(job):
     """The line a finished cell's job logs (attnbench.report.progress): the cell, its status and seconds,
     the counts so far by status, the time left."""
     global PROGRESS
-    from attnbench.report.progress import Progress
+    from attnbench.report.progress import Progress, report_seconds
 
     if job.rule.name not in CELL_RULES:
         return None
     if PROGRESS is None:
         try:  # the cells this run set out to make: its DAG's cell jobs
-            todo = sum(j.rule.name in CELL_RULES for j in job.dag.needrun_jobs())
+            todo = [str(j.output[0]) for j in job.dag.needrun_jobs() if j.rule.name in CELL_RULES]
         except Exception:  # noqa: BLE001 - without the DAG: the cells without a current record
-            todo = len(records_not_on_disk()) + len(OUTDATED)
-        PROGRESS = Progress(CELLS, max(todo, 1), started=RUN_STARTED)
+            todo = records_not_on_disk() + [o.path for o in OUTDATED]
+        PROGRESS = Progress(
+            CELLS, todo or [str(job.output[0])], started=RUN_STARTED, report_s=report_seconds(OUT)
+        )
     return PROGRESS.line(str(job.output[0]))
 
 
@@ -409,11 +411,13 @@ def end_run(ok):
     """After the last job: where the run did not finish, draw what did (the tidy table, tables and
     figures from the records on disk, their captions listing the missing cells); then the closing
     summary (every crashed and missing cell), and the lock is released."""
-    from attnbench.report.progress import closing_summary
+    from attnbench.report.progress import closing_summary, keep_report_seconds
 
     try:
         if not ok:
             draw_what_finished()
+        elif PROGRESS is not None:  # the tables and figures took the time since the last cell
+            keep_report_seconds(OUT, PROGRESS)
         for line in closing_summary(CELLS, OUT):
             logger.info(line)
     finally:

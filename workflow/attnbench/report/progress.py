@@ -3,9 +3,14 @@ status, its seconds, the counts so far by status, the time left), then a closing
 by status per grid, the cells that crashed or have no record with their logs, where the outputs
 are, what to run next). The workflow calls these (workflow/rules/common.smk); torch-free.
 
-The time left is estimated from the run itself: the wall time since the run began, per cell
-finished, times the cells left; until a cell has finished, from the records of the same cells in
-other grids of the output folder (families.estimate), where there are some."""
+The time left: each cell counted at its reference seconds (REFERENCE_S: by family, and per unit
+of work: length squared, heads, head dim, repetitions, a backward's extra; a run goes shortest
+first, so the cells left are longer than those done, and a CP cell costs ten kernel cells), at
+the rate this run has shown so far (its elapsed seconds over the reference seconds of the cells it
+finished: this machine's speed, its cores, its load); plus the tables and figures, as long as the
+last run into the folder took for them (kept in REPORT_SECONDS) where it is known. Until a cell
+has finished, from the records of the same cells in other grids of the output folder
+(families.estimate), where there are some."""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from ..record.record import outcome_details
 from ..status import CRASHED
@@ -35,15 +42,73 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+# The seconds the last run into an output folder took after its last cell (the tidy table,
+# tables and figures), kept for the next run's time left: OUT/REPORT_SECONDS.
+REPORT_SECONDS = ".attnbench/report_seconds.json"
+
+
+def cell_work(cell: dict) -> float:
+    """A cell's work, up to a factor: what its time grows with (the fit finds how much)."""
+    seqlen = cell.get("seqlen") or cell.get("tokens_per_gpu", 1) * cell.get("gpus", 1)
+    calls = cell.get("warmup", 0) + cell.get("reps", 1)
+    backward = 3.5 if cell.get("direction") in ("bwd", "fwdbwd") else 1.0
+    return float(seqlen) ** 2 * cell.get("heads_q", 1) * cell.get("head_dim", 1) * calls * backward
+
+
+def fitted_rates(counts: list[dict], elapsed: list[float]) -> dict:
+    """Seconds per unit of each feature (a family's cells, WORK) such that at each finish so far
+    elapsed = sum of rate x what was done by then, by least squares, no rate below 0 (a feature
+    whose rate comes out negative is left out and the rest fitted again). In elapsed time, so that
+    what a cell's own seconds leave out (its process's start, Snakemake's scheduling, cells run at
+    once) is in."""
+    names = sorted({k for c in counts for k in c})
+    t = np.asarray(elapsed, dtype=float)
+    while names:
+        x = np.array([[c.get(k, 0.0) for k in names] for c in counts], dtype=float)
+        scale = np.maximum(np.abs(x).max(axis=0), 1e-300)
+        rates = np.linalg.lstsq(x / scale, t, rcond=None)[0] / scale
+        if (rates >= 0).all():
+            return dict(zip(names, rates.tolist()))
+        names = [k for k, r in zip(names, rates) if r > 0] or names[:0]
+    return {}
+
+
+def features(cell: dict) -> dict:
+    """What a cell adds to a run's time: one cell of its family, and its work."""
+    return {cell.get("family", "kernel"): 1.0, WORK: cell_work(cell)}
+
+
+WORK = "work"
+# A CPU cell's share of a run's elapsed seconds, by family and per work: fitted_rates over the
+# finishes of a clean clone's `make run` (tests/make_run_cells.tsv: 220 cells, a shared 2-core VM,
+# 2026-12-07; tests/test_progress.py fits them again). Only their ratios matter: a run scales
+# them by its own rate. A GPU cell counts one unit: its time is not the CPU's shape.
+REFERENCE_S = {"kernel": 0.809, "sparse": 0.653, "cp": 8.53, WORK: 8.68e-9}
+
+
+def reference_seconds(cell: dict) -> float:
+    if cell.get("device", "cpu") != "cpu":
+        return 1.0
+    f = features(cell)
+    return sum(v * REFERENCE_S.get(k, REFERENCE_S["kernel"]) for k, v in f.items())
+
+
 @dataclass
 class Progress:
     """A run's cells and those finished so far in it."""
 
     cells: dict  # record path -> cell (the run's, whatever is on disk)
-    todo: int  # cells the run set out to make (those it planned)
+    todo: list  # the record paths of the cells the run set out to make (those it planned)
     started: float = field(default_factory=time.monotonic)
     done: dict = field(default_factory=dict)  # record path -> status, in this run
     estimate_s: float | None = None  # the records' estimate of the todo cells, where known
+    report_s: float | None = None  # the tables' and figures' seconds, from the last run
+    clock: object = time.monotonic  # a fake one in tests
+    reference_done: float = 0.0  # REFERENCE_S of the cells finished
+    last_done: float | None = None  # clock() when the last cell finished
+
+    def __post_init__(self):
+        self.todo = list(self.todo)
 
     def line(self, path: str) -> str | None:
         """The line for a cell whose record was just written; None for one already told."""
@@ -55,27 +120,58 @@ class Progress:
             return f"cell {path}: no readable record"
         status = record.get("status", "?")
         self.done[path] = status
+        self.last_done = self.clock()
         cell = self.cells[path]
+        self.reference_done += reference_seconds(cell)
         seconds = record.get("wall_s")
         took = f" in {seconds:.1f} s" if isinstance(seconds, int | float) else ""
         details = outcome_details(record)
         counts = ", ".join(f"{n} {s}" for s, n in Counter(self.done.values()).most_common())
-        left = self.todo - len(self.done)
         return (
             f"{cell['grid']}: {Path(path).parent.parent.name}/{Path(path).parent.name}/"
             f"{Path(path).stem}: {status}{took}{f' ({details})' if details else ''} | "
-            f"{len(self.done)} of {self.todo} done ({counts}){self.left_text(left)}"
+            f"{len(self.done)} of {len(self.todo)} done ({counts}){self.left_text()}"
         )
 
-    def left_text(self, left: int) -> str:
-        if left <= 0:
+    def left_s(self) -> float | None:
+        """The seconds left: the cells left counted at REFERENCE_S (relative costs), at this run's
+        rate so far (its elapsed seconds over the reference seconds of the cells it finished),
+        and the tables and figures (where the last run measured them); None while nothing
+        tells."""
+        left = [p for p in self.todo if p not in self.done and p in self.cells]
+        if not left:
+            return None
+        if not self.done:
+            return self.estimate_s
+        rate = (self.last_done - self.started) / max(self.reference_done, 1e-9)
+        ahead = rate * sum(reference_seconds(self.cells[p]) for p in left)
+        return ahead + (self.report_s or 0.0)
+
+    def left_text(self) -> str:
+        s = self.left_s()
+        if s is None:
             return ""
-        if self.done:
-            per_cell = (time.monotonic() - self.started) / len(self.done)
-            return f"; about {duration(per_cell * left)} left"
-        if self.estimate_s is not None:
-            return f"; about {duration(self.estimate_s)} left (from earlier records)"
-        return ""
+        if not self.done:
+            return f"; about {duration(s)} left (from earlier records)"
+        tables = "" if self.report_s is not None else " and the tables and figures"
+        return f"; about {duration(s)} left{tables}"
+
+
+def report_seconds(out: str) -> float | None:
+    """The tables' and figures' seconds the last run into `out` took, or None."""
+    try:
+        return float(json.loads((Path(out) / REPORT_SECONDS).read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def keep_report_seconds(out: str, progress: Progress) -> None:
+    """At a run's successful end: the time since its last cell, for the next run's time left."""
+    if progress.last_done is None:
+        return
+    path = Path(out) / REPORT_SECONDS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"seconds": round(progress.clock() - progress.last_done, 1)}))
 
 
 @dataclass(frozen=True)
