@@ -418,6 +418,27 @@ def test_advise_with_gpus_answers_for_context_parallelism(cells_csv, capsys):
     assert "not ok: torch_cp_auto unsup." in out
 
 
+def test_every_answer_states_its_ground_in_every_format(repo, capsys):
+    """measured or emulated, the device and days, and whether the records are current: on the
+    committed h200_paired records (the code has changed since they were measured)."""
+    import json
+
+    cells = repo / "results/h200/tables/cells.csv"
+    ask = ["--grid", "h200_paired", "--mask", "causal", "--seqlen", "8K", "--direction", "fwd"]
+    advise(cells, *ask)
+    out = capsys.readouterr().out.replace("\n    ", " ")
+    ground = next(x for x in out.splitlines() if x.startswith("  ground: "))
+    assert ground.startswith("  ground: measured on NVIDIA H200 2026-12-0")
+    assert "records outdated (" in ground and "a run would remake them" in ground
+    for fmt in ("json", "csv", "md"):
+        advise(cells, *ask, "--format", fmt)
+        out = capsys.readouterr().out
+        if fmt == "json":
+            assert json.loads(out)[0]["ground"] == ground.removeprefix("  ground: ")
+        else:
+            assert "measured on NVIDIA H200" in out
+
+
 @pytest.mark.parametrize("fmt", ["md", "json", "csv"])
 def test_advise_writes_markdown_json_and_csv(cells_csv, capsys, fmt):
     import io

@@ -80,6 +80,8 @@ class Record:
     throttled: bool = False
     control_drift: float | None = None
     machine: str = ""  # the device, host and GPU it ran on (an answer mixing machines says so)
+    device: str = ""  # the device's name alone
+    outdated: str = ""  # why a run would not make it as it is now (pipeline.currency), or ""
 
     @property
     def timed(self) -> bool:
@@ -294,6 +296,8 @@ def _record(r, draws: dict) -> Record:
         throttled=bool(r.get("throttled")) and not pd.isna(r.get("throttled")),
         control_drift=_num(r.get("control_drift")),
         machine=machine_of(r),
+        device=_text(r.get("device_name")) or _text(r.get("device")),
+        outdated=_text(r.get("outdated")),
     )
 
 

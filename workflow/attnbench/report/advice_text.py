@@ -258,6 +258,28 @@ def heading(a: Answer) -> str:
     return ", ".join(parts) + (f"; {n}" if a.ok else "")
 
 
+def ground(a: Answer) -> str:
+    """What the answer rests on, in the same words for every answer: measured or emulated (the
+    CP model's answers say `modelled` in theirs), on which device and when, and whether its
+    records are current (pipeline.currency: a run would make them as they are) or why not."""
+    records = [r for c in (*a.ok, *a.not_ok) for r in c.records if r.cell_id]
+    if not records:
+        return "no records"
+    word = "emulated" if any(r.emulated for r in records) else "measured"
+    devices = (
+        ", ".join(dict.fromkeys(r.device for r in records if r.device)) or "an unnamed device"
+    )
+    days = sorted(r.finished_at[:10] for r in records if r.finished_at)
+    when = "" if not days else f" {days[0]}" + (f" to {days[-1]}" if days[-1] != days[0] else "")
+    stale = [r.outdated for r in records if r.outdated]
+    if not stale:
+        currency = f"its {len(records)} records current"
+    else:
+        kinds = ", ".join(dict.fromkeys(o.split(":", 1)[0] for o in stale))
+        currency = f"{len(stale)} of its {len(records)} records outdated ({kinds}; a run would remake them)"
+    return f"{word} on {devices}{when}; {currency}"
+
+
 def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "\u2026"
 
@@ -312,6 +334,7 @@ def explain(choice: Choice, verbose: bool = False) -> str:
     other grids that answer the same question."""
     a = choice.answer
     lines = _wrap(heading(a) + (" [emulated]" if a.emulated else ""), "")
+    lines += _wrap(f"ground: {ground(a)}", "  ")
     lines += _wrap(verdict_line(a), "  ")
     rows = ranked_rows(a)
     if rows:
@@ -352,6 +375,7 @@ def _answer_dict(choice: Choice) -> dict:
         "draws": a.draws,
         "per_sample": a.per_sample,
         "emulated": a.emulated,
+        "ground": ground(a),
         "verdict": a.verdict(),
         "rule": a.comparison.rule,
         "how": a.how,
@@ -394,13 +418,14 @@ def render(choices: list[Choice], fmt: str, verbose: bool = False) -> str:
             a = ch.answer
             head = {"grid": a.grid, **a.point, "direction": a.direction, "draws": a.draws}
             head["verdict"] = a.verdict()
+            head["ground"] = ground(a)
             rows += [{**head, **r} for r in ranked_rows(a)]
         return pd.DataFrame(rows).to_csv(index=False).rstrip("\n")
     if fmt == "md":
         parts = []
         for ch in choices:
             a = ch.answer
-            parts += [f"**{heading(a)}**", "", verdict_line(a), ""]
+            parts += [f"**{heading(a)}**", "", f"ground: {ground(a)}", "", verdict_line(a), ""]
             rows = ranked_rows(a)
             if rows:
                 parts += [pd.DataFrame(rows).set_index("#").to_markdown(), ""]
