@@ -1,4 +1,4 @@
-"""A context-parallel method from outside the package, as a user writes one (README, "Your own CP
+"""A context-parallel method from outside the package, as a user writes one (docs/extending.md, "Your own CP
 method"): all-gather K and V over contiguous shards. Rank r holds the r-th contiguous M = ceil(S/N)
 tokens (the last rank's tail is padding); the forward all-gathers every rank's K and V once and
 computes the rank's queries against the keys they see, one local-kernel call; the backward

@@ -1,4 +1,4 @@
-"""A kernel from outside the package, as a user writes one (README, "Your own kernel"): attention
+"""A kernel from outside the package, as a user writes one (docs/extending.md, "Your own kernel"): attention
 computed in blocks of query rows, each block one SDPA call on its rows of the mask. A grid names it
 as `tests.custom_kernel:RowBlockSDPA`."""
 
