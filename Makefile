@@ -33,9 +33,11 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed
 	@t0=$$(date +%s); $(BIN)/python -m pytest -m "not slurm and not slow" --durations-path .pytest-durations-main.tsv; \
 	  main=$$?; echo "main stage: $$(( $$(date +%s) - t0 )) s"; head -16 .pytest-durations-main.tsv; \
+	  echo "CPU time so far (this shell, then its children: user system):"; times; \
 	  t1=$$(date +%s); $(BIN)/python -m pytest -m "slurm or slow" --durations-path .pytest-durations-slow.tsv; \
 	  slow=$$?; echo "second stage (Slurm cluster, slow modules): $$(( $$(date +%s) - t1 )) s"; \
 	  head -16 .pytest-durations-slow.tsv; \
+	  echo "CPU time of both stages (this shell, then its children: user system):"; times; \
 	  [ $$main -eq 0 ] && { [ $$slow -eq 0 ] || [ $$slow -eq 5 ]; }
 
 durations:
