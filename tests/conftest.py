@@ -52,12 +52,9 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """`slow` follows the measured seconds of each test module (tests/durations.py)."""
-    from durations import slow_modules
+    from durations import mark_slow
 
-    slow = slow_modules()
-    for item in items:
-        if item.nodeid.split("::", 1)[0] in slow:
-            item.add_marker(pytest.mark.slow)
+    mark_slow(items)
 
 
 def pytest_addoption(parser):

@@ -45,6 +45,16 @@ def slow_modules(path: Path = MEASURED, threshold: float = SLOW_MODULE_S) -> set
     return {m for m, s in by_module(read_seconds(path)).items() if s >= threshold}
 
 
+def mark_slow(items, slow: set[str] | None = None) -> None:
+    """Give every collected test of a slow module the `slow` marker (conftest.py calls this)."""
+    import pytest
+
+    slow = slow_modules() if slow is None else slow
+    for item in items:
+        if module_of(item.nodeid) in slow:
+            item.add_marker(pytest.mark.slow)
+
+
 def write_measured(runs: list[Path], path: Path = MEASURED) -> None:
     """tests/durations.tsv from the durations files of one `make test` (its stages)."""
     seconds: dict[str, float] = {}

@@ -30,8 +30,8 @@ def test_the_measured_file_names_only_tests_that_exist():
 
 
 def test_the_slow_marker_is_on_the_measured_modules_tests():
-    """conftest.py marks every test of a measured slow module, and no other."""
-    import conftest
+    """Every test of a measured slow module is marked (conftest.py calls mark_slow), no other."""
+    from durations import mark_slow
 
     class Item:
         def __init__(self, nodeid):
@@ -44,5 +44,5 @@ def test_the_slow_marker_is_on_the_measured_modules_tests():
     assert slow, f"{MEASURED.name} makes no module slow"
     fast = sorted(set(by_module(read_seconds(MEASURED))) - set(slow))
     items = [Item(f"{m}::test_x[1]") for m in slow + fast]
-    conftest.pytest_collection_modifyitems(None, items)
+    mark_slow(items)
     assert [i.marks for i in items] == [["slow"]] * len(slow) + [[]] * len(fast)
