@@ -224,11 +224,19 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
             )
         )
         assert set(plan) == {"figures_tiny", "all"}, style
-    # What a cell may use is no parameter of any rule: more time, memory or threads rerun nothing.
-    resources = {"runtime_min": 11, "mem_mb": 3000, "cpu_threads": 2, "worker_idle_s": 5}
+    # What a cell may use is no parameter of any rule: more time or memory reruns nothing.
+    resources = {"runtime_min": 11, "mem_mb": 3000, "worker_idle_s": 5}
     (workdir / "resources.yaml").write_text(yaml.safe_dump({"grids": {"tiny": resources}}))
     configs = [str(workdir / "config.yaml"), str(workdir / "resources.yaml")]
     assert planned_jobs(snakemake_on_copy(workdir, "-n", "--configfile", *configs)) == {}
+    # Threads are part of what a CPU cell times: other threads than its records ran on (capped at
+    # the cores) rerun the kernel cells and what is read from them (pipeline/currency.py).
+    (workdir / "resources.yaml").write_text(yaml.safe_dump({"grids": {"tiny": {"cpu_threads": 2}}}))
+    plan = planned_jobs(snakemake_on_copy(workdir, "-n", "--configfile", *configs))
+    if (os.cpu_count() or 1) > 1:
+        assert plan.get("kernel_cell") == 8 and {"figures_tiny", "tables_tiny"} <= set(plan), plan
+    else:
+        assert plan == {}
     # The named target regenerates figures and tables without running a cell.
     p = snakemake_on_copy(
         workdir, "figures", "tables", "--forcerun", "figures_tiny", "tables_tiny"
