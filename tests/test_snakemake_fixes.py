@@ -299,3 +299,44 @@ def test_unpatched_snakemake_still_keeps_going_only_as_its_settings_say():
     assert "self.keepgoing = self.workflow.execution_settings.keep_going" in source, (
         "JobScheduler.__init__ no longer sets keepgoing from the settings: check the patch"
     )
+
+
+class _Finished:
+    """A finished job whose resources count how often they are read."""
+
+    read = 0
+
+    @property
+    def scheduler_resources(self):
+        _Finished.read += 1
+        return {"_cores": 1, "mem_mb": 100}
+
+
+def _scheduler(dryrun: bool):
+    scheduler = JobScheduler.__new__(JobScheduler)
+    scheduler.dryrun = dryrun
+    scheduler.resources = {"_cores": 1, "mem_mb": 1000}
+    return scheduler
+
+
+def test_a_dry_run_gives_back_no_resources_and_a_run_gives_back_what_its_job_took():
+    snakemake_fixes.dry_run_gives_back_nothing()
+    snakemake_fixes.dry_run_gives_back_nothing()  # a second reading of the Snakefile changes nothing
+    free = JobScheduler._free_resources
+    assert free.original and not getattr(free.original, "original", None)
+    _Finished.read = 0
+    dry, run = _scheduler(dryrun=True), _scheduler(dryrun=False)
+    free(dry, _Finished())
+    assert _Finished.read == 0 and dry.resources == {"_cores": 1, "mem_mb": 1000}
+    free(run, _Finished())
+    assert _Finished.read == 1 and run.resources == {"_cores": 2, "mem_mb": 1100}
+
+
+def test_unpatched_snakemake_still_reads_every_jobs_resources_in_a_dry_run():
+    """Still needed: Snakemake's _free_resources reads the job's resources in a dry run too, where
+    the scheduler took none."""
+    (patch,) = [p for p in snakemake_fixes.PATCHES if p.name == "dry_run_gives_back_nothing"]
+    _Finished.read = 0
+    dry = _scheduler(dryrun=True)
+    _target(patch)(dry, _Finished())
+    assert _Finished.read == 1, "a dry run no longer gives back resources: the patch can go"

@@ -1,6 +1,6 @@
 """Changes to Snakemake's job scheduler, made by workflow/rules/common.smk while the Snakefile is
 read (before the scheduler exists). Two work around a Snakemake behaviour that would lose or hang
-a benchmark run; the third logs a line of ours per finished job; the last three keep a large grid's
+a benchmark run; the third logs a line of ours per finished job; the last four keep a large grid's
 planning short. The tests named below show them; tests/test_snakemake_fixes.py checks that each
 patch's target is still there, that the unpatched Snakemake still behaves as the patch assumes,
 and that the installed Snakemake is one they were checked on (PATCHES, CHECKED_ON)."""
@@ -59,6 +59,12 @@ PATCHES = (
         "snakemake.jobs:Job.log_info",
         "none found (searched 2026-12-07): a job's block is built (its shell command formatted "
         "three times) before the logger's filter drops it under --quiet rules",
+    ),
+    Patch(
+        "dry_run_gives_back_nothing",
+        "snakemake.scheduling.job_scheduler:JobScheduler._free_resources",
+        "none found (searched 2026-12-07): a dry run selects jobs without taking their resources "
+        "but gives each job's back, evaluating every resource function of every job",
     ),
 )
 
@@ -215,6 +221,23 @@ def job_info_only_when_shown() -> None:
 
     log_info.original = build
     Job.log_info = log_info
+
+
+def dry_run_gives_back_nothing() -> None:
+    """A dry run's scheduler selects the jobs without taking their resources (Snakemake skips the
+    knapsack then), yet gives each finished job's resources back, which evaluates every resource
+    function of every job: a quarter of a 20,000-cell `snakemake -n` (benchmarks/planning_time.py).
+    Nothing was taken, so a dry run gives nothing back here; a real run is unchanged."""
+    give_back = JobScheduler._free_resources
+    if getattr(give_back, "original", None):
+        return  # the Snakefile read twice in one process
+
+    def free_resources(self, job):
+        if not self.dryrun:
+            give_back(self, job)
+
+    free_resources.original = give_back
+    JobScheduler._free_resources = free_resources
 
 
 # Snakemake's scheduler lines around each job ("Select jobs to execute...", "Execute N jobs...",

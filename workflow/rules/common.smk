@@ -37,6 +37,7 @@ snakemake_fixes.log_each_finished_job(lambda job: cell_finished(job))
 snakemake_fixes.group_readiness_in_group_time()
 snakemake_fixes.function_params_read_once()
 snakemake_fixes.job_info_only_when_shown()
+snakemake_fixes.dry_run_gives_back_nothing()
 snakemake_fixes.scheduler_chatter_off(workflow.output_settings)
 # A large grid's DAG is millions of objects, few of them in reference cycles: the collector's
 # default passes over them took a fifth of its planning (benchmarks/planning_time.py).
