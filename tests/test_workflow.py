@@ -231,7 +231,9 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
     assert planned_jobs(snakemake_on_copy(workdir, "-n", "--configfile", *configs)) == {}
     # Threads are part of what a CPU cell times: other threads than its records ran on (capped at
     # the cores) rerun the kernel cells and what is read from them (pipeline/currency.py).
-    (workdir / "resources.yaml").write_text(yaml.safe_dump({"grids": {"tiny": {"cpu_threads": 2}}}))
+    (workdir / "resources.yaml").write_text(
+        yaml.safe_dump({"grids": {"tiny": {"cpu_threads": 2}}})
+    )
     plan = planned_jobs(snakemake_on_copy(workdir, "-n", "--configfile", *configs))
     if (os.cpu_count() or 1) > 1:
         assert plan.get("kernel_cell") == 8 and {"figures_tiny", "tables_tiny"} <= set(plan), plan
