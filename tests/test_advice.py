@@ -439,6 +439,38 @@ def test_every_answer_states_its_ground_in_every_format(repo, capsys):
             assert "measured on NVIDIA H200" in out
 
 
+def test_the_ground_names_the_mask_as_drawn(repo, capsys, monkeypatch):
+    """The realised mask parameters over the draws the answer rests on, read from its records:
+    how many documents each of the 10 draws had, the window of a window mask."""
+    import json
+
+    monkeypatch.chdir(repo)  # the tidy table names its records from the repository's root
+    cells = repo / "results/h200/tables/cells.csv"
+    ask = ["--grid", "h200_paired", "--mask", "causal_document", "--seqlen", "8K"]
+    advise(cells, *ask, "--direction", "fwd", "--format", "json")
+    (answer,) = json.loads(capsys.readouterr().out)
+    record = repo / "results/h200/cells/h200_paired/kernel/fa3/causal_document"
+    record = json.loads((record / "s8192-h64x8-d128-bfloat16-fwd.json").read_text())
+    docs = [len(s["mask_params"]["doc_lengths"]) for s in record["samples"]]
+    assert len(docs) == 10 and min(docs) < max(docs)
+    assert answer["ground"].endswith(f"; mask as drawn: {min(docs)}-{max(docs)} documents")
+    advise(cells, "--grid", "h200_sweep", "--mask", "sliding_window", "--seqlen", "8K")
+    assert "; mask as drawn: window 1,024" in capsys.readouterr().out.replace("\n    ", " ")
+    advise(cells, *ask[:2], "--seqlen", "8K", "--mask", "causal", "--direction", "fwd")
+    assert "mask as drawn" not in capsys.readouterr().out  # causal draws nothing
+
+
+def test_realised_mask_parameters_in_words():
+    from attnbench.masks.realised import describe
+
+    assert describe([{"doc_lengths": [5, 3]}, {"doc_lengths": [8]}]) == "1-2 documents"
+    assert (
+        describe([{"window": 2523, "global_tokens": 5046}]) == "window 2,523; global tokens 5,046"
+    )
+    assert describe([{"realised_density": 0.2}, {"realised_density": 0.25}]) == "density 0.2-0.25"
+    assert describe([{}, {"histogram": "pile", "seed": 3}]) == ""
+
+
 @pytest.mark.parametrize("fmt", ["md", "json", "csv"])
 def test_advise_writes_markdown_json_and_csv(cells_csv, capsys, fmt):
     import io
