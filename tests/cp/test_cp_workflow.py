@@ -76,3 +76,35 @@ def test_snakemake_runs_a_cp_grid(tmp_path):
     assert row.rstrip(" |").endswith(f"{t1 / (2 * t2):.0%}") or "~ " in row
     assert "1 GPU, bare kernel (TFLOP/s)" in share
     assert "none (no 1-GPU cell" not in share.split("\n\n", 1)[1]  # the table, not its caption
+    # a CPU grid's ranks are processes: every figure's caption says so (and so do its texts,
+    # test_a_cpu_grids_figures_say_processes)
+    for stem in ("cp_tflops_vs_gpus", "cp_efficiency", "cp_breakdown"):
+        what = (res / f"figures/tinycp/{stem}.caption.rst").read_text().split(":Machine:")[0]
+        assert "per process" in what and "GPU" not in what, (stem, what)
+
+
+def test_a_cpu_grids_figures_say_processes():
+    import matplotlib.pyplot as plt
+    from attnbench.families.cp import figures
+    from matplotlib.text import Text
+
+    def draw():
+        fig, ax = plt.subplots()
+        ax.set_xlabel("GPUs (ranks)")
+        ax.set_title("TFLOP/s per GPU, 65536 tokens per GPU")
+        ax.text(0.5, 0.5, "2 GPUs")
+        ax.plot([0], [0], label="the bare kernel on one GPU (1-GPU group)")
+        ax.legend()
+        return fig, {}
+
+    texts = {}
+    for device in ("cpu", "cuda"):
+        fig, _ = figures._words_for(pd.DataFrame({"device": [device, device]}), draw)()
+        texts[device] = " | ".join(t.get_text() for t in fig.findobj(Text) if t.get_text())
+        plt.close(fig)
+    cpu = texts["cpu"]
+    assert "GPU" not in cpu and "processes (ranks)" in cpu and "2 processes" in cpu
+    assert "TFLOP/s per process, 65536 tokens per process" in cpu and "(1-process group)" in cpu
+    assert "GPU" not in texts["cpu"] and texts["cuda"] == texts["cpu"].replace(
+        "processes", "GPUs"
+    ).replace("process", "GPU")

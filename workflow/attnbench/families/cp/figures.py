@@ -15,6 +15,7 @@ measured times per method and GPU count.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.text import Text
 
 from ...cp.catalog import BARE_KERNEL
 from ...report import plotting
@@ -552,6 +554,30 @@ def _legend(fig, axes, ncol=6, extra=()):
         plotting.legend_below(fig, handles, min(ncol, len(handles)))
 
 
+def ranks_are_processes(df: pd.DataFrame) -> bool:
+    """A CPU grid's ranks are processes on one machine (gloo), not GPUs."""
+    return len(df) > 0 and "device" in df and bool(df["device"].eq("cpu").all())
+
+
+def as_processes(text: str) -> str:
+    """The words of a GPU grid's figure for a CPU grid's: 'per-GPU', '2 GPUs', 'GPU count'."""
+    return re.sub(r"GPU(s?)", lambda m: "processes" if m.group(1) else "process", text)
+
+
+def _words_for(df: pd.DataFrame, draw):
+    """draw() whose every text says processes where the grid's ranks are (ranks_are_processes)."""
+    if not ranks_are_processes(df):
+        return draw
+
+    def drawn():
+        fig, marks = draw()
+        for t in fig.findobj(Text):
+            t.set_text(as_processes(t.get_text()))
+        return fig, marks
+
+    return drawn
+
+
 def figures(df: pd.DataFrame, out: Path, style, only=None, inputs: Inputs | None = None):
     """Every figure at once (`only` is not used: they share no costly part worth splitting).
     The throughput figures name each variant by its slot (slot_of), the breakdown by
@@ -562,7 +588,7 @@ def figures(df: pd.DataFrame, out: Path, style, only=None, inputs: Inputs | None
         ("cp_efficiency", lambda: efficiency(df, inputs)),
         ("cp_breakdown", lambda: breakdown(with_variants(df))),
     ):
-        paths += plotting.save_drawn(draw, out, stem, style)
+        paths += plotting.save_drawn(_words_for(df, draw), out, stem, style)
     return paths
 
 
@@ -575,7 +601,7 @@ def figure_captions(df: pd.DataFrame, style, inputs: Inputs | None = None) -> di
         "(tables/<grid>/cp_model_validation.csv, where the model ran) a black tick. A bar's colour "
         "is its method's; its label names the local kernel that ran."
     )
-    return {
+    texts = {
         "cp_efficiency": (
             "Per-GPU TFLOP/s of each context-parallel cell as a share of the bare local kernel on one "
             "GPU over the same documents (the table cp_vs_single_gpu: the same mask, direction, whole "
@@ -589,4 +615,14 @@ def figure_captions(df: pd.DataFrame, style, inputs: Inputs | None = None) -> di
             "per GPU, a group per GPU count (the bare kernel over the same whole sequence in the 1-GPU "
             f"group); bar: the median over all timed repetitions, whisker p20-p80. {kinds}"
         ),
+        "cp_breakdown": (
+            "Time per call (ms, the slowest rank) of every context-parallel method, one panel per "
+            "mask, direction and tokens per GPU, a group of bars per GPU count: the compute-only time (transfers "
+            "off; solid) under the communication-only time (hatched) where the cell measured them, "
+            "and the measured time of the real schedule as a black dot, which is below the stack "
+            "where the method overlaps its transfers with its compute. Emulated cells (cp.emulate: "
+            "one device, no transfer) show their compute only."
+        ),
     }
+    words = as_processes if ranks_are_processes(df) else str
+    return {stem: words(text) for stem, text in texts.items()}
