@@ -698,6 +698,14 @@ def test_gpus_no_grid_measured_are_answered_by_the_cp_model_labelled_with_its_er
     assert "causal, 8 GPUs x 16384 tokens (S=131072)" in modelled
     assert "fastest predicted:" in modelled and "error: validated on" in modelled
     assert "published full/causal points" in modelled
+    # the defaults the question did not name, with where they come from; none where it named both
+    flat = " ".join(modelled.split())
+    assert "defaults: local kernel sdpa_flash (cp_model.local_kernel in the config;" in flat
+    assert "network h100_8x (cp_model.network in the config: a typical 8 x H100 SXM node)" in flat
+    named = ["--local-kernel", "sdpa_flash", "--network", "h200_host"]
+    advise(cells, *args[:1], "8", *args[3:], *named, "--configfile", str(repo / "config.yaml"))
+    out = " ".join(capsys.readouterr().out.split())
+    assert "network h200_host" in out and "defaults:" not in out
     with pytest.raises(SystemExit) as e:
         advise(cells, "--gpus", "8", "--configfile", str(repo / "config.yaml"))
     assert e.value.code == 2

@@ -68,7 +68,23 @@ def _table(a) -> list[str]:
     return lines
 
 
-def text(a) -> str:
+def defaults_line(a, cfg: dict, local_kernel: str, network: str) -> str:
+    """Where the local kernel and the network came from when the question did not name them: the
+    config's cp_model defaults, the network with the first words of its preset's source."""
+    mc, q, said = cfg.get("cp_model", {}), a.question, []
+    if not local_kernel:
+        said.append(
+            f"local kernel {a.kernel} (cp_model.local_kernel in the config; --local-kernel K "
+            f"for another)"
+        )
+    if not network:
+        source = " ".join(str(mc.get("networks", {}).get(q.network, {}).get("source", "")).split())
+        first = source.split(". ")[0].split(": ", 1)[-1] if source else "no source given"
+        said.append(f"network {q.network} (cp_model.network in the config: {first[:90]})")
+    return ("defaults: " + "; ".join(said)) if said else ""
+
+
+def text(a, defaults: str = "") -> str:
     q = a.question
     ok = sorted((m for m in a.methods if m.time_ms is not None), key=lambda m: m.time_ms)
     head = (
@@ -80,7 +96,7 @@ def text(a) -> str:
         if ok
         else "  no method can run this question"
     )  # fmt: skip
-    lines = [*wrap(head, ""), verdict, *_table(a)]
+    lines = [*wrap(head, ""), *(wrap(defaults, "  ") if defaults else []), verdict, *_table(a)]
     for n in a.notes:
         lines += wrap(f"note: {n}", "  ")
     lines += wrap(
@@ -112,6 +128,6 @@ def modelled(cfg: dict, records_dir: Path, local_kernel: str = "", network: str 
             return json.dumps([a.frame().to_dict(orient="records") for a in found], indent=1)
         if q.fmt == "csv":
             return "\n".join(a.frame().to_csv(index=False) for a in found).rstrip("\n")
-        return "\n\n".join(text(a) for a in found)
+        return "\n\n".join(text(a, defaults_line(a, cfg, local_kernel, network)) for a in found)
 
     return respond
