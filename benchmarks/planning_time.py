@@ -4,6 +4,7 @@
     python benchmarks/planning_time.py                      # N = 2,000, 6,000, 20,000
     python benchmarks/planning_time.py --cells 20000 --side-by-side
     python benchmarks/planning_time.py --repo /tmp/old      # another checkout's Snakefile and package
+    python benchmarks/planning_time.py --repeat 3           # each command 3 times: median [range]
 
 Cells: kernels x masks x directions (96) x lengths x head splits, the last two grown to reach N.
 Columns: `snakemake -n` as plain `snakemake -n` runs it (profiles/local: --quiet rules), which
@@ -19,7 +20,9 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +57,16 @@ def grid_of(cfg: dict, n: int, side_by_side: bool) -> tuple[dict, int]:
     }, per * lengths * splits
 
 
+def repeated(measure, times: int) -> str:
+    """A measurement taken `times` times: its median and range (wall seconds), since a shared
+    machine's speed changes from one minute to the next; one take as it is."""
+    takes = [measure() for _ in range(times)]
+    if times == 1 or any(t.startswith(">") for t in takes):
+        return " / ".join(takes)
+    walls = sorted(float(t.split()[0]) for t in takes)
+    return f"{statistics.median(walls):.1f} [{walls[0]:.1f}-{walls[-1]:.1f}]"
+
+
 def timed(cmd: list[str], cwd: Path, repo: Path, limit_s: float) -> str:
     """'wall (CPU)' seconds of the command, or '> limit'."""
     env = {**os.environ, "PYTHONPATH": f"{repo / 'workflow'}:{os.environ.get('PYTHONPATH', '')}"}
@@ -72,6 +85,9 @@ def until_first_job(cmd: list[str], cwd: Path, repo: Path, limit_s: float) -> st
     """Wall seconds of a run until its first job starts (Snakemake marks its outputs incomplete
     then); the run is then stopped."""
     env = {**os.environ, "PYTHONPATH": f"{repo / 'workflow'}:{os.environ.get('PYTHONPATH', '')}"}
+    # each take from nothing: an earlier take's lock, marks and half-written outputs removed
+    for left in (cwd / ".snakemake", cwd / "results"):
+        shutil.rmtree(left, ignore_errors=True)
     marks = cwd / ".snakemake" / "incomplete"
     start = time.perf_counter()
     p = subprocess.Popen(
@@ -102,8 +118,12 @@ def main() -> None:
     ap.add_argument("--side-by-side", action="store_true", help="the grid's cells point by point")
     ap.add_argument("--repo", type=Path, default=REPO, help="the checkout whose workflow runs")
     ap.add_argument("--limit-s", type=float, default=600, help="a command's longest wait")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="take each N times: median [min-max] wall seconds"
+    )
     args = ap.parse_args()
-    print("wall seconds (CPU seconds)\n", flush=True)
+    print("wall seconds (CPU seconds)" if args.repeat == 1 else "wall seconds, median [range]")
+    print(flush=True)
     print("| cells | snakemake -n | snakemake -n --quiet | run: first job | check-config |")
     print("|---:|---:|---:|---:|---:|", flush=True)
     for n in args.cells:
@@ -118,10 +138,10 @@ def main() -> None:
             check = [sys.executable, "-m", "attnbench", "check-config", "config.yaml"]
             at = (Path(d), args.repo, args.limit_s)
             times = [
-                timed(snakemake + ["-n"], *at),
-                timed(snakemake + ["-n", "--quiet"], *at),
-                until_first_job(snakemake, *at),
-                timed(check, *at),
+                repeated(lambda: timed(snakemake + ["-n"], *at), args.repeat),
+                repeated(lambda: timed(snakemake + ["-n", "--quiet"], *at), args.repeat),
+                repeated(lambda: until_first_job(snakemake, *at), args.repeat),
+                repeated(lambda: timed(check, *at), args.repeat),
             ]
         print(f"| {cells:,} | {' | '.join(times)} |", flush=True)
 
