@@ -11,6 +11,7 @@ import pandas as pd
 from ..harness.control import DRIFT_LIMIT
 from ..kernels.catalog import KERNELS, mask_note_key
 from ..masks.realised import describe as describe_draws
+from ..record.validate import file_problems
 from .advice import NO_RECORD, TRAIN, Answer, Choice, grid_answers
 from .labels import STATUS_LABEL, heads_label, seqlen_label
 from .outputs import ADVICE_STEM
@@ -286,18 +287,13 @@ def ground(a: Answer) -> str:
 
 def mask_as_drawn(a: Answer) -> str:
     """The realised mask parameters of the draws an answer rests on ('window 1,024; 8-25
-    documents'), from the first of its timed records that can be read: the contenders at a point
-    share their draws. '' where the mask draws nothing or no record file is at hand."""
+    documents'), from the first of its timed records that reads as a consistent record (the
+    contenders at a point share their draws); '' where the mask draws nothing or no record is
+    at hand."""
     for r in (r for c in a.ok for r in c.records if r.timed and r.path):
-        try:
-            samples = json.loads(Path(r.path).read_text()).get("samples") or []
-        except (OSError, ValueError, AttributeError):
-            continue
-        return describe_draws(
-            s["mask_params"]
-            for s in samples
-            if isinstance(s, dict) and isinstance(s.get("mask_params"), dict)
-        )
+        record, problems = file_problems(r.path)
+        if not problems:
+            return describe_draws(s["mask_params"] for s in record["samples"])
     return ""
 
 

@@ -617,11 +617,11 @@ def figure_captions(df: pd.DataFrame, style, inputs: Inputs | None = None) -> di
         ),
         "cp_breakdown": (
             "Time per call (ms, the slowest rank) of every context-parallel method, one panel per "
-            "mask, direction and tokens per GPU, a group of bars per GPU count: the compute-only time (transfers "
-            "off; solid) under the communication-only time (hatched) where the cell measured them, "
-            "and the measured time of the real schedule as a black dot, which is below the stack "
-            "where the method overlaps its transfers with its compute. Emulated cells (cp.emulate: "
-            "one device, no transfer) show their compute only."
+            "mask, direction and tokens per GPU, a group of bars per GPU count: the compute-only "
+            "time (transfers off; solid) under the communication-only time (hatched) where the "
+            "cell measured them, and the measured time of the real schedule as a black dot, which "
+            "is below the stack where the method overlaps its transfers with its compute. Emulated "
+            "cells (cp.emulate: one device, no transfer) show their compute only."
         ),
     }
     words = as_processes if ranks_are_processes(df) else str
