@@ -98,8 +98,13 @@ elif [ ! -d /tmp/site/snakemake ]; then
 fi
 if ls .parts/*.part* > /dev/null 2>&1; then
   mkdir -p /tmp/parts && cp .parts/*.part* /tmp/parts/
+  # /tmp/parts keeps every earlier call's parts: install each wheel once (a later reinstall of one
+  # of TransformerEngine's wheels alone would replace the folder the three share, below)
   for first in /tmp/parts/*.part1-of-*; do
-    gather "$first" && install "${first%.part1-of-*}" && echo "installed $(basename "${first%.part1-of-*}") from parts"
+    whole=${first%.part1-of-*}
+    [ -f "$whole.installed" ] && continue
+    case $(basename "$whole") in transformer_engine*) gather "$first"; continue ;; esac
+    gather "$first" && install "$whole" && touch "$whole.installed" && echo "installed $(basename "$whole") from parts"
   done
 fi
 # TransformerEngine's three wheels (transformer_engine, transformer_engine_cu13 from parts,
