@@ -75,11 +75,17 @@ def spread_table(d: pd.DataFrame, grid: str) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("samples", type=Path, help="a samples.csv holding grid A (and B, unless --b-table)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "samples", type=Path, help="a samples.csv holding grid A (and B, unless --b-table)"
+    )
     ap.add_argument("--a", required=True, help="the first session's grid")
     ap.add_argument("--b", required=True, help="the second session's grid")
-    ap.add_argument("--b-table", type=Path, help="the samples.csv holding grid B, where it is another")
+    ap.add_argument(
+        "--b-table", type=Path, help="the samples.csv holding grid B, where it is another"
+    )
     args = ap.parse_args(argv)
     read = lambda p: pd.read_csv(p, dtype={"draw": str, "cell_id": str})  # noqa: E731
     sa = read(args.samples)
@@ -89,7 +95,9 @@ def main(argv=None) -> int:
     if m.empty:
         print(f"no draw of {args.a} was measured in {args.b} too (same kernel, point and draw)")
         return 1
-    print(f"{args.b} against {args.a}: the same kernel, cell and draw, ratio of the per-draw medians")
+    print(
+        f"{args.b} against {args.a}: the same kernel, cell and draw, ratio of the per-draw medians"
+    )
     print(reproduction_table(m))
     worst = m.assign(dev=(m.ratio - 1).abs()).nlargest(5, "dev")
     print("\nfarthest apart:")
