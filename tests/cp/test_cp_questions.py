@@ -3,7 +3,9 @@ packs drawn as MagiAttention draws them, any heads, the one-GPU baseline, the pe
 what they rest on, clear errors; the published validation table (validation.py, rule
 cp_validation) and the command line."""
 
+import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +151,26 @@ def test_the_heads_scale_the_kernel_time(cfg, model):
     kt = model.fitted("fa3", ("h200_cp", "h200_cp_emulated"))[0]
     fixed = kt.call_fixed("fwd") * 1.08 * 1e3  # the h100_8x compute scale
     assert a32.local.time_ms - fixed == pytest.approx((a64.local.time_ms - fixed) / 2, rel=1e-6)
+
+
+def test_a_question_naming_no_local_kernel_gets_the_fastest_by_the_records(cfg, model):
+    """Local kernel auto (a question's default): of the local kernels with records, the one whose
+    bare kernel is fastest on the one-GPU baseline (causal over one GPU's 16K tokens); the answer
+    names the others' times as multiples, which the records' fits give; naming that kernel gives
+    the same answer."""
+    q = Question("causal", 8, 16384, direction="fwd", methods=("ring_p2p",))
+    a = answer(q, cfg, model=model)
+    assert a.kernel_choice.startswith("auto: by their records, the fastest of ")
+    assert "on causal fwd over 16384 tokens, the one-GPU baseline's" in a.kernel_choice
+    ranked = re.findall(r"(\w+) ([\d.]+)x", a.kernel_choice.split("(then ")[1])
+    assert len(ranked) >= 3, a.kernel_choice
+    calls = ("h200_cp", "h200_cp_emulated")
+    mine = model.kernel_time(a.kernel, calls).seconds("fwd", "causal", 16384, 64)
+    for name, ratio in ranked:
+        theirs = model.kernel_time(name, calls).seconds("fwd", "causal", 16384, 64)
+        assert theirs / mine == pytest.approx(float(ratio), abs=0.006) and float(ratio) >= 1
+    named = answer(dataclasses.replace(q, local_kernel=a.kernel), cfg, model=model)
+    assert named.methods == a.methods and named.kernel_choice == ""
 
 
 def test_a_direction_without_cells_borrows_another_kernels_terms(cfg, model):

@@ -73,10 +73,7 @@ def defaults_line(a, cfg: dict, local_kernel: str, network: str) -> str:
     config's cp_model defaults, the network with the first words of its preset's source."""
     mc, q, said = cfg.get("cp_model", {}), a.question, []
     if not local_kernel:
-        said.append(
-            f"local kernel {a.kernel} (cp_model.local_kernel in the config; --local-kernel K "
-            f"for another)"
-        )
+        said.append(f"local kernel {a.kernel} ({a.kernel_choice}; --local-kernel K for another)")
     if not network:
         source = " ".join(str(mc.get("networks", {}).get(q.network, {}).get("source", "")).split())
         first = source.split(". ")[0].split(": ", 1)[-1] if source else "no source given"

@@ -31,6 +31,8 @@ from .predict import LOCAL, Setting, predict, predict_local, realised_masks
 from .question import DIRECTIONS, Question, sampler
 
 VALIDATION_TABLE = Path("tables") / "cp_validation" / "published.csv"
+# a question's local kernel when it names none (question.py): the fastest by the kernel records
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class Answer:
     notes: tuple  # the assumptions the answer rests on, terms used outside their fitted rows
     error: ValidatedError | None
     masks: int  # realised masks averaged over
+    kernel_choice: str = ""  # for local kernel auto: why this kernel, and the others' times
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame([dataclasses.asdict(m) for m in (self.local, *self.methods)])
@@ -134,6 +137,20 @@ class Model:
             net = calibration_network(self.cfg, calls_from[0], list(calls_from), s, kernel)
             kt, _, cal = fitted_kernel(self.recs, kernel, s, list(calls_from), net, mc)
             self._fits[key] = (kt, cal, s)
+        return self._fits[key]
+
+    def kernel_time(self, kernel: str, calls_from: tuple):
+        """The bare kernel's time fit (no per-call terms) at the setting of the records of the
+        per-call grid `calls_from[0]`; ValueError where the kernel has no records to fit it."""
+        from .kernel_time import KernelTime
+        from .run import model_config, setting_of
+
+        key = ("bare", kernel, calls_from[0])
+        if key not in self._fits:
+            s, _ = setting_of(model_config(self.cfg, calls_from[0])["grid"])
+            self._fits[key] = KernelTime.from_table(
+                self.recs, kernel, s.heads_q, s.heads_kv, s.head_dim, s.dtype
+            )
         return self._fits[key]
 
     def network(self, name: str) -> Network:
@@ -247,10 +264,15 @@ def answer(q: Question, cfg: dict, records_dir=None, model: Model | None = None)
     q = q.with_defaults(cfg["cp_model"])
     q.check(cfg)
     direction = DIRECTIONS[q.direction]
+    net = model.network(q.network)
+    masks, local_masks, share = realised(q, cfg)
+    choice = ""
+    if q.local_kernel == AUTO:
+        best, choice = fastest_local_kernel(model, q, local_masks, direction, net)
+        q = dataclasses.replace(q, local_kernel=best)
     kt, cal, s_rec, notes = model.call_terms(
         q.local_kernel, q.calls_kernel, q.calls_from, direction
     )
-    net = model.network(q.network)
     if q.network == cfg["cp_model"].get("grids", {}).get(q.calls_from[0]):
         # the per-call grid's own network: its per-transfer term applies too
         net = dataclasses.replace(net, call_overhead_s=cal.comm_s)
@@ -272,7 +294,6 @@ def answer(q: Question, cfg: dict, records_dir=None, model: Model | None = None)
             f"kernel times x {net.compute_scale:g}: network {net.name}'s compute scale against "
             "the device of the records"
         )
-    masks, local_masks, share = realised(q, cfg)
     if share > 1:
         notes.append(
             "the one-GPU baseline is the bare kernel over the same documents, its time / "
@@ -332,4 +353,39 @@ def answer(q: Question, cfg: dict, records_dir=None, model: Model | None = None)
         tuple(notes),
         validated_error(model.records_dir, family_of(q.mask)),
         len(masks),
+        choice,
     )
+
+
+def fastest_local_kernel(model: Model, q: Question, local_masks, direction: str, net) -> tuple:
+    """(kernel, why) for local kernel auto: of the local kernels with records to fit their time
+    from, the one whose bare kernel is fastest on the one-GPU baseline's masks (the question's
+    mask over one GPU's tokens, or the sequence's documents: realised()), by the records' time per
+    visible pair at those lengths, and the others' times as multiples of it."""
+    from ..kernels.catalog import LOCAL_KERNELS
+
+    s = Setting(q.heads_q, q.heads_kv, q.head_dim, q.dtype)
+    times, left_out = {}, []
+    for name in LOCAL_KERNELS:
+        try:
+            kt = model.kernel_time(name, q.calls_from)
+        except ValueError:  # no ok full or causal records of it at this setting
+            left_out.append(name)
+            continue
+        times[name] = float(
+            np.mean([predict_local(m, s, direction, kt, net).time_s for m in local_masks])
+        )
+    if not times:
+        raise ValueError(
+            f"local kernel {AUTO}: no local kernel has records to fit its time from under "
+            f"{model.records_dir} (local kernels: {', '.join(LOCAL_KERNELS)})"
+        )
+    ranked = sorted(times, key=times.get)
+    best = ranked[0]
+    others = ", ".join(f"{k} {times[k] / times[best]:.2f}x" for k in ranked[1:])
+    why = (
+        f"{AUTO}: by their records, the fastest of {len(times)} local kernels on {q.mask} "
+        f"{q.direction} over {local_masks[0].seqlen} tokens, the one-GPU baseline's"
+        + (f" (then {others})" if others else "")
+    )
+    return best, why

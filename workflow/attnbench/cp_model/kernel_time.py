@@ -136,10 +136,14 @@ class KernelTime:
             grid = np.concatenate([[0.0], np.geomspace(1e-7, top, 80)])
             meas = np.array([x[3] for x in mine])
 
-            def loss(a, mine=mine, meas=meas, d=d):
+            # each sample's tile-padded pairs do not depend on the fixed part: counted once
+            padded = [(kind, *self.padded(n, n, kind, d)) for _, kind, n, _ in mine]
+
+            def loss(a, padded=padded, meas=meas, d=d):
                 kt = self.net_of(d, a, heads)
                 pred = [
-                    a + np.sum(kt.rect_seconds(n, n, kind, heads, d)) for _, kind, n, _ in mine
+                    a + np.sum(pairs * heads * kt.per_pair(d, kind, s_eq))
+                    for kind, pairs, s_eq in padded
                 ]
                 return np.sum(np.abs(np.log(np.asarray(pred) / meas))), np.asarray(pred)
 
@@ -163,9 +167,11 @@ class KernelTime:
         for (d, kind), (s, c) in self.points.items():
             if d != direction:
                 continue
-            pairs = self.pairs(s, s, kind, d)
+            pairs = self.square_pairs(d, kind)
             points[(d, kind)] = (s, np.maximum(c - fixed / (pairs * heads), 0.0))
-        return KernelTime(self.kernel, points, tiles=self.tiles)
+        out = KernelTime(self.kernel, points, tiles=self.tiles)
+        out._axis = self._axis  # the same lengths and tiles: the same squares (a cache)
+        return out
 
     def call_fixed(self, direction: str) -> float:
         """The kernel's own fixed seconds of one call (a forward+backward fit's for either phase)."""
@@ -200,14 +206,21 @@ class KernelTime:
             return np.full_like(np.asarray(s_eq, float), c[0])
         return np.interp(np.log(np.asarray(s_eq, float)), np.log(self.axis(direction, kind)), c)
 
+    def square_pairs(self, direction: str, kind: str) -> np.ndarray:
+        """The tile-padded pairs of the records' own square masks (kept: fits ask often)."""
+        key = ("pairs", direction, kind)
+        if key not in self._axis:
+            s = self.points[(direction, kind)][0]
+            self._axis[key] = self.pairs(s, s, kind, direction)
+        return self._axis[key]
+
     def axis(self, direction: str, kind: str) -> np.ndarray:
         """The records' lengths as rect_seconds sees a square of them: the length of the square
         of as many (tile-padded) pairs, so that a record's own mask costs its measured time."""
         key = (direction, kind)
         if key not in self._axis:
-            s = self.points[key][0]
             self._axis[key] = np.sqrt(
-                self.pairs(s, s, kind, direction) * (2.0 if kind == "causal" else 1.0)
+                self.square_pairs(direction, kind) * (2.0 if kind == "causal" else 1.0)
             )
         return self._axis[key]
 
@@ -232,9 +245,14 @@ class KernelTime:
         """Kernel seconds of rectangles of q rows x k keys of one kind (arrays, elementwise): their
         tile-padded pairs at the per-pair cost of the square of as many pairs (a piece shorter
         than the shortest record: that record's cost per tile-padded pair, a floor)."""
-        pairs = self.pairs(q, k, kind, direction)
-        s_eq = np.sqrt(pairs * (2.0 if kind == "causal" else 1.0))
+        pairs, s_eq = self.padded(q, k, kind, direction)
         return pairs * heads * self.per_pair(direction, kind, s_eq)
+
+    def padded(self, q, k, kind: str, direction: str):
+        """(tile-padded pairs of rectangles of q rows x k keys, the length of the square mask of
+        the same kind with as many pairs)."""
+        pairs = self.pairs(q, k, kind, direction)
+        return pairs, np.sqrt(pairs * (2.0 if kind == "causal" else 1.0))
 
     def chunk_seconds(self, chunk, heads: int, direction: str) -> float:
         """Time of one local-kernel call on a real cp.chunks.Chunk (sum over its rectangles)."""
