@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..cp.catalog import AUTO
 from ..harness.environment import REPO
 from ..masks import Mask
 from .network import Network
@@ -31,8 +32,6 @@ from .predict import LOCAL, Setting, predict, predict_local, realised_masks
 from .question import DIRECTIONS, Question, sampler
 
 VALIDATION_TABLE = Path("tables") / "cp_validation" / "published.csv"
-# a question's local kernel when it names none (question.py): the fastest by the kernel records
-AUTO = "auto"
 
 
 @dataclass(frozen=True)

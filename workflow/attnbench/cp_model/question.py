@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from ..cp.catalog import AUTO
 from ..masks import CP_MASKS
 from .documents import PackSampler, parse_documents, published
 from .predict import ELEM_BYTES, MODELLED_METHODS
@@ -34,7 +35,7 @@ class Question:
     dtype: str = "bfloat16"
     direction: str = "fwd"  # fwd, bwd or fwdbwd (train: fwd + bwd)
     network: str = ""  # a preset of cp_model.networks ("": cp_model.network)
-    local_kernel: str = ""  # "": auto, the fastest by the kernel records (answer.py)
+    local_kernel: str = ""  # "": AUTO, the fastest by the kernel records (answer.py)
     calls_kernel: str = ""  # the local kernel whose cells give the per-call terms ("": its own)
     # the grid(s) whose cells give the per-call terms (empty: cp_model.calls_from); the first's
     # network's per-transfer term applies where the question is asked on that network
@@ -59,7 +60,7 @@ class Question:
         return dataclasses.replace(
             self,
             network=self.network or mc.get("network", ""),
-            local_kernel=self.local_kernel or "auto",
+            local_kernel=self.local_kernel or AUTO,
             calls_from=grids_of(self.calls_from or mc.get("calls_from", ())),
         )
 
