@@ -169,6 +169,8 @@ def test_a_question_naming_no_local_kernel_gets_the_fastest_by_the_records(cfg, 
     for name, ratio in ranked:
         theirs = model.kernel_time(name, calls).seconds("fwd", "causal", 16384, 64)
         assert theirs / mine == pytest.approx(float(ratio), abs=0.006) and float(ratio) >= 1
+    # the local kernels without records are named, not silently left out (no CPU records here)
+    assert "; no records to fit: " in a.kernel_choice and "cpu_flash" in a.kernel_choice
     named = answer(dataclasses.replace(q, local_kernel=a.kernel), cfg, model=model)
     assert named.methods == a.methods and named.kernel_choice == ""
 

@@ -386,5 +386,6 @@ def fastest_local_kernel(model: Model, q: Question, local_masks, direction: str,
         f"{AUTO}: by their records, the fastest of {len(times)} local kernels on {q.mask} "
         f"{q.direction} over {local_masks[0].seqlen} tokens, the one-GPU baseline's"
         + (f" (then {others})" if others else "")
+        + (f"; no records to fit: {', '.join(left_out)}" if left_out else "")
     )
     return best, why
