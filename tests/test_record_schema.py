@@ -135,3 +135,28 @@ def test_every_committed_record_reads_through_the_schema():
     refused = {p: record_problems(r) for p, r in records.items()}
     assert not {p: why for p, why in refused.items() if why}
     assert all(Record.from_dict(r).to_dict() == r for r in records.values())
+
+
+def test_a_window_the_host_fell_behind_marks_its_record(tmp_path):
+    """A sample whose timed window the host had not queued ahead of the GPU (harness.measure:
+    queued_ahead false) makes its record say host_waited; the record still reads and is
+    written through the schema; an unavailable record refuses the field, as any summary field."""
+    from attnbench.record.record import summarise
+
+    r = old_record()
+    for sample in r["samples"]:
+        sample["queued_ahead"] = True
+    summarise(r, None)
+    assert r["host_waited"] is False
+    r["samples"][1]["queued_ahead"] = False
+    summarise(r, None)
+    assert r["host_waited"] is True
+    write_record(r, tmp_path / "r.json")
+    assert read_record(tmp_path / "r.json")["host_waited"] is True
+    before = old_record()  # records from before the check: no field, nothing claimed
+    summarise(before, None)
+    assert before["host_waited"] is None
+    assert any(
+        "host_waited" in p
+        for p in record_problems({**of_status("unavailable"), "host_waited": True})
+    )

@@ -6,6 +6,8 @@ does, and takes their median: on a call of a few milliseconds (32K) the two must
 1K (tens of microseconds) the harness's head start keeps the host out, so it must not be slower
 than do_bench by more than a few percent (the old loop, synchronised after every call, was 1.4x)."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -58,6 +60,29 @@ def test_device_time_agrees_with_do_bench(seqlen, direction, slack):
     assert 1 - slack <= ratio <= 1 + slack
     assert ours.settle["settled"], ours.settle
     assert ours.wall_ms and min(ours.wall_ms) > 0
+    assert ours.queued_ahead is True
+
+
+def test_a_slow_host_is_caught_and_queued_again():
+    """A host that queues each repetition 0.3 ms late (busy-waiting in `before`) runs past the
+    head start the settle measured: the window is queued again behind a longer one, says it got
+    ahead, and its device time still agrees with do_bench."""
+    from triton.testing import do_bench
+
+    fn = causal_sdpa(1024, "fwd")
+
+    def slow_host():
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 3e-4:
+            pass
+
+    ours = measure.time_gpu_call(fn, warmup=5, reps=20, device="cuda", before=slow_host)
+    theirs = do_bench(fn, warmup=25, rep=100, return_mode="median")
+    ratio = float(np.median(ours.device_ms)) / theirs
+    print(f"slow host: head start {ours.head_start_ms:.2f} ms, harness/do_bench {ratio:.3f}")
+    assert ours.queued_ahead is True
+    assert ours.head_start_ms > 1.0 + 20 * 3e-1  # the second window's head start covered the host
+    assert 0.9 <= ratio <= 1.1
 
 
 def test_a_window_records_the_gpu_and_the_host():

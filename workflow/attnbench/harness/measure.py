@@ -115,13 +115,16 @@ HEAD_START_MAX_MS = 50.0  # the longest the stream is held while the host queues
 class KernelTiming:
     """One timed window of a call: the device's time per repetition (`device_ms`, what verdicts
     and TFLOP/s use), the call's wall time as a caller sees it (`wall_ms`; None on a CPU, where
-    the two are one), how the GPU was settled before it and what NVML read during it."""
+    the two are one), how the GPU was settled before it and what NVML read during it.
+    `queued_ahead`: the host had queued every repetition while the stream was still held, so no
+    repetition waited for the host (False: some may have; None on a CPU)."""
 
     device_ms: list[float]
     wall_ms: list[float] | None = None
     settle: dict | None = None
     head_start_ms: float | None = None
     window: dict | None = None
+    queued_ahead: bool | None = None
 
     @property
     def host_overhead_ms(self) -> float | None:
@@ -140,6 +143,7 @@ class KernelTiming:
             "host_overhead_ms": self.host_overhead_ms,
             "settle": self.settle,
             "head_start_ms": self.head_start_ms,
+            "queued_ahead": self.queued_ahead,
             "gpu_window": self.window,
         }
 
@@ -222,27 +226,27 @@ def time_gpu_call(
     them, each between two CUDA events, the L2 overwritten before each (outside its events), as
     triton.testing.do_bench does. The stream is first held by a sleep long enough for the host
     to queue every repetition (at most HEAD_START_MAX_MS), so that no repetition waits for the
-    host: the events measure the call's work on the GPU alone. Wall time: each call between two
+    host: the events measure the call's work on the GPU alone. Checked, not assumed: an event
+    recorded after the sleep must still be pending when the last repetition is queued; where it is
+    not (the host queued slower than during the settle), the window is queued once more behind
+    twice the host's queueing time, and `queued_ahead` says how the kept one went. Wall time: each call between two
     synchronisations, as a caller that waits for its result sees it. `before()` runs before each
     call, outside both (a backward's forward, where the graph frees itself)."""
     from .machine import WindowSampler
 
     state = settle(fn, warmup, device, SETTLE_MIN_S if settle_min_s is None else settle_min_s)
     flusher = L2Flush(device) if flush else None
-    starts, ends = _events(reps), _events(reps)
     head_start = min(HEAD_START_MAX_MS, 1.0 + 1.25 * reps * state["enqueue_ms"])
     with WindowSampler(device) as window:
-        torch.cuda._sleep(int(head_start * sleep_cycles_per_ms(device)))
-        for i in range(reps):
-            if flusher:
-                flusher()
-            if before:
-                before()
-            starts[i].record()
-            fn()
-            ends[i].record()
-        ends[-1].synchronize()
-        device_ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        device_ms, queue_ms, ahead = _queued_window(fn, reps, device, flusher, before, head_start)
+        if not ahead and queue_ms < HEAD_START_MAX_MS / 2:
+            # the host queued slower than during the settle (a busy host, the first window of a
+            # process): once more with room for what it took; a call that waits for the GPU
+            # itself queues as long as the window runs and is not retried
+            head_start = min(HEAD_START_MAX_MS, 1.0 + 2.0 * queue_ms)
+            device_ms, queue_ms, ahead = _queued_window(
+                fn, reps, device, flusher, before, head_start
+            )
         wall = []
         for _ in range(WALL_REPS):
             if flusher:
@@ -254,7 +258,31 @@ def time_gpu_call(
             fn()
             synchronize(device)
             wall.append((time.perf_counter() - t0) * 1e3)
-    return KernelTiming(device_ms, wall, state, head_start, window.summary)
+    return KernelTiming(device_ms, wall, state, head_start, window.summary, ahead)
+
+
+def _queued_window(fn, reps, device, flusher, before, head_start_ms):
+    """`reps` repetitions queued behind a sleep of `head_start_ms` on the stream: their device
+    times, how long the host took to queue them (ms), and whether it finished while the stream was
+    still held (an event after the sleep not yet reached), which is what makes each repetition's
+    events time the GPU's work alone."""
+    starts, ends = _events(reps), _events(reps)
+    held = torch.cuda.Event()
+    torch.cuda._sleep(int(head_start_ms * sleep_cycles_per_ms(device)))
+    held.record()
+    h0 = time.perf_counter()
+    for i in range(reps):
+        if flusher:
+            flusher()
+        if before:
+            before()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    queue_ms = (time.perf_counter() - h0) * 1e3
+    ahead = not held.query()
+    ends[-1].synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)], queue_ms, ahead
 
 
 # A CPU settles too: its first calls of a shape pay for the allocator's growth, page faults and
@@ -319,6 +347,7 @@ def merge_timings(timings: list[KernelTiming]) -> KernelTiming:
         {"windows": [t.settle for t in timings]},
         max((t.head_start_ms or 0.0) for t in timings) if wall else None,
         merge([t.window for t in timings if t.window]),
+        all(t.queued_ahead for t in timings) if wall else None,
     )
 
 

@@ -114,6 +114,9 @@ def summarise(record, peak, gpus: int = 1):
     record["host_overhead_ms"] = float(np.median(overheads)) if overheads else None
     windows = [s["gpu_window"] for s in samples if s.get("gpu_window")]
     record["throttled"] = any(w["throttled"] for w in windows) if windows else None
+    # a window whose host had not queued every repetition before the GPU reached them (measure.py)
+    ahead = [s["queued_ahead"] for s in samples if s.get("queued_ahead") is not None]
+    record["host_waited"] = (not all(ahead)) if ahead else None
     busy = [s["device_busy_ms"] for s in samples if "device_busy_ms" in s]
     record["device_busy_ms"] = sum(busy) if busy else None
     ceiling = (peak or {}).get("matmul_peak_tflops")

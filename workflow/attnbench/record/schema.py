@@ -46,7 +46,15 @@ TIMINGS = (*STATISTICS, "fraction_of_peak")
 MEMORY = ("peak_mem_bytes", "peak_mem_increment_bytes")
 NUMBERS = (*TIMINGS, *MEMORY, "device_busy_ms")
 # Everything record.summarise writes: a cell timed to the end carries it, no other.
-SUMMARY = (*NUMBERS, "mem_source", "host_overhead_ms", "throttled", "max_rel_err", "check_passed")
+SUMMARY = (
+    *NUMBERS,
+    "mem_source",
+    "host_overhead_ms",
+    "throttled",
+    "host_waited",
+    "max_rel_err",
+    "check_passed",
+)
 
 
 @dataclass(frozen=True)

@@ -75,9 +75,11 @@ class Record:
     finished_at: str = ""
     draws: tuple[Draw, ...] = ()
     # how it was measured (docs/measurement.md): a caller's time over the device's, whether a
-    # timed window was throttled, how far its job's control calls moved
+    # timed window was throttled or may have waited for the host, how far its job's control calls
+    # moved
     host_overhead_ms: float | None = None
     throttled: bool = False
+    host_waited: bool = False
     control_drift: float | None = None
     machine: str = ""  # the device, host and GPU it ran on (an answer mixing machines says so)
     device: str = ""  # the device's name alone
@@ -122,6 +124,10 @@ class Contender:
     @property
     def throttled(self) -> bool:
         return any(r.throttled for r in self.records)
+
+    @property
+    def host_waited(self) -> bool:
+        return any(r.host_waited for r in self.records)
 
     @property
     def machines(self) -> tuple[str, ...]:
@@ -246,6 +252,11 @@ def _text(v) -> str:
     return "" if v is None or pd.isna(v) else str(v)
 
 
+def _flag(v) -> bool:
+    """A true/false column of the tidy table (None or NaN where a record does not say): false."""
+    return bool(v) and not pd.isna(v)
+
+
 def window_medians(text) -> tuple[float, ...]:
     """A sample's windows' medians from the per-sample table ('' or NaN: none)."""
     if text is None or (isinstance(text, float) and pd.isna(text)) or not str(text).strip():
@@ -293,7 +304,8 @@ def _record(r, draws: dict) -> Record:
         finished_at=_text(r.get("finished_at")),
         draws=mine,
         host_overhead_ms=_num(r.get("host_overhead_ms")),
-        throttled=bool(r.get("throttled")) and not pd.isna(r.get("throttled")),
+        throttled=_flag(r.get("throttled")),
+        host_waited=_flag(r.get("host_waited")),
         control_drift=_num(r.get("control_drift")),
         machine=machine_of(r),
         device=_text(r.get("device_name")) or _text(r.get("device")),

@@ -90,6 +90,12 @@ def notes(a: Answer) -> list[str]:
         out.append(
             f"throttled (a thermal or hardware slowdown in a timed window): {', '.join(throttled)}"
         )
+    waited = [c.name for c in a.ok if c.host_waited]
+    if waited:
+        out.append(
+            "a timed window may include host time (the host had not queued every repetition "
+            f"before the GPU reached it): {', '.join(waited)}"
+        )
     drifted = {
         c.name: c.control_drift
         for c in a.ok

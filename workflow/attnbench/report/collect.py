@@ -34,11 +34,13 @@ CELL_KEYS = (
 # its timings and memory, the record's own numbers (record.schema), and its check.
 MEMORY_AND_CHECK = (*MEMORY, "mem_source", "max_rel_err", "check_passed")
 # How a GPU cell was measured (docs/measurement.md): a caller's time over the device's, whether a
-# timed window was throttled, whether its job's control calls drifted, side by side or alone, and
-# on which GPU (its UUID) at what median SM clock.
+# timed window was throttled or had repetitions that may have waited for the host, whether its
+# job's control calls drifted, side by side or alone, and on which GPU (its UUID) at what median
+# SM clock.
 MEASURING = (
     "host_overhead_ms",
     "throttled",
+    "host_waited",
     "control_drift",
     "side_by_side",
     "gpu_uuid",
@@ -102,6 +104,7 @@ def measuring(record: dict) -> dict:
     return {
         "host_overhead_ms": record.get("host_overhead_ms"),
         "throttled": record.get("throttled"),
+        "host_waited": record.get("host_waited"),
         "control_drift": drift["worst"] if drift else None,
         "side_by_side": record["cell"]["impl"]
         in (record.get("side_by_side") or {}).get("measured", ()),
