@@ -10,10 +10,12 @@ from collections import Counter
 import pytest
 from attnbench.report.progress import (
     REFERENCE_S,
+    REPORT_REFERENCE_S,
     Progress,
     features,
     fitted_rates,
     keep_report_seconds,
+    reference_seconds,
     report_seconds,
 )
 from commands import REPO
@@ -46,16 +48,20 @@ def replayed_run():
             for k, v in r.items()
             if k != "finished_s"
         }
-        cells.append(({"grid": "g", "device": "cpu", **kept}, float(r["finished_s"])))
+        # the default run's three grids, one per family
+        grid = {"kernel": "smoke", "sparse": "smoke_sparse", "cp": "smoke_cp"}[kept["family"]]
+        cells.append(({"grid": grid, "device": "cpu", **kept}, float(r["finished_s"])))
     return cells
 
 
-def replay(tmp_path, stretch=1.0):
-    """What the run said and what was left at each finish, its clock `stretch` times slower."""
+def replay(tmp_path, stretch=1.0, first_run=False):
+    """What the run said and what was left at each finish, its clock `stretch` times slower;
+    `first_run`: no earlier run into the folder timed its tables and figures."""
     run = replayed_run()
     cells = {str(tmp_path / f"c{i}.json"): cell for i, (cell, _) in enumerate(run)}
     clock = Clock()
-    progress = Progress(cells, list(cells), started=0.0, report_s=32.7 * stretch, clock=clock)
+    report_s = None if first_run else 32.7 * stretch
+    progress = Progress(cells, list(cells), started=0.0, report_s=report_s, clock=clock)
     end, seen, old = 470.9 * stretch, [], []
     for i, (path, (_, t)) in enumerate(zip(cells, run), 1):
         clock.now = t * stretch
@@ -82,13 +88,16 @@ def test_the_reference_costs_are_those_the_replayed_run_gives():
         assert REFERENCE_S[k] == pytest.approx(v, rel=0.005), k
 
 
+@pytest.mark.parametrize("first_run", [False, True])
 @pytest.mark.parametrize("stretch", [1.0, 0.25, 3.0])
-def test_a_real_make_run_is_told_within_30_percent_from_a_quarter_on(tmp_path, stretch):
+def test_a_real_make_run_is_told_within_30_percent_from_a_quarter_on(tmp_path, stretch, first_run):
     """A clean clone's `make run` (220 cells) replayed finish by finish, on its own clock and on
     a machine four times faster or three times slower: the run's rate is learned from its own
-    finishes. The rule before (seconds per cell done, times the cells left, no tables and
-    figures) said less than half of what was left there from a third of the run on."""
-    seen, old = replay(tmp_path, stretch)
+    finishes, and the tables and figures counted, as the last run into the folder took for them
+    or, on a first run, at the reference seconds per grid. The rule before (seconds per cell
+    done, times the cells left, no tables and figures) said less than half of what was left there
+    from a third of the run on."""
+    seen, old = replay(tmp_path, stretch, first_run)
     assert within(seen) <= 0.30
     assert within(old) > 0.50
 
@@ -112,7 +121,13 @@ def test_the_fit_and_what_the_line_says(tmp_path):
     (tmp_path / "c0.json").write_text(json.dumps({"status": "ok", "wall_s": 2.0}))
     clock.now = 2.0
     line = progress.line(first)
-    assert "| 1 of 3 done (1 ok); about" in line and "left and the tables and figures" in line
+    assert "| 1 of 3 done (1 ok); about" in line and line.endswith(" left")
+    # a first run counts the tables and figures of its one grid at the reference seconds
+    assert progress.left_s() == pytest.approx(
+        2.0
+        / progress.reference_done
+        * (sum(reference_seconds(c) for p, c in cells.items() if p != first) + REPORT_REFERENCE_S)
+    )
     # the tables' and figures' time kept for the next run
     keep_report_seconds(str(tmp_path), progress)
     assert report_seconds(str(tmp_path)) == 0.0

@@ -8,7 +8,8 @@ of work: length squared, heads, head dim, repetitions, a backward's extra; a run
 first, so the cells left are longer than those done, and a CP cell costs ten kernel cells), at
 the rate this run has shown so far (its elapsed seconds over the reference seconds of the cells it
 finished: this machine's speed, its cores, its load); plus the tables and figures, as long as the
-last run into the folder took for them (kept in REPORT_SECONDS) where it is known. Until a cell
+last run into the folder took for them (kept in REPORT_SECONDS) where it is known, else at
+REPORT_REFERENCE_S per grid the run draws, at the same rate. Until a cell
 has finished, from the records of the same cells in other grids of the output folder
 (families.estimate), where there are some."""
 
@@ -86,6 +87,12 @@ WORK = "work"
 REFERENCE_S = {"kernel": 0.809, "sparse": 0.653, "cp": 8.53, WORK: 8.68e-9}
 
 
+# The tables' and figures' seconds per grid, in the same units: the run REFERENCE_S was fitted on
+# took 32.7 s after its last cell for its 3 grids (tests/make_run_cells.tsv). For a first run into
+# a folder, before one has been timed there.
+REPORT_REFERENCE_S = 32.7 / 3
+
+
 def reference_seconds(cell: dict) -> float:
     if cell.get("device", "cpu") != "cpu":
         return 1.0
@@ -145,7 +152,11 @@ class Progress:
             return self.estimate_s
         rate = (self.last_done - self.started) / max(self.reference_done, 1e-9)
         ahead = rate * sum(reference_seconds(self.cells[p]) for p in left)
-        return ahead + (self.report_s or 0.0)
+        if self.report_s is not None:
+            return ahead + self.report_s
+        # the grids whose tables and figures this run draws: those of the cells it makes
+        grids = {self.cells[p].get("grid") for p in self.todo if p in self.cells}
+        return ahead + rate * REPORT_REFERENCE_S * len(grids)
 
     def left_text(self) -> str:
         s = self.left_s()
@@ -153,8 +164,7 @@ class Progress:
             return ""
         if not self.done:
             return f"; about {duration(s)} left (from earlier records)"
-        tables = "" if self.report_s is not None else " and the tables and figures"
-        return f"; about {duration(s)} left{tables}"
+        return f"; about {duration(s)} left"
 
 
 def report_seconds(out: str) -> float | None:
