@@ -1,6 +1,7 @@
-"""Figures of family `sparse` (block-sparse grids), from the tidy table alone: TFLOP/s against
-length and density per block setting, dense references drawn as dashed lines at their own length,
-and memory. Files: exactly outputs.figure_stems for family sparse.
+"""Figures of family `sparse` (block-sparse grids), from the tidy table alone: the winner map of its
+answers (report.winner_map), TFLOP/s against length and density per block setting, dense
+references drawn as dashed lines at their own length, and memory. Files: exactly
+outputs.figure_stems for family sparse.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...report.labels import order, seqlen_label
+from ...report.advice import Answer
+from ...report.labels import heads_label, order, seqlen_label
 from ...report.plotting import (
     GIB,
     collect_handles,
@@ -25,8 +27,39 @@ from ...report.plotting import (
     save_drawn,
     timed_line,
 )
+from ...report.winner_map import Column, MapAxes, family_answers, winner_map
+from ...report.winner_map import caption as map_caption
 from ...status import TIMED
+from .advice import ADVICE
 from .tables import block_order, equal_area_references, main_density, split
+
+
+def _setting(a: Answer) -> str:
+    return f"{a.point['blocks']}, density {a.point['density']:g}"
+
+
+def _settings(found: list[Answer]) -> list[str]:
+    blocks = block_order(a.point["blocks"] for a in found)
+    keys = {
+        (blocks.index(a.point["blocks"]), float(a.point["density"])): _setting(a) for a in found
+    }
+    return [keys[k] for k in sorted(keys)]
+
+
+def _length(a: Answer) -> Column:
+    heads = (int(a.point["heads_q"]), int(a.point["heads_kv"]))
+    return Column(heads, a.seqlen, seqlen_label(a.seqlen), heads_label(*heads))
+
+
+# A row per block setting and density, a column per length, grouped by heads setting.
+MAP_AXES = MapAxes(
+    row=_setting,
+    rows=_settings,
+    column=_length,
+    row_words="block setting and density",
+    column_words="sequence length",
+    group_words="heads",
+)
 
 
 def _panels(sparse: pd.DataFrame):
@@ -161,7 +194,7 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None, dr
 
 
 def figures(df: pd.DataFrame, out_dir, style, only=None, inputs=None) -> list[Path]:
-    """All three figures at once (`only` is not used: they are drawn together)."""
+    """Every figure at once (`only` is not used: they are drawn together)."""
     out = Path(out_dir)
     sparse, dense = split(df)
     sparse["mem_gib"] = sparse["peak_mem_bytes"] / GIB
@@ -178,6 +211,12 @@ def figures(df: pd.DataFrame, out_dir, style, only=None, inputs=None) -> list[Pa
     src = set(df["mem_source"].dropna())
     mem_label = "peak memory (GiB)" + (" [process RSS]" if src == {"process_rss"} else "")
     makers = {
+        "winner_map": lambda: winner_map(
+            family_answers(df, ADVICE, inputs.samples if inputs else None),
+            MAP_AXES,
+            "Which block-sparse kernel wins: the paired answers per block setting and length",
+            head,
+        ),
         "sparse_tflops_vs_seqlen": lambda: _figure(
             at_rho,
             ref,
@@ -211,5 +250,6 @@ def figures(df: pd.DataFrame, out_dir, style, only=None, inputs=None) -> list[Pa
 
 
 def figure_captions(df: pd.DataFrame, style, inputs=None) -> dict:
-    """The report's captions of these figures give machine, data and software only."""
-    return {}
+    """The winner map's words; the report's captions of the others give machine, data and
+    software only."""
+    return {"winner_map": map_caption(MAP_AXES, ADVICE.what)}
