@@ -68,19 +68,9 @@ class AtPoint:
         if not own:
             return Against(self, missing="no contender of this answer is ok here")
         want = self.point(a.point)
-        here = [
-            b
-            for b in found
-            if b.family.name == self.family
-            and b.direction == a.direction
-            and not b.emulated
-            and all(_same(b.point.get(k), v) for k, v in want.items())
-        ]
-        devices = _devices(a)
-        same = [b for b in here if _devices(b) & devices]
-        if not same:
-            return Against(self, missing=self._missing(a, want, here, found))
-        b = one_per_question(same)[0].answer
+        b = answer_at(found, self.family, want, a.direction, devices(a))
+        if b is None:
+            return Against(self, missing=self._missing(a, want, found))
         if not b.ok:
             why = "; ".join(f"{c.name} {c.why_not()}" for c in b.not_ok)
             return Against(self, answer=b, missing=f"none ok in {b.grid} ({why})")
@@ -88,21 +78,19 @@ class AtPoint:
         rule = compare_apart(mine.timed(), theirs.timed(), a.comparison.settings)
         return Against(self, mine, theirs, b, rule)
 
-    def _missing(self, a: Answer, want: dict, here: list[Answer], found: list[Answer]) -> str:
+    def _missing(self, a: Answer, want: dict, found: list[Answer]) -> str:
         """What the tidy table lacks, and where it has the baseline's mask at other lengths."""
         text = f"no {self.family} answer at {point_words(want)}, {a.direction}"
+        here = matching(found, self.family, want, a.direction)
         if here:  # measured, but on another device
-            others = sorted({d for b in here for d in _devices(b)})
-            return text + f" on {', '.join(sorted(_devices(a)))} (only on {', '.join(others)})"
+            others = sorted({d for b in here for d in devices(b)})
+            return text + f" on {', '.join(sorted(devices(a)))} (only on {', '.join(others)})"
         rest = {k: v for k, v in want.items() if k != "seqlen"}
         lengths = sorted(
             {
                 b.seqlen
-                for b in found
-                if b.family.name == self.family
-                and b.direction == a.direction
-                and all(_same(b.point.get(k), v) for k, v in rest.items())
-                and _devices(b) & _devices(a)
+                for b in matching(found, self.family, rest, a.direction)
+                if devices(b) & devices(a)
             }
         )
         if lengths:
@@ -133,9 +121,30 @@ def point_words(p: dict) -> str:
     return ", ".join(out)
 
 
-def _devices(a: Answer) -> set[str]:
+def devices(a: Answer) -> set[str]:
     """The devices an answer's records ran on (by name)."""
     return {r.device for c in (*a.ok, *a.not_ok) for r in c.records if r.device}
+
+
+def matching(found: list[Answer], family: str, want: dict, direction: str) -> list[Answer]:
+    """The measured answers of `family` in `direction` whose point has every value of `want`."""
+    return [
+        b
+        for b in found
+        if b.family.name == family
+        and b.direction == direction
+        and not b.emulated
+        and all(_same(b.point.get(k), v) for k, v in want.items())
+    ]
+
+
+def answer_at(
+    found: list[Answer], family: str, want: dict, direction: str, on: set[str]
+) -> Answer | None:
+    """The answer of `family` at the point `want` in `direction`, measured on one of the devices
+    `on`; where several grids answer it, the one `advise` would choose (advice.precedence)."""
+    same = [b for b in matching(found, family, want, direction) if devices(b) & on]
+    return one_per_question(same)[0].answer if same else None
 
 
 @dataclass(frozen=True)

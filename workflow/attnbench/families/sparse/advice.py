@@ -64,6 +64,15 @@ def full_attention(p: dict) -> dict:
     return {"mask": "full", "seqlen": p["seqlen"], **{k: p[k] for k in HEADS_ETC}}
 
 
+# dense full attention at the block-sparse point's length, from the kernel grids (its figures
+# draw the same: full_attention.py)
+FULL_ATTENTION = AtPoint(
+    "dense_full",
+    "dense full attention at the same length",
+    family="kernel",
+    point=full_attention,
+    mine=block_sparse,
+)
 AGAINST = (
     OnSameMask(
         "dense_same_blocks",
@@ -71,13 +80,7 @@ AGAINST = (
         theirs=dense,
         mine=block_sparse,
     ),
-    AtPoint(
-        "dense_full",
-        "dense full attention at the same length",
-        family="kernel",
-        point=full_attention,
-        mine=block_sparse,
-    ),
+    FULL_ATTENTION,
 )
 
 ADVICE = AdviceFamily(
