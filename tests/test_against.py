@@ -265,3 +265,21 @@ def test_block_sparse_20_percent_at_32k_against_dense_on_the_h200_records(repo, 
     assert same["baseline_contender"] == "flex" and same["paired"]
     flex = step("h200_sparse", "flex", "block_sparse", block_size=128, density=0.2)
     assert same["speedup"] == pytest.approx(flex / sparse, rel=1e-6)
+
+
+def test_a_question_over_many_points_gives_each_answers_speed_ups_on_a_line(
+    cells_csv, capsys, monkeypatch
+):
+    from attnbench.report import question
+
+    monkeypatch.setattr(question, "MANY", 1)
+    advise(cells_csv, "--direction", "train")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("sp: B=128 density 0.2 32K GQA 64:8 train: triton_block_sparse")
+    assert lines[1] == (
+        "  triton_block_sparse against dense, same blocks flex 1.35x: faster; "
+        "dense full fa4 3.17x: faster"
+    )
+    assert lines[3] == (
+        "  triton_block_sparse against dense, same blocks flex 1.35x: faster; dense full: no record"
+    )

@@ -499,6 +499,10 @@ def verdict_lines(choices: list[Choice]) -> str:
         if len(a.ok) > 1:
             line += f"; runner-up {_standing_text(a, 1)}"
         out.append(_fit(line, WIDTH))
+        if ch.against:  # the speed-up over each baseline, on a line of its own
+            words = "; ".join(against_text.summary(ag) for ag in ch.against)
+            mine = next((ag.mine.name for ag in ch.against if ag.mine), "")
+            out.append(_fit(f"  {mine + ' ' if mine else ''}against {words}", WIDTH))
     return "\n".join(out)
 
 

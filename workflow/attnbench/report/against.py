@@ -32,6 +32,7 @@ class OnSameMask:
 
     key: str  # its name in JSON and CSV: 'dense_same_mask'
     words: str  # what it is: 'dense kernels on the same blocks'
+    short: str  # in a few words, for one line per answer: 'dense, same blocks'
     theirs: Callable[[str], bool]  # a contender of the baseline
     mine: Callable[[str], bool] = everyone  # a contender it is set against
 
@@ -59,6 +60,7 @@ class AtPoint:
 
     key: str  # 'dense_full'
     words: str  # 'dense full attention at the same length'
+    short: str  # 'dense full'
     family: str  # the family whose answers hold it: 'kernel'
     point: Callable[[dict], dict]  # its point's values from this answer's point
     mine: Callable[[str], bool] = everyone

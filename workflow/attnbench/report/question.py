@@ -127,14 +127,14 @@ def _measured(found_all, q: Question) -> str:
 def _block(choices: list[Choice], q: Question, found_all) -> str:
     if q.every_grid:  # every grid's answer, each labelled by its grid, the chosen one first
         choices = [Choice(a, ()) for c in choices for a in (c.answer, *c.others)]
+    # each answer set against its family's baselines, looked up among every grid's answers
+    choices = [replace(c, against=against(c.answer, found_all)) for c in choices]
     if q.fmt == "text" and len(choices) > MANY and not q.verbose:
         return (
             verdict_lines(choices)
             + f"\n({len(choices)} answers: narrow the question, e.g. with --seqlen and "
             "--direction, for each one's ranked table)"
         )
-    # each answer set against its family's baselines, looked up among every grid's answers
-    choices = [replace(c, against=against(c.answer, found_all)) for c in choices]
     return render(choices, q.fmt, q.verbose)
 
 

@@ -69,6 +69,7 @@ def full_attention(p: dict) -> dict:
 FULL_ATTENTION = AtPoint(
     "dense_full",
     "dense full attention at the same length",
+    "dense full",
     family="kernel",
     point=full_attention,
     mine=block_sparse,
@@ -77,6 +78,7 @@ AGAINST = (
     OnSameMask(
         "dense_same_blocks",
         "the dense kernels given the same blocks",
+        "dense, same blocks",
         theirs=dense,
         mine=block_sparse,
     ),
