@@ -313,3 +313,9 @@ def test_the_cp_winner_map_colours_a_method_whatever_its_settings():
     (patch,) = [p for gid, p in _gids(fig, "win|winner|causal|64K/GPU|") if "|bwd|" in gid]
     assert patch.get_facecolor()[:3] == pytest.approx(to_rgb(colour("ring_p2p")))
     plt.close(fig)
+
+
+def test_a_grid_without_answers_gets_a_map_that_says_so():
+    fig, drawn = winner_map([], winners.MAP_AXES, "t")
+    assert drawn["cells"] == [] and "No answers to map" in fig.texts[0].get_text()
+    plt.close(fig)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch, Rectangle
 
@@ -149,6 +150,11 @@ def winner_map(found: list[Answer], axes: MapAxes, title: str, subtitle: str = "
     (`axes`). A cell's colour is the winning contender's; a tie is hatched in the fastest's
     colour. Returns the figure and what was drawn (per kind of cell, and each cell as
     (direction, row, column, who, margin))."""
+    if not found:  # e.g. a CP grid of one-GPU cells only: baselines, never advice
+        fig = plt.figure(figsize=(6.0, 1.5))
+        fig.text(0.5, 0.5, "No answers to map: advice.md says which cells compete", ha="center")
+        title_above(fig, title, subtitle)
+        return fig, {"winner": 0, "tie": 0, "only": 0, "none": 0, "cells": []}
     dirs = directions(found)
     rows = axes.rows(found)
     cols = _columns(found, axes)
