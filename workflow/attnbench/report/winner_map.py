@@ -14,7 +14,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch, Rectangle
 
 from .advice import DIRECTIONS, TRAIN, Answer, grid_answers
-from .labels import direction_label, order
+from .labels import direction_label, heads_label, order, seqlen_label
 from .paired import Standing
 from .plotting import grid_axes, legend_and_notes, title_above
 from .style import colour
@@ -46,6 +46,12 @@ class MapAxes:
     # the registry name a contender is coloured by (a CP contender 'ring_p2p [auto]': ring_p2p)
     base: Callable[[str], str] = lambda name: name
     cell_width: float = 1.1  # inches: wide enough for its contenders' names and their ties
+
+
+def length_column(a: Answer) -> Column:
+    """A column per length, grouped by heads setting (the one-GPU families' maps)."""
+    heads = (int(a.point["heads_q"]), int(a.point["heads_kv"]))
+    return Column(heads, a.seqlen, seqlen_label(a.seqlen), heads_label(*heads))
 
 
 def directions(found: list[Answer]) -> list[str]:

@@ -22,7 +22,7 @@ from ...report.plotting import (
     title_above,
 )
 from ...report.style import colour, marker, marker_size
-from ...report.winner_map import Column, MapAxes, family_answers
+from ...report.winner_map import MapAxes, family_answers, length_column
 from .advice import ADVICE
 
 # Speedups are over the paper's baseline, FA2, unless the grid names others (`reference_kernel`);
@@ -46,15 +46,11 @@ def _mask_rows(found: list[Answer]) -> list[str]:
     return [m for ms in mask_families(a.point["mask"] for a in found).values() for m in ms]
 
 
-def _length_column(a: Answer) -> Column:
-    return Column(heads_of(a), a.seqlen, S(a.seqlen), heads_label(*heads_of(a)))
-
-
 # A row per mask (in its figure family's order), a column per length, grouped by heads setting.
 MAP_AXES = MapAxes(
     row=lambda a: a.point["mask"],
     rows=_mask_rows,
-    column=_length_column,
+    column=length_column,
     row_words="mask",
     column_words="sequence length",
     group_words="heads",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...report.advice import Answer
-from ...report.labels import heads_label, order, seqlen_label
+from ...report.labels import order, seqlen_label
 from ...report.plotting import (
     GIB,
     collect_handles,
@@ -31,7 +31,7 @@ from ...report.plotting import (
     title_above,
 )
 from ...report.style import colour
-from ...report.winner_map import Column, MapAxes, family_answers, winner_map
+from ...report.winner_map import MapAxes, family_answers, length_column, winner_map
 from ...report.winner_map import caption as map_caption
 from ...status import TIMED
 from .advice import ADVICE
@@ -51,16 +51,11 @@ def _settings(found: list[Answer]) -> list[str]:
     return [keys[k] for k in sorted(keys)]
 
 
-def _length(a: Answer) -> Column:
-    heads = (int(a.point["heads_q"]), int(a.point["heads_kv"]))
-    return Column(heads, a.seqlen, seqlen_label(a.seqlen), heads_label(*heads))
-
-
 # A row per block setting and density, a column per length, grouped by heads setting.
 MAP_AXES = MapAxes(
     row=_setting,
     rows=_settings,
-    column=_length,
+    column=length_column,
     row_words="block setting and density",
     column_words="sequence length",
     group_words="heads",
