@@ -396,8 +396,9 @@ def against_lines(ag: Against, verbose: bool = False) -> list[str]:
     out = _wrap(first, "  ")
     for line in rest:
         out += _wrap(line, "    ")
-    if against_ground(ag):
-        out += _wrap(f"ground: {against_ground(ag)}", "    ")
+    ground_ = against_ground(ag)
+    if ground_:
+        out += _wrap(f"ground: {ground_}", "    ")
     if verbose and ag.theirs is not None:
         out += [f"       {ag.theirs.name}: {_record_line(x)}" for x in ag.theirs.records]
     return out
