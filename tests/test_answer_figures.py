@@ -4,6 +4,8 @@ settings of one length as bars), from a small SYNTHETIC tidy table and per-sampl
 
 from __future__ import annotations
 
+import itertools
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -13,6 +15,9 @@ from attnbench.families.kernel import figures, winners
 from attnbench.families.kernel.grid import reference_problems
 from attnbench.grid.config import ConfigError
 from attnbench.report.figures import Inputs
+from attnbench.report.winner_map import family_answers as winner_map_answers
+from attnbench.report.winner_map import winner_map
+from matplotlib.colors import to_rgb
 from synthetic_cells import tidy
 
 # ms per call of each kernel on the causal mask (one draw) and per draw on causal_document (3
@@ -116,8 +121,8 @@ def _errorbars(fig, prefix) -> dict:
 
 
 def test_the_winner_map_draws_the_advices_answers(found):
-    fig, drawn = winners.winner_map(found, "t")
-    cells = {(d, m, hk, s): (who, margin) for d, m, hk, s, who, margin in drawn["cells"]}
+    fig, drawn = winner_map(found, winners.MAP_AXES, "t")
+    cells = {(d, m, c.group, c.at): (who, margin) for d, m, c, who, margin in drawn["cells"]}
     assert len(cells) == len(found) == 2 * 3 * 3  # masks x (GQA 1K, 4K, MHA 4K) x fwd, bwd, train
     # fa3 beats both others on the one causal draw, p20-p80 apart: a winner, fa2 1.5x behind
     assert cells[("fwd", "causal", (64, 8), 1024)] == ("fa3", "1.50x 1 draw")
@@ -135,7 +140,7 @@ def test_the_winner_map_draws_the_advices_answers(found):
             a
             for a in found
             if f"|{a.point['mask']}|" in gid
-            and f"|{a.heads}|{a.direction}|" in gid
+            and f" {a.heads}|{a.direction}|" in gid
             and f"|{a.seqlen // 1024}K|" in gid
         )
         assert gid.endswith(a.verdict())
@@ -246,3 +251,71 @@ def test_a_reference_kernel_outside_the_grid_is_refused_naming_its_kernels():
     )
     with pytest.raises(ConfigError, match=r"grids.smoke.reference_kernel: 'nope' is not a kernel"):
         families.load_config("config.yaml", {"grids": {"smoke": {"reference_kernel": "nope"}}})
+
+
+# ----------------------------------------------------------------------------- other families
+
+
+def _timed(impl, ms, **kw) -> dict:
+    """A one-draw row at ms per call, p20-p80 +-1% (no per-sample data: read as one draw)."""
+    row = {"status": "ok", "cell_id": f"{impl}-{len(kw)}-{hash(tuple(kw.items()))}", **kw}
+    row.update(impl=impl, time_ms_median=ms, time_ms_p20=ms * 0.99, time_ms_p80=ms * 1.01)
+    return {"heads_q": 64, "heads_kv": 8, **row}
+
+
+def test_the_sparse_winner_map_has_a_row_per_block_setting_and_density():
+    from attnbench.families.sparse import figures as sparse_figures
+    from attnbench.families.sparse.advice import ADVICE
+
+    rows = []
+    for b, rho, s, d in itertools.product((64, 128), (0.2, 0.5), (32768, 65536), ("fwd", "bwd")):
+        at = dict(mask="block_sparse", block_size=b, density=rho, seqlen=s, direction=d)
+        # triton wins every point but B=128 at 0.5, where flex is within its spread
+        flex = 1.005 if (b, rho) == (128, 0.5) else 3.0
+        rows += [
+            _timed("triton_block_sparse", s / 1000, **at),
+            _timed("flex", s / 1000 * flex, **at),
+        ]
+    rows.append(_timed("fa3", 1.0, mask="full", seqlen=23168, direction="fwd"))  # no contender
+    found = winner_map_answers(tidy(rows, family="sparse"), ADVICE)
+    fig, drawn = winner_map(found, sparse_figures.MAP_AXES, "t")
+    cells = {(d, row, c.label): who for d, row, c, who, _ in drawn["cells"]}
+    assert len(cells) == 4 * 2 * 3  # settings x lengths x (fwd, bwd, train)
+    assert cells[("fwd", "B=64, density 0.2", "32K")] == "triton_block_sparse"
+    assert cells[("train", "B=128, density 0.5", "64K")] == "triton_block_sparse~flex"
+    rows_drawn = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert rows_drawn == [f"B={b}, density {r}" for b in (64, 128) for r in (0.2, 0.5)]
+    assert drawn["tie"] == 2 * 3 and drawn["winner"] == 6 * 3
+    plt.close(fig)
+
+
+def test_the_cp_winner_map_colours_a_method_whatever_its_settings():
+    from attnbench.families.cp.advice import ADVICE
+    from attnbench.families.cp.winners import MAP_AXES
+    from attnbench.report.style import colour
+
+    rows = []
+    for tokens, d in itertools.product((16384, 65536), ("fwd", "bwd")):
+        at = dict(mask="causal", gpus=2, tokens_per_gpu=tokens, seqlen=2 * tokens, direction=d)
+        kernels = dict(local_kernel="fa3", dkv_comm_dtype="accumulator")
+        rows += [
+            _timed("ring_p2p", tokens / 1000, local_kernel_setting="auto", **kernels, **at),
+            _timed("ring_p2p", tokens / 500, local_kernel_setting="fa3", **kernels, **at),
+            _timed("ulysses", tokens / 800, local_kernel_setting="auto", **kernels, **at),
+        ]
+    df = tidy(rows, family="cp")
+    for col in ("tokens_per_gpu", "local_kernel", "local_kernel_setting", "dkv_comm_dtype"):
+        df[col] = [r[col] for r in rows]
+    found = winner_map_answers(df, ADVICE)
+    fig, drawn = winner_map(found, MAP_AXES, "t")
+    cells = {(d, c.label, c.group_label): who for d, row, c, who, _ in drawn["cells"]}
+    assert cells[("bwd", "64K/GPU", "2 GPUs, GQA 64:8")] == "ring_p2p [auto]"
+    (patch,) = [p for gid, p in _gids(fig, "win|winner|causal|64K/GPU|") if "|bwd|" in gid]
+    assert patch.get_facecolor()[:3] == pytest.approx(to_rgb(colour("ring_p2p")))
+    plt.close(fig)
+
+
+def test_a_grid_without_answers_gets_a_map_that_says_so():
+    fig, drawn = winner_map([], winners.MAP_AXES, "t")
+    assert drawn["cells"] == [] and "No answers to map" in fig.texts[0].get_text()
+    plt.close(fig)

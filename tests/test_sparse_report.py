@@ -3,6 +3,7 @@ unavailable kernels listed, dense references at equal area, exactly the files th
 
 import itertools
 
+import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 from attnbench import families as outputs
@@ -294,3 +295,62 @@ def test_each_sampled_layout_is_a_dot_where_a_cell_has_several():
         for y in ln.get_ydata()
     )
     assert ys == pytest.approx(sorted(samples["tflops"]))
+
+
+def kernel_grid_full(lengths, direction="fwd") -> pd.DataFrame:
+    """A kernel grid's full-mask cells on the same device: at each length fa4 (1 ms per 1K tokens)
+    and the slower fa2 (twice that), TFLOP/s 600 and 300; times give the answers their draws."""
+    rows = []
+    for s in lengths:
+        for impl, ms, tflops in (("fa4", s / 1024, 600.0), ("fa2", s / 512, 300.0)):
+            r = row(impl, "full", s, (64, 8), direction, "ok", tflops, 2**30, float(s * s))
+            r.update(
+                grid="kernels",
+                family="kernel",
+                gpus=1,
+                cell_id=f"{impl}-{s}",
+                time_ms_median=ms,
+                time_ms_p20=ms * 0.99,
+                time_ms_p80=ms * 1.01,
+            )
+            rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def test_the_density_figure_draws_dense_full_attention_at_each_length_it_has(tmp_path):
+    """A panel per block setting, heads, direction and length; in each, the fastest dense kernel
+    on the full mask at that length (the answer advise sets a block-sparse one against) as a
+    dashed line at its TFLOP/s; a length without one says so."""
+    from attnbench.families.sparse.full_attention import full_attention_lines
+
+    df = tidy_table()
+    sparse, _ = sparse_tables.split(df)
+    cells = pd.concat([df, kernel_grid_full([16384, 32768])], ignore_index=True)
+    full = full_attention_lines(sparse, cells, None)
+    # fwd at 64:8 only: the kernel grid has no MHA, no bwd, no 64K
+    assert set(full) == {("64:8", "fwd", 16384), ("64:8", "fwd", 32768)}
+    assert {(x.impl, x.tflops, x.grid) for x in full.values()} == {("fa4", 600.0, "kernels")}
+    fig, drawn = sparse_figures.density_figure(sparse, full, "t")
+    assert drawn["panels"] == 3 * 2 * 2 * 3  # settings x heads x directions x lengths
+    lines = {(b, h, d, s): (impl, v) for b, h, d, s, impl, v in drawn["full_lines"]}
+    assert len(lines) == 3 * 2  # (each setting) x 16K, 32K at GQA forward
+    assert lines[("B=64", "64:8", "fwd", 32768)] == ("fa4", 600.0)
+    assert ("B=64", "64:8", "fwd", 65536) in drawn["no_full"]
+    dashed = [
+        ln
+        for ax in fig.axes
+        for ln in ax.get_lines()
+        if (ln.get_gid() or "").startswith("dense_full|")
+    ]
+    assert len(dashed) == 6 and {ln.get_ydata()[0] for ln in dashed} == {600.0}
+    notes = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any("no dense full attention at 64K in the tidy table" in n for n in notes)
+    # on another device, the kernel grid's cells are no baseline
+    other = cells.assign(
+        device_name=[
+            "Other GPU" if f == "kernel" else d
+            for f, d in zip(cells["family"], cells["device_name"])
+        ]
+    )
+    assert full_attention_lines(sparse, other, None) == {}
+    plt.close(fig)

@@ -53,6 +53,9 @@ class AdviceFamily:
     # the columns within which every length expects the same contenders (a contender measured at
     # another length but not this one is listed as `no record`); () where contenders differ by point
     same_contenders: tuple[str, ...] = ()
+    # what `advise` sets each answer against beside its ranking (report.against: OnSameMask,
+    # AtPoint), e.g. block-sparse kernels against dense attention
+    against: tuple = ()
 
 
 # ---------------------------------------------------------------- records and contenders
@@ -547,10 +550,12 @@ def precedence(a: Answer) -> tuple:
 
 @dataclass(frozen=True)
 class Choice:
-    """One answer per question, and the other grids' answers to it."""
+    """One answer per question, the other grids' answers to it, and the answer set against its
+    family's baselines (report.against.Against, where `advise` looked them up)."""
 
     answer: Answer
     others: tuple[Answer, ...]
+    against: tuple = ()
 
 
 def one_per_question(found: list[Answer]) -> list[Choice]:

@@ -12,23 +12,17 @@ from ..harness.control import DRIFT_LIMIT
 from ..kernels.catalog import KERNELS, mask_note_key
 from ..masks.realised import describe as describe_draws
 from ..record.validate import file_problems
+from . import against_text
 from .advice import NO_RECORD, TRAIN, Answer, Choice, grid_answers
+from .against import Against
 from .labels import STATUS_LABEL, heads_label, seqlen_label
 from .outputs import ADVICE_STEM
 from .paired import Standing, Verdict, current
-from .tables import describe_setup, fmt_compared, write_sections
+from .tables import describe_setup, write_sections
+from .tables import fmt_ms as ms
+from .tables import fmt_ratio as _ratio
 
 WIDTH = 100  # a terminal answer's widest line
-
-
-def ms(v: float) -> str:
-    """Four significant digits (differences of a few tenths of a percent are compared), whole
-    milliseconds from 1 s on (no exponents)."""
-    return f"{v:.0f}" if abs(v) >= 1000 else fmt_compared(v)
-
-
-def _ratio(x: float) -> str:
-    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
 
 
 def ratio_text(s: Standing) -> str:
@@ -373,6 +367,8 @@ def explain(choice: Choice, verbose: bool = False) -> str:
             lines.append(f"  {r['#']:>2} {line} {r['']}".rstrip())
             if verbose:
                 lines += [_fit(f"       {_record_line(x)}", 10**6) for x in c.records]
+    for ag in choice.against:
+        lines += against_lines(ag, verbose)
     if notes(a):
         lines += _wrap("notes: " + "; ".join(notes(a)), "  ")
     if a.not_ok:
@@ -386,6 +382,30 @@ def explain(choice: Choice, verbose: bool = False) -> str:
         )
         lines += _wrap(f"also answered by: {also} (--all shows them)", "  ")
     return "\n".join(lines)
+
+
+def against_ground(ag: Against) -> str:
+    """The ground of a baseline from another answer (that answer's records); '' at the point."""
+    return ground(ag.answer) if ag.answer is not None and not ag.paired else ""
+
+
+def against_lines(ag: Against, verbose: bool = False) -> list[str]:
+    """An answer against one baseline, for a terminal: its lines wrapped, with the ground of the
+    answer the baseline comes from, and (verbose) the records of the baseline's fastest."""
+    first, *rest = against_text.lines(ag)
+    out = _wrap(first, "  ")
+    for line in rest:
+        out += _wrap(line, "    ")
+    ground_ = against_ground(ag)
+    if ground_:
+        out += _wrap(f"ground: {ground_}", "    ")
+    if verbose and ag.theirs is not None:
+        out += [f"       {ag.theirs.name}: {_record_line(x)}" for x in ag.theirs.records]
+    return out
+
+
+def _against_dict(ag: Against) -> dict:
+    return {**against_text.as_dict(ag), "ground": against_ground(ag) or None}
 
 
 def _answer_dict(choice: Choice) -> dict:
@@ -422,6 +442,7 @@ def _answer_dict(choice: Choice) -> dict:
         ],
         "not_ok": [{"name": c.name, "why": c.why_not()} for c in a.not_ok],
         "notes": notes(a),
+        "against": [_against_dict(ag) for ag in choice.against],
         "also_answered_by": [o.grid for o in choice.others],
     }
 
@@ -442,7 +463,10 @@ def render(choices: list[Choice], fmt: str, verbose: bool = False) -> str:
             head = {"grid": a.grid, **a.point, "direction": a.direction, "draws": a.draws}
             head["verdict"] = a.verdict()
             head["ground"] = ground(a)
-            rows += [{**head, **r} for r in ranked_rows(a)]
+            after = {}  # the answer against its baselines, the same on each of its rows
+            for ag in ch.against:
+                after.update(against_text.csv_columns(ag, against_ground(ag)))
+            rows += [{**head, **r, **after} for r in ranked_rows(a)]
         return pd.DataFrame(rows).to_csv(index=False).rstrip("\n")
     if fmt == "md":
         parts = []
@@ -452,6 +476,11 @@ def render(choices: list[Choice], fmt: str, verbose: bool = False) -> str:
             rows = ranked_rows(a)
             if rows:
                 parts += [pd.DataFrame(rows).set_index("#").to_markdown(), ""]
+            for ag in ch.against:
+                first, *rest = against_text.lines(ag)
+                ground_ = against_ground(ag)
+                rest += [f"ground: {ground_}"] if ground_ else []
+                parts += [f"- {first}", *(f"  {x}" for x in rest), ""]
             if notes(a):
                 parts += ["notes: " + "; ".join(notes(a)), ""]
             if a.not_ok:
@@ -471,6 +500,10 @@ def verdict_lines(choices: list[Choice]) -> str:
         if len(a.ok) > 1:
             line += f"; runner-up {_standing_text(a, 1)}"
         out.append(_fit(line, WIDTH))
+        if ch.against:  # the speed-up over each baseline, on a line of its own
+            words = "; ".join(against_text.summary(ag) for ag in ch.against)
+            mine = next((ag.mine.name for ag in ch.against if ag.mine), "")
+            out.append(_fit(f"  {mine + ' ' if mine else ''}against {words}", WIDTH))
     return "\n".join(out)
 
 

@@ -42,6 +42,9 @@ BANDS = "p20-p80 apart"  # Comparison.rule: few draws, decided on the repetition
 # Comparison.rule: few draws measured side by side in interleaved windows (families/kernel/point.py):
 # the sign test over the windows, each contender's window k taken in the same round as the others'
 WINDOWS = "sign test over windows"
+# Comparison.rule: two contenders that share no draw (another mask: dense full attention beside a
+# block-sparse answer), decided on the repetitions of every draw of each (compare_apart)
+APART = "no shared draw: p20-p80 apart"
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,11 @@ class Comparison:
                 f"{draws} in {self.windows} interleaved windows: slower in >= {self.need} of "
                 f"{self.windows} (sign test, p <= {s.alpha:g}) and {at_least} (geometric mean)"
             )
+        if self.rule == APART:
+            return (
+                "every draw's p20 of the slower above every draw's p80 of the faster and "
+                f"{at_least} (geometric mean over every pair of draws)"
+            )
         if self.rule == BANDS:
             if n == 1:
                 return f"one draw: repetitions' p20-p80 apart and {at_least}"
@@ -303,4 +311,44 @@ def compare(contenders: list[Timed], settings: Verdict | None = None) -> Compari
         need=need or 0,
         settings=settings,
         windows=m if rule == WINDOWS else 0,
+    )
+
+
+def compare_apart(one: Timed, other: Timed, settings: Verdict | None = None) -> Comparison:
+    """Two contenders that share no draw (each with at least one), compared without pairing: the
+    faster has the lower mean over its own draws; the other is slower where the p20 of each of its
+    draws is above the p80 of each of the faster's draws (so no draw of one overlaps a draw of the
+    other) and the geometric mean of their ratios over every pair of draws (the ratio of their
+    geometric means) is >= threshold. A ratio's min-max is over every pair of draws. `draws` is
+    the fewer of the two counts: what the comparison rests on at least."""
+    settings = settings or current()
+    mean = {t.name: sum(d.median for d in t.draws) / len(t.draws) for t in (one, other)}
+    fast, slow = sorted((one, other), key=lambda t: mean[t.name])
+    pairs = [(d.median / f.median) for d in slow.draws for f in fast.draws]
+    geomean = geometric_mean(pairs)
+    apart = min(d.p20 for d in slow.draws) > max(f.p80 for f in fast.draws)
+
+    def standing(t: Timed, ratios: list[float], slower: bool) -> Standing:
+        medians = [d.median for d in t.draws]
+        return Standing(
+            name=t.name,
+            mean_ms=mean[t.name],
+            min_ms=min(medians),
+            max_ms=max(medians),
+            ratio_lo=min(ratios),
+            ratio_hi=max(ratios),
+            wins=0,  # no draw of both to win
+            slower=slower,
+            geomean=geometric_mean(ratios),
+        )
+
+    return Comparison(
+        (
+            standing(fast, [1.0], False),
+            standing(slow, pairs, apart and geomean >= settings.threshold),
+        ),
+        min(len(one.draws), len(other.draws)),
+        one.per_sample and other.per_sample,
+        rule=APART,
+        settings=settings,
     )

@@ -10,6 +10,7 @@ import pandas as pd
 
 from .advice import AdviceError, Choice, answers, one_per_question, select
 from .advice_text import advice_markdown, overview, render, verdict_lines
+from .against import against
 from .collect import ReportError, read_cells, read_samples
 
 # A question matching more answers than this prints one verdict line each, not their tables.
@@ -114,7 +115,7 @@ def _measured(found_all, q: Question) -> str:
     for block, label in ((measured, False), (emulated, True)):
         if not block:
             continue
-        text = _block(block, q)
+        text = _block(block, q, found_all)
         parts.append(_label_emulated(text) if label and q.fmt in ("text", "md") else text)
     if q.fmt == "json":
         import json
@@ -123,9 +124,11 @@ def _measured(found_all, q: Question) -> str:
     return "\n\n".join(parts)
 
 
-def _block(choices: list[Choice], q: Question) -> str:
+def _block(choices: list[Choice], q: Question, found_all) -> str:
     if q.every_grid:  # every grid's answer, each labelled by its grid, the chosen one first
         choices = [Choice(a, ()) for c in choices for a in (c.answer, *c.others)]
+    # each answer set against its family's baselines, looked up among every grid's answers
+    choices = [replace(c, against=against(c.answer, found_all)) for c in choices]
     if q.fmt == "text" and len(choices) > MANY and not q.verbose:
         return (
             verdict_lines(choices)

@@ -44,6 +44,17 @@ def fmt_compared(v: float) -> str:
     return f"{v:.4g}"
 
 
+def fmt_ms(v: float) -> str:
+    """A time in ms as the answers write it: four significant digits (fmt_compared), whole
+    milliseconds from 1 s on (no exponents)."""
+    return f"{v:.0f}" if abs(v) >= 1000 else fmt_compared(v)
+
+
+def fmt_ratio(x: float) -> str:
+    """A ratio of times: two decimals below 10, one below 100, none above."""
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
 def spread(r, value: str) -> tuple[float, float] | None:
     """(p20, p80) of a median value where the row records both, else None."""
     cols = SPREAD.get(value)

@@ -37,4 +37,4 @@ def table_stems(grid: dict) -> list[str]:
 
 
 def figure_stems(grid: dict) -> list[str]:
-    return ["cp_tflops_vs_gpus", "cp_efficiency", "cp_breakdown"]
+    return ["cp_tflops_vs_gpus", "cp_efficiency", "cp_breakdown", "winner_map"]

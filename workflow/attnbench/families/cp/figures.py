@@ -32,7 +32,10 @@ from ...report.collect import emulated
 from ...report.figures import Inputs
 from ...report.labels import STATUS_LABEL, order, seqlen_label
 from ...report.style import colour
+from ...report.winner_map import caption as map_caption
+from ...report.winner_map import family_answers, winner_map
 from ...status import TIMED
+from .advice import ADVICE
 from .tables import (
     baseline_of,
     baselines,
@@ -45,6 +48,7 @@ from .tables import (
     share_of,
     with_variants,
 )
+from .winners import MAP_AXES
 
 MODEL_CSV = "cp_model_validation.csv"  # the model at each measured cell, with its local kernel
 KINDS = ("measured", "emulated", "modelled")
@@ -578,6 +582,15 @@ def _words_for(df: pd.DataFrame, draw):
     return drawn
 
 
+def answers_map(df: pd.DataFrame, inputs: Inputs | None):
+    """The winner map of the grid's answers (advice.md's, the methods compared draw by draw)."""
+    found = family_answers(df, ADVICE, inputs.samples if inputs else None)
+    title = (
+        "Which context-parallel method wins: the paired answers per mask, tokens per GPU and GPUs"
+    )
+    return winner_map(found, MAP_AXES, title, plotting.describe(df))
+
+
 def figures(df: pd.DataFrame, out: Path, style, only=None, inputs: Inputs | None = None):
     """Every figure at once (`only` is not used: they share no costly part worth splitting).
     The throughput figures name each variant by its slot (slot_of), the breakdown by
@@ -587,6 +600,7 @@ def figures(df: pd.DataFrame, out: Path, style, only=None, inputs: Inputs | None
         ("cp_tflops_vs_gpus", lambda: tflops_vs_gpus(df, inputs)),
         ("cp_efficiency", lambda: efficiency(df, inputs)),
         ("cp_breakdown", lambda: breakdown(with_variants(df))),
+        ("winner_map", lambda: answers_map(df, inputs)),
     ):
         paths += plotting.save_drawn(_words_for(df, draw), out, stem, style)
     return paths
@@ -623,6 +637,7 @@ def figure_captions(df: pd.DataFrame, style, inputs: Inputs | None = None) -> di
             "is below the stack where the method overlaps its transfers with its compute. Emulated "
             "cells (cp.emulate: one device, no transfer) show their compute only."
         ),
+        "winner_map": map_caption(MAP_AXES, ADVICE.what),
     }
     words = as_processes if ranks_are_processes(df) else str
     return {stem: words(text) for stem, text in texts.items()}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.patches import Patch
 
+from ...report.advice import TRAIN
 from ...report.collect import one_row_per_point
 from ...report.figures import Inputs
 from ...report.labels import (
@@ -47,15 +48,16 @@ from ...report.plotting import (
     title_above,
 )
 from ...report.style import BAR_MARK, INCORRECT_HATCH, colour
+from ...report.winner_map import caption as map_caption
+from ...report.winner_map import direction_words, winner_map
 from ...status import TIMED
+from .advice import ADVICE
 from .winners import (
-    TRAIN,
-    direction_words,
+    MAP_AXES,
     reference_title,
     reference_words,
     references,
     speedup_figure,
-    winner_map,
 )
 from .winners import (
     answers as paired_answers,
@@ -379,7 +381,7 @@ def figure_makers(df: pd.DataFrame, style, inputs: Inputs | None = None) -> dict
         )
     found = answers_once(df, samples)
     makers["winner_map"] = lambda: winner_map(
-        found(), "Which kernel wins: the paired answers per mask and length", head
+        found(), MAP_AXES, "Which kernel wins: the paired answers per mask and length", head
     )
     refs = references(inputs.grid_cfg)
     for d in speedup_directions(df):
@@ -439,20 +441,7 @@ def figure_captions(df: pd.DataFrame, style, inputs: Inputs | None = None) -> di
         "exact visible area"
     )
     refs = references((inputs or Inputs()).grid_cfg)
-    out = {
-        "winner_map": (
-            "Which kernel wins at each mask (row) and length (column), one panel per direction and one "
-            "for the training step (fwd + bwd of the same draw): the answers of advice.md, kernels "
-            "compared draw by draw. A cell's colour is the winning kernel's: every other kernel is "
-            "slower than the winner by the advice's rule (slower on k of n draws by a one-sided "
-            "sign test, or p20-p80 apart on each draw where too few draws for it, and by at least "
-            "the threshold as a geometric mean: config.yaml report.verdict); where it is not, the "
-            "cell is hatched in "
-            "the fastest's colour and names the tie (A~B: the fastest and each kernel not slower). "
-            "Below the name: the runner-up's time over the fastest's on each draw (min-max) and the "
-            "draws the fastest won. Only ok cells compete."
-        )
-    }
+    out = {"winner_map": map_caption(MAP_AXES, ADVICE.what)}
     for d in speedup_directions(df):
         out[f"speedup_{d}"] = (
             f"Speedup of every kernel over the reference ({reference_words(refs)}; the grid's "

@@ -1,6 +1,7 @@
 """The kernel family's figures of the paired answers (report.advice: kernels compared draw by draw):
-which kernel wins at each mask and length (the winner map), and each kernel's speedup over a
-reference kernel, per draw. Both read the answers the advice tables give; neither ranks anew."""
+where its answers sit in the winner map (report.winner_map: a row per mask, a column per length),
+and each kernel's speedup over a reference kernel, per draw. Both read the answers the advice
+tables give; neither ranks anew."""
 
 from __future__ import annotations
 
@@ -8,15 +9,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from matplotlib.colors import to_rgb
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from ...report.advice import DIRECTIONS, TRAIN, Answer, grid_answers
-from ...report.labels import direction_label, heads_label, mask_families, order
+from ...report.advice import Answer
+from ...report.labels import heads_label, mask_families, order
 from ...report.labels import seqlen_label as S
-from ...report.paired import Standing
 from ...report.plotting import (
     grid_axes,
     legend_and_notes,
@@ -24,174 +22,39 @@ from ...report.plotting import (
     title_above,
 )
 from ...report.style import colour, marker, marker_size
+from ...report.winner_map import MapAxes, family_answers, length_column
 from .advice import ADVICE
 
 # Speedups are over the paper's baseline, FA2, unless the grid names others (`reference_kernel`);
 # where FA2 cannot run a mask (or is not installed), over FlexAttention, which runs every mask.
 DEFAULT_REFERENCES = ("fa2", "flex")
-TIE_HATCH = "////"
 
 
 def answers(df: pd.DataFrame, samples: pd.DataFrame | None) -> list[Answer]:
     """The grid's answers at every point and direction (fwd, bwd, train = fwd + bwd, fwdbwd)."""
-    if df.empty:
-        return []
-    return grid_answers(df, str(df["grid"].iloc[0]), ADVICE, samples)[0]
-
-
-def directions(found: list[Answer]) -> list[str]:
-    have = {a.direction for a in found}
-    return [d for d in DIRECTIONS if d in have]
+    return family_answers(df, ADVICE, samples)
 
 
 def heads_of(a: Answer) -> tuple[int, int]:
     return int(a.point["heads_q"]), int(a.point["heads_kv"])
 
 
-def direction_words(d: str) -> str:
-    return "training step (fwd + bwd)" if d == TRAIN else direction_label(d)
-
-
 # ----------------------------------------------------------------------------- the winner map
 
 
-def ratio_text(s: Standing) -> str:
-    """Its time over the fastest's per draw, '1.05x' or '1.04-1.06x', as advice.md writes it
-    (written here: the figures import no table code, so editing the tables reruns no figure)."""
-
-    def r(x: float) -> str:
-        return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
-
-    lo, hi = r(s.ratio_lo), r(s.ratio_hi)
-    return f"{lo}x" if lo == hi else f"{lo}-{hi}x"
+def _mask_rows(found: list[Answer]) -> list[str]:
+    return [m for ms in mask_families(a.point["mask"] for a in found).values() for m in ms]
 
 
-def cell_text(a: Answer) -> tuple[str, str]:
-    """(who, margin) written in a map cell: the winner, the tie (the first two names joined by ~,
-    '+n' for n more) or the only one ok; then the runner-up's time over the fastest's per draw and the draws the fastest won."""
-    if not a.ok:
-        return "none ok", ""
-    if len(a.ok) == 1:
-        return a.fastest.name, "only one ok"
-    tied = [c.name for c in a.tied]
-    who = (
-        a.winner.name
-        if a.winner
-        else "~".join(tied[:2]) + (f" +{len(tied) - 2}" if len(tied) > 2 else "")
-    )
-    best, second = a.standing[a.fastest.name], a.standing[a.runner_up.name]
-    won = "1 draw" if a.draws == 1 else f"{best.wins}/{a.draws}"
-    return who, f"{ratio_text(second)} {won}"
-
-
-def _ink(fill: str, alpha: float) -> str:
-    """Black or white text, whichever reads on the fill (blended over white at alpha)."""
-    r, g, b = (alpha * c + (1 - alpha) for c in to_rgb(fill))
-    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
-
-
-def winner_map(found: list[Answer], title: str, subtitle: str = ""):
-    """One panel per direction (fwd, bwd, the training step): a row per mask, a column per length
-    (and heads setting). A cell's colour is the winning kernel's; a tie is hatched in the fastest's
-    colour. Returns the figure and what was drawn (per kind of cell)."""
-    dirs = directions(found)
-    masks = [m for ms in mask_families(a.point["mask"] for a in found).values() for m in ms]
-    heads = list(dict.fromkeys(heads_of(a) for a in found))
-    cols = sorted(
-        {(heads_of(a), a.seqlen) for a in found}, key=lambda c: (heads.index(c[0]), c[1])
-    )
-    at = {(a.direction, a.point["mask"], heads_of(a), a.seqlen): a for a in found}
-    fig, axes = grid_axes(len(dirs), ncols=1, w=1.6 + 1.1 * len(cols), h=0.9 + 0.36 * len(masks))
-    drawn = {"winner": 0, "tie": 0, "only": 0, "none": 0, "cells": []}
-    shown = set()
-    for ax, d in zip(axes, dirs):
-        for i, mask in enumerate(masks):
-            for j, (hk, s) in enumerate(cols):
-                a = at.get((d, mask, hk, s))
-                if a is None:
-                    continue
-                who, margin = cell_text(a)
-                kind = (
-                    "none"
-                    if not a.ok
-                    else "only"
-                    if len(a.ok) == 1
-                    else "winner"
-                    if a.winner
-                    else "tie"
-                )
-                fill = colour(a.fastest.name) if a.ok else "white"
-                alpha = 0.9 if kind in ("winner", "only") else 0.45
-                ax.add_patch(
-                    Rectangle(
-                        (j - 0.5, i - 0.5),
-                        1,
-                        1,
-                        facecolor=fill,
-                        alpha=alpha if a.ok else 1,
-                        hatch=TIE_HATCH if kind == "tie" else None,
-                        edgecolor="white",
-                        lw=1.0,
-                        gid=f"win|{kind}|{mask}|{S(s)}|{hk[0]}:{hk[1]}|{d}|{a.verdict()}",
-                    )
-                )
-                ink = _ink(fill, alpha) if a.ok else "0.4"
-                ax.text(
-                    j,
-                    i - 0.13,
-                    who,
-                    ha="center",
-                    va="center",
-                    fontsize=4.9
-                    if len(who) > 20
-                    else 5.4
-                    if len(who) > 15
-                    else 5.9
-                    if len(who) > 11
-                    else 6.4,
-                    fontweight="bold",
-                    color=ink,
-                )
-                ax.text(j, i + 0.2, margin, ha="center", va="center", fontsize=5.4, color=ink)
-                drawn[kind] += 1
-                drawn["cells"].append((d, mask, hk, s, who, margin))
-                if a.ok:
-                    shown.add(a.fastest.name)
-        several = len(heads) > 1
-        ax.set_xticks(
-            range(len(cols)),
-            [S(s) + (f"\n{heads_label(*hk).split()[0]}" if several else "") for hk, s in cols],
-            fontsize="small",
-        )
-        ax.set_yticks(range(len(masks)), masks, fontsize="small")
-        ax.set_xlim(-0.5, len(cols) - 0.5)
-        ax.set_ylim(len(masks) - 0.5, -0.5)
-        ax.tick_params(length=0)
-        ax.grid(False)
-        for j in range(1, len(cols)):  # a heavier line between heads settings
-            if cols[j][0] != cols[j - 1][0]:
-                ax.axvline(j - 0.5, color="0.2", lw=1.5)
-        ax.set_title(direction_words(d).capitalize(), fontsize="medium")
-        ax.set_xlabel("sequence length" + (" and heads" if several else ""))
-    fig.tight_layout(h_pad=1.0)
-    title_above(fig, title, subtitle)
-    handles = {k: Patch(color=colour(k), alpha=0.9) for k in order(shown)}
-    keys = {
-        "tie (the fastest's colour, hatched): fastest~next +n more tied": Patch(
-            facecolor="0.75", hatch=TIE_HATCH, edgecolor="white"
-        )
-    }
-    heads_words = ", ".join(heads_label(*h) for h in heads)
-    notes = [
-        "In each cell: the winner (every other kernel slower by the advice's rule: on k of n "
-        "draws by a sign test, or p20-p80 apart on each of few draws, and by the threshold), "
-        "or the tie of the fastest with every kernel not slower than it; below, the runner-up's "
-        "time over the fastest's on each draw (min-max) and the draws the fastest won "
-        "('1 draw': a single sampled mask). Only ok cells compete (advice.md lists the others).",
-        f"Heads: {heads_words}.",
-    ]
-    legend_and_notes(fig, handles, notes, keys)
-    return fig, drawn
+# A row per mask (in its figure family's order), a column per length, grouped by heads setting.
+MAP_AXES = MapAxes(
+    row=lambda a: a.point["mask"],
+    rows=_mask_rows,
+    column=length_column,
+    row_words="mask",
+    column_words="sequence length",
+    group_words="heads",
+)
 
 
 # ----------------------------------------------------------------------------- speedup

@@ -27,4 +27,4 @@ def table_stems(grid: dict) -> list[str]:
 
 
 def figure_stems(grid: dict) -> list[str]:
-    return ["sparse_tflops_vs_seqlen", "sparse_tflops_vs_density", "sparse_memory"]
+    return ["winner_map", "sparse_tflops_vs_seqlen", "sparse_tflops_vs_density", "sparse_memory"]

@@ -1,13 +1,18 @@
 """What the block-sparse family's answers are about: per block setting, density, length, heads and
-direction, the fastest block-sparse kernel (report.advice). The grid's dense references (dense
-kernels on the full mask at equal visible area) answer another question: sparse_vs_dense."""
+direction, the fastest block-sparse kernel (report.advice), set against dense attention
+(report.against): the dense kernels given the same blocks (FlexAttention's BlockMask) at the
+point, and dense full attention at the same length from the kernel grids. The grid's dense
+references (dense kernels on the full mask at equal visible area) answer another question:
+sparse_vs_dense."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from ...kernels.catalog import KERNELS
 from ...masks import SPARSE_MASKS
 from ...report.advice import HEADS_ETC, AdviceFamily
+from ...report.against import AtPoint, OnSameMask
 from ...report.labels import seqlen_label
 from ..kernel.advice import named_by_impl
 from .tables import block_setting
@@ -43,6 +48,43 @@ def short(p: dict) -> str:
     return f"{p['blocks']} density {p['density']:g} {seqlen_label(p['seqlen'])}"
 
 
+def dense(name: str) -> bool:
+    """A dense kernel of the catalog (one that takes any mask, the block mask among them); a
+    kernel of your own (module:Class) counts as block-sparse."""
+    info = KERNELS.get(name)
+    return info is not None and info.family == "dense"
+
+
+def block_sparse(name: str) -> bool:
+    return not dense(name)
+
+
+def full_attention(p: dict) -> dict:
+    """The dense kernels' point of full attention at the block-sparse point's length."""
+    return {"mask": "full", "seqlen": p["seqlen"], **{k: p[k] for k in HEADS_ETC}}
+
+
+# dense full attention at the block-sparse point's length, from the kernel grids (its figures
+# draw the same: full_attention.py)
+FULL_ATTENTION = AtPoint(
+    "dense_full",
+    "dense full attention at the same length",
+    "dense full",
+    family="kernel",
+    point=full_attention,
+    mine=block_sparse,
+)
+AGAINST = (
+    OnSameMask(
+        "dense_same_blocks",
+        "the dense kernels given the same blocks",
+        "dense, same blocks",
+        theirs=dense,
+        mine=block_sparse,
+    ),
+    FULL_ATTENTION,
+)
+
 ADVICE = AdviceFamily(
     name="sparse",
     what="block-sparse kernel",
@@ -52,4 +94,5 @@ ADVICE = AdviceFamily(
     leading=leading,
     where=where,
     short=short,
+    against=AGAINST,
 )

@@ -1,6 +1,8 @@
-"""Figures of family `sparse` (block-sparse grids), from the tidy table alone: TFLOP/s against
-length and density per block setting, dense references drawn as dashed lines at their own length,
-and memory. Files: exactly outputs.figure_stems for family sparse.
+"""Figures of family `sparse` (block-sparse grids), from the tidy table alone: the winner map of its
+answers (report.winner_map), TFLOP/s against length per block setting with dense references at
+equal area drawn as dashed lines at their own length, TFLOP/s against density at every length
+with dense full attention at that length (full_attention.py) as a dashed line, and memory. Files: exactly
+outputs.figure_stems for family sparse.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...report.advice import Answer
 from ...report.labels import order, seqlen_label
 from ...report.plotting import (
     GIB,
@@ -17,6 +20,7 @@ from ...report.plotting import (
     draw_dots,
     grid_axes,
     kernel_line,
+    legend_and_notes,
     legend_below,
     no_data_note,
     note_below,
@@ -24,9 +28,38 @@ from ...report.plotting import (
     per_draw,
     save_drawn,
     timed_line,
+    title_above,
 )
+from ...report.style import colour
+from ...report.winner_map import MapAxes, family_answers, length_column, winner_map
+from ...report.winner_map import caption as map_caption
 from ...status import TIMED
+from .advice import ADVICE
+from .full_attention import full_attention_lines
 from .tables import block_order, equal_area_references, main_density, split
+
+
+def _setting(a: Answer) -> str:
+    return f"{a.point['blocks']}, density {a.point['density']:g}"
+
+
+def _settings(found: list[Answer]) -> list[str]:
+    blocks = block_order(a.point["blocks"] for a in found)
+    keys = {
+        (blocks.index(a.point["blocks"]), float(a.point["density"])): _setting(a) for a in found
+    }
+    return [keys[k] for k in sorted(keys)]
+
+
+# A row per block setting and density, a column per length, grouped by heads setting.
+MAP_AXES = MapAxes(
+    row=_setting,
+    rows=_settings,
+    column=length_column,
+    row_words="block setting and density",
+    column_words="sequence length",
+    group_words="heads",
+)
 
 
 def _panels(sparse: pd.DataFrame):
@@ -95,6 +128,27 @@ def _draw(
     return missing
 
 
+def _finish(ax, d, x, value, ylabel, xlog, tick, notes):
+    """A panel's axes, ticks and notes (`notes`: kernels that did not run, what is missing)."""
+    # ticks at the sparse cells' values only: a dense reference's own length is named by its
+    # "area of" label, and as a tick it collides with the sparse lengths beside it
+    xs = sorted(set(d[x].dropna()))
+    if xlog:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length (tokens)")
+    else:
+        ax.set_xlabel("density (fraction of key blocks kept)")
+    ax.set_xticks(xs, [tick(s) for s in xs])
+    ax.minorticks_off()
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    top = ax.get_ylim()[1]
+    ax.set_ylim(0, top * (1 + 0.12 * (len(notes) + 1)))  # headroom for the notes
+    if notes:
+        panel_notes(ax, notes, wrap=True)
+    no_data_note(ax, d, value)
+
+
 def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None, draws=None):
     panels = _panels(sparse)
     tick = (
@@ -124,25 +178,16 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None, dr
         drawn["missing"][(blocks, heads, direction)] = missing
         extra = f" | {subtitle(d)}" if subtitle and len(d) else ""
         ax.set_title(f"{blocks} | {heads} | {direction}{extra}", fontsize="medium")
-        # ticks at the sparse cells' values only: a dense reference's own length is named by its
-        # "area of" label, and as a tick it collides with the sparse lengths beside it
-        xs = sorted(set(d[x].dropna()))
-        if xlog:
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(xs, [tick(s) for s in xs])
-            ax.set_xlabel("sequence length (tokens)")
-        else:
-            ax.set_xticks(xs, [tick(s) for s in xs])
-            ax.set_xlabel("density (nominal fraction of key blocks kept)")
-        ax.minorticks_off()
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        notes = [f"{k}: {', '.join(v)}" for k, v in missing.items() if v]
-        top = ax.get_ylim()[1]
-        ax.set_ylim(0, top * (1 + 0.12 * (len(notes) + 1)))  # headroom for the notes
-        if notes:
-            panel_notes(ax, notes, wrap=True)
-        no_data_note(ax, d, value)
+        _finish(
+            ax,
+            d,
+            x,
+            value,
+            ylabel,
+            xlog,
+            tick,
+            [f"{k}: {', '.join(v)}" for k, v in missing.items() if v],
+        )
     handles = collect_handles(axes)
     legend_below(fig, handles, min(6, max(1, len(handles))), loc="lower center", y=-0.02)
     fig.suptitle(title, y=1.0)
@@ -160,8 +205,78 @@ def _figure(sparse, dense, x, value, ylabel, title, xlog=True, subtitle=None, dr
     return fig, drawn
 
 
+def density_figure(sparse, full: dict, title, subtitle="", draws=None):
+    """TFLOP/s against density: a row of panels per block setting, heads and direction, a column
+    per length measured, and in each panel dense full attention at that length (full_attention:
+    the fastest dense kernel on the full mask there, `advise`'s baseline) as a dashed line in its
+    kernel's colour; a panel whose length has none says so."""
+    rows = _panels(sparse)
+    lengths = sorted(set(int(s) for s in sparse["seqlen"]))
+    fig, axes = grid_axes(len(rows) * len(lengths), ncols=len(lengths), w=3.2, h=2.5)
+    drawn = {
+        "panels": 0,
+        "points": 0,
+        "oom_markers": 0,
+        "draw_dots": 0,
+        "full_lines": [],
+        "no_full": [],
+        "missing": {},
+    }
+    for i, (blocks, heads, direction) in enumerate(rows):
+        for j, s in enumerate(lengths):
+            ax = axes[i * len(lengths) + j]
+            d = sparse[
+                (sparse["blocks"] == blocks)
+                & (sparse["heads"] == heads)
+                & (sparse["direction"] == direction)
+                & (sparse["seqlen"] == s)
+            ]
+            if d.empty:
+                ax.set_visible(False)
+                continue
+            drawn["panels"] += 1
+            d = d.assign(x=d["density"])
+            missing = _draw(ax, d, "x", "tflops", drawn, None, _density_tick, draws)
+            drawn["missing"][(blocks, heads, direction, s)] = missing
+            notes = [f"{k}: {', '.join(v)}" for k, v in missing.items() if v]
+            line = full.get((heads, direction, s))
+            if line is not None:
+                ax.axhline(
+                    line.tflops,
+                    color=colour(line.impl),
+                    ls="--",
+                    lw=1.2,
+                    label=f"{line.impl} (dense full attention at the panel's S)",
+                    gid=f"dense_full|{blocks}|{heads}|{direction}|{seqlen_label(s)}|{line.impl}",
+                )
+                drawn["full_lines"].append((blocks, heads, direction, s, line.impl, line.tflops))
+            else:
+                notes.append(f"no dense full attention at {seqlen_label(s)} in the tidy table")
+                drawn["no_full"].append((blocks, heads, direction, s))
+            ax.set_title(
+                f"{blocks} | {heads} | {direction} | S={seqlen_label(s)}", fontsize="medium"
+            )
+            _finish(ax, d, "x", "tflops", "TFLOP/s", False, _density_tick, notes)
+    fig.tight_layout()
+    title_above(fig, title, subtitle)
+    grids = sorted({g.grid for g in full.values()})
+    notes = [
+        "X on the axis: out of memory; red ring: disagrees with the float64 reference; panel "
+        "text: kernels unsupported / not installed there, and a length without dense full "
+        "attention"
+        + ("; dots: each sampled layout (draw) of a cell" if drawn["draw_dots"] else ""),
+        "Dashed: the fastest dense kernel on the full mask at the panel's length, heads and "
+        f"direction ({', '.join(grids) or 'no kernel grid has one'}; the baseline python -m "
+        "attnbench advise sets a block-sparse answer against). Block-sparse TFLOP/s counts the "
+        "kept blocks only, so a kernel takes less time than dense full attention where its "
+        "TFLOP/s is above the dashed line times the realised density.",
+    ]
+    legend_and_notes(fig, collect_handles(axes), notes)
+    return fig, drawn
+
+
 def figures(df: pd.DataFrame, out_dir, style, only=None, inputs=None) -> list[Path]:
-    """All three figures at once (`only` is not used: they are drawn together)."""
+    """Every figure at once (`only` is not used: they are drawn together)."""
     out = Path(out_dir)
     sparse, dense = split(df)
     sparse["mem_gib"] = sparse["peak_mem_bytes"] / GIB
@@ -170,14 +285,17 @@ def figures(df: pd.DataFrame, out_dir, style, only=None, inputs=None) -> list[Pa
     rho = main_density(sparse)
     at_rho = sparse[sparse["density"] == rho] if rho is not None else sparse
     ref = equal_area_references(dense, at_rho)
-    draws = per_draw(inputs.samples if inputs else None)
-    s_max = (
-        sparse.groupby("blocks")["seqlen"].transform("max") if len(sparse) else sparse["seqlen"]
-    )
-    longest = sparse[sparse["seqlen"] == s_max]
+    samples = inputs.samples if inputs else None
+    draws = per_draw(samples)
     src = set(df["mem_source"].dropna())
     mem_label = "peak memory (GiB)" + (" [process RSS]" if src == {"process_rss"} else "")
     makers = {
+        "winner_map": lambda: winner_map(
+            family_answers(df, ADVICE, inputs.samples if inputs else None),
+            MAP_AXES,
+            "Which block-sparse kernel wins: the paired answers per block setting and length",
+            head,
+        ),
         "sparse_tflops_vs_seqlen": lambda: _figure(
             at_rho,
             ref,
@@ -187,15 +305,11 @@ def figures(df: pd.DataFrame, out_dir, style, only=None, inputs=None) -> list[Pa
             f"Block-sparse throughput vs sequence length, density {rho} | {head}",
             draws=draws,
         ),
-        "sparse_tflops_vs_density": lambda: _figure(
-            longest.assign(x=longest["density"]),
-            None,
-            "x",
-            "tflops",
-            "TFLOP/s",
-            f"Block-sparse throughput vs density at each setting's longest S | {head}",
-            xlog=False,
-            subtitle=lambda d: f"S={seqlen_label(int(d['seqlen'].max()))}",
+        "sparse_tflops_vs_density": lambda: density_figure(
+            sparse,
+            full_attention_lines(sparse, inputs.cells if inputs else None, samples),
+            "Block-sparse throughput vs density at each length, dense full attention dashed",
+            head,
             draws=draws,
         ),
         "sparse_memory": lambda: _figure(
@@ -211,5 +325,6 @@ def figures(df: pd.DataFrame, out_dir, style, only=None, inputs=None) -> list[Pa
 
 
 def figure_captions(df: pd.DataFrame, style, inputs=None) -> dict:
-    """The report's captions of these figures give machine, data and software only."""
-    return {}
+    """The winner map's words; the report's captions of the others give machine, data and
+    software only."""
+    return {"winner_map": map_caption(MAP_AXES, ADVICE.what)}
