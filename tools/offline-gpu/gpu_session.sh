@@ -152,6 +152,18 @@ export PATH=/tmp/bin:/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$fa4path$PWD/workf
 # version, does not come back as a file of its own); take_call_results.sh keeps them in .gpu_cache/
 bring_back_wheels() { (cd "$1" && tar rf "$out/built_wheels.tar" -- *.whl); }
 log() { echo "[$(date +%T)] $*" | tee -a "$out/session.txt"; }
+# Each call receives this machine's tree anew: records an earlier call on this machine wrote and
+# that were not brought back into the tree it carries are put back (never over the tree's own),
+# so that a call made at once after another does not measure the same cells again (2026-12-07: two
+# calls of h200_calibration each measured the first call's 16 cells again)
+kept=/tmp/kept_records/$outdir
+if [ -d "$kept/cells" ]; then
+  tree=$PWD/$outdir
+  n=$(cd "$kept" && find cells points -name '*.json' 2> /dev/null | while read -r f; do
+    [ -e "$tree/$f" ] || { mkdir -p "$tree/$(dirname "$f")" && cp "$f" "$tree/$f" && echo; }
+  done | wc -l)
+  log "records of earlier calls on this machine put back: $n"
+fi
 # the kernels built in the background (step builds) by this call or an earlier one on this machine
 for done in /tmp/built/*.done; do
   [ -f "$done" ] || continue
@@ -432,5 +444,7 @@ if [ -f "$out/built_wheels.tar" ] && [ "$(stat -c %s "$out/built_wheels.tar")" -
   split -b 15M -d -a 1 "$out/built_wheels.tar" "$out/built_wheels.tar.part" && rm "$out/built_wheels.tar"
 fi
 tar czf "$out/results.tgz" --exclude="$outdir/logs" "$outdir" 2>/dev/null
+# for the next call on this machine (above)
+mkdir -p "$kept" && for d in cells points; do [ -d "$outdir/$d" ] && cp -r "$outdir/$d" "$kept/"; done
 tar czf "$out/logs.tgz" "$outdir/logs" 2>/dev/null
 ls -la "$out"
