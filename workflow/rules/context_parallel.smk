@@ -15,6 +15,8 @@ rule cp_cell:
         f"{OUT}/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.json",
     log:
         f"{OUT}/logs/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.log",
+    wildcard_constraints:
+        grid=RUN_GRID,
     conda:
         cells_env(cp_cell_of)
     # CPU: one core per rank (Snakemake lowers it to --cores when there are fewer)
