@@ -281,6 +281,9 @@ TABLED = {
 }
 TABLED_GRID = one_of(TABLED)
 UNION_TABLE = str(tidy.union_table(OUT))
+# Their code: the rows (report.collect) and this stage's module. Whether a record is outdated
+# (pipeline.currency) reaches them through the records and the kept ones' list (collect's params).
+TIDY_CODE = [*code_files("attnbench.report.collect"), f"{PKG}/pipeline/tidy.py"]
 _KEPT_BY_GRID = {}
 for _o in KEPT:
     _KEPT_BY_GRID.setdefault(CELLS[_o.path]["grid"], []).append(_o.line())

@@ -12,7 +12,7 @@ rule collect:
     input:
         # a grid of the run: its cells' records; another grid with records here: those on disk
         records=lambda wc: TABLED[wc.grid],
-        code=code_files("attnbench.pipeline.tidy"),
+        code=TIDY_CODE,
     output:
         # one row per record, and one per record and sample (what the paired answers read)
         cells=grid_table("{grid}"),
@@ -35,7 +35,7 @@ rule union:
     input:
         cells=[grid_table(g) for g in TABLED],
         samples=[grid_samples(g) for g in TABLED],
-        code=code_files("attnbench.pipeline.tidy"),
+        code=TIDY_CODE,
     output:
         # the new tables, complete, beside the old ones (tidy_table puts them in place)
         cells=temp(f"{OUT}/tables/cells.new.csv"),
