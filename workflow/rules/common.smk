@@ -42,6 +42,7 @@ snakemake_fixes.group_readiness_in_group_time()
 snakemake_fixes.function_params_read_once()
 snakemake_fixes.job_info_only_when_shown()
 snakemake_fixes.dry_run_gives_back_nothing()
+snakemake_fixes.conda_env_without_params()
 snakemake_fixes.scheduler_chatter_off(workflow.output_settings)
 # A large grid's DAG is millions of objects, few of them in reference cycles: the collector's
 # default passes over them took a fifth of its planning (benchmarks/planning_time.py).
@@ -172,6 +173,14 @@ def outdated_input(wc, family=None):
     return WRITTEN_LIST if record_of(wc, family) in RERUN else ancient(OUTDATED_LIST)
 
 
+def outdated_input_of(family=None):
+    """A cell rule's input `outdated` (outdated_input); where no record is to be made again, the
+    list, ancient, for every job: no function called per job (a large grid's planning)."""
+    if not RERUN:
+        return ancient(OUTDATED_LIST)
+    return lambda wc: outdated_input(wc, family)
+
+
 # Kernel cells measured side by side (grid key side_by_side: the cell spec's `side_by_side`): one
 # job per grid point measures them all (rule kernel_point) into one file of their records, which
 # rule point_record takes apart; the other kernel cells are a job each (rule kernel_cell).
@@ -266,6 +275,16 @@ def peak_file(cell):
     return f"{OUT}/device/{cell['device']}-{cell['dtype']}.json"
 
 
+def peak_input(cell_of_job):
+    """A cell rule's input `peak`, ancient (measuring the ceiling again must not rerun every cell):
+    where the run's cells share one, its path, else each job's cell's (cell_of_job(wc)): no
+    function called per job where none is needed (a large grid's planning)."""
+    peaks = {peak_file(c) for c in CELLS.values()}
+    if len(peaks) == 1:
+        return ancient(peaks.pop())
+    return lambda wc: ancient(peak_file(cell_of_job(wc)))
+
+
 def grid_records(grid):
     return [p for p, c in CELLS.items() if c["grid"] == grid]
 
@@ -274,9 +293,11 @@ def grid_records(grid):
 # and those of the other grids with records in the output folder, from the records on disk; the
 # output folder's tidy tables are their union.
 TABLED = {
-    g: grid_records(g)
-    if g in GRIDS
-    else sorted(str(p) for p in Path(OUT, "cells", g).rglob("*.json"))
+    g: (
+        grid_records(g)
+        if g in GRIDS
+        else sorted(str(p) for p in Path(OUT, "cells", g).rglob("*.json"))
+    )
     for g in sorted({*RUN, *folder_grids(OUT)})
 }
 TABLED_GRID = one_of(TABLED)
@@ -381,6 +402,14 @@ def records_not_on_disk():
     up-to-date file, so a tidy table made from a partial run (`attnbench regenerate`, or committed
     results in a fresh clone) would otherwise hide the cells that never ran."""
     return [p for p in CELLS if not os.path.exists(p)]
+
+
+def records_behind_a_table():
+    """The records still missing of the grids whose tidy table exists (records_not_on_disk): a
+    grid without one has its collect job run, which needs every record of it (listing them here
+    too would only lengthen a large grid's planning)."""
+    tabled = {g for g in RUN if os.path.exists(grid_table(g))}
+    return [p for p in records_not_on_disk() if CELLS[p]["grid"] in tabled]
 
 
 def write_grid_table(grid, cells, log):
