@@ -21,7 +21,7 @@ include: "workflow/rules/cp_model.smk"
 rule all:
     default_target: True
     input:
-        report_outputs() + records_not_on_disk(),
+        report_outputs() + records_behind_a_table(),
 
 
 onstart:

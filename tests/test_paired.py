@@ -176,12 +176,15 @@ def test_the_answer_over_real_records_rests_on_their_three_draws(document_record
 
 
 def test_the_tidy_tables_of_a_folder_hold_every_grids_records_and_samples(document_records):
-    """regenerate's tidy tables (the collect rule's too): the union of every grid in the folder,
-    in the per-sample table as in the cells' table."""
-    from attnbench.pipeline.regenerate import tidy_table
+    """regenerate's tidy tables (the workflow's too: pipeline/tidy.py): the union of every grid in
+    the folder, in the per-sample table as in the cells' table."""
+    from attnbench.pipeline.regenerate import write_tidy_tables
+    from attnbench.pipeline.tidy import union_table
+    from attnbench.report.collect import read_cells, read_samples
 
     out, records = document_records
     # a config that names none of its grids: every record under out/cells
-    df, samples = tidy_table(out, {"grids": {}})
+    assert write_tidy_tables({"grids": {}}, out) == ["t"]
+    df, samples = read_cells(union_table(out)), read_samples(union_table(out))
     assert set(df["grid"]) == {"t"} and len(df) == 4
     assert len(samples) == 12 and set(samples["cell_id"]) == set(df["cell_id"])

@@ -340,3 +340,50 @@ def test_unpatched_snakemake_still_reads_every_jobs_resources_in_a_dry_run():
     dry = _scheduler(dryrun=True)
     _target(patch)(dry, _Finished())
     assert _Finished.read == 1, "a dry run no longer gives back resources: the patch can go"
+
+
+class _Job:
+    """A job as Job.conda_env_spec reads it, counting how often its params are made."""
+
+    made = 0
+
+    def __init__(self, conda_env):
+        from types import SimpleNamespace
+
+        self.wildcards_dict, self.input, self._conda_env_spec = {"grid": "g"}, [], None
+        self.rule = SimpleNamespace(_conda_env=conda_env, expand_conda_env=self.expand)
+
+    @property
+    def params(self):
+        type(self).made += 1
+        return {"spec": "x.json"}
+
+    def expand(self, wildcards, params=None, input=None):
+        return f"env of {self.rule._conda_env}" if self.rule._conda_env else None
+
+
+def test_a_jobs_fixed_conda_env_is_resolved_without_making_its_params():
+    """A rule's fixed `conda:` file (or none) is resolved without the job's params; a function
+    given to `conda:` still gets them."""
+    import snakemake.jobs
+
+    snakemake_fixes.conda_env_without_params()
+    snakemake_fixes.conda_env_without_params()  # a second reading of the Snakefile changes nothing
+    spec = snakemake.jobs.Job.conda_env_spec.fget
+    assert spec.original and not getattr(spec.original, "original", None)
+    _Job.made = 0
+    assert spec(_Job("../../envs/cpu.yaml")) == "env of ../../envs/cpu.yaml"
+    assert spec(_Job(None)) is None
+    assert _Job.made == 0
+    spec(_Job(lambda wildcards, params: "../../envs/cpu.yaml"))
+    assert _Job.made == 1
+
+
+def test_unpatched_snakemake_still_makes_a_jobs_params_for_its_conda_env():
+    """Still needed: Snakemake's conda_env_spec makes the job's params for a fixed `conda:` file."""
+    (patch,) = [p for p in snakemake_fixes.PATCHES if p.name == "conda_env_without_params"]
+    _Job.made = 0
+    _target(patch)(_Job("../../envs/cpu.yaml"))
+    assert _Job.made == 1, (
+        "Snakemake no longer makes params for a fixed conda env: the patch can go"
+    )

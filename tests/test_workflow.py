@@ -64,6 +64,7 @@ def test_a_crashed_cell_is_recorded_the_rest_drawn_and_a_rerun_retries_only_it(w
     assert set(plan) == {
         "kernel_cell",
         "collect",
+        "union",
         "tidy_table",
         "tables_tiny",
         "figures_tiny",
@@ -120,7 +121,15 @@ def test_what_reruns_on_which_edit(workdir):
     test_failures.py; your own kernel: test_custom_kernel.py; a library: below.)"""
     if not (workdir / "results/tables/cells.csv").exists():
         pytest.skip("needs the run of the first test")
-    everything = {"kernel_cell", "collect", "tidy_table", "tables_tiny", "figures_tiny", "all"}
+    everything = {
+        "kernel_cell",
+        "collect",
+        "union",
+        "tidy_table",
+        "tables_tiny",
+        "figures_tiny",
+        "all",
+    }
     # a kernel adapter: exactly that kernel's cells (the unavailable fa2 cell runs no adapter
     # code but its own; naive's adapter is also the gate's reference, so it is in every cell)
     p = dry_run_after_edit(workdir, "kernels/sdpa.py", "--printshellcmds")
@@ -204,6 +213,7 @@ def test_plotting_code_or_style_reruns_only_figures(workdir):
     # the tidy table's code reruns it and everything read from it
     assert set(plan_after_edit(workdir, "report/collect.py")) == {
         "collect",
+        "union",
         "tidy_table",
         "figures_tiny",
         "tables_tiny",
@@ -382,6 +392,7 @@ def test_cells_missing_after_a_partial_regenerate_are_still_run(workdir):
         assert planned_jobs(p) == {
             "kernel_cell": 1,
             "collect": 1,
+            "union": 1,
             "tidy_table": 1,
             "tables_tiny": 1,
             "figures_tiny": 1,

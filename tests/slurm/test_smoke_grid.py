@@ -94,6 +94,7 @@ def test_smoke_grid_as_slurm_jobs_crash_keep_going_and_rerun(cluster, tmp_path):
     assert plan == {
         "kernel_cell": 1,
         "collect": 1,
+        "union": 1,
         "tidy_table": 1,
         "tables_smoke": 1,
         "figures_smoke": 1,

@@ -1,6 +1,6 @@
 """Changes to Snakemake's job scheduler, made by workflow/rules/common.smk while the Snakefile is
 read (before the scheduler exists). Two work around a Snakemake behaviour that would lose or hang
-a benchmark run; the third logs a line of ours per finished job; the last four keep a large grid's
+a benchmark run; the third logs a line of ours per finished job; the last five keep a large grid's
 planning short. The tests named below show them; tests/test_snakemake_fixes.py checks that each
 patch's target is still there, that the unpatched Snakemake still behaves as the patch assumes,
 and that the installed Snakemake is one they were checked on (PATCHES, CHECKED_ON)."""
@@ -59,6 +59,13 @@ PATCHES = (
         "snakemake.jobs:Job.log_info",
         "none found (searched 2026-12-07): a job's block is built (its shell command formatted "
         "three times) before the logger's filter drops it under --quiet rules",
+    ),
+    Patch(
+        "conda_env_without_params",
+        "snakemake.jobs:Job.conda_env_spec.fget",
+        "none found (searched 2026-12-07): DAG.update_conda_envs asks every job for its conda "
+        "environment, with or without conda, and Job.conda_env_spec evaluates the job's params "
+        "for it though only a function given to `conda:` reads them",
     ),
     Patch(
         "dry_run_gives_back_nothing",
@@ -221,6 +228,30 @@ def job_info_only_when_shown() -> None:
 
     log_info.original = build
     Job.log_info = log_info
+
+
+def conda_env_without_params() -> None:
+    """Snakemake asks every job for its conda environment while it builds the DAG
+    (DAG.update_conda_envs, with or without conda), and Job.conda_env_spec evaluates the job's
+    params to pass them, though only a function given to `conda:` reads them: every parameter of
+    every job made at planning, a sixth of a 20,000-cell `snakemake -n`. Here a rule's fixed
+    environment (or none) is resolved without them; a function's gets them as before. A job's
+    params are then made when it runs or is shown."""
+    from snakemake.jobs import Job
+
+    spec = Job.conda_env_spec.fget
+    if getattr(spec, "original", None):
+        return  # the Snakefile read twice in one process
+
+    def conda_env_spec(self):
+        if callable(self.rule._conda_env):
+            return spec(self)
+        if self._conda_env_spec is None:
+            self._conda_env_spec = self.rule.expand_conda_env(self.wildcards_dict)
+        return self._conda_env_spec
+
+    conda_env_spec.original = spec
+    Job.conda_env_spec = property(conda_env_spec)
 
 
 def dry_run_gives_back_nothing() -> None:

@@ -2,6 +2,7 @@
 import gc
 import json
 import os
+import re
 import sys
 import time
 from datetime import datetime, timezone
@@ -19,8 +20,11 @@ from attnbench.grid.config import ConfigError, cell_timeout_s, read_yaml, report
 from attnbench.grid.expand import cell_path, point_id, stable_hash
 from attnbench.grid.json_files import json_file, spec_file, write_json_files, write_spec_files
 from attnbench.kernels import catalog
+from attnbench.pipeline import tidy
+from attnbench.pipeline.tidy import drawn_from, folder_grids
 from attnbench.record.validate import RecordError
 from attnbench.report import outputs
+from attnbench.report.collect import samples_path
 
 try:
     for _f in workflow.configfiles:
@@ -38,6 +42,7 @@ snakemake_fixes.group_readiness_in_group_time()
 snakemake_fixes.function_params_read_once()
 snakemake_fixes.job_info_only_when_shown()
 snakemake_fixes.dry_run_gives_back_nothing()
+snakemake_fixes.conda_env_without_params()
 snakemake_fixes.scheduler_chatter_off(workflow.output_settings)
 # A large grid's DAG is millions of objects, few of them in reference cycles: the collector's
 # default passes over them took a fifth of its planning (benchmarks/planning_time.py).
@@ -168,6 +173,14 @@ def outdated_input(wc, family=None):
     return WRITTEN_LIST if record_of(wc, family) in RERUN else ancient(OUTDATED_LIST)
 
 
+def outdated_input_of(family=None):
+    """A cell rule's input `outdated` (outdated_input); where no record is to be made again, the
+    list, ancient, for every job: no function called per job (a large grid's planning)."""
+    if not RERUN:
+        return ancient(OUTDATED_LIST)
+    return lambda wc: outdated_input(wc, family)
+
+
 # Kernel cells measured side by side (grid key side_by_side: the cell spec's `side_by_side`): one
 # job per grid point measures them all (rule kernel_point) into one file of their records, which
 # rule point_record takes apart; the other kernel cells are a job each (rule kernel_cell).
@@ -179,10 +192,18 @@ for _path, _c in CELLS.items():
         POINTS.setdefault(_point, []).append(_path)
         POINT_OF[_path] = _point
 SIDE_BY_SIDE_GRIDS = sorted({CELLS[p]["grid"] for p in POINT_OF})
-# the grid wildcard of each kernel rule: the side-by-side grids, or every other
-_NAMES = "|".join(SIDE_BY_SIDE_GRIDS) or "(?!)"
-SIDE_BY_SIDE_GRID = f"(?:{_NAMES})"
-SINGLE_CELL_GRID = f"(?!(?:{_NAMES})/)[A-Za-z0-9_\\-]+"
+
+
+def one_of(names):
+    """A wildcard's pattern matching exactly these names (none: nothing)."""
+    return f"(?:{'|'.join(map(re.escape, names)) or '(?!)'})"
+
+
+# the grid wildcard of each cell rule: the run's grids only (the records of other grids in the
+# output folder are their tidy tables' inputs, made by no rule), side by side or one by one
+SIDE_BY_SIDE_GRID = one_of(SIDE_BY_SIDE_GRIDS)
+SINGLE_CELL_GRID = one_of([g for g in RUN if g not in SIDE_BY_SIDE_GRIDS])
+RUN_GRID = one_of(RUN)
 
 
 def point_file(wc):
@@ -254,8 +275,53 @@ def peak_file(cell):
     return f"{OUT}/device/{cell['device']}-{cell['dtype']}.json"
 
 
+def peak_input(cell_of_job):
+    """A cell rule's input `peak`, ancient (measuring the ceiling again must not rerun every cell):
+    where the run's cells share one, its path, else each job's cell's (cell_of_job(wc)): no
+    function called per job where none is needed (a large grid's planning)."""
+    peaks = {peak_file(c) for c in CELLS.values()}
+    if len(peaks) == 1:
+        return ancient(peaks.pop())
+    return lambda wc: ancient(peak_file(cell_of_job(wc)))
+
+
 def grid_records(grid):
     return [p for p, c in CELLS.items() if c["grid"] == grid]
+
+
+# Each grid's tidy tables (attnbench.pipeline.tidy): the run's grids' from their cells' records,
+# and those of the other grids with records in the output folder, from the records on disk; the
+# output folder's tidy tables are their union.
+TABLED = {
+    g: (
+        grid_records(g)
+        if g in GRIDS
+        else sorted(str(p) for p in Path(OUT, "cells", g).rglob("*.json"))
+    )
+    for g in sorted({*RUN, *folder_grids(OUT)})
+}
+TABLED_GRID = one_of(TABLED)
+UNION_TABLE = str(tidy.union_table(OUT))
+# Their code: the rows (report.collect) and this stage's module. Whether a record is outdated
+# (pipeline.currency) reaches them through the records and the kept ones' list (collect's params).
+TIDY_CODE = [*code_files("attnbench.report.collect"), f"{PKG}/pipeline/tidy.py"]
+_KEPT_BY_GRID = {}
+for _o in KEPT:
+    _KEPT_BY_GRID.setdefault(CELLS[_o.path]["grid"], []).append(_o.line())
+KEPT_HASH = {g: stable_hash(sorted(lines)) for g, lines in _KEPT_BY_GRID.items()}
+
+
+def grid_table(grid):
+    return str(tidy.grid_table(OUT, grid))
+
+
+def grid_samples(grid):
+    return str(samples_path(tidy.grid_table(OUT, grid)))
+
+
+def figure_tables(grid):
+    """The tidy tables a grid's figures read (attnbench.pipeline.tidy.drawn_from)."""
+    return [str(t) for t in drawn_from(CFG, OUT, grid, TABLED)]
 
 
 def table_files(grid):
@@ -338,24 +404,37 @@ def records_not_on_disk():
     return [p for p in CELLS if not os.path.exists(p)]
 
 
-def write_tidy_table(records, cells, samples, log):
-    """The collect rule's work, in Python rather than a shell command: the records can be more
-    than a command line holds. The tables are the union of every grid's records in the output
-    folder (attnbench.pipeline.regenerate.tidy_table): one row per cell, with the `outdated` column, and
-    one per cell and sample (the per-sample table the paired answers read)."""
-    from attnbench.pipeline.regenerate import tidy_table
-    from attnbench.report.collect import write_cells
+def records_behind_a_table():
+    """The records still missing of the grids whose tidy table exists (records_not_on_disk): a
+    grid without one has its collect job run, which needs every record of it (listing them here
+    too would only lengthen a large grid's planning)."""
+    tabled = {g for g in RUN if os.path.exists(grid_table(g))}
+    return [p for p in records_not_on_disk() if CELLS[p]["grid"] in tabled]
 
+
+def write_grid_table(grid, cells, log):
+    """The collect rule's work, in this process (attnbench.pipeline.tidy): a grid's tidy tables
+    from its records, one row per record with the `outdated` column, and one per record and
+    sample (what the paired answers read)."""
+    from attnbench.pipeline.tidy import write_grid_tables
+
+    ours = {p: c for p, c in CELLS.items() if c["grid"] == grid} if grid in GRIDS else None
     try:
-        df, per_sample = tidy_table(Path(OUT), CFG)
+        made = write_grid_tables(CFG, OUT, grid, ours, Path(cells))
     except RecordError as e:
         raise WorkflowError(f"collect: {e}") from None
-    write_cells(df, cells)
-    write_cells(per_sample, samples)
-    others = int((~df["grid"].isin(RUN)).sum())
+    Path(log).write_text(f"{grid}: {made.cells} cells, {made.samples} samples\n")
+
+
+def write_union_table(tables, cells, log):
+    """The union rule's work: every grid's tidy tables, one after another (attnbench.pipeline.tidy)."""
+    from attnbench.pipeline.tidy import write_union
+
+    rows, samples = write_union(tables, Path(cells))
+    others = [g for g in TABLED if g not in GRIDS]
     Path(log).write_text(
-        f"{len(df)} cells, {len(per_sample)} samples from {len(records)} records"
-        + (f" and {others} records of other grids in {OUT}/cells" if others else "")
+        f"{rows} cells, {samples} samples of {len(TABLED)} grids"
+        + (f" ({', '.join(others)}: not run, from their records on disk)" if others else "")
         + "\n"
     )
 

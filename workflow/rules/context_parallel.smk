@@ -7,14 +7,15 @@
 
 rule cp_cell:
     input:
-        # ancient: measuring the ceiling again must not rerun every cell
-        peak=lambda wc: ancient(peak_file(cp_cell_of(wc))),
+        peak=peak_input(cp_cell_of),
         # newer than the record where the record is outdated (attnbench.pipeline.currency): made again
-        outdated=lambda wc: outdated_input(wc, "cp"),
+        outdated=outdated_input_of("cp"),
     output:
         f"{OUT}/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.json",
     log:
         f"{OUT}/logs/cells/{{grid}}/cp/{{impl}}/{{mask}}/{{point}}.log",
+    wildcard_constraints:
+        grid=RUN_GRID,
     conda:
         cells_env(cp_cell_of)
     # CPU: one core per rank (Snakemake lowers it to --cores when there are fewer)

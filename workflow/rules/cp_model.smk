@@ -3,11 +3,11 @@
 # and a network preset; validated against the grid's measured cells. Reads records, runs no cell.
 
 
-from attnbench.cp_model.figures import figure_stems
-
 # One rule per modelled grid of this config: its figures (one per tokens per GPU) are named from
 # its config. (A config of other grids, e.g. the tests' tiny ones, keeps cp_model and has none.)
 for _g in [g for g in CFG.get("cp_model", {}).get("grids", {}) if g in CFG["grids"]]:
+    # imported here: it imports matplotlib, a second of every plan of a config without such a grid
+    from attnbench.cp_model.figures import figure_stems
 
     rule:
         name:

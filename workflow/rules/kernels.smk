@@ -26,10 +26,9 @@ rule device_peak:
 
 rule kernel_cell:
     input:
-        # ancient: measuring the ceiling again must not rerun every cell
-        peak=lambda wc: ancient(peak_file(cell_of(wc))),
+        peak=peak_input(cell_of),
         # newer than the record where the record is outdated (attnbench.pipeline.currency): made again
-        outdated=lambda wc: outdated_input(wc),
+        outdated=outdated_input_of(),
     output:
         f"{OUT}/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.json",
     log:
@@ -105,7 +104,7 @@ rule point_record:
     input:
         point=point_record_input,
         # newer than the record where it is outdated: taken again from its point, measured again
-        outdated=lambda wc: outdated_input(wc),
+        outdated=outdated_input_of(),
     output:
         f"{OUT}/cells/{{grid}}/{{family}}/{{impl}}/{{mask}}/{{point}}.json",
     log:

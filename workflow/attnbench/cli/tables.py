@@ -29,14 +29,23 @@ def grid_of_table(a) -> None:
         known_grids(a.cmd, "--grid", [a.grid], grids, f"in {a.cells}")
 
 
+def tidy_files(a) -> None:
+    """tables, figures: --cells as one tidy table of its files (their union, named by them)."""
+    from ..report.collect import TidyFiles
+
+    a.cells = TidyFiles(a.cells)
+
+
 def cmd_tables(a):
     from ..families import write_tables
     from ..report.collect import ReportError
 
     grid_cfg = json_option(a, "grid_config")
+    tidy_files(a)
     try:
         grid_of_table(a)
-        for p in write_tables(a.cells, a.out_dir, grid=a.grid, grid_cfg=grid_cfg):
+        where = dict(grid=a.grid, grid_cfg=grid_cfg, source=a.source)
+        for p in write_tables(a.cells, a.out_dir, **where):
             print(p)
     except ReportError as e:
         exit_naming_input("tables", e)
@@ -48,9 +57,11 @@ def cmd_figures(a):
 
     style = json_option(a, "style") or {}
     grid_cfg = json_option(a, "grid_config")
+    tidy_files(a)
     try:
         grid_of_table(a)
-        for p in write_figures(a.cells, a.out_dir, style, grid=a.grid, grid_cfg=grid_cfg):
+        where = dict(grid=a.grid, grid_cfg=grid_cfg, source=a.source, tables_dir=a.tables_dir)
+        for p in write_figures(a.cells, a.out_dir, style, **where):
             print(p)
     except ReportError as e:
         exit_naming_input("figures", e)
@@ -59,10 +70,16 @@ def cmd_figures(a):
 def _report_parser(sub, name, what, fn, grid_config_help):
     """A command that reads the tidy table and writes one grid's report files (tables, figures)."""
     c = sub.add_parser(name, help=what)
-    c.add_argument("--cells", required=True, help="the tidy table (samples.csv beside it)")
+    c.add_argument(
+        "--cells",
+        required=True,
+        nargs="+",
+        help="the tidy table (samples.csv beside it), or several read as their union",
+    )
     c.add_argument("--out-dir", required=True, help="the folder the grid's files go to")
     c.add_argument("--grid", help="only this grid's cells")
     c.add_argument("--grid-config", help=grid_config_help)
+    c.add_argument("--source", help="the tidy table the captions name (default: --cells)")
     c.set_defaults(fn=fn)
     return c
 
@@ -88,3 +105,6 @@ def add_parsers(sub) -> None:
         "the grid's config as JSON (checks the expected files were written)",
     )
     c.add_argument("--style", help="figure style settings as JSON")
+    c.add_argument(
+        "--tables-dir", help="the grid's tables folder (default: <--cells folder>/<grid>)"
+    )

@@ -1,11 +1,13 @@
-"""The tidy table, tables and figures from the records on disk, running no cell: `python -m
-attnbench regenerate` (`make figures`), the workflow's collect rule (tidy_table), and a run that
-ended with cells missing, which still draws what finished (workflow/rules/common.smk).
+"""The tidy tables, tables and figures from the records on disk, running no cell: `python -m
+attnbench regenerate` (`make figures`), and a run that ended with cells missing, which still draws
+what finished (workflow/rules/common.smk).
 
-The tidy table of an output folder is the union of every grid's records there: the records of the
-grids drawn now (the cells their config names), and every record of the other grids' folders under
-<output_dir>/cells, so that running one grid never drops another's rows. Its `outdated` column
-names the records a run would not make as they are (attnbench.pipeline.currency); the captions count them.
+As the workflow's rules do (pipeline/tidy.py): every grid with records in the output folder gets
+its own tidy tables, from its records alone (a grid of the config: the cells it names; another
+grid's folder: every record there); the output folder's tidy tables are their union, so that
+running or regenerating one grid never drops another's rows; each grid is drawn from its own
+(and, where its family reads them, its family's other grids'). The `outdated` column names the
+records a run would not make as they are (attnbench.pipeline.currency); the captions count them.
 """
 
 from __future__ import annotations
@@ -13,71 +15,31 @@ from __future__ import annotations
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-
-import pandas as pd
 
 from ..families import expand_cells, figure_stems, write_figures, write_tables
 from ..grid.expand import cell_path
-from ..report.collect import (
-    ReportError,
-    collect,
-    collect_samples,
-    read_records,
-    samples_path,
-    write_cells,
-)
+from ..report.collect import ReportError, TidyFiles, read_cells, read_samples
 from ..terminal import bar
-from .currency import judge, limits, outdated_column
+from .tidy import (
+    drawn_from,
+    folder_grids,
+    grid_table,
+    union_table,
+    write_grid_tables,
+    write_union,
+)
 
 
-def other_grid_records(out: Path, grids) -> list[str]:
-    """Every record under out/cells of a grid not among `grids`."""
-    folder = Path(out) / "cells"
-    if not folder.is_dir():
-        return []
-    return sorted(
-        str(p)
-        for g in sorted(folder.iterdir())
-        if g.is_dir() and g.name not in grids
-        for p in g.rglob("*.json")
-    )
-
-
-def folder_cells(cfg: dict, out: Path) -> dict:
-    """{record path: cell} of every grid of the config that has records under out/cells, in the
-    config's order of grids: what the tidy table is made of, whichever grids a run or a
-    regeneration asked for (the table does not depend on which)."""
-    folder = Path(out) / "cells"
-    grids = [g for g in cfg["grids"] if (folder / g).is_dir()]
-    if not grids:
-        return {}
-    return {str(Path(out) / cell_path(c)): c for c in expand_cells(cfg, grids)}
-
-
-def tidy_table(out: Path, cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The output folder's tidy tables: the records on disk of every config grid's cells
-    (folder_cells), and every record of the folders of grids the config does not name; the
-    cells' table with the `outdated` column, and the per-sample table. The same tables whichever
-    grids were run or asked for. RecordError (naming the file) where a file is not its cell's
-    record."""
-    cells = folder_cells(cfg, out)
-    grids = {c["grid"] for c in cells.values()}
-    ours = [p for p in cells if Path(p).exists()]
-    others = other_grid_records(out, set(cfg["grids"]))
-    records = read_records(ours + others)
-    df = collect(records=records)
-    outdated = judge({p: cells[p] for p in ours}, limits(cfg, grids)) + judge(
-        dict.fromkeys(others), {}
-    )
-    df["outdated"] = outdated_column(df["record"], outdated)
-    return df, collect_samples(records)
-
-
-def write_tidy_tables(df: pd.DataFrame, samples: pd.DataFrame, cells_csv) -> None:
-    """cells.csv and samples.csv beside it, each whole or not at all."""
-    write_cells(df, cells_csv)
-    write_cells(samples, samples_path(cells_csv))
+def write_tidy_tables(cfg: dict, out: Path) -> list[str]:
+    """Every grid's tidy tables in the output folder (those with records there) and their union
+    (tables/cells.csv, samples.csv); the grids, by name."""
+    grids = folder_grids(out)
+    for g in grids:
+        write_grid_tables(cfg, out, g)
+    write_union([grid_table(out, g) for g in grids], union_table(out))
+    return grids
 
 
 @dataclass(frozen=True)
@@ -92,59 +54,73 @@ class Drawn:
     tasks: int
 
 
-def _part(task):
-    """One piece of drawing (a grid's tables, or some of its figures), run in a worker."""
-    kind, cells, out_dir, cfg, grid, only, complete, missing = task
-    grid_cfg = {**cfg["grids"][grid], "report": cfg.get("report", {})}  # the verdict's settings
-    if kind == "tables":
-        write_tables(cells, out_dir, grid=grid, grid_cfg=grid_cfg, missing=missing)
+@dataclass(frozen=True)
+class DrawTask:
+    """One piece of drawing: a grid's tables, or some of its figures."""
+
+    kind: str  # "tables" or "figures"
+    cells: tuple  # the tidy tables it reads (tidy.drawn_from)
+    out_dir: Path
+    grid: str
+    only: frozenset | None  # figures: just these stems
+    complete: bool  # every record of the grid there: every promised figure must be written
+    missing: tuple  # the record paths of the grid's cells without one
+
+
+def _part(task: DrawTask, cfg: dict) -> DrawTask:
+    """One piece of drawing, run in a worker."""
+    grid_cfg = {**cfg["grids"][task.grid], "report": cfg.get("report", {})}  # the verdict's
+    out = Path(cfg["output_dir"])
+    where = dict(grid=task.grid, grid_cfg=grid_cfg, missing=task.missing, source=union_table(out))
+    if task.kind == "tables":
+        write_tables(TidyFiles(task.cells), task.out_dir, **where)
     else:
         write_figures(
-            cells,
-            out_dir,
+            TidyFiles(task.cells),
+            task.out_dir,
             cfg["figures"],
-            grid=grid,
-            grid_cfg=grid_cfg,
-            only=only,
-            strict=complete,
-            missing=missing,
+            only=task.only,
+            strict=task.complete,
+            tables_dir=out / "tables" / task.grid,
+            **where,
         )
     return task
 
 
-def drawing_tasks(cfg, grids, out: Path, missing: dict) -> list:
+def drawing_tasks(cfg, grids, out: Path, missing: dict, tabled) -> list[DrawTask]:
     """Tables and figures of each grid as independent tasks, the costliest first (memory figures,
     then the mask-family figures); a kernel grid's figures one task each. A grid with missing
-    records draws what it can (not every promised figure), and its captions list them."""
-    cells = out / "tables" / "cells.csv"
+    records draws what it can (not every promised figure), and its captions list them. `tabled`:
+    the grids with tidy tables (what a grid's figures may read beside its own)."""
     tasks = []
     for g in grids:
         grid, gone, complete = cfg["grids"][g], tuple(missing.get(g, ())), not missing.get(g)
+        figures_read = tuple(drawn_from(cfg, out, g, tabled))
         stems = figure_stems(grid) if grid["family"] == "kernel" else [None]
         stems.sort(
             key=lambda s: (not str(s).startswith("memory"), not str(s).startswith("tflops_vs"))
         )
         tasks += [
-            (
+            DrawTask(
                 "figures",
-                cells,
+                figures_read,
                 out / "figures" / g,
-                cfg,
                 g,
-                None if s is None else {s},
+                None if s is None else frozenset({s}),
                 complete,
                 gone,
             )
             for s in stems
         ]
-        tasks.append(("tables", cells, out / "tables" / g, cfg, g, None, complete, gone))
+        own = (grid_table(out, g),)
+        tasks.append(DrawTask("tables", own, out / "tables" / g, g, None, complete, gone))
     return tasks
 
 
 def regenerate(cfg: dict, grids=None, jobs: int = 1, say=print) -> Drawn:
-    """Write the output folder's tidy table and the grids' tables and figures from the records on
-    disk. ValueError when none of the grids' records is there; RecordError, ReportError as
-    collect and drawing raise them."""
+    """Write the output folder's tidy tables (each grid's, and their union) and the grids'
+    tables and figures from the records on disk. ValueError when none of the grids' records is
+    there; RecordError, ReportError as collect and drawing raise them."""
     t0 = time.perf_counter()
     out = Path(cfg["output_dir"])
     grids = list(grids or cfg["run"])
@@ -161,23 +137,25 @@ def regenerate(cfg: dict, grids=None, jobs: int = 1, say=print) -> Drawn:
     if missing:
         n = sum(map(len, missing.values()))
         say(f"{n} of {len(cells)} cells have no record yet; they are left out")
-    df, samples = tidy_table(out, cfg)
-    write_tidy_tables(df, samples, out / "tables" / "cells.csv")
+    tabled = write_tidy_tables(cfg, out)
+    df = read_cells(union_table(out))
+    samples = len(read_samples(union_table(out)))
     other = int((~df["grid"].isin(grids)).sum())
     t1 = time.perf_counter()
     say(
-        f"{len(present)} records -> {out}/tables/cells.csv and samples.csv ({len(samples)} "
+        f"{len(present)} records -> {out}/tables/cells.csv and samples.csv ({samples} "
         f"samples) in {t1 - t0:.1f} s"
         + (f" (and {other} rows of other grids' records there)" if other else "")
     )
     drawn = [g for g in grids if g in set(df["grid"])]
-    tasks = drawing_tasks(cfg, drawn, out, missing)
+    tasks = drawing_tasks(cfg, drawn, out, missing, tabled)
+    draw = partial(_part, cfg=cfg)
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
-            list(bar(pool.map(_part, tasks), len(tasks), "tables and figures"))
+            list(bar(pool.map(draw, tasks), len(tasks), "tables and figures"))
     else:
         for t in bar(tasks, len(tasks), "tables and figures"):
-            _part(t)
+            draw(t)
     say(
         f"tables and figures of {', '.join(drawn)} ({len(tasks)} tasks, {jobs} processes) in "
         f"{time.perf_counter() - t1:.1f} s"

@@ -3,6 +3,7 @@ and sample (results/tables/samples.csv, beside it: what a comparison draw by dra
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,6 +219,8 @@ SAMPLE_COLUMNS = [
     "window_medians_ms",
 ]
 SAMPLES_CSV = "samples.csv"
+# The column naming the records a run would not make as they are (pipeline/currency.py): last.
+OUTDATED = "outdated"
 
 
 def draw_fingerprint(mask_params: dict) -> str:
@@ -324,13 +327,60 @@ def samples_path(cells_csv) -> Path:
     return Path(cells_csv).with_name(SAMPLES_CSV)
 
 
+class TidyFiles(tuple):
+    """A tidy table given as several files (each grid's own: pipeline/tidy.py), read as their
+    union, each with its per-sample table beside it; a message names its files."""
+
+    def __str__(self) -> str:
+        return ", ".join(map(str, self))
+
+
+def table_files(cells_csv) -> list[Path]:
+    """The files of a tidy table given as one path or as several (TidyFiles)."""
+    if isinstance(cells_csv, (str, os.PathLike)):
+        return [Path(cells_csv)]
+    return [Path(p) for p in cells_csv]
+
+
+def named(cells_csv) -> str:
+    """The tidy table's files as a message names them."""
+    return ", ".join(map(str, table_files(cells_csv)))
+
+
+def text_union(paths) -> pd.DataFrame:
+    """Tables read as text and put one after another in the order given: every value as it was
+    written, columns in the order they first appear and the `outdated` column last (where the
+    records of one grid write it). ReportError naming a file that is not readable CSV."""
+    frames = []
+    for path in paths:
+        try:
+            frames.append(pd.read_csv(path, dtype=str, keep_default_na=False))
+        except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError) as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ReportError(f"{path}: not a readable tidy table ({why})") from None
+    columns = list(dict.fromkeys(c for f in frames for c in f.columns))
+    columns = [c for c in columns if c != OUTDATED] + [OUTDATED] * (OUTDATED in columns)
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(
+        [f.reindex(columns=columns, fill_value="") for f in frames], ignore_index=True
+    )
+
+
+def _one_text(paths) -> Path | io.StringIO:
+    """One file as it is; several as the text of their union, to be read as one table."""
+    if len(paths) == 1:
+        return paths[0]
+    return io.StringIO(text_union(paths).to_csv(index=False))
+
+
 def read_samples(cells_csv) -> pd.DataFrame:
-    """The per-sample table beside `cells_csv`; an empty one where there is none (every record is
-    then read as one sample, and the answers say so)."""
-    path = samples_path(cells_csv)
-    if not path.exists():
+    """The per-sample table beside `cells_csv` (beside each of its files); an empty one where
+    there is none (every record is then read as one sample, and the answers say so)."""
+    paths = [p for p in map(samples_path, table_files(cells_csv)) if p.exists()]
+    if not paths:
         return pd.DataFrame(columns=SAMPLE_COLUMNS)
-    return pd.read_csv(path, dtype={"draw": str, "cell_id": str}, keep_default_na=True)
+    return pd.read_csv(_one_text(paths), dtype={"draw": str, "cell_id": str}, keep_default_na=True)
 
 
 # Versions and names stay text ("12.10" is not 12.1, "570.00" not 570.0).
@@ -354,17 +404,20 @@ class ReportError(RuntimeError):
     """A table or figure that could not be drawn, named with the tidy table it was drawn from."""
 
 
-def read_cells(path) -> pd.DataFrame:
-    """The tidy table; ReportError in one line naming the file when it is empty, not text or CSV,
-    or lacks the columns every tidy table has."""
+def read_cells(cells_csv) -> pd.DataFrame:
+    """The tidy table (the union of its files, where several); ReportError in one line naming
+    the file when it is empty, not text or CSV, or lacks the columns every tidy table has."""
+    paths = table_files(cells_csv)
     try:
-        df = pd.read_csv(path, keep_default_na=True, dtype={c: str for c in TEXT_COLUMNS})
+        df = pd.read_csv(
+            _one_text(paths), keep_default_na=True, dtype={c: str for c in TEXT_COLUMNS}
+        )
     except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError) as e:
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ReportError(f"{path}: not a readable tidy table ({why})") from None
+        raise ReportError(f"{named(paths)}: not a readable tidy table ({why})") from None
     missing = [c for c in ("grid", "impl", "status") if c not in df]
     if missing:
-        raise ReportError(f"{path}: not a tidy table (no column {', '.join(missing)})")
+        raise ReportError(f"{named(paths)}: not a tidy table (no column {', '.join(missing)})")
     return df
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import captions
-from .collect import SAMPLE_COLUMNS, grid_rows, read_cells, read_samples
+from .collect import SAMPLE_COLUMNS, grid_rows, read_cells, read_samples, table_files
 from .plotting import apply_theme
 
 
@@ -28,13 +28,15 @@ class Inputs:
     grid_cfg: dict = field(default_factory=dict)
 
 
-def read_inputs(cells_csv, grid: str | None, grid_cfg: dict | None) -> Inputs:
-    """The Inputs of a grid's figures from the tidy table at `cells_csv` and the files beside it."""
-    cells_csv = Path(cells_csv)
+def read_inputs(cells_csv, grid: str | None, grid_cfg: dict | None, tables_dir=None) -> Inputs:
+    """The Inputs of a grid's figures from the tidy table at `cells_csv` (its files) and the
+    samples beside it; the grid's tables folder `tables_dir`, by default beside the first file."""
+    if tables_dir is None and grid:
+        tables_dir = table_files(cells_csv)[0].parent / grid
     return Inputs(
         samples=read_samples(cells_csv),
         cells=read_cells(cells_csv),
-        tables_dir=cells_csv.parent / grid if grid else None,
+        tables_dir=Path(tables_dir) if tables_dir else None,
         grid_cfg=dict(grid_cfg or {}),
     )
 
@@ -50,15 +52,18 @@ def write_figures(
     only=None,
     strict: bool = True,
     missing=(),
+    source=None,
+    tables_dir=None,
 ) -> list[Path]:
     """Draw a grid's figures with its family's module (`part_of(family)`: its figures(df, out,
     style, only, inputs) and figure_captions(df, style, inputs)), and their captions. `only`: just
     these stems, so regeneration can share the figures among processes. `strict`: fail unless
     every promised figure (stems) was written; off when regenerating from an incomplete set of
-    records, whose missing record paths (`missing`) the captions list."""
+    records, whose missing record paths (`missing`) the captions list. `source`: the tidy table
+    the captions name (default: cells_csv); `tables_dir`: the grid's tables folder (read_inputs)."""
     style = apply_theme(style)
     df, name = grid_rows(cells_csv, grid, None, grid_cfg)
-    inputs = read_inputs(cells_csv, grid, grid_cfg)
+    inputs = read_inputs(cells_csv, grid, grid_cfg, tables_dir)
     part = part_of(name)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -81,6 +86,6 @@ def write_figures(
         kind="figure",
         grid=grid,
         grid_cfg=grid_cfg,
-        source=cells_csv,
+        source=source or cells_csv,
         missing=missing,
     )

@@ -207,11 +207,13 @@ def write_tables(
     grid_cfg: dict | None = None,
     every_grid=None,
     missing=(),
+    source=None,
 ) -> list[Path]:
     """A grid's tables as its family's module (`part_of(family)`: its tables(df, out, samples) and
     table_captions(df)) writes them, those every grid gets (`every_grid(df, out, grid, family)`:
     the advice, which uses this module's formatting), each table's page for the report (its
-    Markdown as HTML: html_page) and a report caption per table."""
+    Markdown as HTML: html_page) and a report caption per table (naming `source` as the
+    tidy table drawn from; default: cells_csv)."""
     df, name = grid_rows(cells_csv, grid, family, grid_cfg)
     part = part_of(name)
     out = Path(out_dir)
@@ -238,6 +240,6 @@ def write_tables(
         grid=grid,
         grid_cfg=grid_cfg,
         extras=extras,
-        source=cells_csv,
+        source=source or cells_csv,
         missing=missing,
     )
