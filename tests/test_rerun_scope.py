@@ -77,3 +77,13 @@ def test_a_cp_grids_figures_read_the_other_cp_grids_tables_and_a_kernel_grids_it
     # a grid the config does not name: its family is the folder its records are in
     (tmp_path / "cells/old_cp/cp").mkdir(parents=True)
     assert grid_table(tmp_path, "old_cp") in drawn_from(cfg, tmp_path, "c1", [*grids, "old_cp"])
+
+
+def test_a_sparse_grids_figures_read_the_kernel_grids_tables(tmp_path):
+    """The density figure draws dense full attention from the kernel grids: a sparse grid's
+    figures read their tidy tables beside its own, and a kernel grid's figures only its own."""
+    cfg = validate(config_running({"k": kernel_grid(), "c1": cp_grid()}))
+    (tmp_path / "cells/sp/sparse").mkdir(parents=True)  # known by its records' folder
+    grids = ["c1", "k", "sp"]
+    assert drawn_from(cfg, tmp_path, "sp", grids) == [grid_table(tmp_path, g) for g in ("k", "sp")]
+    assert drawn_from(cfg, tmp_path, "k", grids) == [grid_table(tmp_path, "k")]

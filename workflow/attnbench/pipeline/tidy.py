@@ -2,8 +2,8 @@
 
 A grid's tables and figures read only its own tidy tables, made from its records alone
 (<output_dir>/.attnbench/tidy/<grid>/cells.csv, samples.csv beside it), so that a changed record
-redraws only its own grid; a family whose figures read its other grids' rows
-(READ_OTHER_GRIDS: cp) reads theirs too. The output folder's tidy tables
+redraws only its own grid; a family whose figures read other grids' rows (READ_OTHER_GRIDS: cp
+its own family's, sparse the kernel grids') reads theirs too. The output folder's tidy tables
 (<output_dir>/tables/cells.csv and samples.csv), which the answers and a reader use, are the union
 of the tables of every grid with records in the folder, their text one after another in the order
 of the grids' names (the tables' first sort key), so the same whichever grids a run or a
@@ -33,11 +33,13 @@ from ..report.collect import (
 from .currency import judge, limits, outdated_column
 
 TIDY = Path(".attnbench") / "tidy"
-# The families whose figures read the rows of their other grids (report.figures.Inputs.cells): cp's
-# draw emulated cells of other grids at their points and one-GPU baselines over the same
-# documents (families/cp/figures.py, companions). Kept here, not in the family's module: every
-# cell's code includes that module, and editing it would make every record outdated.
-READ_OTHER_GRIDS = {"cp"}
+# The families whose figures read the rows of other grids (report.figures.Inputs.cells), and the
+# families of those grids: cp's draw emulated cells of other grids at their points and one-GPU
+# baselines over the same documents (families/cp/figures.py, companions); sparse's density figure
+# draws dense full attention at each length from the kernel grids (report.against.answer_at). Kept
+# here, not in the family's module: every cell's code includes that module, and editing it would
+# make every record outdated.
+READ_OTHER_GRIDS = {"cp": {"cp"}, "sparse": {"kernel"}}
 
 
 def grid_table(out, grid: str) -> Path:
@@ -68,11 +70,11 @@ def family_of(cfg: dict, out, grid: str) -> str | None:
 
 
 def drawn_from(cfg: dict, out, grid: str, grids) -> list[Path]:
-    """The tidy tables a grid's figures read: its own, and where its family reads its other
-    grids' rows, those of its family among `grids`; in the order of the grids' names."""
+    """The tidy tables a grid's figures read: its own, and where its family reads other grids'
+    rows, those among `grids` of the families it reads; in the order of the grids' names."""
     family = family_of(cfg, out, grid)
     others = (
-        [g for g in grids if g != grid and family_of(cfg, out, g) == family]
+        [g for g in grids if g != grid and family_of(cfg, out, g) in READ_OTHER_GRIDS[family]]
         if family in READ_OTHER_GRIDS
         else []
     )
