@@ -132,3 +132,21 @@ def test_the_fit_and_what_the_line_says(tmp_path):
     keep_report_seconds(str(tmp_path), progress)
     assert report_seconds(str(tmp_path)) == 0.0
     assert report_seconds(str(tmp_path / "none")) is None
+
+
+def test_the_closing_hint_asks_a_question_the_run_answers():
+    """The summary's `next:` command names a mask and a length the run's kernel cells measured
+    (the default grids stop at 256 tokens: a hint of 32K would find nothing)."""
+    from attnbench.report.progress import example_question
+
+    cells = {
+        f"c{i}": {"family": f, "mask": m, "seqlen": s}
+        for i, (f, m, s) in enumerate(
+            [("kernel", "full", 256), ("kernel", "causal", 256), ("kernel", "causal", 128),
+             ("cp", "causal", 4096)]
+        )
+    }  # fmt: skip
+    assert example_question(cells) == "--mask causal --seqlen 256"
+    cells["c9"] = {"family": "kernel", "mask": "full", "seqlen": 32768}
+    assert example_question(cells) == "--mask full --seqlen 32K"
+    assert example_question({}) == "--mask MASK --seqlen 32K"

@@ -207,6 +207,20 @@ def counts_by_grid(cells: dict) -> list[GridCounts]:
     return [GridCounts(g, dict(c.most_common()), missing[g]) for g, c in by.items()]
 
 
+def example_question(cells: dict) -> str:
+    """advise's mask and length options for a question these cells answer: the longest length of
+    the kernel cells (of any where there are none), causal where it was measured there."""
+    timed = [c for c in cells.values() if c.get("seqlen") and c.get("mask")]
+    kernel = [c for c in timed if c.get("family") == "kernel"] or timed
+    if not kernel:
+        return "--mask MASK --seqlen 32K"
+    longest = max(c["seqlen"] for c in kernel)
+    masks = sorted({c["mask"] for c in kernel if c["seqlen"] == longest})
+    mask = "causal" if "causal" in masks else masks[0]
+    length = f"{longest // 1024}K" if longest % 1024 == 0 else str(longest)
+    return f"--mask {mask} --seqlen {length}"
+
+
 def closing_summary(cells: dict, out: str, report_outputs=(), listed: int = 10) -> list[str]:
     """The lines a run ends with: per grid its cells by status; every crashed cell and every cell
     without a record (the first `listed` of each) with its log; where the tidy table, tables,
@@ -237,7 +251,7 @@ def closing_summary(cells: dict, out: str, report_outputs=(), listed: int = 10) 
         f"  tidy tables: {out}/tables/cells.csv, {out}/tables/samples.csv; tables: "
         f"{out}/tables/<grid>/ (advice.md: the answers); figures: {out}/figures/<grid>/",
         "  next: python -m attnbench advise --cells "
-        f"{out}/tables/cells.csv --mask MASK --seqlen 32K (the answer for your case); "
+        f"{out}/tables/cells.csv {example_question(cells)} (the answer for your case); "
         "make report (the HTML report); make figures (redraw, no cell runs)"
         + ("; the same snakemake command again (retries what crashed or is missing)" if crashed or missing else ""),
     ]  # fmt: skip
