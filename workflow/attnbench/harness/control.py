@@ -1,13 +1,19 @@
 """The control calls: a fixed bf16 matrix product and one fixed causal SDPA call, timed before and
 after a point's contenders in the same job (docs/measurement.md, "Drift control"). The same calls on the
 same GPU take the same time unless the machine moved under the job (clocks, power, temperature,
-another tenant): a control that moved more than DRIFT_LIMIT flags every record of the job.
+another tenant): the attention control moving more than DRIFT_LIMIT flags every record of the job.
+The matrix product is kept and reported, not judged: it runs at the GPU's power limit, and on an
+H200 (700 W) it read 14-19% slower at the end of every job than at its start while the SDPA control
+moved within 1.3% and the cells repeated within 1.1% (results/h200/calibration.md): it flagged a
+drift the attention kernels did not show.
 Torch is imported where a call is made: the answers read DRIFT_LIMIT without it.
 """
 
 from __future__ import annotations
 
 DRIFT_LIMIT = 0.03
+# The controls whose move flags a job (see above); the others are reported in `moved` only.
+JUDGED = ("sdpa_causal_ms",)
 REPS = 10
 # Fixed shapes: a GPU-sized pair, and a small one a CPU times in well under a second.
 SHAPES = {
@@ -105,14 +111,15 @@ def time_controls(device) -> dict:
 
 
 def drift(before: dict | None, after: dict | None) -> dict | None:
-    """How far each control moved over the job (after / before - 1), the largest, and whether it
-    passed DRIFT_LIMIT; None where either end is missing."""
+    """How far each control moved over the job (after / before - 1), the largest move of the
+    JUDGED controls, and whether it passed DRIFT_LIMIT; None where either end is missing."""
     if not before or not after:
         return None
     moved = {k: after[k] / before[k] - 1 for k in before if k.endswith("_ms") and before[k]}
-    worst = max(moved.values(), key=abs)
+    worst = max((moved[k] for k in JUDGED if k in moved), key=abs)
     return {
         "moved": moved,
+        "judged": list(JUDGED),
         "worst": worst,
         "limit": DRIFT_LIMIT,
         "drifted": abs(worst) > DRIFT_LIMIT,
