@@ -66,8 +66,11 @@ class Contender:
 
 
 def read_point(path) -> tuple[str, list[Contender]]:
-    """The point file a job reads: its id and contenders."""
-    d = json.loads(Path(path).read_text())
+    """The point file a job reads (grid.json_files: `FILE#NAME`, or a file of its own): its id
+    and contenders."""
+    from ...grid.json_files import read_json_arg
+
+    d = read_json_arg(str(path), "--point")
     return d["point"], [Contender.from_dict(c) for c in d["contenders"]]
 
 
@@ -331,7 +334,9 @@ def run_point(
     by_out = {c.out: c for c in contenders}
     records: dict[str, dict] = {}
     spent = {c.out: 0.0 for c in contenders}  # seconds of each contender's draws so far
-    progress_path = Path(f"{point_path}.progress.{os.getpid()}")
+    # beside the point's file (a folder's spec file where it is `FILE#NAME`), one per job
+    held_in = point_path if Path(point_path).exists() else point_path.rsplit("#", 1)[0]
+    progress_path = Path(f"{held_in}.progress.{os.getpid()}")
     while len(records) < len(contenders):
         remaining = [c.out for c in contenders if c.out not in records]
         progress_path.write_text("")
