@@ -2,7 +2,6 @@
 run of 20,000 cells writes a few files before its first job; each cell reads its own entry."""
 
 import pytest
-
 from attnbench.grid.json_files import read_json_arg, spec_file, write_spec_files
 
 
@@ -29,4 +28,6 @@ def test_a_spec_the_file_does_not_hold_is_an_error_naming_the_file(tmp_path):
     with pytest.raises(ValueError, match="holds no spec named 's999-fwd.json'"):
         read_json_arg(missing, "--spec")
     with pytest.raises(ValueError, match="not a readable JSON file"):
-        read_json_arg(spec_file(tmp_path / "elsewhere", f"{tmp_path}/elsewhere/x/y.json"), "--spec")
+        read_json_arg(
+            spec_file(tmp_path / "elsewhere", f"{tmp_path}/elsewhere/x/y.json"), "--spec"
+        )

@@ -112,7 +112,9 @@ def test_a_control_that_moved_past_its_limit_flags_the_job():
 def test_the_matrix_product_control_is_reported_but_does_not_flag_the_job():
     """On an H200 the power-bound product read 14-19% slower at every job's end while the attention
     control and the cells held: its move is kept, and only the attention control judges."""
-    moved = drift({"gemm_ms": 1.42, "sdpa_causal_ms": 2.0}, {"gemm_ms": 1.67, "sdpa_causal_ms": 2.01})
+    moved = drift(
+        {"gemm_ms": 1.42, "sdpa_causal_ms": 2.0}, {"gemm_ms": 1.67, "sdpa_causal_ms": 2.01}
+    )
     assert moved["drifted"] is False and moved["worst"] == pytest.approx(0.005)
     assert moved["moved"]["gemm_ms"] == pytest.approx(1.67 / 1.42 - 1)
 
