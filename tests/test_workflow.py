@@ -109,9 +109,10 @@ def dry_run_after_edit(workdir, module, *args):
 
 
 def cells_planned(p) -> list[str]:
-    """The records a dry run (--printshellcmds) would make, below results/cells/tiny/kernel/."""
+    """The records a dry run (--printshellcmds) would make, below results/cells/tiny/kernel/
+    (not the cells' spec files, .attnbench/specs/cells/...)."""
     cells = p.stdout.split("rule collect")[0]
-    return sorted(set(re.findall(r"cells/tiny/kernel/(\S+)\.json", cells)))
+    return sorted(set(re.findall(r"(?<!specs/)cells/tiny/kernel/(\S+)\.json", cells)))
 
 
 def test_what_reruns_on_which_edit(workdir):
