@@ -340,7 +340,7 @@ def test_sdpa_cudnns_dense_boolean_mask_is_noted_where_it_runs_one():
 AA_MASKS = ["full", "causal", "sliding_window", "causal_document", "prefix_lm_causal"]
 
 
-def test_a_kernel_entered_twice_ties_on_95_percent_of_points(tmp_path):
+def test_a_kernel_entered_twice_names_no_more_winners_than_the_error_rate_allows(tmp_path):
     """sdpa and sdpa_twin (the same class, another name) measured as the pipeline measures a
     point's contenders, side by side (families/kernel/point.py: interleaved draw by draw in a
     rotating order), one thread; then the tidy tables and advice.md by the grid's report settings
@@ -416,4 +416,13 @@ def test_a_kernel_entered_twice_ties_on_95_percent_of_points(tmp_path):
         for a in found
         if a.winner
     ]
-    assert len(found) - len(won) >= 0.95 * len(found), "\n".join(won)
+    # The rule's stated error rate is alpha per point: at 30 points and alpha 0.05, 1.5 false
+    # winners are expected, and 2 or more come 45% of the time even when the rule holds its rate.
+    # Fail where the count is too many for that rate (binomial, under 1% of the time).
+    alpha, n = Verdict.of(cfg).alpha, len(found)
+    too_many = next(
+        k
+        for k in range(n + 1)
+        if sum(math.comb(n, j) * alpha**j * (1 - alpha) ** (n - j) for j in range(k, n + 1)) < 0.01
+    )
+    assert len(won) < too_many, f"{len(won)} of {n} points named a winner:\n" + "\n".join(won)
