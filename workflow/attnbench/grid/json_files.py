@@ -88,6 +88,16 @@ def write_spec_files(out_dir, cells: dict) -> int:
     return written
 
 
+def file_named(value: str) -> tuple[Path, str | None]:
+    """The file an option's value names and the entry in it: (FILE, NAME) for a folder's spec
+    file's `FILE#NAME` (spec_file), (the path, None) for a file of its own."""
+    path = Path(value)
+    if not path.exists() and "#" in value:
+        head, entry = value.rsplit("#", 1)
+        return Path(head), entry
+    return path, None
+
+
 def read_json_arg(value: str, option: str):
     """A command-line option's JSON: inline when it starts with '{' or '[' (by hand, in tests),
     else the path of a file holding it, or `FILE#NAME`: the entry NAME of a folder's spec file
@@ -95,10 +105,7 @@ def read_json_arg(value: str, option: str):
     naming the option and the file otherwise."""
     if value.lstrip()[:1] in ("{", "["):
         return json.loads(value)
-    path, entry = Path(value), None
-    if not path.exists() and "#" in value:
-        head, entry = value.rsplit("#", 1)
-        path = Path(head)
+    path, entry = file_named(value)
     try:
         obj = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:

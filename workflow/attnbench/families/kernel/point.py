@@ -334,9 +334,10 @@ def run_point(
     by_out = {c.out: c for c in contenders}
     records: dict[str, dict] = {}
     spent = {c.out: 0.0 for c in contenders}  # seconds of each contender's draws so far
+    from ...grid.json_files import file_named
+
     # beside the point's file (a folder's spec file where it is `FILE#NAME`), one per job
-    held_in = point_path if Path(point_path).exists() else point_path.rsplit("#", 1)[0]
-    progress_path = Path(f"{held_in}.progress.{os.getpid()}")
+    progress_path = Path(f"{file_named(point_path)[0]}.progress.{os.getpid()}")
     while len(records) < len(contenders):
         remaining = [c.out for c in contenders if c.out not in records]
         progress_path.write_text("")
